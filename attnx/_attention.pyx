@@ -1,0 +1,261 @@
+"""Multi-head attention kernels: forward beside backward.
+
+Buffers are row-major and batched: a sequence tensor (B, T, w) is a (B*T, w)
+matrix. Q, K and V live side by side in projection buffers; head h of a
+sequence b is addressed by pointer offset (b*T rows, h*d_head columns) and the
+buffer's leading dimension, so no head is ever copied out.
+
+Self-attention keeps [Q | K | V] in one (B*T, 3d) buffer made by one GEMM.
+Cross-attention keeps Q (B*Tq, d) and [K | V] (B*Tk, 2d) apart, each one GEMM.
+"""
+from cython.parallel cimport prange, parallel, threadid
+from libc.stdint cimport uint8_t
+
+from attnx._blas cimport floating, gemm, NT, TR
+from attnx._ops cimport (fill_rows, colsum, rope_rotate, blas_threads_get,
+                         blas_threads_set, omp_threads)
+
+cdef extern from "attnx_math.h" nogil:
+    void attnx_softmax_row_f32(float *s, int n, int n_valid, const uint8_t *keymask)
+    void attnx_softmax_row_f64(double *s, int n, int n_valid, const uint8_t *keymask)
+    void attnx_softmax_bwd_row_f32(const float *a, float *da, int n, int n_valid)
+    void attnx_softmax_bwd_row_f64(const double *a, double *da, int n, int n_valid)
+
+
+cdef inline void softmax_rows(floating *s, int tq, int tk, bint causal,
+                              const uint8_t *keymask) noexcept nogil:
+    """Row softmax of a (tq, tk) score block; causal keeps keys j <= i."""
+    cdef int i, n_valid
+    for i in range(tq):
+        n_valid = (i + 1 if i + 1 < tk else tk) if causal else tk
+        if floating is float:
+            attnx_softmax_row_f32(s + <Py_ssize_t> i * tk, tk, n_valid, keymask)
+        else:
+            attnx_softmax_row_f64(s + <Py_ssize_t> i * tk, tk, n_valid, keymask)
+
+
+cdef inline void softmax_bwd_rows(const floating *a, floating *da, int tq, int tk,
+                                  bint causal) noexcept nogil:
+    cdef int i, n_valid
+    for i in range(tq):
+        n_valid = (i + 1 if i + 1 < tk else tk) if causal else tk
+        if floating is float:
+            attnx_softmax_bwd_row_f32(a + <Py_ssize_t> i * tk, da + <Py_ssize_t> i * tk, tk, n_valid)
+        else:
+            attnx_softmax_bwd_row_f64(a + <Py_ssize_t> i * tk, da + <Py_ssize_t> i * tk, tk, n_valid)
+
+
+cdef void heads_forward(const floating *q, int ldq, const floating *k, const floating *v,
+                        int ldkv, floating *z, int ldz, floating *probs, bint store,
+                        int nb, int tq, int tk, int n_heads, int d_head, floating scale,
+                        bint causal, const uint8_t *keymask) noexcept nogil:
+    """Per (batch, head): P = softmax(scale Q K^T + mask), Z = P V.
+
+    probs holds (nb, n_heads, tq, tk) when store, else one (tq, tk) block per
+    thread (inference: P is not kept).
+    """
+    cdef Py_ssize_t bh, b, h, tid
+    cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
+    cdef int nthreads = omp_threads()
+    cdef int saved = 0
+    cdef floating *p
+    cdef const uint8_t *km
+    if nthreads > 1:
+        saved = blas_threads_get()
+        blas_threads_set(1)
+    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
+        b = bh // n_heads
+        h = bh % n_heads
+        tid = threadid()
+        p = probs + (bh if store else tid) * blk
+        km = (keymask + b * tk) if keymask != NULL else NULL
+        gemm(NT, TR, tq, tk, d_head, scale,
+             q + b * tq * ldq + h * d_head, ldq,
+             k + b * tk * ldkv + h * d_head, ldkv, <floating> 0, p, tk)
+        softmax_rows(p, tq, tk, causal, km)
+        gemm(NT, NT, tq, d_head, tk, <floating> 1, p, tk,
+             v + b * tk * ldkv + h * d_head, ldkv, <floating> 0,
+             z + b * tq * ldz + h * d_head, ldz)
+    if nthreads > 1:
+        blas_threads_set(saved)
+
+
+cdef void heads_backward(const floating *q, int ldq, const floating *k, const floating *v,
+                         int ldkv, const floating *dz, int ldz, const floating *probs,
+                         floating *scratch, floating *dq, floating *dk, floating *dv,
+                         int nb, int tq, int tk, int n_heads, int d_head, floating scale,
+                         bint causal) noexcept nogil:
+    """Per (batch, head): dV = P^T dZ, dP = dZ V^T, dS = P*(dP - rowsum(dP*P)),
+    dQ = scale dS K, dK = scale dS^T Q. dq shares ldq, dk/dv share ldkv."""
+    cdef Py_ssize_t bh, b, h, tid
+    cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
+    cdef int nthreads = omp_threads()
+    cdef int saved = 0
+    cdef const floating *p
+    cdef floating *ds
+    if nthreads > 1:
+        saved = blas_threads_get()
+        blas_threads_set(1)
+    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
+        b = bh // n_heads
+        h = bh % n_heads
+        tid = threadid()
+        p = probs + bh * blk
+        ds = scratch + tid * blk
+        gemm(TR, NT, tk, d_head, tq, <floating> 1, p, tk,
+             dz + b * tq * ldz + h * d_head, ldz, <floating> 0,
+             dv + b * tk * ldkv + h * d_head, ldkv)
+        gemm(NT, TR, tq, tk, d_head, <floating> 1,
+             dz + b * tq * ldz + h * d_head, ldz,
+             v + b * tk * ldkv + h * d_head, ldkv, <floating> 0, ds, tk)
+        softmax_bwd_rows(p, ds, tq, tk, causal)
+        gemm(NT, NT, tq, d_head, tk, scale, ds, tk,
+             k + b * tk * ldkv + h * d_head, ldkv, <floating> 0,
+             dq + b * tq * ldq + h * d_head, ldq)
+        gemm(TR, NT, tk, d_head, tq, scale, ds, tk,
+             q + b * tq * ldq + h * d_head, ldq, <floating> 0,
+             dk + b * tk * ldkv + h * d_head, ldkv)
+    if nthreads > 1:
+        blas_threads_set(saved)
+
+
+def attention_forward(
+    const floating[:, ::1] x,        # (B*Tq, d) query input
+    const floating[:, ::1] ctx,      # (B*Tk, d) key/value input, or None for self-attention
+    const floating[:, ::1] w_qkv,    # (d, 3d) = [Wq | Wk | Wv]
+    const floating[::1] b_qkv,       # (3d,) or None
+    const floating[:, ::1] w_o,      # (d, d)
+    const floating[::1] b_o,         # (d,) or None
+    floating[:, ::1] qbuf,           # self: (B*Tq, 3d); cross: (B*Tq, d)
+    floating[:, ::1] kvbuf,          # self: unused (None); cross: (B*Tk, 2d)
+    floating[:, ::1] zcat,           # (B*Tq, d) concatenated head outputs
+    floating[::1] probs,             # (B*H*Tq*Tk) when store, else (threads*Tq*Tk)
+    floating[:, ::1] y,              # (B*Tq, d) output
+    int nb, int n_heads, bint causal, bint store,
+    const uint8_t[:, ::1] key_padding_mask,   # (B, Tk) or None
+    const floating[:, ::1] rope_cos,          # (max(Tq, Tk), d_head/2) or None
+    const floating[:, ::1] rope_sin,
+):
+    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo."""
+    cdef int d = <int> w_o.shape[0]
+    cdef int d_head = d // n_heads
+    cdef int tq = <int> (x.shape[0] // nb)
+    cdef bint cross = ctx is not None
+    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
+    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
+    cdef floating *qp = &qbuf[0, 0]
+    cdef floating *kp
+    cdef floating *vp
+    cdef int ldq, ldkv
+    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
+    cdef Py_ssize_t rq = x.shape[0], rk = tk * <Py_ssize_t> nb
+    with nogil:
+        if not cross:
+            ldq = 3 * d
+            ldkv = 3 * d
+            kp = qp + d
+            vp = qp + 2 * d
+            if b_qkv is not None:
+                fill_rows(qp, &b_qkv[0], rq, 3 * d, ldq)
+            gemm(NT, NT, <int> rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                 <floating> (1 if b_qkv is not None else 0), qp, ldq)
+        else:
+            ldq = d
+            ldkv = 2 * d
+            kp = &kvbuf[0, 0]
+            vp = kp + d
+            if b_qkv is not None:
+                fill_rows(qp, &b_qkv[0], rq, d, ldq)
+                fill_rows(kp, &b_qkv[d], rk, 2 * d, ldkv)
+            gemm(NT, NT, <int> rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                 <floating> (1 if b_qkv is not None else 0), qp, ldq)
+            gemm(NT, NT, <int> rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
+                 <floating> (1 if b_qkv is not None else 0), kp, ldkv)
+        if rope_cos is not None:
+            rope_rotate(qp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
+            rope_rotate(kp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
+        heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store,
+                      nb, tq, tk, n_heads, d_head, scale, causal, km)
+        if b_o is not None:
+            fill_rows(&y[0, 0], &b_o[0], rq, d, d)
+        gemm(NT, NT, <int> rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
+             <floating> (1 if b_o is not None else 0), &y[0, 0], d)
+
+
+def attention_backward(
+    const floating[:, ::1] x, const floating[:, ::1] ctx,
+    const floating[:, ::1] w_qkv, const floating[:, ::1] w_o,
+    const floating[:, ::1] qbuf, const floating[:, ::1] kvbuf,
+    const floating[:, ::1] zcat, const floating[::1] probs,
+    const floating[:, ::1] dy,       # (B*Tq, d)
+    floating[:, ::1] dzcat,          # (B*Tq, d) workspace
+    floating[:, ::1] dqbuf,          # shaped like qbuf
+    floating[:, ::1] dkvbuf,         # shaped like kvbuf (cross) or None
+    floating[::1] scratch,           # (threads*Tq*Tk)
+    floating[:, ::1] dw_qkv, floating[::1] db_qkv,   # db_* None without bias
+    floating[:, ::1] dw_o, floating[::1] db_o,
+    floating[:, ::1] dx,             # (B*Tq, d) or None when not needed
+    floating[:, ::1] dctx,           # (B*Tk, d) or None
+    int nb, int n_heads, bint causal,
+    const floating[:, ::1] rope_cos, const floating[:, ::1] rope_sin,
+):
+    """Fill dWqkv, dWo (and biases) from dY; write dL/dx (and dL/dctx) when given."""
+    cdef int d = <int> w_o.shape[0]
+    cdef int d_head = d // n_heads
+    cdef int tq = <int> (x.shape[0] // nb)
+    cdef bint cross = ctx is not None
+    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
+    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
+    cdef Py_ssize_t rq = x.shape[0], rk = tk * <Py_ssize_t> nb
+    cdef const floating *qp = &qbuf[0, 0]
+    cdef const floating *kp
+    cdef const floating *vp
+    cdef floating *dqp = &dqbuf[0, 0]
+    cdef floating *dkp
+    cdef floating *dvp
+    cdef int ldq, ldkv
+    if cross:
+        ldq, ldkv = d, 2 * d
+        kp = &kvbuf[0, 0]
+        dkp = &dkvbuf[0, 0]
+    else:
+        ldq, ldkv = 3 * d, 3 * d
+        kp = qp + d
+        dkp = dqp + d
+    vp = kp + d
+    dvp = dkp + d
+    with nogil:
+        # output projection: dWo = Zcat^T dY, dZcat = dY Wo^T
+        gemm(TR, NT, d, d, <int> rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
+             <floating> 0, &dw_o[0, 0], d)
+        if db_o is not None:
+            colsum(&dy[0, 0], rq, d, d, &db_o[0])
+        gemm(NT, TR, <int> rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
+             <floating> 0, &dzcat[0, 0], d)
+        heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
+                       dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale, causal)
+        if rope_cos is not None:
+            rope_rotate(dqp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
+            rope_rotate(dkp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
+        if not cross:
+            gemm(TR, NT, d, 3 * d, <int> rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
+                 <floating> 0, &dw_qkv[0, 0], 3 * d)
+            if db_qkv is not None:
+                colsum(dqp, rq, 3 * d, 3 * d, &db_qkv[0])
+            if dx is not None:
+                gemm(NT, TR, <int> rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
+                     <floating> 0, &dx[0, 0], d)
+        else:
+            gemm(TR, NT, d, d, <int> rq, <floating> 1, &x[0, 0], d, dqp, d,
+                 <floating> 0, &dw_qkv[0, 0], 3 * d)
+            gemm(TR, NT, d, 2 * d, <int> rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
+                 <floating> 0, &dw_qkv[0, d], 3 * d)
+            if db_qkv is not None:
+                colsum(dqp, rq, d, d, &db_qkv[0])
+                colsum(dkp, rk, 2 * d, 2 * d, &db_qkv[d])
+            if dx is not None:
+                gemm(NT, TR, <int> rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
+                     <floating> 0, &dx[0, 0], d)
+            if dctx is not None:
+                gemm(NT, TR, <int> rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
+                     <floating> 0, &dctx[0, 0], d)

@@ -1,0 +1,73 @@
+"""SiLU MLP block with its residual, forward beside backward.
+
+    H = Z W1 + b1          (rows, d_hidden)
+    S = H * sigmoid(H)     SiLU ("swish")
+    out = S W2 + b2 + Z    (rows, d)
+"""
+from cython.parallel cimport prange
+from libc.math cimport exp, expf
+
+from attnx._blas cimport floating, gemm, NT, TR
+from attnx._ops cimport fill_rows, colsum
+
+
+cdef inline floating sigmoid(floating h) noexcept nogil:
+    if floating is float:
+        return 1.0 / (1.0 + expf(-h))
+    else:
+        return 1.0 / (1.0 + exp(-h))
+
+
+def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const floating[::1] b1,
+                const floating[:, ::1] w2, const floating[::1] b2,
+                floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] out):
+    """out = silu(z W1 + b1) W2 + b2 + z; keeps H and S = silu(H) for backward."""
+    cdef Py_ssize_t rows = z.shape[0], i, j
+    cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
+    cdef floating hv
+    with nogil:
+        if b1 is not None:
+            fill_rows(&h[0, 0], &b1[0], rows, dh, dh)
+        gemm(NT, NT, <int> rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
+             <floating> (1 if b1 is not None else 0), &h[0, 0], dh)
+        for i in prange(rows, schedule="static"):
+            for j in range(dh):
+                hv = h[i, j]
+                s[i, j] = hv * sigmoid(hv)
+            for j in range(d):
+                out[i, j] = z[i, j] + (b2[j] if b2 is not None else 0)
+        gemm(NT, NT, <int> rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,
+             <floating> 1, &out[0, 0], d)
+
+
+def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
+                 const floating[:, ::1] w1, const floating[:, ::1] w2,
+                 const floating[:, ::1] h, const floating[:, ::1] s,
+                 floating[:, ::1] dh_buf,
+                 floating[:, ::1] dw1, floating[::1] db1,
+                 floating[:, ::1] dw2, floating[::1] db2,
+                 floating[:, ::1] dz):
+    """Fill dW1, dW2 (and biases); dz = dL/dz including the residual path."""
+    cdef Py_ssize_t rows = z.shape[0], i, j
+    cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
+    cdef floating hv, sg
+    with nogil:
+        gemm(TR, NT, dh, d, <int> rows, <floating> 1, &s[0, 0], dh, &dout[0, 0], d,
+             <floating> 0, &dw2[0, 0], d)
+        if db2 is not None:
+            colsum(&dout[0, 0], rows, d, d, &db2[0])
+        gemm(NT, TR, <int> rows, dh, d, <floating> 1, &dout[0, 0], d, &w2[0, 0], d,
+             <floating> 0, &dh_buf[0, 0], dh)
+        for i in prange(rows, schedule="static"):
+            for j in range(dh):
+                hv = h[i, j]
+                sg = sigmoid(hv)
+                dh_buf[i, j] = dh_buf[i, j] * sg * (1 + hv * (1 - sg))
+            for j in range(d):
+                dz[i, j] = dout[i, j]
+        gemm(TR, NT, d, dh, <int> rows, <floating> 1, &z[0, 0], d, &dh_buf[0, 0], dh,
+             <floating> 0, &dw1[0, 0], dh)
+        if db1 is not None:
+            colsum(&dh_buf[0, 0], rows, dh, dh, &db1[0])
+        gemm(NT, TR, <int> rows, d, dh, <floating> 1, &dh_buf[0, 0], dh, &w1[0, 0], dh,
+             <floating> 1, &dz[0, 0], d)

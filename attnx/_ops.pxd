@@ -1,0 +1,15 @@
+# Elementwise kernels shared by the layer modules (bias, rotary embedding, BLAS threads).
+from attnx._blas cimport floating
+
+ctypedef void (*set_threads_fn)(int) noexcept nogil
+ctypedef int (*get_threads_fn)() noexcept nogil
+
+cdef int blas_threads_get() noexcept nogil
+cdef void blas_threads_set(int n) noexcept nogil
+cdef int omp_threads() noexcept nogil
+
+cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, int cols, int ld) noexcept nogil
+cdef void colsum(const floating *x, Py_ssize_t rows, int cols, int ld, floating *out) noexcept nogil
+cdef void rope_rotate(floating *x, int ldx, Py_ssize_t batch, int t_len, int n_heads,
+                      int d_head, const floating *cos_t, const floating *sin_t,
+                      bint inverse) noexcept nogil

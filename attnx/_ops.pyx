@@ -1,0 +1,143 @@
+"""Elementwise kernels: MSE loss, AdamW, bias and rotary helpers, BLAS thread control."""
+from cython.parallel cimport prange
+from libc.math cimport sqrt
+
+from attnx._blas cimport floating
+
+cdef extern from "attnx_math.h" nogil:
+    int attnx_max_threads()
+    void attnx_exp_array_f32(const float *x, float *y, long n)
+
+# scipy's OpenBLAS thread setters, found at import by attnx._threads through
+# threadpoolctl. Left NULL when unknown: kernels then leave BLAS threads alone.
+cdef set_threads_fn _set_threads = NULL
+cdef get_threads_fn _get_threads = NULL
+
+
+def register_blas_threads(size_t set_addr, size_t get_addr):
+    """Record the addresses of openblas_set_num_threads / openblas_get_num_threads."""
+    global _set_threads, _get_threads
+    _set_threads = <set_threads_fn> set_addr
+    _get_threads = <get_threads_fn> get_addr
+
+
+cdef int blas_threads_get() noexcept nogil:
+    return _get_threads() if _get_threads != NULL else 0
+
+
+cdef void blas_threads_set(int n) noexcept nogil:
+    if _set_threads != NULL and n > 0:
+        _set_threads(n)
+
+
+cdef int omp_threads() noexcept nogil:
+    return attnx_max_threads()
+
+
+def max_threads():
+    """Threads an attnx parallel region would use (OpenMP's current limit)."""
+    return attnx_max_threads()
+
+
+cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, int cols, int ld) noexcept nogil:
+    """y[r, :cols] = b for every row r (y row-major with leading dimension ld)."""
+    cdef Py_ssize_t r
+    cdef int j
+    for r in range(rows):
+        for j in range(cols):
+            y[r * ld + j] = b[j]
+
+
+cdef void colsum(const floating *x, Py_ssize_t rows, int cols, int ld, floating *out) noexcept nogil:
+    """out[:cols] = x[:rows, :cols].sum(axis=0)."""
+    cdef Py_ssize_t r
+    cdef int j
+    for j in range(cols):
+        out[j] = 0
+    for r in range(rows):
+        for j in range(cols):
+            out[j] += x[r * ld + j]
+
+
+cdef void rope_rotate(floating *x, int ldx, Py_ssize_t batch, int t_len, int n_heads,
+                      int d_head, const floating *cos_t, const floating *sin_t,
+                      bint inverse) noexcept nogil:
+    """Rotate pairs (2i, 2i+1) of every head of x (batch*t_len rows) by angle t*theta_i.
+
+    cos_t, sin_t: (t_len, d_head // 2). inverse rotates by -angle (the backward,
+    since a rotation's transpose is its inverse).
+    """
+    cdef Py_ssize_t r
+    cdef int t, h, i, half = d_head // 2
+    cdef floating c, s, a, b
+    cdef floating *row
+    for r in range(batch * t_len):
+        t = r % t_len
+        for h in range(n_heads):
+            row = x + r * ldx + h * d_head
+            for i in range(half):
+                c = cos_t[t * half + i]
+                s = sin_t[t * half + i]
+                if inverse:
+                    s = -s
+                a = row[2 * i]
+                b = row[2 * i + 1]
+                row[2 * i] = a * c - b * s
+                row[2 * i + 1] = a * s + b * c
+
+
+def mse_into(const floating[::1] y, const floating[::1] t, floating[::1] dy):
+    """Mean squared error of flat y against t; writes dL/dy = 2 (y - t) / n into dy."""
+    cdef Py_ssize_t i, n = y.shape[0]
+    cdef double acc = 0.0, diff
+    cdef floating g = <floating> (2.0 / n)
+    with nogil:
+        for i in range(n):
+            diff = <double> y[i] - <double> t[i]
+            acc += diff * diff
+            dy[i] = <floating> ((y[i] - t[i]) * g)
+    return acc / n
+
+
+def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating[::1] v,
+               double lr, double beta1, double beta2, double eps, double weight_decay,
+               long step):
+    """One AdamW update of flat buffers, in torch.optim.AdamW's order of operations."""
+    cdef Py_ssize_t i, n = p.shape[0]
+    cdef double bc1 = 1.0 - beta1 ** step
+    cdef double bc2_sqrt = sqrt(1.0 - beta2 ** step)
+    cdef floating decay = <floating> (1.0 - lr * weight_decay)
+    cdef floating step_size = <floating> (lr / bc1)
+    cdef floating w1 = <floating> (1.0 - beta1)
+    cdef floating b2 = <floating> beta2, w2 = <floating> (1.0 - beta2)
+    cdef floating inv_bc2 = <floating> bc2_sqrt, epsf = <floating> eps
+    cdef floating gi, denom
+    with nogil:
+        for i in prange(n, schedule="static"):
+            gi = g[i]
+            p[i] = p[i] * decay
+            m[i] = m[i] + (gi - m[i]) * w1
+            v[i] = v[i] * b2 + gi * gi * w2
+            denom = sqrt(v[i]) / inv_bc2 + epsf
+            p[i] = p[i] - step_size * m[i] / denom
+
+
+def exp_f32(const float[::1] x):
+    """The float32 exp used by softmax, over an array (for accuracy tests)."""
+    import numpy as np
+    out = np.empty(x.shape[0], dtype=np.float32)
+    cdef float[::1] o = out
+    if x.shape[0]:
+        attnx_exp_array_f32(&x[0], &o[0], x.shape[0])
+    return out
+
+
+def all_finite(const floating[::1] x):
+    """True when no element of the flat buffer x is NaN or infinite."""
+    cdef Py_ssize_t i, n = x.shape[0]
+    cdef floating acc = 0
+    with nogil:
+        # x*0 is 0 for finite x and NaN for NaN/inf; summing keeps any NaN
+        for i in range(n):
+            acc += x[i] * 0
+    return acc == 0

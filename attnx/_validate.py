@@ -1,0 +1,58 @@
+"""Input checks run before any kernel: clear exceptions instead of crashes or garbage."""
+import numpy as np
+
+from ._ops import all_finite
+
+
+def _describe(a):
+    return f"shape {a.shape} and dtype {a.dtype}"
+
+
+def as_input(name, x, d_model, batch=None, length=None):
+    """Check a (batch, seq_len, d_model) real array; return it as an ndarray (not copied)."""
+    if not isinstance(x, np.ndarray):
+        try:
+            x = np.asarray(x)
+        except Exception as exc:
+            raise TypeError(f"{name} must be an array of shape (batch, seq_len, {d_model}), "
+                            f"got {type(x).__name__}") from exc
+    if x.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers (float32 or float64), got dtype {x.dtype}")
+    if x.ndim != 3:
+        raise ValueError(f"{name} must have 3 dimensions (batch, seq_len, {d_model}), "
+                         f"got shape {x.shape}")
+    if x.shape[2] != d_model:
+        raise ValueError(f"{name} must have {d_model} features in its last dimension, "
+                         f"got shape {x.shape}")
+    if batch is not None and x.shape[0] != batch:
+        raise ValueError(f"{name} must have batch size {batch}, got shape {x.shape}")
+    if length is not None and x.shape[1] != length:
+        raise ValueError(f"{name} must have sequence length {length}, got shape {x.shape}")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"{name} is empty: got shape {x.shape}")
+    check_finite(name, x)
+    return x
+
+
+def finite(x):
+    """True when the float array x has no NaN or inf (no temporary for contiguous x)."""
+    if x.dtype in (np.float32, np.float64) and x.flags.c_contiguous:
+        return all_finite(x.reshape(-1))
+    return x.dtype.kind != "f" or bool(np.isfinite(x).all())
+
+
+def check_finite(name, x):
+    """Raise ValueError when x holds NaN or inf."""
+    if not finite(x):
+        raise ValueError(f"{name} contains NaN or infinity")
+
+
+def as_mask(mask, batch, t_keys, name="key_padding_mask"):
+    """Check a (batch, t_keys) boolean mask, True = ignore that key."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{name} must be a bool array (True = ignore the key), "
+                        f"got dtype {mask.dtype}")
+    if mask.shape != (batch, t_keys):
+        raise ValueError(f"{name} must have shape {(batch, t_keys)}, got {mask.shape}")
+    return mask

@@ -1,0 +1,265 @@
+"""Multi-head attention layer: weights, workspaces and the calls into the kernels."""
+import numpy as np
+
+from . import _attention, _ops
+from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._validate import as_input, as_mask
+
+_NAMES_W = ("Wq", "Wk", "Wv", "Wo")
+_NAMES_B = ("bq", "bk", "bv", "bo")
+
+
+def rope_tables(t_len, d_head, dtype, base=10000.0):
+    """cos and sin of angle t * base^(-2i/d_head): arrays (t_len, d_head // 2)."""
+    i = np.arange(d_head // 2, dtype=np.float64)
+    theta = base ** (-2.0 * i / d_head)
+    ang = np.arange(t_len, dtype=np.float64)[:, None] * theta[None, :]
+    return (np.ascontiguousarray(np.cos(ang), dtype=dtype),
+            np.ascontiguousarray(np.sin(ang), dtype=dtype))
+
+
+class _Workspace:
+    """Buffers for one (batch, Tq, Tk, cross, store, threads) signature, reused across steps."""
+
+    def __init__(self, nb, tq, tk, d, n_heads, cross, store, threads, dtype):
+        e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
+        self.x = e(nb * tq, d)
+        self.ctx = e(nb * tk, d) if cross else None
+        self.q = e(nb * tq, d if cross else 3 * d)
+        self.kv = e(nb * tk, 2 * d) if cross else None
+        self.zcat = e(nb * tq, d)
+        blocks = nb * n_heads if store else threads
+        self.probs = e(blocks * tq * tk)
+        self.mask = np.empty((nb, tk), dtype=np.uint8)
+        # backward buffers are made on the first backward only
+        self.dzcat = self.dq = self.dkv = self.scratch = None
+
+    def for_backward(self, threads, tq, tk):
+        if self.dzcat is None:
+            self.dzcat = np.empty_like(self.zcat)
+            self.dq = np.empty_like(self.q)
+            self.dkv = np.empty_like(self.kv) if self.kv is not None else None
+            self.scratch = np.empty(threads * tq * tk, dtype=self.zcat.dtype)
+        return self
+
+
+class MultiHeadAttention:
+    """Multi-head scaled dot-product attention with hand-written backward.
+
+    Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo (+ bo), with
+    Q = X Wq (+ bq), K = C Wk (+ bk), V = C Wv (+ bv); C = X for self-attention,
+    or the `context` given to forward for cross-attention.
+
+    Parameters
+    ----------
+    d_model : int, width of the input and output features.
+    n_heads : int, dividing d_model; d_head = d_model // n_heads.
+    causal : bool, query i attends to keys j <= i only.
+    bias : bool, add bq, bk, bv, bo.
+    rope : bool, rotary position embedding on Q and K (pairs (2i, 2i+1) rotated
+        by t * 10000^(-2i/d_head)); needs an even d_head.
+    dtype : float32 or float64.
+    random_state : seed for numpy.random.default_rng; weights are uniform in
+        +-1/sqrt(d_model), biases start at zero.
+    input_grad : bool, whether backward computes dL/dX (else it returns None).
+
+    Weights are laid out so that Y = X @ W: Wq, Wk, Wv, Wo are (d_model, d_model).
+    `params` and `grads` map names to live views of the layer's storage.
+    """
+
+    def __init__(self, d_model, n_heads, *, causal=False, bias=False, rope=False,
+                 dtype=np.float32, random_state=None, input_grad=True, _storage=None):
+        d = check_positive_int("d_model", d_model)
+        h = check_positive_int("n_heads", n_heads)
+        if d % h:
+            raise ValueError(f"n_heads must divide d_model, got d_model={d}, n_heads={h}")
+        if rope and (d // h) % 2:
+            raise ValueError(f"rope needs an even d_head = d_model // n_heads, got {d // h}")
+        self.d_model, self.n_heads, self.d_head = d, h, d // h
+        self.causal, self.bias, self.rope = bool(causal), bool(bias), bool(rope)
+        self.dtype = check_dtype(dtype)
+        self.input_grad = bool(input_grad)
+
+        if _storage is None:
+            n = self.n_params(d, bias)
+            _storage = (np.zeros(n, self.dtype), np.zeros(n, self.dtype), 0)
+        theta, grad, start = _storage
+        self._w = self._views(theta, start)
+        self._g = self._views(grad, start)
+        self.params = ParamDict(theta, self._named(self._w))
+        self.grads = ParamDict(grad, self._named(self._g))
+        self.init_weights(random_state)
+
+        self._ws = {}
+        self._rope = {}
+        self._last = None  # what backward needs from the last forward
+
+    # ---- storage -------------------------------------------------------
+    @staticmethod
+    def n_params(d_model, bias):
+        d = d_model
+        return 4 * d * d + (4 * d if bias else 0)
+
+    def _views(self, flat, start):
+        d = self.d_model
+        alloc = FlatAllocator()
+        alloc.size = start
+        qkv = flat[alloc.reserve(3 * d * d):alloc.size].reshape(d, 3 * d)
+        wo = flat[alloc.reserve(d * d):alloc.size].reshape(d, d)
+        bqkv = bo = None
+        if self.bias:
+            bqkv = flat[alloc.reserve(3 * d):alloc.size]
+            bo = flat[alloc.reserve(d):alloc.size]
+        return {"qkv": qkv, "o": wo, "bqkv": bqkv, "bo": bo}
+
+    def _named(self, v):
+        d = self.d_model
+        out = {"Wq": v["qkv"][:, :d], "Wk": v["qkv"][:, d:2 * d],
+               "Wv": v["qkv"][:, 2 * d:], "Wo": v["o"]}
+        if self.bias:
+            out.update(bq=v["bqkv"][:d], bk=v["bqkv"][d:2 * d], bv=v["bqkv"][2 * d:],
+                       bo=v["bo"])
+        return out
+
+    def init_weights(self, random_state=None):
+        """Re-draw weights uniform in +-1/sqrt(d_model); zero the biases."""
+        rng = np.random.default_rng(random_state)
+        lim = 1.0 / np.sqrt(self.d_model)
+        for name in _NAMES_W:
+            w = self.params[name]
+            w[...] = rng.uniform(-lim, lim, size=w.shape)
+        if self.bias:
+            for name in _NAMES_B:
+                self.params[name][...] = 0
+
+    # ---- workspaces ----------------------------------------------------
+    def _workspace(self, nb, tq, tk, cross, store):
+        threads = _ops.max_threads()
+        key = (nb, tq, tk, cross, store, threads)
+        ws = self._ws.get(key)
+        if ws is None:
+            # one shape at a time: a new shape drops the old buffers
+            self._ws = {k: v for k, v in self._ws.items() if k[:3] == (nb, tq, tk)}
+            ws = self._ws[key] = _Workspace(nb, tq, tk, self.d_model, self.n_heads,
+                                            cross, store, threads, self.dtype)
+        return ws, threads
+
+    def _rope_tables(self, t_len):
+        tab = self._rope.get(t_len)
+        if tab is None:
+            self._rope = {t_len: rope_tables(t_len, self.d_head, self.dtype)}
+            tab = self._rope[t_len]
+        return tab
+
+    # ---- forward / backward on internal buffers ------------------------
+    def _forward_buffers(self, x2, ctx2, mask, y2, nb, store, ws, threads):
+        """Run the forward kernel on 2-D row buffers owned by attnx (or the caller of
+        this private method); remember what backward needs when store."""
+        tq = x2.shape[0] // nb
+        tk = ctx2.shape[0] // nb if ctx2 is not None else tq
+        rc = rs = None
+        if self.rope:
+            rc, rs = self._rope_tables(max(tq, tk))
+        w = self._w
+        _attention.attention_forward(
+            x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
+            ws.q, ws.kv, ws.zcat, ws.probs, y2,
+            nb, self.n_heads, self.causal, store, mask, rc, rs)
+        self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs) if store else None
+
+    def _backward_buffers(self, dy2, dx2, dctx2):
+        if self._last is None:
+            raise RuntimeError("backward needs a forward with grad=True first")
+        x2, ctx2, nb, tq, tk, ws, threads, rc, rs = self._last
+        if threads != _ops.max_threads():
+            raise RuntimeError("the thread count changed between forward and backward; "
+                               "run forward again")
+        ws.for_backward(threads, tq, tk)
+        w, g = self._w, self._g
+        _attention.attention_backward(
+            x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
+            dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
+            g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
+            nb, self.n_heads, self.causal, rc, rs)
+
+    # ---- public API ----------------------------------------------------
+    def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
+        """Y for x of shape (B, Tq, d_model); returns an array (B, Tq, d_model).
+
+        context: (B, Tk, d_model) keys/values for cross-attention (None: x).
+        key_padding_mask: (B, Tk) bool, True = that key is ignored for that sample;
+            a query row with every key ignored outputs zeros (plus bo).
+        grad: keep what backward needs (False for inference: less memory).
+        out: optional C-contiguous array (B, Tq, d_model) of the layer's dtype to
+            write Y into, so that a training step allocates nothing.
+        """
+        x = as_input("x", x, self.d_model)
+        nb, tq = x.shape[0], x.shape[1]
+        cross = context is not None
+        if cross:
+            context = as_input("context", context, self.d_model, batch=nb)
+        tk = context.shape[1] if cross else tq
+        mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, tk)
+        y = self._out("out", out, (nb, tq, self.d_model))
+        ws, threads = self._workspace(nb, tq, tk, cross, grad)
+        np.copyto(ws.x, x.reshape(nb * tq, self.d_model), casting="same_kind")
+        if cross:
+            np.copyto(ws.ctx, context.reshape(nb * tk, self.d_model), casting="same_kind")
+        if mask is not None:
+            np.copyto(ws.mask, mask)
+            mask = ws.mask
+        self._forward_buffers(ws.x, ws.ctx, mask, y.reshape(nb * tq, self.d_model),
+                              nb, grad, ws, threads)
+        return y
+
+    __call__ = forward
+
+    def backward(self, dy, *, out=None):
+        """Fill `grads` from dL/dY (B, Tq, d_model) of the last forward.
+
+        Returns dL/dX (B, Tq, d_model), or (dL/dX, dL/dcontext) after a
+        cross-attention forward; None in place of dL/dX when input_grad is False.
+        `out` (or a pair for cross-attention) receives dL/dX without allocating.
+        """
+        if self._last is None:
+            raise RuntimeError("backward needs a forward with grad=True first")
+        x2, ctx2, nb, tq, tk, *_ = self._last
+        d = self.d_model
+        dy = as_input("dy", dy, d, batch=nb, length=tq)
+        dy = np.ascontiguousarray(dy, dtype=self.dtype)
+        cross = ctx2 is not None
+        outs = out if (cross and out is not None) else (out, None)
+        dx = self._out("out", outs[0], (nb, tq, d)) if self.input_grad else None
+        dctx = self._out("out", outs[1], (nb, tk, d)) if cross else None
+        self._backward_buffers(
+            dy.reshape(nb * tq, d),
+            None if dx is None else dx.reshape(nb * tq, d),
+            None if dctx is None else dctx.reshape(nb * tk, d))
+        return (dx, dctx) if cross else dx
+
+    def _out(self, name, out, shape):
+        if out is None:
+            return np.empty(shape, dtype=self.dtype)
+        if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
+                or not out.flags.c_contiguous or not out.flags.writeable):
+            got = (f"{type(out).__name__} {getattr(out, 'shape', '')} "
+                   f"{getattr(out, 'dtype', '')}").strip()
+            raise ValueError(f"{name} must be a writeable C-contiguous {self.dtype} array "
+                             f"of shape {shape}, got {got}")
+        return out
+
+    def attention_weights(self):
+        """Attention probabilities of the last forward pass: (B, n_heads, Tq, Tk) copy.
+
+        Available after a forward with grad=True (the probabilities are kept for
+        backward anyway, so this costs nothing until it is called).
+        """
+        if self._last is None:
+            raise RuntimeError("no attention weights kept: call forward(x) with grad=True first")
+        _, _, nb, tq, tk, ws, *_ = self._last
+        return ws.probs[:nb * self.n_heads * tq * tk].reshape(nb, self.n_heads, tq, tk).copy()
+
+    def __repr__(self):
+        opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
+        return (f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads}"
+                + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")

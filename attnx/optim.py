@@ -1,0 +1,117 @@
+"""AdamW optimizer over flat parameter buffers."""
+import numbers
+
+import numpy as np
+
+from ._ops import adamw_step
+from ._params import ParamDict
+from ._validate import finite
+
+
+class AdamW:
+    """AdamW with bias-corrected moments and decoupled weight decay.
+
+    For each parameter p with gradient g, at step t = 1, 2, ...:
+        p <- p * (1 - lr * weight_decay)
+        m <- beta1 m + (1 - beta1) g
+        v <- beta2 v + (1 - beta2) g^2
+        p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+
+    This is torch.optim.AdamW's rule. The seed documents put eps inside the
+    square root (sqrt(v_hat + eps)); attnx follows torch (eps added to
+    sqrt(v_hat)) so that results match it step for step.
+
+    params: a model's `params` (one kernel call over its flat buffer), or any
+    dict of C-contiguous writeable float arrays of one dtype.
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        self.lr, self.betas, self.eps, self.weight_decay = _check_hyper(lr, betas, eps,
+                                                                        weight_decay)
+        if not isinstance(params, dict) or not params:
+            raise TypeError("params must be a non-empty dict of name -> ndarray "
+                            "(a model's .params)")
+        self._keys = tuple(params)
+        self._shapes = {k: np.shape(v) for k, v in params.items()}
+        if isinstance(params, ParamDict):
+            self._bufs = [params.flat]
+        else:
+            bufs = []
+            for k, v in params.items():
+                if (not isinstance(v, np.ndarray) or v.dtype not in (np.float32, np.float64)
+                        or not v.flags.c_contiguous or not v.flags.writeable):
+                    raise TypeError(f"params[{k!r}] must be a writeable C-contiguous float32 "
+                                    f"or float64 ndarray")
+                bufs.append(v.reshape(-1))
+            if len({b.dtype for b in bufs}) > 1:
+                raise TypeError("all params must share one dtype")
+            self._bufs = bufs
+        self._flat = isinstance(params, ParamDict)
+        self.m = [np.zeros_like(b) for b in self._bufs]
+        self.v = [np.zeros_like(b) for b in self._bufs]
+        self.t = 0
+
+    def _grad_buffers(self, grads):
+        if not isinstance(grads, dict) or set(grads) != set(self._keys):
+            raise ValueError(f"grads must have the keys of params {list(self._keys)}, got "
+                             f"{list(grads) if isinstance(grads, dict) else type(grads).__name__}")
+        if self._flat and isinstance(grads, ParamDict) and grads.flat.shape == self._bufs[0].shape:
+            return [grads.flat]
+        if self._flat:
+            raise ValueError("grads must be the model's .grads when params is the model's .params")
+        out = []
+        for k, b in zip(self._keys, self._bufs):
+            g = np.ascontiguousarray(grads[k], dtype=b.dtype)
+            if g.shape != self._shapes[k]:
+                raise ValueError(f"grads[{k!r}] must have shape {self._shapes[k]}, got {g.shape}")
+            out.append(g.reshape(-1))
+        return out
+
+    def step(self, grads):
+        """Update every parameter in place from `grads` (same keys as params)."""
+        gbufs = self._grad_buffers(grads)
+        for g in gbufs:
+            if not finite(g):
+                raise FloatingPointError("gradient contains NaN or infinity; step skipped "
+                                         "(the parameters are unchanged)")
+        self.t += 1
+        b1, b2 = self.betas
+        for p, g, m, v in zip(self._bufs, gbufs, self.m, self.v):
+            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t)
+
+    def state_dict(self):
+        """Step count and moment buffers (copies), for saving."""
+        return {"t": self.t, "m": [m.copy() for m in self.m], "v": [v.copy() for v in self.v]}
+
+    def load_state_dict(self, state):
+        if len(state["m"]) != len(self.m) or any(
+                a.shape != b.shape for a, b in zip(state["m"] + state["v"], self.m + self.v)):
+            raise ValueError("optimizer state does not match these parameters")
+        self.t = int(state["t"])
+        for dst, src in zip(self.m + self.v, list(state["m"]) + list(state["v"])):
+            dst[...] = src
+
+
+def _check_hyper(lr, betas, eps, weight_decay):
+    def real(name, v):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
+            raise TypeError(f"{name} must be a finite real number, got {v!r}")
+        return float(v)
+
+    lr = real("lr", lr)
+    if lr < 0:
+        raise ValueError(f"lr must be >= 0, got {lr}")
+    try:
+        b1, b2 = betas
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}") from exc
+    b1, b2 = real("betas[0]", b1), real("betas[1]", b2)
+    if not (0 <= b1 < 1 and 0 <= b2 < 1):
+        raise ValueError(f"betas must lie in [0, 1), got {(b1, b2)}")
+    eps = real("eps", eps)
+    if eps <= 0:
+        raise ValueError(f"eps must be > 0, got {eps}")
+    wd = real("weight_decay", weight_decay)
+    if wd < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {wd}")
+    return lr, (b1, b2), eps, wd

@@ -1,0 +1,163 @@
+/* Elementwise helpers for the attnx kernels: a vectorisable float exp and the
+ * row softmax (forward and backward) used by attention.
+ *
+ * The float32 exp is a range-reduced polynomial (2^n * p(r), |r| <= ln2/2) that
+ * the compiler turns into SIMD code; its error is within ~2 ulp of expf. The hot
+ * loops are compiled twice through target_clones, for AVX2+FMA and for the
+ * baseline, and the loader picks one at run time, so wheels stay portable.
+ * float64 keeps libm's exp: the float64 path is the accuracy reference.
+ */
+#ifndef ATTNX_MATH_H
+#define ATTNX_MATH_H
+
+#include <math.h>
+#include <string.h>
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__linux__)
+#define ATTNX_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define ATTNX_CLONES
+#endif
+
+#if defined(_OPENMP) || defined(ATTNX_OMP_SIMD)
+#define ATTNX_PRAGMA(x) _Pragma(#x)
+#define ATTNX_SIMD_SUM(v) ATTNX_PRAGMA(omp simd reduction(+:v))
+#define ATTNX_SIMD_MAX(v) ATTNX_PRAGMA(omp simd reduction(max:v))
+#define ATTNX_SIMD _Pragma("omp simd")
+#else
+#define ATTNX_SIMD_SUM(v)
+#define ATTNX_SIMD_MAX(v)
+#define ATTNX_SIMD
+#endif
+
+#if defined(__GNUC__)
+#define ATTNX_UNUSED __attribute__((unused))
+#else
+#define ATTNX_UNUSED
+#endif
+
+static inline int attnx_max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static inline int attnx_thread_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* exp(x) for float, written so the loop around it vectorises. Inputs below
+ * -87 (including -inf, the masked score) give exactly 0. */
+static inline float attnx_expf(float x)
+{
+    const float lo = -87.0f, hi = 88.0f;
+    float xc = x < lo ? lo : (x > hi ? hi : x);
+    float fx = xc * 1.44269504088896341f;           /* x / ln 2 */
+    int32_t n = (int32_t)(fx + (fx >= 0.0f ? 0.5f : -0.5f));  /* round to nearest */
+    float fn = (float)n;
+    /* r = x - n ln2, ln2 split in two for precision */
+    float r = xc - fn * 0.693359375f;
+    r = r + fn * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale;
+    scale.i = (n + 127) << 23;
+    float out = p * scale.f;
+    return x < lo ? 0.0f : out;
+}
+
+/* Row softmax in place over s[0:n_valid], zeros in s[n_valid:n].
+ * Keys with keymask[j] != 0 are excluded (keymask may be NULL). A row with no
+ * key left becomes all zeros (never NaN). */
+ATTNX_CLONES
+ATTNX_UNUSED static void attnx_softmax_row_f32(float *s, int n, int n_valid, const uint8_t *keymask)
+{
+    int j;
+    float mx = -INFINITY, sum = 0.0f;
+    if (keymask) {
+        for (j = 0; j < n_valid; j++)
+            if (keymask[j]) s[j] = -INFINITY;
+    }
+    ATTNX_SIMD_MAX(mx)
+    for (j = 0; j < n_valid; j++) mx = s[j] > mx ? s[j] : mx;
+    if (mx == -INFINITY) n_valid = 0;
+    ATTNX_SIMD_SUM(sum)
+    for (j = 0; j < n_valid; j++) {
+        float e = attnx_expf(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    if (n_valid > 0) {
+        float inv = 1.0f / sum;
+        ATTNX_SIMD
+        for (j = 0; j < n_valid; j++) s[j] *= inv;
+    }
+    for (j = n_valid; j < n; j++) s[j] = 0.0f;
+}
+
+ATTNX_UNUSED static void attnx_softmax_row_f64(double *s, int n, int n_valid, const uint8_t *keymask)
+{
+    int j;
+    double mx = -INFINITY, sum = 0.0;
+    if (keymask) {
+        for (j = 0; j < n_valid; j++)
+            if (keymask[j]) s[j] = -INFINITY;
+    }
+    for (j = 0; j < n_valid; j++) mx = s[j] > mx ? s[j] : mx;
+    if (mx == -INFINITY) n_valid = 0;
+    for (j = 0; j < n_valid; j++) {
+        double e = exp(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    if (n_valid > 0) {
+        double inv = 1.0 / sum;
+        for (j = 0; j < n_valid; j++) s[j] *= inv;
+    }
+    for (j = n_valid; j < n; j++) s[j] = 0.0;
+}
+
+/* Softmax backward in place: da <- a * (da - sum_j da_j a_j) over [0, n_valid);
+ * entries past n_valid have a = 0 and so get 0. */
+#define ATTNX_SOFTMAX_BWD(NAME, T)                                          \
+ATTNX_CLONES                                                                \
+ATTNX_UNUSED static void NAME(const T *a, T *da, int n, int n_valid)                    \
+{                                                                           \
+    int j;                                                                  \
+    T dot = 0;                                                              \
+    ATTNX_SIMD_SUM(dot)                                                     \
+    for (j = 0; j < n_valid; j++) dot += da[j] * a[j];                      \
+    ATTNX_SIMD                                                              \
+    for (j = 0; j < n_valid; j++) da[j] = a[j] * (da[j] - dot);             \
+    for (j = n_valid; j < n; j++) da[j] = 0;                                \
+}
+ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f32, float)
+ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f64, double)
+
+/* exp over an array, for tests of the float32 exp's accuracy */
+ATTNX_CLONES
+ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)
+{
+    long i;
+    ATTNX_SIMD
+    for (i = 0; i < n; i++) y[i] = attnx_expf(x[i]);
+}
+
+#endif

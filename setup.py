@@ -1,0 +1,72 @@
+"""Build the attnx Cython extensions.
+
+Environment switches:
+  ATTNX_DEBUG_CHECKS=1  compile with Cython bounds/wraparound checks on (used once in CI).
+  ATTNX_NO_OPENMP=1     build without OpenMP even when the compiler supports it.
+"""
+import os
+import sys
+import shutil
+import tempfile
+import subprocess
+import sysconfig
+
+import numpy as np
+from setuptools import Extension, setup
+from Cython.Build import cythonize
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULES = ["_blas", "_ops", "_attention", "_mlp"]
+
+
+def _openmp_flags():
+    """Return (compile, link) flags for OpenMP, or empty lists when unsupported."""
+    if os.environ.get("ATTNX_NO_OPENMP"):
+        return [], []
+    if sys.platform == "win32":
+        return ["/openmp"], []
+    flags = ["-fopenmp"]
+    cc = sysconfig.get_config_var("CC") or "cc"
+    cc = cc.split()[0]
+    tmp = tempfile.mkdtemp()
+    try:
+        src = os.path.join(tmp, "t.c")
+        with open(src, "w") as f:
+            f.write("#include <omp.h>\nint main(void){return omp_get_max_threads() < 1;}\n")
+        r = subprocess.run([cc, *flags, src, "-o", os.path.join(tmp, "t")],
+                           capture_output=True)
+        return (flags, flags) if r.returncode == 0 else ([], [])
+    except OSError:
+        return [], []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def extensions():
+    debug = bool(os.environ.get("ATTNX_DEBUG_CHECKS"))
+    omp_c, omp_l = _openmp_flags()
+    extra_c = ["-O3", "-fopenmp-simd"] if sys.platform != "win32" else ["/O2"]
+    exts = [
+        Extension(
+            f"attnx.{m}",
+            [os.path.join("attnx", f"{m}.pyx")],
+            include_dirs=[os.path.join(HERE, "csrc"), np.get_include()],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION"),
+                           ("ATTNX_OMP_SIMD", "1")],
+            extra_compile_args=extra_c + omp_c,
+            extra_link_args=omp_l,
+        )
+        for m in MODULES
+    ]
+    directives = {
+        "language_level": 3,
+        "boundscheck": debug,
+        "wraparound": debug,
+        "cdivision": not debug,
+        "initializedcheck": debug,
+        "nonecheck": debug,
+    }
+    return cythonize(exts, compiler_directives=directives)
+
+
+setup(ext_modules=extensions())

@@ -1,0 +1,29 @@
+import os
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """PyTorch for oracle tests; with ATTNX_REQUIRE_TORCH=1 its absence is a failure."""
+    try:
+        import torch as _torch
+    except ImportError:
+        if os.environ.get("ATTNX_REQUIRE_TORCH") == "1":
+            pytest.fail("ATTNX_REQUIRE_TORCH=1 but torch does not import")
+        pytest.skip("torch is not installed")
+    _torch.set_num_threads(1)
+    return _torch
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def rel_err(a, b):
+    """max |a - b| / max |b| (a scale-aware relative error)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))

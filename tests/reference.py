@@ -1,0 +1,98 @@
+"""Plain reference implementations for the tests: NumPy (loops over heads) and
+PyTorch (autograd). Written from the formulas, independent of attnx's kernels."""
+import numpy as np
+
+
+def _rope_np(x, d_head):
+    """x: (T, d_head) of one head; rotate pairs (2i, 2i+1) by t * 10000^(-2i/d_head)."""
+    t_len = x.shape[0]
+    i = np.arange(d_head // 2)
+    ang = np.arange(t_len)[:, None] * (10000.0 ** (-2.0 * i / d_head))[None, :]
+    c, s = np.cos(ang), np.sin(ang)
+    out = x.copy()
+    out[:, 0::2] = x[:, 0::2] * c - x[:, 1::2] * s
+    out[:, 1::2] = x[:, 0::2] * s + x[:, 1::2] * c
+    return out
+
+
+def mha_numpy(p, x, n_heads, causal=False, context=None, key_padding_mask=None, rope=False):
+    """Multi-head attention forward, one sample and one head at a time."""
+    x = np.asarray(x, dtype=np.float64)
+    ctx = x if context is None else np.asarray(context, dtype=np.float64)
+    nb, tq, d = x.shape
+    tk = ctx.shape[1]
+    dh = d // n_heads
+    g = lambda k: np.asarray(p[k], dtype=np.float64) if k in p else 0.0  # noqa: E731
+    y = np.zeros((nb, tq, d))
+    for b in range(nb):
+        q = x[b] @ g("Wq") + g("bq")
+        k = ctx[b] @ g("Wk") + g("bk")
+        v = ctx[b] @ g("Wv") + g("bv")
+        z = np.zeros((tq, d))
+        for h in range(n_heads):
+            sl = slice(h * dh, (h + 1) * dh)
+            qh, kh = q[:, sl], k[:, sl]
+            if rope:
+                qh, kh = _rope_np(qh, dh), _rope_np(kh, dh)
+            s = qh @ kh.T / np.sqrt(dh)
+            allowed = np.ones((tq, tk), dtype=bool)
+            if causal:
+                allowed &= np.tril(np.ones((tq, tk), dtype=bool))
+            if key_padding_mask is not None:
+                allowed &= ~key_padding_mask[b][None, :]
+            s = np.where(allowed, s, -np.inf)
+            a = np.zeros_like(s)
+            for i in range(tq):
+                if allowed[i].any():
+                    e = np.exp(s[i] - s[i].max())
+                    a[i] = e / e.sum()
+            z[:, sl] = a @ v[:, sl]
+        y[b] = z @ g("Wo") + g("bo")
+    return y
+
+
+def mha_torch(torch, p, x, n_heads, causal=False, context=None, key_padding_mask=None,
+              rope=False):
+    """The same forward in torch ops (differentiable); p maps names to tensors."""
+    nb, tq, d = x.shape
+    ctx = x if context is None else context
+    tk = ctx.shape[1]
+    dh = d // n_heads
+
+    def lin(inp, w, b):
+        out = inp @ p[w]
+        return out + p[b] if b in p else out
+
+    def heads(t, n):
+        return t.reshape(nb, n, n_heads, dh).transpose(1, 2)
+
+    q = heads(lin(x, "Wq", "bq"), tq)
+    k = heads(lin(ctx, "Wk", "bk"), tk)
+    v = heads(lin(ctx, "Wv", "bv"), tk)
+    if rope:
+        q, k = _rope_torch(torch, q), _rope_torch(torch, k)
+    s = q @ k.transpose(-1, -2) / (dh ** 0.5)
+    allowed = torch.ones((nb, 1, tq, tk), dtype=torch.bool)
+    if causal:
+        allowed = allowed & torch.ones((tq, tk), dtype=torch.bool).tril()
+    if key_padding_mask is not None:
+        allowed = allowed & ~torch.as_tensor(key_padding_mask)[:, None, None, :]
+    s = s.masked_fill(~allowed, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    e = torch.exp(s - m) * allowed
+    den = e.sum(dim=-1, keepdim=True)
+    a = e / torch.where(den > 0, den, torch.ones_like(den))
+    z = (a @ v).transpose(1, 2).reshape(nb, tq, d)
+    return lin(z, "Wo", "bo")
+
+
+def _rope_torch(torch, t):
+    """t: (B, H, T, dh)."""
+    t_len, dh = t.shape[-2], t.shape[-1]
+    i = torch.arange(dh // 2, dtype=torch.float64)
+    ang = torch.arange(t_len, dtype=torch.float64)[:, None] * (10000.0 ** (-2.0 * i / dh))[None, :]
+    c, s = torch.cos(ang).to(t.dtype), torch.sin(ang).to(t.dtype)
+    even, odd = t[..., 0::2], t[..., 1::2]
+    out = torch.stack([even * c - odd * s, even * s + odd * c], dim=-1)
+    return out.flatten(-2)
