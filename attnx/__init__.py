@@ -7,6 +7,7 @@ from . import _threads  # noqa: F401  (registers BLAS thread control for the ker
 from .attention import MultiHeadAttention
 from .losses import mse_loss
 from .optim import AdamW
+from .transformer import Transformer
 
 __version__ = "0.1.0"
-__all__ = ["MultiHeadAttention", "AdamW", "mse_loss", "__version__"]
+__all__ = ["MultiHeadAttention", "Transformer", "AdamW", "mse_loss", "__version__"]

@@ -12,7 +12,7 @@ from cython.parallel cimport prange, parallel, threadid
 from libc.stdint cimport uint8_t
 
 from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport (fill_rows, colsum, rope_rotate, blas_threads_get,
+from attnx._ops cimport (fill_rows, add_rows, colsum, rope_rotate, blas_threads_get,
                          blas_threads_set, omp_threads)
 
 cdef extern from "attnx_math.h" nogil:
@@ -135,8 +135,9 @@ def attention_forward(
     const uint8_t[:, ::1] key_padding_mask,   # (B, Tk) or None
     const floating[:, ::1] rope_cos,          # (max(Tq, Tk), d_head/2) or None
     const floating[:, ::1] rope_sin,
+    const floating[:, ::1] residual=None,     # (B*Tq, d) added to Y, or None
 ):
-    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo."""
+    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual)."""
     cdef int d = <int> w_o.shape[0]
     cdef int d_head = d // n_heads
     cdef int tq = <int> (x.shape[0] // nb)
@@ -176,10 +177,13 @@ def attention_forward(
             rope_rotate(kp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
         heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store,
                       nb, tq, tk, n_heads, d_head, scale, causal, km)
-        if b_o is not None:
+        # y starts as bo + residual (or zero) and the projection GEMM adds onto it
+        if residual is not None:
+            add_rows(&y[0, 0], &residual[0, 0], &b_o[0] if b_o is not None else NULL, rq, d)
+        elif b_o is not None:
             fill_rows(&y[0, 0], &b_o[0], rq, d, d)
         gemm(NT, NT, <int> rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
-             <floating> (1 if b_o is not None else 0), &y[0, 0], d)
+             <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d)
 
 
 def attention_backward(
@@ -198,8 +202,15 @@ def attention_backward(
     floating[:, ::1] dctx,           # (B*Tk, d) or None
     int nb, int n_heads, bint causal,
     const floating[:, ::1] rope_cos, const floating[:, ::1] rope_sin,
+    bint dx_accumulate=False, bint dctx_accumulate=False,
 ):
-    """Fill dWqkv, dWo (and biases) from dY; write dL/dx (and dL/dctx) when given."""
+    """Fill dWqkv, dWo (and biases) from dY; write dL/dx (and dL/dctx) when given.
+
+    With dx_accumulate / dctx_accumulate the input gradients are added to what
+    dx / dctx already hold (a residual path, or context shared by several layers).
+    """
+    cdef floating bx = 1 if dx_accumulate else 0
+    cdef floating bc = 1 if dctx_accumulate else 0
     cdef int d = <int> w_o.shape[0]
     cdef int d_head = d // n_heads
     cdef int tq = <int> (x.shape[0] // nb)
@@ -244,7 +255,7 @@ def attention_backward(
                 colsum(dqp, rq, 3 * d, 3 * d, &db_qkv[0])
             if dx is not None:
                 gemm(NT, TR, <int> rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
-                     <floating> 0, &dx[0, 0], d)
+                     bx, &dx[0, 0], d)
         else:
             gemm(TR, NT, d, d, <int> rq, <floating> 1, &x[0, 0], d, dqp, d,
                  <floating> 0, &dw_qkv[0, 0], 3 * d)
@@ -255,7 +266,7 @@ def attention_backward(
                 colsum(dkp, rk, 2 * d, 2 * d, &db_qkv[d])
             if dx is not None:
                 gemm(NT, TR, <int> rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
-                     <floating> 0, &dx[0, 0], d)
+                     bx, &dx[0, 0], d)
             if dctx is not None:
                 gemm(NT, TR, <int> rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
-                     <floating> 0, &dctx[0, 0], d)
+                     bc, &dctx[0, 0], d)

@@ -9,6 +9,8 @@ cdef void blas_threads_set(int n) noexcept nogil
 cdef int omp_threads() noexcept nogil
 
 cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, int cols, int ld) noexcept nogil
+cdef void add_rows(floating *y, const floating *x, const floating *b, Py_ssize_t rows,
+                   int cols) noexcept nogil
 cdef void colsum(const floating *x, Py_ssize_t rows, int cols, int ld, floating *out) noexcept nogil
 cdef void rope_rotate(floating *x, int ldx, Py_ssize_t batch, int t_len, int n_heads,
                       int d_head, const floating *cos_t, const floating *sin_t,

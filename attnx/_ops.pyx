@@ -48,6 +48,20 @@ cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, int cols, i
             y[r * ld + j] = b[j]
 
 
+cdef void add_rows(floating *y, const floating *x, const floating *b, Py_ssize_t rows,
+                   int cols) noexcept nogil:
+    """y = x + b row by row (b may be NULL); all (rows, cols) contiguous."""
+    cdef Py_ssize_t r
+    cdef int j
+    for r in range(rows):
+        if b != NULL:
+            for j in range(cols):
+                y[r * cols + j] = x[r * cols + j] + b[j]
+        else:
+            for j in range(cols):
+                y[r * cols + j] = x[r * cols + j]
+
+
 cdef void colsum(const floating *x, Py_ssize_t rows, int cols, int ld, floating *out) noexcept nogil:
     """out[:cols] = x[:rows, :cols].sum(axis=0)."""
     cdef Py_ssize_t r

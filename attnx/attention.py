@@ -18,13 +18,21 @@ def rope_tables(t_len, d_head, dtype, base=10000.0):
             np.ascontiguousarray(np.sin(ang), dtype=dtype))
 
 
+def _copy_rows(buf, a, dtype):
+    """Copy a (B, T, w) array into the 2-D buffer buf (made on first use), cast to dtype."""
+    rows = a.shape[0] * a.shape[1]
+    if buf is None:
+        buf = np.empty((rows, a.shape[2]), dtype=dtype)
+    np.copyto(buf, a.reshape(rows, a.shape[2]), casting="unsafe")
+    return buf
+
+
 class _Workspace:
     """Buffers for one (batch, Tq, Tk, cross, store, threads) signature, reused across steps."""
 
     def __init__(self, nb, tq, tk, d, n_heads, cross, store, threads, dtype):
         e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
-        self.x = e(nb * tq, d)
-        self.ctx = e(nb * tk, d) if cross else None
+        self.x = self.ctx = None  # copies of the public forward's inputs, made there
         self.q = e(nb * tq, d if cross else 3 * d)
         self.kv = e(nb * tk, 2 * d) if cross else None
         self.zcat = e(nb * tq, d)
@@ -152,9 +160,10 @@ class MultiHeadAttention:
         return tab
 
     # ---- forward / backward on internal buffers ------------------------
-    def _forward_buffers(self, x2, ctx2, mask, y2, nb, store, ws, threads):
+    def _forward_buffers(self, x2, ctx2, mask, y2, nb, store, ws, threads, residual=None):
         """Run the forward kernel on 2-D row buffers owned by attnx (or the caller of
-        this private method); remember what backward needs when store."""
+        this private method); remember what backward needs when store. The
+        buffers must stay unchanged until backward."""
         tq = x2.shape[0] // nb
         tk = ctx2.shape[0] // nb if ctx2 is not None else tq
         rc = rs = None
@@ -164,10 +173,10 @@ class MultiHeadAttention:
         _attention.attention_forward(
             x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
             ws.q, ws.kv, ws.zcat, ws.probs, y2,
-            nb, self.n_heads, self.causal, store, mask, rc, rs)
+            nb, self.n_heads, self.causal, store, mask, rc, rs, residual)
         self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs) if store else None
 
-    def _backward_buffers(self, dy2, dx2, dctx2):
+    def _backward_buffers(self, dy2, dx2, dctx2, dx_accumulate=False, dctx_accumulate=False):
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
         x2, ctx2, nb, tq, tk, ws, threads, rc, rs = self._last
@@ -180,7 +189,7 @@ class MultiHeadAttention:
             x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
             dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
             g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
-            nb, self.n_heads, self.causal, rc, rs)
+            nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate)
 
     # ---- public API ----------------------------------------------------
     def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
@@ -202,9 +211,10 @@ class MultiHeadAttention:
         mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, tk)
         y = self._out("out", out, (nb, tq, self.d_model))
         ws, threads = self._workspace(nb, tq, tk, cross, grad)
-        np.copyto(ws.x, x.reshape(nb * tq, self.d_model), casting="same_kind")
+        # copies: backward needs the inputs as they were, whatever the caller does next
+        ws.x = _copy_rows(ws.x, x, self.dtype)
         if cross:
-            np.copyto(ws.ctx, context.reshape(nb * tk, self.d_model), casting="same_kind")
+            ws.ctx = _copy_rows(ws.ctx, context, self.dtype)
         if mask is not None:
             np.copyto(ws.mask, mask)
             mask = ws.mask

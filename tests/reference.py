@@ -96,3 +96,17 @@ def _rope_torch(torch, t):
     even, odd = t[..., 0::2], t[..., 1::2]
     out = torch.stack([even * c - odd * s, even * s + odd * c], dim=-1)
     return out.flatten(-2)
+
+
+def transformer_torch(torch, p, x, n_heads, n_layers, causal=False, context=None,
+                      key_padding_mask=None, rope=False):
+    """Seed 001's transformer in torch ops: per layer Z~ = MHA(X) + X,
+    X' = silu(Z~ W1 + b1) W2 + b2 + Z~."""
+    for i in range(n_layers):
+        lp = {k.split(".", 2)[2]: v for k, v in p.items() if k.startswith(f"layers.{i}.")}
+        zt = mha_torch(torch, lp, x, n_heads, causal=causal, context=context,
+                       key_padding_mask=key_padding_mask, rope=rope) + x
+        h = zt @ lp["W1"] + (lp["b1"] if "b1" in lp else 0)
+        s = h * torch.sigmoid(h)
+        x = s @ lp["W2"] + (lp["b2"] if "b2" in lp else 0) + zt
+    return x

@@ -1,0 +1,208 @@
+"""Transformer: stacked (attention + residual, SiLU MLP + residual) layers."""
+import numpy as np
+
+from . import _mlp, _ops
+from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._validate import as_input, as_mask
+from .attention import MultiHeadAttention, _copy_rows
+
+
+class _Buffers:
+    """Activations of one (batch, T, Tk, store, threads) signature, reused across steps."""
+
+    def __init__(self, n_layers, rows, d, d_hidden, dtype):
+        e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
+        # xs[i] is layer i's input; xs[n_layers] the model output
+        self.xs = [e(rows, d) for _ in range(n_layers + 1)]
+        self.zt = [e(rows, d) for _ in range(n_layers)]       # Z~ = attention(X) + X
+        self.h = [e(rows, d_hidden) for _ in range(n_layers)]
+        self.s = [e(rows, d_hidden) for _ in range(n_layers)]
+        self.ctx = None
+        self.mask = None
+        self.dzt = self.dh = self.dx = None
+
+    def for_backward(self, rows, d, d_hidden, dtype):
+        if self.dzt is None:
+            self.dzt = np.empty((rows, d), dtype=dtype)
+            self.dh = np.empty((rows, d_hidden), dtype=dtype)
+            self.dx = np.empty((rows, d), dtype=dtype)
+        return self
+
+
+class Transformer:
+    """A stack of n_layers transformer layers (seed 001), each:
+
+        Z~ = Attention(X) + X
+        H  = Z~ W1 (+ b1)
+        X' = silu(H) W2 (+ b2) + Z~         silu(h) = h * sigmoid(h)
+
+    The last layer's X' is the output Y, (B, T, d_model).
+
+    Parameters: d_model, n_heads, n_layers=2, d_hidden=4*d_model, and causal,
+    bias, rope, dtype, random_state, input_grad as for MultiHeadAttention (the
+    attention options apply to every layer). Initial weights: Wq, Wk, Wv, Wo,
+    W1 uniform in +-1/sqrt(d_model), W2 uniform in +-1/sqrt(d_hidden), biases 0,
+    drawn layer by layer from one numpy.random.default_rng(random_state).
+
+    `params` / `grads`: names `layers.{i}.Wq` ... `layers.{i}.W2` (and biases),
+    live views into one flat buffer, so AdamW updates the model in one call.
+    """
+
+    def __init__(self, d_model, n_heads, n_layers=2, d_hidden=None, *, causal=False,
+                 bias=False, rope=False, dtype=np.float32, random_state=None, input_grad=True):
+        d = check_positive_int("d_model", d_model)
+        n_layers = check_positive_int("n_layers", n_layers)
+        d_hidden = 4 * d if d_hidden is None else check_positive_int("d_hidden", d_hidden)
+        self.d_model, self.n_heads, self.n_layers, self.d_hidden = d, n_heads, n_layers, d_hidden
+        self.causal, self.bias, self.rope = bool(causal), bool(bias), bool(rope)
+        self.dtype = check_dtype(dtype)
+        self.input_grad = bool(input_grad)
+
+        n_att = MultiHeadAttention.n_params(d, bias)
+        n_mlp = 2 * d * d_hidden + ((d_hidden + d) if bias else 0)
+        alloc = FlatAllocator()
+        starts = [alloc.reserve(n_att + n_mlp) for _ in range(n_layers)]
+        theta = np.zeros(alloc.size, self.dtype)
+        grad = np.zeros(alloc.size, self.dtype)
+
+        rng = np.random.default_rng(random_state)
+        self.attn, self._mlp_w, self._mlp_g = [], [], []
+        pviews, gviews = {}, {}
+        for i, st in enumerate(starts):
+            att = MultiHeadAttention(d, n_heads, causal=causal, bias=bias, rope=rope,
+                                     dtype=self.dtype, random_state=rng,
+                                     _storage=(theta, grad, st))
+            self.attn.append(att)
+            mw = self._mlp_views(theta, st + n_att)
+            mg = self._mlp_views(grad, st + n_att)
+            mw["W1"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, d_hidden))
+            mw["W2"][...] = rng.uniform(-1 / np.sqrt(d_hidden), 1 / np.sqrt(d_hidden),
+                                        size=(d_hidden, d))
+            self._mlp_w.append(mw)
+            self._mlp_g.append(mg)
+            for src, dst in ((att.params, pviews), (att.grads, gviews)):
+                for k, v in src.items():
+                    dst[f"layers.{i}.{k}"] = v
+            for k in ("W1", "W2") + (("b1", "b2") if bias else ()):
+                pviews[f"layers.{i}.{k}"] = mw[k]
+                gviews[f"layers.{i}.{k}"] = mg[k]
+        self.params = ParamDict(theta, _ordered(pviews, n_layers))
+        self.grads = ParamDict(grad, _ordered(gviews, n_layers))
+        self._bufs = {}
+        self._last = None
+
+    def _mlp_views(self, flat, start):
+        d, dh = self.d_model, self.d_hidden
+        a = FlatAllocator()
+        a.size = start
+        v = {"W1": flat[a.reserve(d * dh):a.size].reshape(d, dh),
+             "W2": flat[a.reserve(dh * d):a.size].reshape(dh, d),
+             "b1": None, "b2": None}
+        if self.bias:
+            v["b1"] = flat[a.reserve(dh):a.size]
+            v["b2"] = flat[a.reserve(d):a.size]
+        return v
+
+    def _buffers(self, nb, t, tk, cross, store):
+        threads = _ops.max_threads()
+        key = (nb, t, tk, cross, store, threads)
+        b = self._bufs.get(key)
+        if b is None:
+            self._bufs = {}
+            b = self._bufs[key] = _Buffers(self.n_layers, nb * t, self.d_model,
+                                           self.d_hidden, self.dtype)
+        return b, threads
+
+    # ---- public API ----------------------------------------------------
+    def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
+        """Y (B, T, d_model) for x (B, T, d_model); options as MultiHeadAttention.forward.
+
+        With context (B, Tk, d_model), every layer's attention takes its keys and
+        values from context (cross-attention); key_padding_mask (B, Tk) masks keys.
+        """
+        d = self.d_model
+        x = as_input("x", x, d)
+        nb, t = x.shape[:2]
+        cross = context is not None
+        if cross:
+            context = as_input("context", context, d, batch=nb)
+        tk = context.shape[1] if cross else t
+        mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, tk)
+        y = self.attn[0]._out("out", out, (nb, t, d))
+        bufs, threads = self._buffers(nb, t, tk, cross, grad)
+        rows = nb * t
+        np.copyto(bufs.xs[0], x.reshape(rows, d), casting="unsafe")
+        if cross:
+            bufs.ctx = _copy_rows(bufs.ctx, context, self.dtype)
+        if mask is not None:
+            if bufs.mask is None:
+                bufs.mask = np.empty((nb, tk), dtype=np.uint8)
+            np.copyto(bufs.mask, mask)
+            mask = bufs.mask
+        bufs.xs[-1] = y.reshape(rows, d)  # the last layer writes straight into y
+        for i, att in enumerate(self.attn):
+            ws, _ = att._workspace(nb, t, tk, cross, grad)
+            xi = bufs.xs[i]
+            att._forward_buffers(xi, bufs.ctx if cross else None, mask, bufs.zt[i], nb,
+                                 grad, ws, threads, residual=xi)
+            mw = self._mlp_w[i]
+            _mlp.mlp_forward(bufs.zt[i], mw["W1"], mw["b1"], mw["W2"], mw["b2"],
+                             bufs.h[i], bufs.s[i], bufs.xs[i + 1])
+        self._last = (nb, t, tk, cross, bufs, threads) if grad else None
+        return y
+
+    __call__ = forward
+
+    def backward(self, dy, *, out=None):
+        """Fill `grads` from dL/dY; return dL/dX (or (dL/dX, dL/dcontext)), None for
+        dL/dX when input_grad is False."""
+        if self._last is None:
+            raise RuntimeError("backward needs a forward with grad=True first")
+        nb, t, tk, cross, bufs, threads = self._last
+        if threads != _ops.max_threads():
+            raise RuntimeError("the thread count changed between forward and backward; "
+                               "run forward again")
+        d, rows = self.d_model, nb * t
+        dy = as_input("dy", dy, d, batch=nb, length=t)
+        dy = np.ascontiguousarray(dy, dtype=self.dtype).reshape(rows, d)
+        outs = out if (cross and out is not None) else (out, None)
+        att0 = self.attn[0]
+        dx = att0._out("out", outs[0], (nb, t, d)) if self.input_grad else None
+        dctx = att0._out("out", outs[1], (nb, tk, d)) if cross else None
+        bufs.for_backward(rows, d, self.d_hidden, self.dtype)
+        dcur = dy
+        for i in reversed(range(self.n_layers)):
+            mw, mg = self._mlp_w[i], self._mlp_g[i]
+            _mlp.mlp_backward(dcur, bufs.zt[i], mw["W1"], mw["W2"], bufs.h[i], bufs.s[i],
+                              bufs.dh, mg["W1"], mg["b1"], mg["W2"], mg["b2"], bufs.dzt)
+            # dX_i = dZ~ (residual) + attention backward, accumulated in place
+            if i > 0:
+                target = bufs.dx
+            else:
+                target = None if dx is None else dx.reshape(rows, d)
+            if target is not None:
+                np.copyto(target, bufs.dzt)
+            self.attn[i]._backward_buffers(
+                bufs.dzt, target, None if dctx is None else dctx.reshape(nb * tk, d),
+                dx_accumulate=True, dctx_accumulate=i < self.n_layers - 1)
+            dcur = target
+        return (dx, dctx) if cross else dx
+
+    def attention_weights(self, layer=None):
+        """Attention probabilities of the last forward (grad=True): a list with one
+        (B, n_heads, Tq, Tk) array per layer, or that of one `layer`."""
+        if layer is not None:
+            return self.attn[layer].attention_weights()
+        return [a.attention_weights() for a in self.attn]
+
+    def __repr__(self):
+        opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
+        return (f"Transformer(d_model={self.d_model}, n_heads={self.n_heads}, "
+                f"n_layers={self.n_layers}, d_hidden={self.d_hidden}"
+                + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
+
+
+def _ordered(views, n_layers):
+    order = ("Wq", "Wk", "Wv", "Wo", "W1", "W2", "bq", "bk", "bv", "bo", "b1", "b2")
+    return {f"layers.{i}.{k}": views[f"layers.{i}.{k}"]
+            for i in range(n_layers) for k in order if f"layers.{i}.{k}" in views}
