@@ -3,7 +3,17 @@
 Forward and backward passes are hand-written Cython kernels calling BLAS
 (scipy.linalg.cython_blas) directly; the optimizer is AdamW, the loss MSE.
 """
-from . import _threads  # noqa: F401  (registers BLAS thread control for the kernels)
+try:
+    from . import _threads  # noqa: F401  (registers BLAS thread control for the kernels)
+except ImportError as exc:  # pragma: no cover - only in an unbuilt source checkout
+    import os as _os
+    if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_ops.pyx")):
+        raise ImportError(
+            "attnx's compiled kernels are missing: this is the unbuilt source folder "
+            f"({_os.path.dirname(__file__)}). Run from another directory to use the "
+            "installed attnx, or build in place: python setup.py build_ext --inplace"
+        ) from exc
+    raise
 from .attention import MultiHeadAttention
 from .losses import mse_loss
 from .optim import AdamW

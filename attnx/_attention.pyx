@@ -8,12 +8,12 @@ buffer's leading dimension, so no head is ever copied out.
 Self-attention keeps [Q | K | V] in one (B*T, 3d) buffer made by one GEMM.
 Cross-attention keeps Q (B*Tq, d) and [K | V] (B*Tk, 2d) apart, each one GEMM.
 """
-from cython.parallel cimport prange, parallel, threadid
+from cython.parallel cimport prange, threadid
 from libc.stdint cimport uint8_t
 
 from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport (fill_rows, add_rows, colsum, rope_rotate, blas_threads_get,
-                         blas_threads_set, omp_threads)
+from attnx._ops cimport (fill_rows, add_rows, colsum, rope_rotate, omp_threads,
+                         blas_single_begin, blas_single_end, pgemm)
 
 cdef extern from "attnx_math.h" nogil:
     void attnx_softmax_row_f32(float *s, int n, int n_valid, const uint8_t *keymask)
@@ -22,33 +22,52 @@ cdef extern from "attnx_math.h" nogil:
     void attnx_softmax_bwd_row_f64(const double *a, double *da, int n, int n_valid)
 
 
-cdef inline void softmax_rows(floating *s, int tq, int tk, bint causal,
+cdef extern from "attnx_math.h" nogil:
+    int attnx_init_cpu(int allow_simd)
+
+# AVX2 softmax/exp when the CPU has it; ATTNX_NO_SIMD=1 forces the portable code.
+import os as _os
+_CPU_LEVEL = attnx_init_cpu(not _os.environ.get("ATTNX_NO_SIMD"))
+
+
+cdef inline void softmax_rows(floating *s, int row0, int rows, int tk, bint causal,
                               const uint8_t *keymask) noexcept nogil:
-    """Row softmax of a (tq, tk) score block; causal keeps keys j <= i."""
+    """Row softmax of a (rows, tk) score block whose first row is query row0;
+    causal keeps keys j <= query index."""
     cdef int i, n_valid
-    for i in range(tq):
-        n_valid = (i + 1 if i + 1 < tk else tk) if causal else tk
+    for i in range(rows):
+        n_valid = (row0 + i + 1 if row0 + i + 1 < tk else tk) if causal else tk
         if floating is float:
             attnx_softmax_row_f32(s + <Py_ssize_t> i * tk, tk, n_valid, keymask)
         else:
             attnx_softmax_row_f64(s + <Py_ssize_t> i * tk, tk, n_valid, keymask)
 
 
-cdef inline void softmax_bwd_rows(const floating *a, floating *da, int tq, int tk,
-                                  bint causal) noexcept nogil:
+cdef inline void softmax_bwd_rows(const floating *a, floating *da, int row0, int rows,
+                                  int tk, bint causal) noexcept nogil:
     cdef int i, n_valid
-    for i in range(tq):
-        n_valid = (i + 1 if i + 1 < tk else tk) if causal else tk
+    for i in range(rows):
+        n_valid = (row0 + i + 1 if row0 + i + 1 < tk else tk) if causal else tk
         if floating is float:
             attnx_softmax_bwd_row_f32(a + <Py_ssize_t> i * tk, da + <Py_ssize_t> i * tk, tk, n_valid)
         else:
             attnx_softmax_bwd_row_f64(a + <Py_ssize_t> i * tk, da + <Py_ssize_t> i * tk, tk, n_valid)
 
 
+# Causal attention works in row blocks of this many queries: block [i0, i1) only
+# needs keys [0, i1), so the GEMMs skip the masked upper triangle block-wise.
+cdef enum:
+    CAUSAL_BLOCK = 64
+
+
+cdef inline int n_row_blocks(int tq, bint causal) noexcept nogil:
+    return (tq + CAUSAL_BLOCK - 1) // CAUSAL_BLOCK if causal else 1
+
+
 cdef void heads_forward(const floating *q, int ldq, const floating *k, const floating *v,
                         int ldkv, floating *z, int ldz, floating *probs, bint store,
                         int nb, int tq, int tk, int n_heads, int d_head, floating scale,
-                        bint causal, const uint8_t *keymask) noexcept nogil:
+                        bint causal, const uint8_t *keymask, int nthreads) noexcept nogil:
     """Per (batch, head): P = softmax(scale Q K^T + mask), Z = P V.
 
     probs holds (nb, n_heads, tq, tk) when store, else one (tq, tk) block per
@@ -56,67 +75,95 @@ cdef void heads_forward(const floating *q, int ldq, const floating *k, const flo
     """
     cdef Py_ssize_t bh, b, h, tid
     cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
-    cdef int nthreads = omp_threads()
-    cdef int saved = 0
+    cdef int r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
     cdef floating *p
+    cdef const floating *qh
+    cdef const floating *kh
+    cdef const floating *vh
     cdef const uint8_t *km
-    if nthreads > 1:
-        saved = blas_threads_get()
-        blas_threads_set(1)
+    if <double> nb * n_heads * blk * d_head < 1.0e5:
+        nthreads = 1  # too little work to pay for waking threads
     for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
         b = bh // n_heads
         h = bh % n_heads
         tid = threadid()
         p = probs + (bh if store else tid) * blk
         km = (keymask + b * tk) if keymask != NULL else NULL
-        gemm(NT, TR, tq, tk, d_head, scale,
-             q + b * tq * ldq + h * d_head, ldq,
-             k + b * tk * ldkv + h * d_head, ldkv, <floating> 0, p, tk)
-        softmax_rows(p, tq, tk, causal, km)
-        gemm(NT, NT, tq, d_head, tk, <floating> 1, p, tk,
-             v + b * tk * ldkv + h * d_head, ldkv, <floating> 0,
-             z + b * tq * ldz + h * d_head, ldz)
-    if nthreads > 1:
-        blas_threads_set(saved)
+        qh = q + b * tq * ldq + h * d_head
+        kh = k + b * tk * ldkv + h * d_head
+        vh = v + b * tk * ldkv + h * d_head
+        for r in range(nblk):
+            i0 = r * CAUSAL_BLOCK if causal else 0
+            i1 = min(i0 + CAUSAL_BLOCK, tq) if causal else tq
+            kk = min(i1, tk) if causal else tk
+            gemm(NT, TR, i1 - i0, kk, d_head, scale, qh + i0 * ldq, ldq, kh, ldkv,
+                 <floating> 0, p + i0 * tk, tk)
+            softmax_rows(p + i0 * tk, i0, i1 - i0, tk, causal, km)
+            gemm(NT, NT, i1 - i0, d_head, kk, <floating> 1, p + i0 * tk, tk, vh, ldkv,
+                 <floating> 0, z + (b * tq + i0) * ldz + h * d_head, ldz)
 
 
 cdef void heads_backward(const floating *q, int ldq, const floating *k, const floating *v,
                          int ldkv, const floating *dz, int ldz, const floating *probs,
                          floating *scratch, floating *dq, floating *dk, floating *dv,
                          int nb, int tq, int tk, int n_heads, int d_head, floating scale,
-                         bint causal) noexcept nogil:
+                         bint causal, int nthreads) noexcept nogil:
     """Per (batch, head): dV = P^T dZ, dP = dZ V^T, dS = P*(dP - rowsum(dP*P)),
-    dQ = scale dS K, dK = scale dS^T Q. dq shares ldq, dk/dv share ldkv."""
+    dQ = scale dS K, dK = scale dS^T Q. dq shares ldq, dk/dv share ldkv.
+
+    Causal row blocks run last to first: the last block touches every key and
+    writes dK/dV (beta 0); earlier blocks, with fewer keys, add onto them."""
     cdef Py_ssize_t bh, b, h, tid
     cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
-    cdef int nthreads = omp_threads()
-    cdef int saved = 0
+    cdef int r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
+    cdef floating acc
     cdef const floating *p
     cdef floating *ds
-    if nthreads > 1:
-        saved = blas_threads_get()
-        blas_threads_set(1)
+    cdef const floating *qh
+    cdef const floating *kh
+    cdef const floating *vh
+    cdef const floating *dzh
+    cdef floating *dkh
+    cdef floating *dvh
+    if <double> nb * n_heads * blk * d_head < 1.0e5:
+        nthreads = 1
     for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
         b = bh // n_heads
         h = bh % n_heads
         tid = threadid()
         p = probs + bh * blk
         ds = scratch + tid * blk
-        gemm(TR, NT, tk, d_head, tq, <floating> 1, p, tk,
-             dz + b * tq * ldz + h * d_head, ldz, <floating> 0,
-             dv + b * tk * ldkv + h * d_head, ldkv)
-        gemm(NT, TR, tq, tk, d_head, <floating> 1,
-             dz + b * tq * ldz + h * d_head, ldz,
-             v + b * tk * ldkv + h * d_head, ldkv, <floating> 0, ds, tk)
-        softmax_bwd_rows(p, ds, tq, tk, causal)
-        gemm(NT, NT, tq, d_head, tk, scale, ds, tk,
-             k + b * tk * ldkv + h * d_head, ldkv, <floating> 0,
-             dq + b * tq * ldq + h * d_head, ldq)
-        gemm(TR, NT, tk, d_head, tq, scale, ds, tk,
-             q + b * tq * ldq + h * d_head, ldq, <floating> 0,
-             dk + b * tk * ldkv + h * d_head, ldkv)
-    if nthreads > 1:
-        blas_threads_set(saved)
+        qh = q + b * tq * ldq + h * d_head
+        kh = k + b * tk * ldkv + h * d_head
+        vh = v + b * tk * ldkv + h * d_head
+        dzh = dz + b * tq * ldz + h * d_head
+        dkh = dk + b * tk * ldkv + h * d_head
+        dvh = dv + b * tk * ldkv + h * d_head
+        if causal and tk > tq:
+            # keys past the last query get no gradient from any row block
+            zero_rows(dkh + tq * ldkv, tk - tq, d_head, ldkv)
+            zero_rows(dvh + tq * ldkv, tk - tq, d_head, ldkv)
+        for r in range(nblk - 1, -1, -1):
+            i0 = r * CAUSAL_BLOCK if causal else 0
+            i1 = min(i0 + CAUSAL_BLOCK, tq) if causal else tq
+            kk = min(i1, tk) if causal else tk
+            acc = 0 if r == nblk - 1 else 1
+            gemm(TR, NT, kk, d_head, i1 - i0, <floating> 1, p + i0 * tk, tk,
+                 dzh + i0 * ldz, ldz, acc, dvh, ldkv)
+            gemm(NT, TR, i1 - i0, kk, d_head, <floating> 1, dzh + i0 * ldz, ldz, vh, ldkv,
+                 <floating> 0, ds + i0 * tk, tk)
+            softmax_bwd_rows(p + i0 * tk, ds + i0 * tk, i0, i1 - i0, tk, causal)
+            gemm(NT, NT, i1 - i0, d_head, kk, scale, ds + i0 * tk, tk, kh, ldkv,
+                 <floating> 0, dq + (b * tq + i0) * ldq + h * d_head, ldq)
+            gemm(TR, NT, kk, d_head, i1 - i0, scale, ds + i0 * tk, tk,
+                 qh + i0 * ldq, ldq, acc, dkh, ldkv)
+
+
+cdef inline void zero_rows(floating *x, int rows, int cols, int ld) noexcept nogil:
+    cdef int r, j
+    for r in range(rows):
+        for j in range(cols):
+            x[r * ld + j] = 0
 
 
 def attention_forward(
@@ -150,7 +197,9 @@ def attention_forward(
     cdef int ldq, ldkv
     cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
     cdef Py_ssize_t rq = x.shape[0], rk = tk * <Py_ssize_t> nb
+    cdef int nth = omp_threads(), saved
     with nogil:
+        saved = blas_single_begin()
         if not cross:
             ldq = 3 * d
             ldkv = 3 * d
@@ -158,8 +207,8 @@ def attention_forward(
             vp = qp + 2 * d
             if b_qkv is not None:
                 fill_rows(qp, &b_qkv[0], rq, 3 * d, ldq)
-            gemm(NT, NT, <int> rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                 <floating> (1 if b_qkv is not None else 0), qp, ldq)
+            pgemm(NT, NT, <int> rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                 <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
         else:
             ldq = d
             ldkv = 2 * d
@@ -168,22 +217,23 @@ def attention_forward(
             if b_qkv is not None:
                 fill_rows(qp, &b_qkv[0], rq, d, ldq)
                 fill_rows(kp, &b_qkv[d], rk, 2 * d, ldkv)
-            gemm(NT, NT, <int> rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                 <floating> (1 if b_qkv is not None else 0), qp, ldq)
-            gemm(NT, NT, <int> rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
-                 <floating> (1 if b_qkv is not None else 0), kp, ldkv)
+            pgemm(NT, NT, <int> rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                 <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
+            pgemm(NT, NT, <int> rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
+                 <floating> (1 if b_qkv is not None else 0), kp, ldkv, nth)
         if rope_cos is not None:
             rope_rotate(qp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
             rope_rotate(kp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
         heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store,
-                      nb, tq, tk, n_heads, d_head, scale, causal, km)
+                      nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
         # y starts as bo + residual (or zero) and the projection GEMM adds onto it
         if residual is not None:
             add_rows(&y[0, 0], &residual[0, 0], &b_o[0] if b_o is not None else NULL, rq, d)
         elif b_o is not None:
             fill_rows(&y[0, 0], &b_o[0], rq, d, d)
-        gemm(NT, NT, <int> rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
-             <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d)
+        pgemm(NT, NT, <int> rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
+             <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d, nth)
+        blas_single_end(saved)
 
 
 def attention_backward(
@@ -209,6 +259,7 @@ def attention_backward(
     With dx_accumulate / dctx_accumulate the input gradients are added to what
     dx / dctx already hold (a residual path, or context shared by several layers).
     """
+    cdef int nth = omp_threads(), saved
     cdef floating bx = 1 if dx_accumulate else 0
     cdef floating bc = 1 if dctx_accumulate else 0
     cdef int d = <int> w_o.shape[0]
@@ -236,37 +287,39 @@ def attention_backward(
     vp = kp + d
     dvp = dkp + d
     with nogil:
+        saved = blas_single_begin()
         # output projection: dWo = Zcat^T dY, dZcat = dY Wo^T
-        gemm(TR, NT, d, d, <int> rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
-             <floating> 0, &dw_o[0, 0], d)
+        pgemm(TR, NT, d, d, <int> rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
+             <floating> 0, &dw_o[0, 0], d, nth)
         if db_o is not None:
             colsum(&dy[0, 0], rq, d, d, &db_o[0])
-        gemm(NT, TR, <int> rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
-             <floating> 0, &dzcat[0, 0], d)
+        pgemm(NT, TR, <int> rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
+             <floating> 0, &dzcat[0, 0], d, nth)
         heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
-                       dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale, causal)
+                       dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale, causal, nth)
         if rope_cos is not None:
             rope_rotate(dqp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
             rope_rotate(dkp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
         if not cross:
-            gemm(TR, NT, d, 3 * d, <int> rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
-                 <floating> 0, &dw_qkv[0, 0], 3 * d)
+            pgemm(TR, NT, d, 3 * d, <int> rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
+                 <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
             if db_qkv is not None:
                 colsum(dqp, rq, 3 * d, 3 * d, &db_qkv[0])
             if dx is not None:
-                gemm(NT, TR, <int> rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
-                     bx, &dx[0, 0], d)
+                pgemm(NT, TR, <int> rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
+                     bx, &dx[0, 0], d, nth)
         else:
-            gemm(TR, NT, d, d, <int> rq, <floating> 1, &x[0, 0], d, dqp, d,
-                 <floating> 0, &dw_qkv[0, 0], 3 * d)
-            gemm(TR, NT, d, 2 * d, <int> rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
-                 <floating> 0, &dw_qkv[0, d], 3 * d)
+            pgemm(TR, NT, d, d, <int> rq, <floating> 1, &x[0, 0], d, dqp, d,
+                 <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
+            pgemm(TR, NT, d, 2 * d, <int> rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
+                 <floating> 0, &dw_qkv[0, d], 3 * d, nth)
             if db_qkv is not None:
                 colsum(dqp, rq, d, d, &db_qkv[0])
                 colsum(dkp, rk, 2 * d, 2 * d, &db_qkv[d])
             if dx is not None:
-                gemm(NT, TR, <int> rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
-                     bx, &dx[0, 0], d)
+                pgemm(NT, TR, <int> rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
+                     bx, &dx[0, 0], d, nth)
             if dctx is not None:
-                gemm(NT, TR, <int> rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
-                     bc, &dctx[0, 0], d)
+                pgemm(NT, TR, <int> rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
+                     bc, &dctx[0, 0], d, nth)
+        blas_single_end(saved)

@@ -7,8 +7,9 @@
 from cython.parallel cimport prange
 from libc.math cimport exp, expf
 
-from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport fill_rows, colsum
+from attnx._blas cimport floating, NT, TR
+from attnx._ops cimport (fill_rows, colsum, omp_threads, blas_single_begin,
+                         blas_single_end, pgemm)
 
 
 cdef inline floating sigmoid(floating h) noexcept nogil:
@@ -25,19 +26,23 @@ def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const float
     cdef Py_ssize_t rows = z.shape[0], i, j
     cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
     cdef floating hv
+    cdef int nth = omp_threads() if rows * w1.shape[1] >= 16384 else 1
+    cdef int saved
     with nogil:
+        saved = blas_single_begin()
         if b1 is not None:
             fill_rows(&h[0, 0], &b1[0], rows, dh, dh)
-        gemm(NT, NT, <int> rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
-             <floating> (1 if b1 is not None else 0), &h[0, 0], dh)
-        for i in prange(rows, schedule="static"):
+        pgemm(NT, NT, <int> rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
+             <floating> (1 if b1 is not None else 0), &h[0, 0], dh, nth)
+        for i in prange(rows, schedule="static", num_threads=nth):
             for j in range(dh):
                 hv = h[i, j]
                 s[i, j] = hv * sigmoid(hv)
             for j in range(d):
                 out[i, j] = z[i, j] + (b2[j] if b2 is not None else 0)
-        gemm(NT, NT, <int> rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,
-             <floating> 1, &out[0, 0], d)
+        pgemm(NT, NT, <int> rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,
+             <floating> 1, &out[0, 0], d, nth)
+        blas_single_end(saved)
 
 
 def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
@@ -51,23 +56,27 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
     cdef Py_ssize_t rows = z.shape[0], i, j
     cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
     cdef floating hv, sg
+    cdef int nth = omp_threads() if rows * w1.shape[1] >= 16384 else 1
+    cdef int saved
     with nogil:
-        gemm(TR, NT, dh, d, <int> rows, <floating> 1, &s[0, 0], dh, &dout[0, 0], d,
-             <floating> 0, &dw2[0, 0], d)
+        saved = blas_single_begin()
+        pgemm(TR, NT, dh, d, <int> rows, <floating> 1, &s[0, 0], dh, &dout[0, 0], d,
+             <floating> 0, &dw2[0, 0], d, nth)
         if db2 is not None:
             colsum(&dout[0, 0], rows, d, d, &db2[0])
-        gemm(NT, TR, <int> rows, dh, d, <floating> 1, &dout[0, 0], d, &w2[0, 0], d,
-             <floating> 0, &dh_buf[0, 0], dh)
-        for i in prange(rows, schedule="static"):
+        pgemm(NT, TR, <int> rows, dh, d, <floating> 1, &dout[0, 0], d, &w2[0, 0], d,
+             <floating> 0, &dh_buf[0, 0], dh, nth)
+        for i in prange(rows, schedule="static", num_threads=nth):
             for j in range(dh):
                 hv = h[i, j]
                 sg = sigmoid(hv)
                 dh_buf[i, j] = dh_buf[i, j] * sg * (1 + hv * (1 - sg))
             for j in range(d):
                 dz[i, j] = dout[i, j]
-        gemm(TR, NT, d, dh, <int> rows, <floating> 1, &z[0, 0], d, &dh_buf[0, 0], dh,
-             <floating> 0, &dw1[0, 0], dh)
+        pgemm(TR, NT, d, dh, <int> rows, <floating> 1, &z[0, 0], d, &dh_buf[0, 0], dh,
+             <floating> 0, &dw1[0, 0], dh, nth)
         if db1 is not None:
             colsum(&dh_buf[0, 0], rows, dh, dh, &db1[0])
-        gemm(NT, TR, <int> rows, d, dh, <floating> 1, &dh_buf[0, 0], dh, &w1[0, 0], dh,
-             <floating> 1, &dz[0, 0], d)
+        pgemm(NT, TR, <int> rows, d, dh, <floating> 1, &dh_buf[0, 0], dh, &w1[0, 0], dh,
+             <floating> 1, &dz[0, 0], d, nth)
+        blas_single_end(saved)

@@ -2,11 +2,21 @@
 from cython.parallel cimport prange
 from libc.math cimport sqrt
 
-from attnx._blas cimport floating
+from attnx._blas cimport floating, gemm, NT, TR
 
 cdef extern from "attnx_math.h" nogil:
     int attnx_max_threads()
     void attnx_exp_array_f32(const float *x, float *y, long n)
+    int attnx_any_nonfinite_f32(const float *x, long n)
+    int attnx_any_nonfinite_f64(const double *x, long n)
+
+cdef extern from "attnx_math.h" nogil:
+    int attnx_init_cpu(int allow_simd)
+
+# AVX2 softmax/exp when the CPU has it; ATTNX_NO_SIMD=1 forces the portable code.
+import os as _os
+_CPU_LEVEL = attnx_init_cpu(not _os.environ.get("ATTNX_NO_SIMD"))
+
 
 # scipy's OpenBLAS thread setters, found at import by attnx._threads through
 # threadpoolctl. Left NULL when unknown: kernels then leave BLAS threads alone.
@@ -32,6 +42,54 @@ cdef void blas_threads_set(int n) noexcept nogil:
 
 cdef int omp_threads() noexcept nogil:
     return attnx_max_threads()
+
+
+cdef int blas_single_begin() noexcept nogil:
+    """Switch BLAS to one thread for a kernel call; returns the count to restore.
+
+    attnx parallelises with its own OpenMP threads (pgemm, prange over heads).
+    A threaded BLAS beside them would leave its workers spinning on the same
+    cores after each call, which on a small machine halves the speed of the
+    OpenMP loop that follows.
+    """
+    cdef int saved = blas_threads_get()
+    if saved != 1:
+        blas_threads_set(1)
+    return saved
+
+
+cdef void blas_single_end(int saved) noexcept nogil:
+    if saved != 1:
+        blas_threads_set(saved)
+
+
+cdef void pgemm(int ta, int tb, int m, int n, int k, floating alpha,
+                const floating *a, int lda, const floating *b, int ldb,
+                floating beta, floating *c, int ldc, int nthreads) noexcept nogil:
+    """gemm split over nthreads OpenMP threads, each a single-threaded BLAS call on
+    a slab of C: rows when m is the larger side, else columns."""
+    cdef int t, lo, hi
+    if nthreads <= 1 or <double> m * n * k < 2.0e5:
+        gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+        return
+    if m >= n:
+        for t in prange(nthreads, num_threads=nthreads, schedule="static"):
+            lo = <int> ((<long> m * t) // nthreads)
+            hi = <int> ((<long> m * (t + 1)) // nthreads)
+            # rows lo:hi of op(A): rows of A, or columns of A when transposed
+            gemm(ta, tb, hi - lo, n, k, alpha, a + (lo if ta else <Py_ssize_t> lo * lda), lda,
+                 b, ldb, beta, c + <Py_ssize_t> lo * ldc, ldc)
+    else:
+        for t in prange(nthreads, num_threads=nthreads, schedule="static"):
+            lo = <int> ((<long> n * t) // nthreads)
+            hi = <int> ((<long> n * (t + 1)) // nthreads)
+            gemm(ta, tb, m, hi - lo, k, alpha, a, lda,
+                 b + (<Py_ssize_t> lo * ldb if tb else lo), ldb, beta, c + lo, ldc)
+
+
+def cpu_level():
+    """0: portable C kernels; 1: AVX2+FMA kernels (chosen at import from CPUID)."""
+    return _CPU_LEVEL
 
 
 def max_threads():
@@ -127,7 +185,7 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
     cdef floating inv_bc2 = <floating> bc2_sqrt, epsf = <floating> eps
     cdef floating gi, denom
     with nogil:
-        for i in prange(n, schedule="static"):
+        for i in prange(n, schedule="static", num_threads=attnx_max_threads() if n >= 65536 else 1):
             gi = g[i]
             p[i] = p[i] * decay
             m[i] = m[i] + (gi - m[i]) * w1
@@ -148,10 +206,12 @@ def exp_f32(const float[::1] x):
 
 def all_finite(const floating[::1] x):
     """True when no element of the flat buffer x is NaN or infinite."""
-    cdef Py_ssize_t i, n = x.shape[0]
-    cdef floating acc = 0
+    cdef int bad
+    if x.shape[0] == 0:
+        return True
     with nogil:
-        # x*0 is 0 for finite x and NaN for NaN/inf; summing keeps any NaN
-        for i in range(n):
-            acc += x[i] * 0
-    return acc == 0
+        if floating is float:
+            bad = attnx_any_nonfinite_f32(&x[0], x.shape[0])
+        else:
+            bad = attnx_any_nonfinite_f64(&x[0], x.shape[0])
+    return not bad

@@ -1,11 +1,11 @@
 /* Elementwise helpers for the attnx kernels: a vectorisable float exp and the
  * row softmax (forward and backward) used by attention.
  *
- * The float32 exp is a range-reduced polynomial (2^n * p(r), |r| <= ln2/2) that
- * the compiler turns into SIMD code; its error is within ~2 ulp of expf. The hot
- * loops are compiled twice through target_clones, for AVX2+FMA and for the
- * baseline, and the loader picks one at run time, so wheels stay portable.
- * float64 keeps libm's exp: the float64 path is the accuracy reference.
+ * The float32 exp is a range-reduced polynomial (2^n * p(r), |r| <= ln2/2),
+ * within ~2 ulp of expf. The scalar versions here are the portable baseline;
+ * attnx_simd.h adds AVX2+FMA versions chosen at run time (CPUID), so a wheel
+ * built for plain x86-64 still runs everywhere. float64 keeps libm's exp: the
+ * float64 path is the accuracy reference.
  */
 #ifndef ATTNX_MATH_H
 #define ATTNX_MATH_H
@@ -17,11 +17,6 @@
 #include <omp.h>
 #endif
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && defined(__linux__)
-#define ATTNX_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define ATTNX_CLONES
-#endif
 
 #if defined(_OPENMP) || defined(ATTNX_OMP_SIMD)
 #define ATTNX_PRAGMA(x) _Pragma(#x)
@@ -86,8 +81,7 @@ static inline float attnx_expf(float x)
 /* Row softmax in place over s[0:n_valid], zeros in s[n_valid:n].
  * Keys with keymask[j] != 0 are excluded (keymask may be NULL). A row with no
  * key left becomes all zeros (never NaN). */
-ATTNX_CLONES
-ATTNX_UNUSED static void attnx_softmax_row_f32(float *s, int n, int n_valid, const uint8_t *keymask)
+ATTNX_UNUSED static void attnx_softmax_row_f32_scalar(float *s, int n, int n_valid, const uint8_t *keymask)
 {
     int j;
     float mx = -INFINITY, sum = 0.0f;
@@ -137,8 +131,7 @@ ATTNX_UNUSED static void attnx_softmax_row_f64(double *s, int n, int n_valid, co
 /* Softmax backward in place: da <- a * (da - sum_j da_j a_j) over [0, n_valid);
  * entries past n_valid have a = 0 and so get 0. */
 #define ATTNX_SOFTMAX_BWD(NAME, T)                                          \
-ATTNX_CLONES                                                                \
-ATTNX_UNUSED static void NAME(const T *a, T *da, int n, int n_valid)                    \
+ATTNX_UNUSED static void NAME(const T *a, T *da, int n, int n_valid)      \
 {                                                                           \
     int j;                                                                  \
     T dot = 0;                                                              \
@@ -148,16 +141,30 @@ ATTNX_UNUSED static void NAME(const T *a, T *da, int n, int n_valid)            
     for (j = 0; j < n_valid; j++) da[j] = a[j] * (da[j] - dot);             \
     for (j = n_valid; j < n; j++) da[j] = 0;                                \
 }
-ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f32, float)
+ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f32_scalar, float)
 ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f64, double)
 
-/* exp over an array, for tests of the float32 exp's accuracy */
-ATTNX_CLONES
-ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)
+/* Any NaN or inf? Tests the exponent bits (all ones) as integers, which the
+ * compiler vectorises without fast-math, one pass, no early exit needed. */
+ATTNX_UNUSED static int attnx_any_nonfinite_f32(const float *x, long n)
 {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t bad = 0;
     long i;
-    ATTNX_SIMD
-    for (i = 0; i < n; i++) y[i] = attnx_expf(x[i]);
+    for (i = 0; i < n; i++) bad |= ((u[i] & 0x7f800000u) == 0x7f800000u);
+    return bad != 0;
 }
+
+ATTNX_UNUSED static int attnx_any_nonfinite_f64(const double *x, long n)
+{
+    const uint64_t *u = (const uint64_t *)x;
+    uint64_t bad = 0;
+    long i;
+    for (i = 0; i < n; i++)
+        bad |= ((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
+    return bad != 0;
+}
+
+#include "attnx_simd.h"
 
 #endif

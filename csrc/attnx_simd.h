@@ -1,0 +1,156 @@
+/* AVX2+FMA versions of the float32 softmax kernels, picked at run time.
+ *
+ * Included by attnx_math.h after the scalar versions. The AVX2 functions are
+ * compiled with a target attribute (not -mavx2 for the whole file), and the
+ * public entry points test the CPU once and fall back to the scalar code, so
+ * the extension stays loadable on any x86-64 (and on other architectures,
+ * where only the scalar code is compiled).
+ */
+#ifndef ATTNX_SIMD_H
+#define ATTNX_SIMD_H
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define ATTNX_HAVE_AVX2_PATH 1
+#include <immintrin.h>
+
+#define ATTNX_AVX2 __attribute__((target("avx2,fma")))
+
+ATTNX_AVX2 static inline __m256 attnx_exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
+                                                   _mm256_set1_epi32(127)), 23);
+    __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(n));
+    /* below the range (masked scores are -inf): exactly zero */
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), out);
+}
+
+ATTNX_AVX2 static inline float attnx_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+ATTNX_AVX2 static inline float attnx_hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+ATTNX_AVX2 static void attnx_softmax_row_f32_avx2(float *s, int n, int n_valid,
+                                                  const uint8_t *keymask)
+{
+    int j = 0;
+    float mx, sum;
+    if (keymask) {
+        for (j = 0; j < n_valid; j++)
+            if (keymask[j]) s[j] = -INFINITY;
+    }
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    for (j = 0; j + 8 <= n_valid; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(s + j));
+    mx = attnx_hmax8(vmx);
+    for (; j < n_valid; j++) mx = s[j] > mx ? s[j] : mx;
+    if (mx == -INFINITY) n_valid = 0;
+    __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n_valid; j += 8) {
+        __m256 e = attnx_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    sum = attnx_hsum8(acc);
+    for (; j < n_valid; j++) {
+        float e = attnx_expf(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    if (n_valid > 0) {
+        __m256 inv = _mm256_set1_ps(1.0f / sum);
+        for (j = 0; j + 8 <= n_valid; j += 8)
+            _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+        for (; j < n_valid; j++) s[j] *= 1.0f / sum;
+    }
+    for (j = n_valid; j < n; j++) s[j] = 0.0f;
+}
+
+ATTNX_AVX2 static void attnx_softmax_bwd_row_f32_avx2(const float *a, float *da, int n,
+                                                      int n_valid)
+{
+    int j;
+    __m256 acc = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n_valid; j += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(da + j), _mm256_loadu_ps(a + j), acc);
+    float dot = attnx_hsum8(acc);
+    for (; j < n_valid; j++) dot += da[j] * a[j];
+    __m256 vd = _mm256_set1_ps(dot);
+    for (j = 0; j + 8 <= n_valid; j += 8)
+        _mm256_storeu_ps(da + j, _mm256_mul_ps(_mm256_loadu_ps(a + j),
+                                               _mm256_sub_ps(_mm256_loadu_ps(da + j), vd)));
+    for (; j < n_valid; j++) da[j] = a[j] * (da[j] - dot);
+    for (j = n_valid; j < n; j++) da[j] = 0.0f;
+}
+
+ATTNX_AVX2 static void attnx_exp_array_f32_avx2(const float *x, float *y, long n)
+{
+    long i;
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, attnx_exp8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = attnx_expf(x[i]);
+}
+#endif
+
+/* CPU level: 0 = scalar, 1 = AVX2+FMA. Set once by attnx_init_cpu() at import. */
+static int attnx_cpu_level = 0;
+
+ATTNX_UNUSED static int attnx_init_cpu(int allow_simd)
+{
+    attnx_cpu_level = 0;
+#ifdef ATTNX_HAVE_AVX2_PATH
+    __builtin_cpu_init();
+    if (allow_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        attnx_cpu_level = 1;
+#endif
+    return attnx_cpu_level;
+}
+
+ATTNX_UNUSED static void attnx_softmax_row_f32(float *s, int n, int n_valid,
+                                               const uint8_t *keymask)
+{
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level) { attnx_softmax_row_f32_avx2(s, n, n_valid, keymask); return; }
+#endif
+    attnx_softmax_row_f32_scalar(s, n, n_valid, keymask);
+}
+
+ATTNX_UNUSED static void attnx_softmax_bwd_row_f32(const float *a, float *da, int n, int n_valid)
+{
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level) { attnx_softmax_bwd_row_f32_avx2(a, da, n, n_valid); return; }
+#endif
+    attnx_softmax_bwd_row_f32_scalar(a, da, n, n_valid);
+}
+
+ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)
+{
+    long i;
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level) { attnx_exp_array_f32_avx2(x, y, n); return; }
+#endif
+    for (i = 0; i < n; i++) y[i] = attnx_expf(x[i]);
+}
+
+#endif
