@@ -1,0 +1,80 @@
+"""Kernel-level behaviour: float32 exp accuracy, the portable (non-SIMD) path,
+and the multi-threaded paths giving the single-threaded results."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import attnx
+from attnx import _ops
+from conftest import rel_err
+from reference import mha_numpy
+
+
+def test_exp_f32_accuracy():
+    x = np.concatenate([np.linspace(-87, 0, 200001), np.linspace(0, 88, 20001)]).astype(np.float32)
+    got = _ops.exp_f32(x).astype(np.float64)
+    ref = np.exp(x.astype(np.float64))
+    rel = np.abs(got - ref) / ref
+    assert rel.max() < 5e-7, rel.max()   # a few float32 ulps (ulp = 1.2e-7 relative)
+
+
+def test_exp_f32_underflow_is_exact_zero():
+    x = np.array([-np.inf, -1e30, -100.0, -87.5, -86.0], dtype=np.float32)
+    got = _ops.exp_f32(x)
+    assert np.all(got[:4] == 0.0)
+    assert got[4] > 0
+
+
+@pytest.mark.parametrize("opts", [dict(causal=True), dict(rope=True, bias=True)])
+def test_portable_path_matches_reference(opts):
+    """ATTNX_NO_SIMD=1 forces the plain C kernels; they must agree as well."""
+    code = f"""
+import numpy as np, attnx, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from reference import mha_numpy
+from attnx import _ops
+assert _ops.cpu_level() == 0
+layer = attnx.MultiHeadAttention(16, 4, random_state=0, **{opts!r})
+x = np.random.default_rng(0).normal(size=(3, 70, 16)).astype(np.float32)
+y = layer.forward(x)
+ref = mha_numpy(layer.params, x, 4, causal={opts.get('causal', False)}, rope={opts.get('rope', False)})
+err = float(np.abs(y - ref).max() / np.abs(ref).max())
+assert err < 2e-5, err
+print("ok", err)
+"""
+    env = dict(os.environ, ATTNX_NO_SIMD="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_threads_agree_with_one_thread(dtype, causal, rng):
+    """Shapes large enough for the OpenMP paths (heads prange, split GEMMs, MLP)."""
+    x = rng.normal(size=(4, 150, 32)).astype(dtype)   # 150: causal blocks with a ragged end
+    dy = rng.normal(size=x.shape).astype(dtype)
+    results = []
+    for n in (1, 2):
+        with threadpool_limits(limits=n):
+            model = attnx.Transformer(32, 4, n_layers=2, causal=causal, dtype=dtype,
+                                      random_state=0, bias=True)
+            y = model.forward(x)
+            dx = model.backward(dy)
+            results.append((y, dx, model.grads.flat.copy()))
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    for a, b in zip(*results):
+        assert rel_err(a, b) < tol
+    layer = attnx.MultiHeadAttention(32, 4, causal=causal, dtype=dtype, random_state=1)
+    with threadpool_limits(limits=2):
+        y = layer.forward(x)
+    assert rel_err(y, mha_numpy(layer.params, x, 4, causal=causal)) < tol
+
+
+def test_cpu_level_reported():
+    assert _ops.cpu_level() in (0, 1)
+    assert _ops.max_threads() >= 1
