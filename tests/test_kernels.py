@@ -30,7 +30,7 @@ def test_exp_f32_underflow_is_exact_zero():
 
 
 @pytest.mark.parametrize("opts", [dict(causal=True), dict(rope=True, bias=True)])
-def test_portable_path_matches_reference(opts):
+def test_portable_path_matches_reference(opts, tmp_path):
     """ATTNX_NO_SIMD=1 forces the plain C kernels; they must agree as well."""
     code = f"""
 import numpy as np, attnx, sys
@@ -47,7 +47,9 @@ assert err < 2e-5, err
 print("ok", err)
 """
     env = dict(os.environ, ATTNX_NO_SIMD="1")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    # run outside the checkout: `python -c` puts the working directory on sys.path
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok")
 
