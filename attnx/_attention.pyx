@@ -10,12 +10,17 @@ Cross-attention keeps Q (B*Tq, d) and [K | V] (B*Tk, 2d) apart, each one GEMM.
 """
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport uint8_t
+from libc.math cimport exp, log, INFINITY
 
 from attnx._blas cimport floating, gemm, NT, TR
 from attnx._ops cimport (fill_rows, add_rows, colsum, rope_rotate, omp_threads,
                          blas_single_begin, blas_single_end, pgemm)
 
 cdef extern from "attnx_math.h" nogil:
+    float attnx_rowmax_f32(const float *s, int n)
+    float attnx_expsub_sum_f32(float *s, int n, float mx)
+    double attnx_rowmax_f64(const double *s, int n)
+    double attnx_expsub_sum_f64(double *s, int n, double mx)
     void attnx_softmax_row_f32(float *s, int n, int n_valid, const uint8_t *keymask)
     void attnx_softmax_row_f64(double *s, int n, int n_valid, const uint8_t *keymask)
     void attnx_softmax_bwd_row_f32(const float *a, float *da, int n, int n_valid)
@@ -166,6 +171,218 @@ cdef inline void zero_rows(floating *x, int rows, int cols, int ld) noexcept nog
             x[r * ld + j] = 0
 
 
+
+# ---------------------------------------------------------------------------
+# Blocked attention (online softmax): O(T) memory. Queries in blocks of FLASH_BQ
+# rows, keys in blocks of FLASH_BK; only the output and the per-row
+# log-sum-exp are kept. Backward recomputes P block by block.
+cdef enum:
+    FLASH_BQ = 64
+    FLASH_BK = 128
+
+
+def blocked_scratch_sizes(int tq, int d_head):
+    """Per-thread scratch elements of the blocked forward and backward."""
+    return (FLASH_BQ * FLASH_BK + FLASH_BQ * d_head + 2 * FLASH_BQ,
+            2 * FLASH_BQ * FLASH_BK + tq)
+
+
+cdef inline floating rowmax(const floating *s, int n) noexcept nogil:
+    if floating is float:
+        return attnx_rowmax_f32(s, n)
+    else:
+        return attnx_rowmax_f64(s, n)
+
+
+cdef inline floating expsub_sum(floating *s, int n, floating mx) noexcept nogil:
+    if floating is float:
+        return attnx_expsub_sum_f32(s, n, mx)
+    else:
+        return attnx_expsub_sum_f64(s, n, mx)
+
+
+cdef inline void mask_block(floating *s, int rows, int cols, int i0, int j0, bint causal,
+                            const uint8_t *km) noexcept nogil:
+    """-inf where key j0+j is padding or, causal, lies after query i0+r."""
+    cdef int r, j, nv
+    for r in range(rows):
+        if causal:
+            nv = i0 + r + 1 - j0
+            for j in range(nv if nv > 0 else 0, cols):
+                s[r * cols + j] = -INFINITY
+        if km != NULL:
+            for j in range(cols):
+                if km[j0 + j]:
+                    s[r * cols + j] = -INFINITY
+
+
+cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
+                                const floating *v, int ldkv, floating *z, int ldz,
+                                floating *lse, floating *scratch, Py_ssize_t per_thread,
+                                int nb, int tq, int tk, int n_heads, int d_head,
+                                floating scale, bint causal, const uint8_t *keymask,
+                                int nthreads) noexcept nogil:
+    """Per (batch, head), per query block: running max m, running sum l and an
+    accumulator rescaled by exp(m_old - m_new) as key blocks stream past;
+    Z = acc / l and lse = m + log l (-inf and Z = 0 for a row with no key)."""
+    cdef Py_ssize_t bh, b, h
+    cdef int i0, j0, bq, bk, jend, r, c
+    cdef floating mx, mold, alpha, ssum
+    cdef floating *sblk
+    cdef floating *acc
+    cdef floating *mrow
+    cdef floating *lrow
+    cdef floating *row
+    cdef const floating *qh
+    cdef const floating *kh
+    cdef const floating *vh
+    cdef floating *zh
+    cdef const uint8_t *km
+    for bh in prange(nb * n_heads, schedule="dynamic", num_threads=nthreads):
+        b = bh // n_heads
+        h = bh % n_heads
+        sblk = scratch + threadid() * per_thread
+        acc = sblk + FLASH_BQ * FLASH_BK
+        mrow = acc + FLASH_BQ * d_head
+        lrow = mrow + FLASH_BQ
+        qh = q + b * tq * ldq + h * d_head
+        kh = k + b * tk * ldkv + h * d_head
+        vh = v + b * tk * ldkv + h * d_head
+        zh = z + b * tq * ldz + h * d_head
+        km = (keymask + b * tk) if keymask != NULL else NULL
+        i0 = 0
+        while i0 < tq:
+            bq = min(<int> FLASH_BQ, tq - i0)
+            for r in range(bq):
+                mrow[r] = -INFINITY
+                lrow[r] = 0
+                for c in range(d_head):
+                    acc[r * d_head + c] = 0
+            jend = min(tk, i0 + bq) if causal else tk
+            j0 = 0
+            while j0 < jend:
+                bk = min(<int> FLASH_BK, jend - j0)
+                gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
+                     <floating> 0, sblk, bk)
+                if causal or km != NULL:
+                    mask_block(sblk, bq, bk, i0, j0, causal, km)
+                for r in range(bq):
+                    row = sblk + r * bk
+                    mold = mrow[r]
+                    mx = rowmax(row, bk)
+                    if mx < mold:
+                        mx = mold
+                    if mx == -INFINITY:
+                        for c in range(bk):
+                            row[c] = 0
+                        continue
+                    alpha = <floating> exp(mold - mx)
+                    ssum = expsub_sum(row, bk, mx)
+                    lrow[r] = lrow[r] * alpha + ssum
+                    mrow[r] = mx
+                    if alpha != 1:
+                        for c in range(d_head):
+                            acc[r * d_head + c] *= alpha
+                gemm(NT, NT, bq, d_head, bk, <floating> 1, sblk, bk, vh + j0 * ldkv, ldkv,
+                     <floating> 1, acc, d_head)
+                j0 = j0 + bk
+            for r in range(bq):
+                if lrow[r] > 0:
+                    for c in range(d_head):
+                        zh[(i0 + r) * ldz + c] = acc[r * d_head + c] / lrow[r]
+                    lse[bh * tq + i0 + r] = mrow[r] + <floating> log(lrow[r])
+                else:
+                    for c in range(d_head):
+                        zh[(i0 + r) * ldz + c] = 0
+                    lse[bh * tq + i0 + r] = -INFINITY
+            i0 = i0 + bq
+
+
+cdef void heads_backward_blocked(const floating *q, int ldq, const floating *k,
+                                 const floating *v, int ldkv, const floating *z,
+                                 const floating *dz, int ldz, const floating *lse,
+                                 floating *scratch, Py_ssize_t per_thread,
+                                 floating *dq, floating *dk, floating *dv,
+                                 int nb, int tq, int tk, int n_heads, int d_head,
+                                 floating scale, bint causal, const uint8_t *keymask,
+                                 int nthreads) noexcept nogil:
+    """P = exp(scale Q K^T - lse) recomputed per block; with D = rowsum(dZ * Z):
+    dV += P^T dZ, dS = P * (dZ V^T - D), dQ += scale dS K, dK += scale dS^T Q.
+    Each (batch, head) belongs to one thread, so dK and dV need no locks."""
+    cdef Py_ssize_t bh, b, h
+    cdef int i0, j0, bq, bk, jend, r, c
+    cdef floating L, dd
+    cdef bint first
+    cdef floating *pblk
+    cdef floating *dpblk
+    cdef floating *dvec
+    cdef const floating *qh
+    cdef const floating *kh
+    cdef const floating *vh
+    cdef const floating *zh
+    cdef const floating *dzh
+    cdef floating *dqh
+    cdef floating *dkh
+    cdef floating *dvh
+    cdef const uint8_t *km
+    for bh in prange(nb * n_heads, schedule="dynamic", num_threads=nthreads):
+        b = bh // n_heads
+        h = bh % n_heads
+        pblk = scratch + threadid() * per_thread
+        dpblk = pblk + FLASH_BQ * FLASH_BK
+        dvec = dpblk + FLASH_BQ * FLASH_BK
+        qh = q + b * tq * ldq + h * d_head
+        kh = k + b * tk * ldkv + h * d_head
+        vh = v + b * tk * ldkv + h * d_head
+        zh = z + b * tq * ldz + h * d_head
+        dzh = dz + b * tq * ldz + h * d_head
+        dqh = dq + b * tq * ldq + h * d_head
+        dkh = dk + b * tk * ldkv + h * d_head
+        dvh = dv + b * tk * ldkv + h * d_head
+        km = (keymask + b * tk) if keymask != NULL else NULL
+        zero_rows(dkh, tk, d_head, ldkv)
+        zero_rows(dvh, tk, d_head, ldkv)
+        for r in range(tq):
+            dd = 0
+            for c in range(d_head):
+                dd = dd + dzh[r * ldz + c] * zh[r * ldz + c]
+            dvec[r] = dd
+        i0 = 0
+        while i0 < tq:
+            bq = min(<int> FLASH_BQ, tq - i0)
+            jend = min(tk, i0 + bq) if causal else tk
+            first = True
+            j0 = 0
+            while j0 < jend:
+                bk = min(<int> FLASH_BK, jend - j0)
+                gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
+                     <floating> 0, pblk, bk)
+                if causal or km != NULL:
+                    mask_block(pblk, bq, bk, i0, j0, causal, km)
+                for r in range(bq):
+                    L = lse[bh * tq + i0 + r]
+                    if L == -INFINITY:
+                        for c in range(bk):
+                            pblk[r * bk + c] = 0
+                    else:
+                        expsub_sum(pblk + r * bk, bk, L)
+                gemm(TR, NT, bk, d_head, bq, <floating> 1, pblk, bk, dzh + i0 * ldz, ldz,
+                     <floating> 1, dvh + j0 * ldkv, ldkv)
+                gemm(NT, TR, bq, bk, d_head, <floating> 1, dzh + i0 * ldz, ldz,
+                     vh + j0 * ldkv, ldkv, <floating> 0, dpblk, bk)
+                for r in range(bq):
+                    dd = dvec[i0 + r]
+                    for c in range(bk):
+                        dpblk[r * bk + c] = pblk[r * bk + c] * (dpblk[r * bk + c] - dd)
+                gemm(NT, NT, bq, d_head, bk, scale, dpblk, bk, kh + j0 * ldkv, ldkv,
+                     <floating> (0 if first else 1), dqh + i0 * ldq, ldq)
+                gemm(TR, NT, bk, d_head, bq, scale, dpblk, bk, qh + i0 * ldq, ldq,
+                     <floating> 1, dkh + j0 * ldkv, ldkv)
+                first = False
+                j0 = j0 + bk
+            i0 = i0 + bq
+
+
 def attention_forward(
     const floating[:, ::1] x,        # (B*Tq, d) query input
     const floating[:, ::1] ctx,      # (B*Tk, d) key/value input, or None for self-attention
@@ -183,6 +400,7 @@ def attention_forward(
     const floating[:, ::1] rope_cos,          # (max(Tq, Tk), d_head/2) or None
     const floating[:, ::1] rope_sin,
     const floating[:, ::1] residual=None,     # (B*Tq, d) added to Y, or None
+    floating[::1] lse=None,                   # (B*H*Tq): blocked path; probs is then scratch
 ):
     """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual)."""
     cdef int d = <int> w_o.shape[0]
@@ -224,8 +442,13 @@ def attention_forward(
         if rope_cos is not None:
             rope_rotate(qp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
             rope_rotate(kp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
-        heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store,
-                      nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
+        if lse is not None:
+            heads_forward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &lse[0], &probs[0],
+                                  probs.shape[0] // nth, nb, tq, tk, n_heads, d_head, scale,
+                                  causal, km, nth)
+        else:
+            heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store,
+                          nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
         # y starts as bo + residual (or zero) and the projection GEMM adds onto it
         if residual is not None:
             add_rows(&y[0, 0], &residual[0, 0], &b_o[0] if b_o is not None else NULL, rq, d)
@@ -253,6 +476,8 @@ def attention_backward(
     int nb, int n_heads, bint causal,
     const floating[:, ::1] rope_cos, const floating[:, ::1] rope_sin,
     bint dx_accumulate=False, bint dctx_accumulate=False,
+    const floating[::1] lse=None,                  # blocked path: from the forward
+    const uint8_t[:, ::1] key_padding_mask=None,   # blocked path recomputes the mask
 ):
     """Fill dWqkv, dWo (and biases) from dY; write dL/dx (and dL/dctx) when given.
 
@@ -260,6 +485,7 @@ def attention_backward(
     dx / dctx already hold (a residual path, or context shared by several layers).
     """
     cdef int nth = omp_threads(), saved
+    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
     cdef floating bx = 1 if dx_accumulate else 0
     cdef floating bc = 1 if dctx_accumulate else 0
     cdef int d = <int> w_o.shape[0]
@@ -295,8 +521,13 @@ def attention_backward(
             colsum(&dy[0, 0], rq, d, d, &db_o[0])
         pgemm(NT, TR, <int> rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
              <floating> 0, &dzcat[0, 0], d, nth)
-        heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
-                       dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale, causal, nth)
+        if lse is not None:
+            heads_backward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d,
+                                   &lse[0], &scratch[0], scratch.shape[0] // nth, dqp, dkp, dvp,
+                                   nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
+        else:
+            heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
+                           dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale, causal, nth)
         if rope_cos is not None:
             rope_rotate(dqp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
             rope_rotate(dkp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)

@@ -28,27 +28,52 @@ def _copy_rows(buf, a, dtype):
 
 
 class _Workspace:
-    """Buffers for one (batch, Tq, Tk, cross, store, threads) signature, reused across steps."""
+    """Buffers for one (batch, Tq, Tk, cross, store, blocked, threads) signature,
+    reused across steps.
 
-    def __init__(self, nb, tq, tk, d, n_heads, cross, store, threads, dtype):
+    Dense path: probs holds every (Tq, Tk) probability block when store (backward
+    needs them), else one block per thread. Blocked path: probs is per-thread
+    scratch of a few key blocks and lse the per-row log-sum-exp, so memory is
+    linear in T.
+    """
+
+    def __init__(self, nb, tq, tk, d, n_heads, cross, store, blocked, threads, dtype):
         e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
         self.x = self.ctx = None  # copies of the public forward's inputs, made there
         self.q = e(nb * tq, d if cross else 3 * d)
         self.kv = e(nb * tk, 2 * d) if cross else None
         self.zcat = e(nb * tq, d)
-        blocks = nb * n_heads if store else threads
-        self.probs = e(blocks * tq * tk)
+        self.blocked = blocked
+        if blocked:
+            fwd, self._bwd_per_thread = _attention.blocked_scratch_sizes(tq, d // n_heads)
+            self.probs = e(threads * fwd)
+            self.lse = e(nb * n_heads * tq)
+        else:
+            self.probs = e((nb * n_heads if store else threads) * tq * tk)
+            self.lse = None
+            self._bwd_per_thread = tq * tk
         self.mask = np.empty((nb, tk), dtype=np.uint8)
         # backward buffers are made on the first backward only
         self.dzcat = self.dq = self.dkv = self.scratch = None
 
-    def for_backward(self, threads, tq, tk):
+    def for_backward(self, threads):
         if self.dzcat is None:
             self.dzcat = np.empty_like(self.zcat)
             self.dq = np.empty_like(self.q)
             self.dkv = np.empty_like(self.kv) if self.kv is not None else None
-            self.scratch = np.empty(threads * tq * tk, dtype=self.zcat.dtype)
+            self.scratch = np.empty(threads * self._bwd_per_thread, dtype=self.zcat.dtype)
         return self
+
+
+# "auto" switches to the blocked path at this many scores per (sample, head):
+# measured on 2 cores (see benchmarks/): below it the dense path is faster.
+BLOCKED_MIN_SCORES = 512 * 512
+
+
+def _index(name, i, n):
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n <= i < n:
+        raise ValueError(f"{name} must be an int in [0, {n}), got {i!r}")
+    return int(i) % n
 
 
 class MultiHeadAttention:
@@ -70,13 +95,19 @@ class MultiHeadAttention:
     random_state : seed for numpy.random.default_rng; weights are uniform in
         +-1/sqrt(d_model), biases start at zero.
     input_grad : bool, whether backward computes dL/dX (else it returns None).
+    attention : "auto" (default), "dense" or "blocked". Dense keeps the
+        (B, heads, Tq, Tk) probabilities for backward; blocked streams key blocks
+        with an online softmax and keeps only a log-sum-exp per row (memory linear
+        in T, probabilities recomputed in backward). Auto picks blocked from
+        BLOCKED_MIN_SCORES = Tq * Tk on. Both give the same results to rounding.
 
     Weights are laid out so that Y = X @ W: Wq, Wk, Wv, Wo are (d_model, d_model).
     `params` and `grads` map names to live views of the layer's storage.
     """
 
     def __init__(self, d_model, n_heads, *, causal=False, bias=False, rope=False,
-                 dtype=np.float32, random_state=None, input_grad=True, _storage=None):
+                 dtype=np.float32, random_state=None, input_grad=True, attention="auto",
+                 _storage=None):
         d = check_positive_int("d_model", d_model)
         h = check_positive_int("n_heads", n_heads)
         if d % h:
@@ -87,6 +118,9 @@ class MultiHeadAttention:
         self.causal, self.bias, self.rope = bool(causal), bool(bias), bool(rope)
         self.dtype = check_dtype(dtype)
         self.input_grad = bool(input_grad)
+        if attention not in ("auto", "dense", "blocked"):
+            raise ValueError(f"attention must be 'auto', 'dense' or 'blocked', got {attention!r}")
+        self.attention = attention
 
         if _storage is None:
             n = self.n_params(d, bias)
@@ -141,15 +175,21 @@ class MultiHeadAttention:
                 self.params[name][...] = 0
 
     # ---- workspaces ----------------------------------------------------
+    def _use_blocked(self, tq, tk):
+        if self.attention == "auto":
+            return tq * tk >= BLOCKED_MIN_SCORES
+        return self.attention == "blocked"
+
     def _workspace(self, nb, tq, tk, cross, store):
         threads = _ops.max_threads()
-        key = (nb, tq, tk, cross, store, threads)
+        blocked = self._use_blocked(tq, tk)
+        key = (nb, tq, tk, cross, store, blocked, threads)
         ws = self._ws.get(key)
         if ws is None:
             # one shape at a time: a new shape drops the old buffers
             self._ws = {k: v for k, v in self._ws.items() if k[:3] == (nb, tq, tk)}
             ws = self._ws[key] = _Workspace(nb, tq, tk, self.d_model, self.n_heads,
-                                            cross, store, threads, self.dtype)
+                                            cross, store, blocked, threads, self.dtype)
         return ws, threads
 
     def _rope_tables(self, t_len):
@@ -173,23 +213,24 @@ class MultiHeadAttention:
         _attention.attention_forward(
             x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
             ws.q, ws.kv, ws.zcat, ws.probs, y2,
-            nb, self.n_heads, self.causal, store, mask, rc, rs, residual)
-        self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs) if store else None
+            nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse)
+        self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask) if store else None
 
     def _backward_buffers(self, dy2, dx2, dctx2, dx_accumulate=False, dctx_accumulate=False):
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
-        x2, ctx2, nb, tq, tk, ws, threads, rc, rs = self._last
+        x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask = self._last
         if threads != _ops.max_threads():
             raise RuntimeError("the thread count changed between forward and backward; "
                                "run forward again")
-        ws.for_backward(threads, tq, tk)
+        ws.for_backward(threads)
         w, g = self._w, self._g
         _attention.attention_backward(
             x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
             dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
             g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
-            nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate)
+            nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate,
+            ws.lse, mask)
 
     # ---- public API ----------------------------------------------------
     def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
@@ -258,16 +299,53 @@ class MultiHeadAttention:
                              f"of shape {shape}, got {got}")
         return out
 
-    def attention_weights(self):
-        """Attention probabilities of the last forward pass: (B, n_heads, Tq, Tk) copy.
+    def attention_weights(self, sample=None, head=None):
+        """Attention probabilities of the last forward pass (with grad=True).
 
-        Available after a forward with grad=True (the probabilities are kept for
-        backward anyway, so this costs nothing until it is called).
+        All of them as (B, n_heads, Tq, Tk), or one sample (n_heads, Tq, Tk), one
+        head (B, Tq, Tk) or one (Tq, Tk) map when sample and/or head are given.
+        The dense path keeps the probabilities for backward anyway; the blocked
+        path recomputes just the requested ones from the kept Q, K and row
+        log-sum-exp. Either way nothing is spent until this is called.
         """
         if self._last is None:
             raise RuntimeError("no attention weights kept: call forward(x) with grad=True first")
-        _, _, nb, tq, tk, ws, *_ = self._last
-        return ws.probs[:nb * self.n_heads * tq * tk].reshape(nb, self.n_heads, tq, tk).copy()
+        _, _, nb, tq, tk, ws, _, _, _, mask = self._last
+        h_all = self.n_heads
+        samples = range(nb) if sample is None else [_index("sample", sample, nb)]
+        heads = range(h_all) if head is None else [_index("head", head, h_all)]
+        out = np.empty((len(samples), len(heads), tq, tk), dtype=self.dtype)
+        for i, b in enumerate(samples):
+            for j, h in enumerate(heads):
+                if ws.lse is None:
+                    out[i, j] = ws.probs[(b * h_all + h) * tq * tk:(b * h_all + h + 1) * tq * tk
+                                         ].reshape(tq, tk)
+                else:
+                    out[i, j] = self._recompute_probs(ws, b, h, tq, tk, mask)
+        if head is not None:
+            out = out[:, 0]
+        if sample is not None:
+            out = out[0]
+        return out
+
+    def _recompute_probs(self, ws, b, h, tq, tk, mask):
+        """P = exp(scale Q_h K_h^T - lse), masked, for one sample and head (blocked path)."""
+        d, dh = self.d_model, self.d_head
+        q = ws.q[b * tq:(b + 1) * tq, h * dh:(h + 1) * dh].astype(np.float64)
+        if ws.kv is None:
+            k = ws.q[b * tk:(b + 1) * tk, d + h * dh:d + (h + 1) * dh]
+        else:
+            k = ws.kv[b * tk:(b + 1) * tk, h * dh:(h + 1) * dh]
+        s = q @ k.T.astype(np.float64) / np.sqrt(dh)
+        allowed = np.ones((tq, tk), dtype=bool)
+        if self.causal:
+            allowed &= np.tri(tq, tk, dtype=bool)
+        if mask is not None:
+            allowed &= ~mask[b].astype(bool)[None, :]
+        lse = ws.lse[(b * self.n_heads + h) * tq:(b * self.n_heads + h + 1) * tq, None]
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = np.exp(s - lse)
+        return np.where(allowed & np.isfinite(lse), p, 0.0)
 
     def __repr__(self):
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]

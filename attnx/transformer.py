@@ -39,8 +39,8 @@ class Transformer:
     The last layer's X' is the output Y, (B, T, d_model).
 
     Parameters: d_model, n_heads, n_layers=2, d_hidden=4*d_model, and causal,
-    bias, rope, dtype, random_state, input_grad as for MultiHeadAttention (the
-    attention options apply to every layer). Initial weights: Wq, Wk, Wv, Wo,
+    bias, rope, dtype, random_state, input_grad, attention as for
+    MultiHeadAttention (the attention options apply to every layer). Initial weights: Wq, Wk, Wv, Wo,
     W1 uniform in +-1/sqrt(d_model), W2 uniform in +-1/sqrt(d_hidden), biases 0,
     drawn layer by layer from one numpy.random.default_rng(random_state).
 
@@ -49,7 +49,8 @@ class Transformer:
     """
 
     def __init__(self, d_model, n_heads, n_layers=2, d_hidden=None, *, causal=False,
-                 bias=False, rope=False, dtype=np.float32, random_state=None, input_grad=True):
+                 bias=False, rope=False, dtype=np.float32, random_state=None, input_grad=True,
+                 attention="auto"):
         d = check_positive_int("d_model", d_model)
         n_layers = check_positive_int("n_layers", n_layers)
         d_hidden = 4 * d if d_hidden is None else check_positive_int("d_hidden", d_hidden)
@@ -57,6 +58,7 @@ class Transformer:
         self.causal, self.bias, self.rope = bool(causal), bool(bias), bool(rope)
         self.dtype = check_dtype(dtype)
         self.input_grad = bool(input_grad)
+        self.attention = attention
 
         n_att = MultiHeadAttention.n_params(d, bias)
         n_mlp = 2 * d * d_hidden + ((d_hidden + d) if bias else 0)
@@ -70,7 +72,7 @@ class Transformer:
         pviews, gviews = {}, {}
         for i, st in enumerate(starts):
             att = MultiHeadAttention(d, n_heads, causal=causal, bias=bias, rope=rope,
-                                     dtype=self.dtype, random_state=rng,
+                                     dtype=self.dtype, random_state=rng, attention=attention,
                                      _storage=(theta, grad, st))
             self.attn.append(att)
             mw = self._mlp_views(theta, st + n_att)
@@ -188,12 +190,13 @@ class Transformer:
             dcur = target
         return (dx, dctx) if cross else dx
 
-    def attention_weights(self, layer=None):
+    def attention_weights(self, layer=None, sample=None, head=None):
         """Attention probabilities of the last forward (grad=True): a list with one
-        (B, n_heads, Tq, Tk) array per layer, or that of one `layer`."""
+        array per layer, or that of one `layer`; sample/head select as in
+        MultiHeadAttention.attention_weights."""
         if layer is not None:
-            return self.attn[layer].attention_weights()
-        return [a.attention_weights() for a in self.attn]
+            return self.attn[layer].attention_weights(sample, head)
+        return [a.attention_weights(sample, head) for a in self.attn]
 
     def __repr__(self):
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]

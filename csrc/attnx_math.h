@@ -144,6 +144,37 @@ ATTNX_UNUSED static void NAME(const T *a, T *da, int n, int n_valid)      \
 ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f32_scalar, float)
 ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f64, double)
 
+/* Building blocks of the blocked (online-softmax) attention path.
+ * rowmax: max of s[0:n] (-inf when empty or all -inf).
+ * expsub_sum: s[j] <- exp(s[j] - mx) in place, returns the sum (mx finite). */
+ATTNX_UNUSED static float attnx_rowmax_f32_scalar(const float *s, int n)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+ATTNX_UNUSED static float attnx_expsub_sum_f32_scalar(float *s, int n, float mx)
+{
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) { s[j] = attnx_expf(s[j] - mx); sum += s[j]; }
+    return sum;
+}
+
+ATTNX_UNUSED static double attnx_rowmax_f64(const double *s, int n)
+{
+    double mx = -INFINITY;
+    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+ATTNX_UNUSED static double attnx_expsub_sum_f64(double *s, int n, double mx)
+{
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
+    return sum;
+}
+
 /* Any NaN or inf? Tests the exponent bits (all ones) as integers, which the
  * compiler vectorises without fast-math, one pass, no early exit needed. */
 ATTNX_UNUSED static int attnx_any_nonfinite_f32(const float *x, long n)

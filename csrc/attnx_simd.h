@@ -105,6 +105,30 @@ ATTNX_AVX2 static void attnx_softmax_bwd_row_f32_avx2(const float *a, float *da,
     for (j = n_valid; j < n; j++) da[j] = 0.0f;
 }
 
+ATTNX_AVX2 static float attnx_rowmax_f32_avx2(const float *s, int n)
+{
+    int j;
+    __m256 vmx = _mm256_set1_ps(-INFINITY);
+    for (j = 0; j + 8 <= n; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(s + j));
+    float mx = attnx_hmax8(vmx);
+    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+ATTNX_AVX2 static float attnx_expsub_sum_f32_avx2(float *s, int n, float mx)
+{
+    int j;
+    __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 e = attnx_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(s + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float sum = attnx_hsum8(acc);
+    for (; j < n; j++) { s[j] = attnx_expf(s[j] - mx); sum += s[j]; }
+    return sum;
+}
+
 ATTNX_AVX2 static void attnx_exp_array_f32_avx2(const float *x, float *y, long n)
 {
     long i;
@@ -142,6 +166,22 @@ ATTNX_UNUSED static void attnx_softmax_bwd_row_f32(const float *a, float *da, in
     if (attnx_cpu_level) { attnx_softmax_bwd_row_f32_avx2(a, da, n, n_valid); return; }
 #endif
     attnx_softmax_bwd_row_f32_scalar(a, da, n, n_valid);
+}
+
+ATTNX_UNUSED static float attnx_rowmax_f32(const float *s, int n)
+{
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level) return attnx_rowmax_f32_avx2(s, n);
+#endif
+    return attnx_rowmax_f32_scalar(s, n);
+}
+
+ATTNX_UNUSED static float attnx_expsub_sum_f32(float *s, int n, float mx)
+{
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level) return attnx_expsub_sum_f32_avx2(s, n, mx);
+#endif
+    return attnx_expsub_sum_f32_scalar(s, n, mx);
 }
 
 ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)
