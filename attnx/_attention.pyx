@@ -28,11 +28,14 @@ cdef extern from "attnx_math.h" nogil:
 
 
 cdef extern from "attnx_math.h" nogil:
-    int attnx_init_cpu(int allow_simd)
+    int attnx_init_cpu(int max_level)
 
-# AVX2 softmax/exp when the CPU has it; ATTNX_NO_SIMD=1 forces the portable code.
+# AVX-512 or AVX2 softmax/exp when the CPU has them. ATTNX_SIMD caps the level:
+# 0 = portable C, 1 = AVX2 at most, 2 = AVX-512 at most (default); the older
+# ATTNX_NO_SIMD=1 means 0.
 import os as _os
-_CPU_LEVEL = attnx_init_cpu(not _os.environ.get("ATTNX_NO_SIMD"))
+_CPU_LEVEL = attnx_init_cpu(0 if _os.environ.get("ATTNX_NO_SIMD") else
+                            int(_os.environ.get("ATTNX_SIMD", "2") or 2))
 
 
 cdef inline void softmax_rows(floating *s, int row0, int rows, int tk, bint causal,
@@ -69,21 +72,34 @@ cdef inline int n_row_blocks(int tq, bint causal) noexcept nogil:
     return (tq + CAUSAL_BLOCK - 1) // CAUSAL_BLOCK if causal else 1
 
 
+cdef inline void transpose_head(const floating *x, int ld, int rows, int cols,
+                                floating *out) noexcept nogil:
+    """out (cols, rows) = x[:rows, :cols]^T for x with leading dimension ld."""
+    cdef int r, c
+    for r in range(rows):
+        for c in range(cols):
+            out[c * rows + r] = x[r * ld + c]
+
+
 cdef void heads_forward(const floating *q, int ldq, const floating *k, const floating *v,
                         int ldkv, floating *z, int ldz, floating *probs, bint store,
-                        int nb, int tq, int tk, int n_heads, int d_head, floating scale,
-                        bint causal, const uint8_t *keymask, int nthreads) noexcept nogil:
+                        floating *tbuf, int nb, int tq, int tk, int n_heads, int d_head,
+                        floating scale, bint causal, const uint8_t *keymask,
+                        int nthreads) noexcept nogil:
     """Per (batch, head): P = softmax(scale Q K^T + mask), Z = P V.
 
     probs holds (nb, n_heads, tq, tk) when store, else one (tq, tk) block per
-    thread (inference: P is not kept).
+    thread (inference: P is not kept). tbuf: (d_head, tk) per thread for K_h^T:
+    OpenBLAS multiplies a thin Q_h by a transposed thin K_h about twice as slowly
+    as by an explicit K_h^T, and the copy is d_head*tk elements against the
+    GEMM's tq*tk*d_head multiply-adds.
     """
     cdef Py_ssize_t bh, b, h, tid
     cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
     cdef int r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
     cdef floating *p
+    cdef floating *kt
     cdef const floating *qh
-    cdef const floating *kh
     cdef const floating *vh
     cdef const uint8_t *km
     if <double> nb * n_heads * blk * d_head < 1.0e5:
@@ -95,13 +111,14 @@ cdef void heads_forward(const floating *q, int ldq, const floating *k, const flo
         p = probs + (bh if store else tid) * blk
         km = (keymask + b * tk) if keymask != NULL else NULL
         qh = q + b * tq * ldq + h * d_head
-        kh = k + b * tk * ldkv + h * d_head
+        kt = tbuf + tid * d_head * tk
+        transpose_head(k + b * tk * ldkv + h * d_head, ldkv, tk, d_head, kt)
         vh = v + b * tk * ldkv + h * d_head
         for r in range(nblk):
             i0 = r * CAUSAL_BLOCK if causal else 0
             i1 = min(i0 + CAUSAL_BLOCK, tq) if causal else tq
             kk = min(i1, tk) if causal else tk
-            gemm(NT, TR, i1 - i0, kk, d_head, scale, qh + i0 * ldq, ldq, kh, ldkv,
+            gemm(NT, NT, i1 - i0, kk, d_head, scale, qh + i0 * ldq, ldq, kt, tk,
                  <floating> 0, p + i0 * tk, tk)
             softmax_rows(p + i0 * tk, i0, i1 - i0, tk, causal, km)
             gemm(NT, NT, i1 - i0, d_head, kk, <floating> 1, p + i0 * tk, tk, vh, ldkv,
@@ -110,9 +127,9 @@ cdef void heads_forward(const floating *q, int ldq, const floating *k, const flo
 
 cdef void heads_backward(const floating *q, int ldq, const floating *k, const floating *v,
                          int ldkv, const floating *dz, int ldz, const floating *probs,
-                         floating *scratch, floating *dq, floating *dk, floating *dv,
-                         int nb, int tq, int tk, int n_heads, int d_head, floating scale,
-                         bint causal, int nthreads) noexcept nogil:
+                         floating *scratch, floating *tbuf, floating *dq, floating *dk,
+                         floating *dv, int nb, int tq, int tk, int n_heads, int d_head,
+                         floating scale, bint causal, int nthreads) noexcept nogil:
     """Per (batch, head): dV = P^T dZ, dP = dZ V^T, dS = P*(dP - rowsum(dP*P)),
     dQ = scale dS K, dK = scale dS^T Q. dq shares ldq, dk/dv share ldkv.
 
@@ -126,7 +143,7 @@ cdef void heads_backward(const floating *q, int ldq, const floating *k, const fl
     cdef floating *ds
     cdef const floating *qh
     cdef const floating *kh
-    cdef const floating *vh
+    cdef floating *vt
     cdef const floating *dzh
     cdef floating *dkh
     cdef floating *dvh
@@ -140,7 +157,8 @@ cdef void heads_backward(const floating *q, int ldq, const floating *k, const fl
         ds = scratch + tid * blk
         qh = q + b * tq * ldq + h * d_head
         kh = k + b * tk * ldkv + h * d_head
-        vh = v + b * tk * ldkv + h * d_head
+        vt = tbuf + tid * d_head * tk
+        transpose_head(v + b * tk * ldkv + h * d_head, ldkv, tk, d_head, vt)
         dzh = dz + b * tq * ldz + h * d_head
         dkh = dk + b * tk * ldkv + h * d_head
         dvh = dv + b * tk * ldkv + h * d_head
@@ -155,7 +173,7 @@ cdef void heads_backward(const floating *q, int ldq, const floating *k, const fl
             acc = 0 if r == nblk - 1 else 1
             gemm(TR, NT, kk, d_head, i1 - i0, <floating> 1, p + i0 * tk, tk,
                  dzh + i0 * ldz, ldz, acc, dvh, ldkv)
-            gemm(NT, TR, i1 - i0, kk, d_head, <floating> 1, dzh + i0 * ldz, ldz, vh, ldkv,
+            gemm(NT, NT, i1 - i0, kk, d_head, <floating> 1, dzh + i0 * ldz, ldz, vt, tk,
                  <floating> 0, ds + i0 * tk, tk)
             softmax_bwd_rows(p + i0 * tk, ds + i0 * tk, i0, i1 - i0, tk, causal)
             gemm(NT, NT, i1 - i0, d_head, kk, scale, ds + i0 * tk, tk, kh, ldkv,
@@ -401,6 +419,7 @@ def attention_forward(
     const floating[:, ::1] rope_sin,
     const floating[:, ::1] residual=None,     # (B*Tq, d) added to Y, or None
     floating[::1] lse=None,                   # (B*H*Tq): blocked path; probs is then scratch
+    floating[::1] tbuf=None,                  # dense path: (threads*d_head*Tk) scratch
 ):
     """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual)."""
     cdef int d = <int> w_o.shape[0]
@@ -447,7 +466,7 @@ def attention_forward(
                                   probs.shape[0] // nth, nb, tq, tk, n_heads, d_head, scale,
                                   causal, km, nth)
         else:
-            heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store,
+            heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store, &tbuf[0],
                           nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
         # y starts as bo + residual (or zero) and the projection GEMM adds onto it
         if residual is not None:
@@ -478,6 +497,7 @@ def attention_backward(
     bint dx_accumulate=False, bint dctx_accumulate=False,
     const floating[::1] lse=None,                  # blocked path: from the forward
     const uint8_t[:, ::1] key_padding_mask=None,   # blocked path recomputes the mask
+    floating[::1] tbuf=None,                       # dense path: (threads*d_head*Tk) scratch
 ):
     """Fill dWqkv, dWo (and biases) from dY; write dL/dx (and dL/dctx) when given.
 
@@ -527,7 +547,8 @@ def attention_backward(
                                    nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
         else:
             heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
-                           dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale, causal, nth)
+                           &tbuf[0], dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale,
+                           causal, nth)
         if rope_cos is not None:
             rope_rotate(dqp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
             rope_rotate(dkp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)

@@ -11,11 +11,14 @@ cdef extern from "attnx_math.h" nogil:
     int attnx_any_nonfinite_f64(const double *x, long n)
 
 cdef extern from "attnx_math.h" nogil:
-    int attnx_init_cpu(int allow_simd)
+    int attnx_init_cpu(int max_level)
 
-# AVX2 softmax/exp when the CPU has it; ATTNX_NO_SIMD=1 forces the portable code.
+# AVX-512 or AVX2 softmax/exp when the CPU has them. ATTNX_SIMD caps the level:
+# 0 = portable C, 1 = AVX2 at most, 2 = AVX-512 at most (default); the older
+# ATTNX_NO_SIMD=1 means 0.
 import os as _os
-_CPU_LEVEL = attnx_init_cpu(not _os.environ.get("ATTNX_NO_SIMD"))
+_CPU_LEVEL = attnx_init_cpu(0 if _os.environ.get("ATTNX_NO_SIMD") else
+                            int(_os.environ.get("ATTNX_SIMD", "2") or 2))
 
 
 # scipy's OpenBLAS thread setters, found at import by attnx._threads through
@@ -88,7 +91,7 @@ cdef void pgemm(int ta, int tb, int m, int n, int k, floating alpha,
 
 
 def cpu_level():
-    """0: portable C kernels; 1: AVX2+FMA kernels (chosen at import from CPUID)."""
+    """0: portable C kernels; 1: AVX2+FMA; 2: AVX-512F (chosen at import from CPUID)."""
     return _CPU_LEVEL
 
 

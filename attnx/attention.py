@@ -48,9 +48,11 @@ class _Workspace:
             fwd, self._bwd_per_thread = _attention.blocked_scratch_sizes(tq, d // n_heads)
             self.probs = e(threads * fwd)
             self.lse = e(nb * n_heads * tq)
+            self.tbuf = None
         else:
             self.probs = e((nb * n_heads if store else threads) * tq * tk)
             self.lse = None
+            self.tbuf = e(threads * (d // n_heads) * tk)
             self._bwd_per_thread = tq * tk
         self.mask = np.empty((nb, tk), dtype=np.uint8)
         # backward buffers are made on the first backward only
@@ -213,7 +215,7 @@ class MultiHeadAttention:
         _attention.attention_forward(
             x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
             ws.q, ws.kv, ws.zcat, ws.probs, y2,
-            nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse)
+            nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse, ws.tbuf)
         self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask) if store else None
 
     def _backward_buffers(self, dy2, dx2, dctx2, dx_accumulate=False, dctx_accumulate=False):
@@ -230,7 +232,7 @@ class MultiHeadAttention:
             dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
             g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
             nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate,
-            ws.lse, mask)
+            ws.lse, mask, ws.tbuf)
 
     # ---- public API ----------------------------------------------------
     def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):

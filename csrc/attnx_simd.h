@@ -1,4 +1,4 @@
-/* AVX2+FMA versions of the float32 softmax kernels, picked at run time.
+/* AVX2+FMA and AVX-512F versions of the float32 softmax kernels, picked at run time.
  *
  * Included by attnx_math.h after the scalar versions. The AVX2 functions are
  * compiled with a target attribute (not -mavx2 for the whole file), and the
@@ -135,18 +135,118 @@ ATTNX_AVX2 static void attnx_exp_array_f32_avx2(const float *x, float *y, long n
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, attnx_exp8(_mm256_loadu_ps(x + i)));
     for (; i < n; i++) y[i] = attnx_expf(x[i]);
 }
+
+/* ---- AVX-512F versions: the same algorithms, 16 lanes ---------------------- */
+#define ATTNX_AVX512 __attribute__((target("avx512f")))
+
+ATTNX_AVX512 static inline __m512 attnx_exp16(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx),
+                                                   _mm512_set1_epi32(127)), 23);
+    __m512 out = _mm512_mul_ps(p, _mm512_castsi512_ps(n));
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    return _mm512_maskz_mov_ps((__mmask16)~under, out);
+}
+
+ATTNX_AVX512 static float attnx_rowmax_f32_avx512(const float *s, int n)
+{
+    int j;
+    __m512 vmx = _mm512_set1_ps(-INFINITY);
+    for (j = 0; j + 16 <= n; j += 16) vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(s + j));
+    float mx = _mm512_reduce_max_ps(vmx);
+    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+ATTNX_AVX512 static float attnx_expsub_sum_f32_avx512(float *s, int n, float mx)
+{
+    int j;
+    __m512 vm = _mm512_set1_ps(mx), acc = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= n; j += 16) {
+        __m512 e = attnx_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+        _mm512_storeu_ps(s + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {  /* the ragged end under a lane mask */
+        __mmask16 m = (__mmask16)((1u << (n - j)) - 1u);
+        __m512 e = attnx_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vm));
+        e = _mm512_maskz_mov_ps(m, e);
+        _mm512_mask_storeu_ps(s + j, m, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+ATTNX_AVX512 static void attnx_softmax_row_f32_avx512(float *s, int n, int n_valid,
+                                                      const uint8_t *keymask)
+{
+    int j;
+    if (keymask) {
+        for (j = 0; j < n_valid; j++)
+            if (keymask[j]) s[j] = -INFINITY;
+    }
+    float mx = attnx_rowmax_f32_avx512(s, n_valid);
+    if (mx == -INFINITY) n_valid = 0;
+    if (n_valid > 0) {
+        __m512 inv = _mm512_set1_ps(1.0f / attnx_expsub_sum_f32_avx512(s, n_valid, mx));
+        for (j = 0; j + 16 <= n_valid; j += 16)
+            _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), inv));
+        for (; j < n_valid; j++) s[j] *= _mm512_cvtss_f32(inv);
+    }
+    for (j = n_valid; j < n; j++) s[j] = 0.0f;
+}
+
+ATTNX_AVX512 static void attnx_softmax_bwd_row_f32_avx512(const float *a, float *da, int n,
+                                                          int n_valid)
+{
+    int j;
+    __m512 acc = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= n_valid; j += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(da + j), _mm512_loadu_ps(a + j), acc);
+    float dot = _mm512_reduce_add_ps(acc);
+    for (; j < n_valid; j++) dot += da[j] * a[j];
+    __m512 vd = _mm512_set1_ps(dot);
+    for (j = 0; j + 16 <= n_valid; j += 16)
+        _mm512_storeu_ps(da + j, _mm512_mul_ps(_mm512_loadu_ps(a + j),
+                                               _mm512_sub_ps(_mm512_loadu_ps(da + j), vd)));
+    for (; j < n_valid; j++) da[j] = a[j] * (da[j] - dot);
+    for (j = n_valid; j < n; j++) da[j] = 0.0f;
+}
+
+ATTNX_AVX512 static void attnx_exp_array_f32_avx512(const float *x, float *y, long n)
+{
+    long i;
+    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, attnx_exp16(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = attnx_expf(x[i]);
+}
 #endif
 
-/* CPU level: 0 = scalar, 1 = AVX2+FMA. Set once by attnx_init_cpu() at import. */
+/* CPU level: 0 = scalar, 1 = AVX2+FMA, 2 = AVX-512F. Set once per extension
+ * module by attnx_init_cpu() at import; max_level caps it (tests, ATTNX_SIMD). */
 static int attnx_cpu_level = 0;
 
-ATTNX_UNUSED static int attnx_init_cpu(int allow_simd)
+ATTNX_UNUSED static int attnx_init_cpu(int max_level)
 {
     attnx_cpu_level = 0;
 #ifdef ATTNX_HAVE_AVX2_PATH
     __builtin_cpu_init();
-    if (allow_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         attnx_cpu_level = 1;
+    if (max_level >= 2 && attnx_cpu_level == 1 && __builtin_cpu_supports("avx512f"))
+        attnx_cpu_level = 2;
 #endif
     return attnx_cpu_level;
 }
@@ -155,6 +255,7 @@ ATTNX_UNUSED static void attnx_softmax_row_f32(float *s, int n, int n_valid,
                                                const uint8_t *keymask)
 {
 #ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) { attnx_softmax_row_f32_avx512(s, n, n_valid, keymask); return; }
     if (attnx_cpu_level) { attnx_softmax_row_f32_avx2(s, n, n_valid, keymask); return; }
 #endif
     attnx_softmax_row_f32_scalar(s, n, n_valid, keymask);
@@ -163,6 +264,7 @@ ATTNX_UNUSED static void attnx_softmax_row_f32(float *s, int n, int n_valid,
 ATTNX_UNUSED static void attnx_softmax_bwd_row_f32(const float *a, float *da, int n, int n_valid)
 {
 #ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) { attnx_softmax_bwd_row_f32_avx512(a, da, n, n_valid); return; }
     if (attnx_cpu_level) { attnx_softmax_bwd_row_f32_avx2(a, da, n, n_valid); return; }
 #endif
     attnx_softmax_bwd_row_f32_scalar(a, da, n, n_valid);
@@ -171,6 +273,7 @@ ATTNX_UNUSED static void attnx_softmax_bwd_row_f32(const float *a, float *da, in
 ATTNX_UNUSED static float attnx_rowmax_f32(const float *s, int n)
 {
 #ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) return attnx_rowmax_f32_avx512(s, n);
     if (attnx_cpu_level) return attnx_rowmax_f32_avx2(s, n);
 #endif
     return attnx_rowmax_f32_scalar(s, n);
@@ -179,6 +282,7 @@ ATTNX_UNUSED static float attnx_rowmax_f32(const float *s, int n)
 ATTNX_UNUSED static float attnx_expsub_sum_f32(float *s, int n, float mx)
 {
 #ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) return attnx_expsub_sum_f32_avx512(s, n, mx);
     if (attnx_cpu_level) return attnx_expsub_sum_f32_avx2(s, n, mx);
 #endif
     return attnx_expsub_sum_f32_scalar(s, n, mx);
@@ -188,6 +292,7 @@ ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)
 {
     long i;
 #ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) { attnx_exp_array_f32_avx512(x, y, n); return; }
     if (attnx_cpu_level) { attnx_exp_array_f32_avx2(x, y, n); return; }
 #endif
     for (i = 0; i < n; i++) y[i] = attnx_expf(x[i]);
