@@ -56,3 +56,10 @@ def as_mask(mask, batch, t_keys, name="key_padding_mask"):
     if mask.shape != (batch, t_keys):
         raise ValueError(f"{name} must have shape {(batch, t_keys)}, got {mask.shape}")
     return mask
+
+
+def check_params(params):
+    """ValueError when a model's parameters (a ParamDict) hold NaN or inf."""
+    if not finite(params.flat):
+        bad = [k for k, v in params.items() if not np.isfinite(v).all()]
+        raise ValueError(f"the model's parameters contain NaN or infinity: {bad}")

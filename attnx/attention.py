@@ -3,7 +3,8 @@ import numpy as np
 
 from . import _attention, _ops
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_input, as_mask
+from ._validate import as_input, as_mask, check_params
+from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 _NAMES_W = ("Wq", "Wk", "Wv", "Wo")
 _NAMES_B = ("bq", "bk", "bv", "bo")
@@ -134,7 +135,7 @@ class MultiHeadAttention:
         self.grads = ParamDict(grad, self._named(self._g))
         self.init_weights(random_state)
 
-        self._ws = {}
+        self._ws = WorkspaceCache()
         self._rope = {}
         self._last = None  # what backward needs from the last forward
 
@@ -186,13 +187,18 @@ class MultiHeadAttention:
         threads = _ops.max_threads()
         blocked = self._use_blocked(tq, tk)
         key = (nb, tq, tk, cross, store, blocked, threads)
-        ws = self._ws.get(key)
-        if ws is None:
-            # one shape at a time: a new shape drops the old buffers
-            self._ws = {k: v for k, v in self._ws.items() if k[:3] == (nb, tq, tk)}
-            ws = self._ws[key] = _Workspace(nb, tq, tk, self.d_model, self.n_heads,
-                                            cross, store, blocked, threads, self.dtype)
-        return ws, threads
+
+        def make():
+            d, h = self.d_model, self.n_heads
+            if blocked:
+                att = threads * sum(_attention.blocked_scratch_sizes(tq, d // h))
+            else:
+                att = (nb * h if store else threads) * tq * tk + threads * tq * tk
+            check_size(nbytes_of(self.dtype, att, 10 * nb * max(tq, tk) * d),
+                       f"attention over batch={nb}, Tq={tq}, Tk={tk}")
+            return _Workspace(nb, tq, tk, d, h, cross, store, blocked, threads, self.dtype)
+
+        return self._ws.get(key, store, make), threads
 
     def _rope_tables(self, t_len):
         tab = self._rope.get(t_len)
@@ -216,7 +222,8 @@ class MultiHeadAttention:
             x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
             ws.q, ws.kv, ws.zcat, ws.probs, y2,
             nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse, ws.tbuf)
-        self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask) if store else None
+        if store:  # inference leaves the last training forward's state alone (thread safety)
+            self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
     def _backward_buffers(self, dy2, dx2, dctx2, dx_accumulate=False, dctx_accumulate=False):
         if self._last is None:
@@ -246,6 +253,7 @@ class MultiHeadAttention:
             write Y into, so that a training step allocates nothing.
         """
         x = as_input("x", x, self.d_model)
+        check_params(self.params)
         nb, tq = x.shape[0], x.shape[1]
         cross = context is not None
         if cross:
@@ -307,8 +315,8 @@ class MultiHeadAttention:
         All of them as (B, n_heads, Tq, Tk), or one sample (n_heads, Tq, Tk), one
         head (B, Tq, Tk) or one (Tq, Tk) map when sample and/or head are given.
         The dense path keeps the probabilities for backward anyway; the blocked
-        path recomputes just the requested ones from the kept Q, K and row
-        log-sum-exp. Either way nothing is spent until this is called.
+        path recomputes just the requested ones from the kept (rotated) Q and K.
+        Either way nothing is spent until this is called.
         """
         if self._last is None:
             raise RuntimeError("no attention weights kept: call forward(x) with grad=True first")
@@ -331,7 +339,8 @@ class MultiHeadAttention:
         return out
 
     def _recompute_probs(self, ws, b, h, tq, tk, mask):
-        """P = exp(scale Q_h K_h^T - lse), masked, for one sample and head (blocked path)."""
+        """softmax(scale Q_h K_h^T + mask) for one sample and head from the kept Q and K
+        (blocked path), in float64 with the row max subtracted."""
         d, dh = self.d_model, self.d_head
         q = ws.q[b * tq:(b + 1) * tq, h * dh:(h + 1) * dh].astype(np.float64)
         if ws.kv is None:
@@ -344,10 +353,12 @@ class MultiHeadAttention:
             allowed &= np.tri(tq, tk, dtype=bool)
         if mask is not None:
             allowed &= ~mask[b].astype(bool)[None, :]
-        lse = ws.lse[(b * self.n_heads + h) * tq:(b * self.n_heads + h + 1) * tq, None]
-        with np.errstate(invalid="ignore", over="ignore"):
-            p = np.exp(s - lse)
-        return np.where(allowed & np.isfinite(lse), p, 0.0)
+        s = np.where(allowed, s, -np.inf)
+        mx = s.max(axis=1, keepdims=True)
+        mx[~np.isfinite(mx)] = 0.0
+        e = np.exp(s - mx)
+        den = e.sum(axis=1, keepdims=True)
+        return np.divide(e, den, out=np.zeros_like(e), where=den > 0)
 
     def __repr__(self):
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]

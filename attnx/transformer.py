@@ -3,8 +3,9 @@ import numpy as np
 
 from . import _mlp, _ops
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_input, as_mask
+from ._validate import as_input, as_mask, check_params
 from .attention import MultiHeadAttention, _copy_rows
+from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 
 class _Buffers:
@@ -90,7 +91,7 @@ class Transformer:
                 gviews[f"layers.{i}.{k}"] = mg[k]
         self.params = ParamDict(theta, _ordered(pviews, n_layers))
         self.grads = ParamDict(grad, _ordered(gviews, n_layers))
-        self._bufs = {}
+        self._bufs = WorkspaceCache()
         self._last = None
 
     def _mlp_views(self, flat, start):
@@ -108,12 +109,15 @@ class Transformer:
     def _buffers(self, nb, t, tk, cross, store):
         threads = _ops.max_threads()
         key = (nb, t, tk, cross, store, threads)
-        b = self._bufs.get(key)
-        if b is None:
-            self._bufs = {}
-            b = self._bufs[key] = _Buffers(self.n_layers, nb * t, self.d_model,
-                                           self.d_hidden, self.dtype)
-        return b, threads
+
+        def make():
+            rows = nb * t
+            check_size(nbytes_of(self.dtype, self.n_layers * rows * (2 * self.d_model
+                                                                     + 2 * self.d_hidden)),
+                       f"a {self.n_layers}-layer transformer over batch={nb}, T={t}")
+            return _Buffers(self.n_layers, rows, self.d_model, self.d_hidden, self.dtype)
+
+        return self._bufs.get(key, store, make), threads
 
     # ---- public API ----------------------------------------------------
     def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
@@ -124,6 +128,7 @@ class Transformer:
         """
         d = self.d_model
         x = as_input("x", x, d)
+        check_params(self.params)
         nb, t = x.shape[:2]
         cross = context is not None
         if cross:
@@ -150,7 +155,8 @@ class Transformer:
             mw = self._mlp_w[i]
             _mlp.mlp_forward(bufs.zt[i], mw["W1"], mw["b1"], mw["W2"], mw["b2"],
                              bufs.h[i], bufs.s[i], bufs.xs[i + 1])
-        self._last = (nb, t, tk, cross, bufs, threads) if grad else None
+        if grad:  # inference leaves the last training forward's state alone (thread safety)
+            self._last = (nb, t, tk, cross, bufs, threads)
         return y
 
     __call__ = forward

@@ -3,11 +3,11 @@ PyTorch (autograd). Written from the formulas, independent of attnx's kernels.""
 import numpy as np
 
 
-def _rope_np(x, d_head):
-    """x: (T, d_head) of one head; rotate pairs (2i, 2i+1) by t * 10000^(-2i/d_head)."""
+def _rope_np(x, d_head, sign=1.0):
+    """x: (T, d_head) of one head; rotate pairs (2i, 2i+1) by sign * t * 10000^(-2i/d_head)."""
     t_len = x.shape[0]
     i = np.arange(d_head // 2)
-    ang = np.arange(t_len)[:, None] * (10000.0 ** (-2.0 * i / d_head))[None, :]
+    ang = sign * np.arange(t_len)[:, None] * (10000.0 ** (-2.0 * i / d_head))[None, :]
     c, s = np.cos(ang), np.sin(ang)
     out = x.copy()
     out[:, 0::2] = x[:, 0::2] * c - x[:, 1::2] * s
@@ -49,6 +49,68 @@ def mha_numpy(p, x, n_heads, causal=False, context=None, key_padding_mask=None, 
             z[:, sl] = a @ v[:, sl]
         y[b] = z @ g("Wo") + g("bo")
     return y
+
+
+def mha_numpy_backward(p, x, dy, n_heads, causal=False, context=None, key_padding_mask=None,
+                       rope=False):
+    """Gradients of sum(Y * dy) by hand, one sample and head at a time:
+    returns (grads dict, dX, dcontext or None)."""
+    x = np.asarray(x, dtype=np.float64)
+    cross = context is not None
+    ctx = np.asarray(context, dtype=np.float64) if cross else x
+    dy = np.asarray(dy, dtype=np.float64)
+    nb, tq, d = x.shape
+    tk = ctx.shape[1]
+    dh = d // n_heads
+    W = {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
+    b_ = lambda k: W.get(k, 0.0)  # noqa: E731
+    g = {k: np.zeros_like(v) for k, v in W.items()}
+    dx = np.zeros_like(x)
+    dc = np.zeros_like(ctx)
+    for b in range(nb):
+        q, k, v = x[b] @ W["Wq"] + b_("bq"), ctx[b] @ W["Wk"] + b_("bk"), ctx[b] @ W["Wv"] + b_("bv")
+        zcat = np.zeros((tq, d))
+        dq, dk, dv = np.zeros((tq, d)), np.zeros((tk, d)), np.zeros((tk, d))
+        cache = []
+        for h in range(n_heads):
+            sl = slice(h * dh, (h + 1) * dh)
+            qh, kh = q[:, sl], k[:, sl]
+            if rope:
+                qh, kh = _rope_np(qh, dh), _rope_np(kh, dh)
+            allowed = np.ones((tq, tk), dtype=bool)
+            if causal:
+                allowed &= np.tri(tq, tk, dtype=bool)
+            if key_padding_mask is not None:
+                allowed &= ~key_padding_mask[b][None, :]
+            s = np.where(allowed, qh @ kh.T / np.sqrt(dh), -np.inf)
+            a = np.zeros((tq, tk))
+            for i in range(tq):
+                if allowed[i].any():
+                    e = np.exp(s[i] - s[i].max())
+                    a[i] = e / e.sum()
+            zcat[:, sl] = a @ v[:, sl]
+            cache.append((sl, qh, kh, a))
+        g["Wo"] += zcat.T @ dy[b]
+        if "bo" in g:
+            g["bo"] += dy[b].sum(0)
+        dz = dy[b] @ W["Wo"].T
+        for sl, qh, kh, a in cache:
+            dv[:, sl] = a.T @ dz[:, sl]
+            da = dz[:, sl] @ v[:, sl].T
+            ds = a * (da - (da * a).sum(1, keepdims=True)) / np.sqrt(dh)
+            dqh, dkh = ds @ kh, ds.T @ qh
+            if rope:
+                dqh, dkh = _rope_np(dqh, dh, -1.0), _rope_np(dkh, dh, -1.0)
+            dq[:, sl], dk[:, sl] = dqh, dkh
+        g["Wq"] += x[b].T @ dq
+        g["Wk"] += ctx[b].T @ dk
+        g["Wv"] += ctx[b].T @ dv
+        for name, grad in (("bq", dq), ("bk", dk), ("bv", dv)):
+            if name in g:
+                g[name] += grad.sum(0)
+        dx[b] += dq @ W["Wq"].T
+        (dc if cross else dx)[b] += dk @ W["Wk"].T + dv @ W["Wv"].T
+    return g, dx, (dc if cross else None)
 
 
 def mha_torch(torch, p, x, n_heads, causal=False, context=None, key_padding_mask=None,
