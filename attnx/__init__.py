@@ -21,3 +21,9 @@ from .transformer import Transformer
 
 __version__ = "0.1.0"
 __all__ = ["MultiHeadAttention", "Transformer", "AdamW", "mse_loss", "__version__"]
+
+from . import datasets  # noqa: E402
+from .estimators import AttentionRegressor, TransformerRegressor  # noqa: E402
+from .io import load  # noqa: E402
+
+__all__ += ["AttentionRegressor", "TransformerRegressor", "load", "datasets"]

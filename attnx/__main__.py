@@ -1,0 +1,289 @@
+"""Command line: `python -m attnx` (the seed 000 demo) and the train / predict / bench commands.
+
+  python -m attnx [--plot FILE.png] [demo options]
+  python -m attnx train DATA.npz -o MODEL.npz [model and training options]
+  python -m attnx predict MODEL.npz DATA.npz -o OUT.npz
+  python -m attnx bench [benchmarks/run.py options]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+DEMO = dict(samples=4096, test_samples=1024, seq_len=10, d_model=8, n_heads=2, epochs=200,
+            batch_size=32, lr=0.01, seed=0)
+
+
+def main(argv=None):
+    """Run the command line; returns the exit status (0 on success)."""
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"] and argv[1:] not in (["-h"], ["--help"]):
+        # everything after `bench` belongs to benchmarks/run.py, options included
+        # (argparse's REMAINDER would reject a leading --option)
+        return _bench(argparse.Namespace(command="bench", args=argv[1:]))
+    args = parser.parse_args(argv)
+    try:
+        if args.command is None:
+            return _demo(args)
+        return args.run(args)
+    except (ValueError, TypeError, OSError, ImportError, KeyError, ArithmeticError,
+            MemoryError) as exc:
+        name = "attnx" + (f" {args.command}" if args.command else "")
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+# ---- argument parsing ------------------------------------------------------
+def _parser():
+    prog = "python -m attnx" if sys.argv[0].endswith("__main__.py") else "attnx"
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(
+        prog=prog, formatter_class=fmt,
+        description="attnx: attention and small transformers trained on the CPU. Without a "
+                    "command, trains a MultiHeadAttention model on the seed 000 task (copy "
+                    "the row whose feature 0 is largest to every position) and prints the "
+                    "loss every few epochs, then per output feature the R^2, the MAE and "
+                    "three test predictions against their targets.",
+        epilog="Commands: train, predict, bench; `%(prog)s COMMAND --help` explains each.")
+    demo = p.add_argument_group("demo options (no command)")
+    demo.add_argument("--plot", metavar="FILE.png",
+                      help="after training, save an attention heatmap (test sample 0, head 0) "
+                           "to this PNG file (needs matplotlib)")
+    demo.add_argument("--samples", type=int, default=DEMO["samples"],
+                      help="training samples")
+    demo.add_argument("--test-samples", type=int, default=DEMO["test_samples"],
+                      help="held-out samples the scores are computed on")
+    demo.add_argument("--seq-len", type=int, default=DEMO["seq_len"], help="positions per sample")
+    demo.add_argument("--d-model", type=int, default=DEMO["d_model"], help="features per position")
+    demo.add_argument("--n-heads", type=int, default=DEMO["n_heads"], help="attention heads")
+    demo.add_argument("--epochs", type=int, default=DEMO["epochs"], help="training epochs")
+    demo.add_argument("--batch-size", type=int, default=DEMO["batch_size"],
+                      help="samples per AdamW step")
+    demo.add_argument("--lr", type=float, default=DEMO["lr"], help="AdamW learning rate")
+    demo.add_argument("--seed", type=int, default=DEMO["seed"],
+                      help="seed of the data, the weights and the shuffling")
+    p.set_defaults(command=None)
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    t = sub.add_parser("train", formatter_class=fmt,
+                       help="train a model on X, Y from an .npz file and save it",
+                       description="Train an AttentionRegressor or TransformerRegressor on the "
+                                   "arrays X and Y (n_samples, seq_len, d) of an .npz file and "
+                                   "write the model file (configuration, weights, optimizer "
+                                   "state) that `predict` and attnx.load read.")
+    t.add_argument("data", help=".npz file holding X and Y (see --x-key, --y-key)")
+    t.add_argument("-o", "--output", default="model.npz", help="model file to write")
+    t.add_argument("--x-key", default="X", help="name of the input array in DATA")
+    t.add_argument("--y-key", default="Y", help="name of the target array in DATA")
+    t.add_argument("--model", choices=("attention", "transformer"), default="attention",
+                   help="one MultiHeadAttention layer, or a Transformer")
+    t.add_argument("--n-heads", type=int, default=1, help="attention heads (must divide d)")
+    t.add_argument("--n-layers", type=int, default=2, help="transformer layers (transformer only)")
+    t.add_argument("--d-hidden", type=int, default=None,
+                   help="MLP width (transformer only; default 4 d)")
+    t.add_argument("--causal", action="store_true", help="position i attends to j <= i only")
+    t.add_argument("--rope", action="store_true",
+                   help="rotary position embedding on queries and keys (needs an even d / n_heads)")
+    t.add_argument("--no-bias", dest="bias", action="store_false",
+                   help="no bias vectors (they are on by default)")
+    t.add_argument("--epochs", type=int, default=100, help="passes over the data")
+    t.add_argument("--batch-size", type=int, default=32, help="samples per AdamW step")
+    t.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    t.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.999), metavar=("B1", "B2"),
+                   help="AdamW moment decay rates")
+    t.add_argument("--eps", type=float, default=1e-8, help="AdamW epsilon")
+    t.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay")
+    t.add_argument("--no-shuffle", dest="shuffle", action="store_false",
+                   help="keep the sample order instead of reshuffling every epoch")
+    t.add_argument("--validation-fraction", type=float, default=0.0,
+                   help="part of the samples held out to compute a validation loss per epoch")
+    t.add_argument("--early-stopping", action="store_true",
+                   help="stop when the validation loss (or the training loss without "
+                        "validation) has not improved by --tol for --n-iter-no-change epochs")
+    t.add_argument("--n-iter-no-change", type=int, default=10,
+                   help="epochs without improvement before early stopping")
+    t.add_argument("--tol", type=float, default=1e-4, help="smallest improvement that counts")
+    t.add_argument("--seed", type=int, default=0,
+                   help="seed of the weights, the shuffling and the validation split")
+    t.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="precision of the weights and the computation")
+    t.add_argument("-v", "--verbose", action="store_true",
+                   help="show a progress bar per epoch with the running loss (on stderr)")
+    t.set_defaults(run=_train, command="train")
+
+    pr = sub.add_parser("predict", formatter_class=fmt,
+                        help="predict Y for the X of an .npz file with a saved model",
+                        description="Load a model file written by `train` (or est.save), "
+                                    "predict Y for the array X of an .npz file and write Y to "
+                                    "an .npz file. When DATA also holds targets (--y-key), "
+                                    "their R^2 is printed.")
+    pr.add_argument("model", help="model file written by `train` or est.save")
+    pr.add_argument("data", help=".npz file holding X (see --x-key)")
+    pr.add_argument("-o", "--output", default="predictions.npz",
+                    help=".npz file to write the predictions to (array Y)")
+    pr.add_argument("--x-key", default="X", help="name of the input array in DATA")
+    pr.add_argument("--y-key", default="Y",
+                    help="name of the output array, and of the targets in DATA if present")
+    pr.set_defaults(run=_predict, command="predict")
+
+    b = sub.add_parser("bench", formatter_class=fmt,
+                       help="run the benchmark suite (benchmarks/run.py of a source checkout)",
+                       description="Run benchmarks/run.py of the attnx source checkout, found "
+                                   "in the current directory or next to the attnx package; "
+                                   "every further argument goes to it (`bench -- --help` "
+                                   "shows its own help).")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for benchmarks/run.py")
+    b.set_defaults(run=_bench, command="bench")
+    return p
+
+
+# ---- demo ------------------------------------------------------------------
+def _demo(args):
+    from . import AttentionRegressor
+    from ._metrics import mae_per_output, r2_per_output
+    from .datasets import max_position_task
+
+    if args.plot:
+        from .plot import _matplotlib
+
+        _matplotlib()  # fail now, not after training
+    X, Y = max_position_task(args.samples, args.seq_len, args.d_model, random_state=args.seed)
+    Xte, Yte = max_position_task(args.test_samples, args.seq_len, args.d_model,
+                                 random_state=args.seed + 1)
+    est = AttentionRegressor(args.n_heads, batch_size=args.batch_size, lr=args.lr,
+                             weight_decay=0.0, random_state=args.seed)
+    print("attnx demo: the seed 000 task - every output position gets the input row whose "
+          "feature 0 is largest")
+    print(f"data: {args.samples} training and {args.test_samples} test samples, seq_len "
+          f"{args.seq_len}, d_model {args.d_model}")
+    every = max(1, args.epochs // 10)
+    start = time.perf_counter()
+    for epoch in range(1, args.epochs + 1):
+        est.partial_fit(X, Y)  # one epoch; its loss is printed every few epochs
+        if est.n_iter_ < epoch:  # Ctrl-C: partial_fit warned and kept the last step
+            break
+        if epoch == 1 or epoch % every == 0 or epoch == args.epochs:
+            print(f"epoch {epoch:4d}  loss {est.loss_curve_[-1]:.6f}", flush=True)
+    seconds = time.perf_counter() - start
+    print(f"model: {est.model_!r}, {est.model_.params.flat.size} parameters; "
+          f"trained {est.n_iter_} epochs in {seconds:.1f} s")
+
+    P = est.predict(Xte)
+    r2, mae = r2_per_output(Yte, P), mae_per_output(Yte, P)
+    print(f"\ntest set ({args.test_samples} samples x {args.seq_len} positions), "
+          f"three sample predictions at position 0 (prediction / target):")
+    print("feature     R^2      MAE   samples 0, 1, 2")
+    for j in range(args.d_model):
+        pairs = "   ".join(f"{P[i, 0, j]:+.3f} / {Yte[i, 0, j]:+.3f}"
+                           for i in range(min(3, args.test_samples)))
+        print(f"{j:7d}  {r2[j]:.4f}  {mae[j]:.4f}   {pairs}")
+    print(f"mean     {r2.mean():.4f}  {mae.mean():.4f}")
+    if args.plot:
+        _save_heatmap(est, Xte, args.plot)
+        print(f"wrote attention heatmap (test sample 0, head 0) to {args.plot}")
+    return 0
+
+
+def _save_heatmap(est, X, path):
+    from matplotlib.figure import Figure
+
+    from .plot import attention_heatmap
+
+    fig = Figure(figsize=(5.5, 4.5))  # no pyplot: no GUI backend needed
+    attention_heatmap(est, X=X, sample=0, head=0, ax=fig.add_subplot())
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+# ---- train / predict -------------------------------------------------------
+def _load_arrays(path, *keys, optional=()):
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise ValueError(f"{path} holds one array, not an .npz archive")
+            missing = [k for k in keys if k not in data.files]
+            if missing:
+                raise ValueError(f"{path} has no array {missing[0]!r} (it holds "
+                                 f"{', '.join(data.files) or 'nothing'})")
+            return [data[k] for k in keys] + [data[k] if k in data.files else None
+                                               for k in optional]
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from exc
+
+
+def _train(args):
+    from . import AttentionRegressor, TransformerRegressor
+    from ._metrics import r2_score
+
+    X, Y = _load_arrays(args.data, args.x_key, args.y_key)
+    common = dict(causal=args.causal, bias=args.bias, rope=args.rope, epochs=args.epochs,
+                  batch_size=args.batch_size, lr=args.lr, betas=tuple(args.betas),
+                  eps=args.eps, weight_decay=args.weight_decay, shuffle=args.shuffle,
+                  validation_fraction=args.validation_fraction,
+                  early_stopping=args.early_stopping, n_iter_no_change=args.n_iter_no_change,
+                  tol=args.tol, random_state=args.seed, verbose=int(args.verbose),
+                  dtype=np.dtype(args.dtype).type)
+    if args.model == "transformer":
+        est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common)
+    else:
+        est = AttentionRegressor(args.n_heads, **common)
+    start = time.perf_counter()
+    est.fit(X, Y)
+    seconds = time.perf_counter() - start
+    line = f"trained {est!r} on X {X.shape}: {est.n_iter_} epochs in {seconds:.1f} s"
+    if est.loss_curve_:  # empty when Ctrl-C came during the first epoch
+        line += f", final loss {est.loss_curve_[-1]:.6g}"
+    if getattr(est, "validation_loss_curve_", None):
+        line += f", best validation loss {est.best_validation_loss_:.6g}"
+    print(line)
+    print(f"R^2 on the training data: {r2_score(Y, est.predict(X)):.4f}")
+    est.save(args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _predict(args):
+    from .io import load
+    from ._metrics import r2_score
+
+    est = load(args.model)
+    X, Y_true = _load_arrays(args.data, args.x_key, optional=(args.y_key,))
+    Y = est.predict(X)
+    with open(args.output, "wb") as f:  # np.savez(name) would append .npz to the name
+        np.savez(f, **{args.y_key: Y})
+    print(f"wrote {args.output}: {args.y_key} {Y.shape} {Y.dtype}")
+    if Y_true is not None and Y_true.shape == Y.shape:
+        print(f"R^2 against {args.y_key} of {args.data}: {r2_score(Y_true, Y):.4f}")
+    return 0
+
+
+# ---- bench -----------------------------------------------------------------
+def find_bench_script(roots=None):
+    """benchmarks/run.py under the current directory or the package's parent, or None."""
+    if roots is None:
+        roots = [Path.cwd(), Path(__file__).resolve().parent.parent]
+    for root in roots:
+        script = Path(root) / "benchmarks" / "run.py"
+        if script.is_file():
+            return script
+    return None
+
+
+def _bench(args):
+    script = find_bench_script()
+    if script is None:
+        print("attnx bench: the benchmark suite (benchmarks/run.py) lives in the attnx source "
+              "checkout, not in the installed package; run this command from the checkout's "
+              "top directory, or run `python benchmarks/run.py` there", file=sys.stderr)
+        return 2
+    rest = args.args[1:] if args.args[:1] == ["--"] else args.args
+    return subprocess.call([sys.executable, os.fspath(script), *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

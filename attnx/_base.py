@@ -1,0 +1,89 @@
+"""Parameter handling shared by the estimators, without importing scikit-learn.
+
+scikit-learn's clone, cross_val_score and GridSearchCV need only get_params,
+set_params and (from scikit-learn 1.6 on) __sklearn_tags__; older releases read
+_estimator_type and _more_tags. The constructor signature is the list of
+hyper-parameters, as in scikit-learn.
+"""
+import inspect
+
+import numpy as np
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when predict, score or save needs a fitted estimator (as scikit-learn's)."""
+
+
+class EstimatorParams:
+    """get_params / set_params by constructor introspection, and a short repr."""
+
+    _estimator_type = "regressor"  # scikit-learn < 1.6 reads this in is_regressor
+
+    @classmethod
+    def _param_names(cls):
+        sig = inspect.signature(cls.__init__)
+        names = []
+        for p in list(sig.parameters.values())[1:]:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"{cls.__name__}.__init__ must list its hyper-parameters "
+                                f"explicitly (no *args / **kwargs)")
+            names.append(p.name)
+        return names
+
+    @classmethod
+    def _defaults(cls):
+        sig = inspect.signature(cls.__init__)
+        return {k: p.default for k, p in sig.parameters.items() if k != "self"}
+
+    def get_params(self, deep=True):
+        """Hyper-parameters as given to the constructor (deep is accepted for
+        scikit-learn; there are no nested estimators)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params):
+        """Set hyper-parameters by name; takes effect at the next fit. Returns self."""
+        valid = self._param_names()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"invalid parameter {key!r} for {type(self).__name__}; "
+                                 f"valid parameters are {sorted(valid)}")
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self):
+        defaults = self._defaults()
+        parts = [f"{k}={_short_repr(v)}" for k, v in self.get_params().items()
+                 if not _same(v, defaults[k])]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    # ---- scikit-learn tags (sklearn is imported only when sklearn asks) ----
+    def __sklearn_tags__(self):
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(estimator_type="regressor",
+                    target_tags=TargetTags(required=True, multi_output=True,
+                                           single_output=False),
+                    regressor_tags=RegressorTags(),
+                    input_tags=InputTags(two_d_array=False, three_d_array=True))
+
+    def _more_tags(self):  # scikit-learn < 1.6
+        return {"multioutput": True, "requires_y": True, "X_types": ["3darray"]}
+
+
+def _same(a, b):
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    try:
+        return bool(a == b)
+    except Exception:  # arrays and other objects without a plain truth value
+        return False
+
+
+def _short_repr(v):
+    if isinstance(v, type) and v.__module__ == "numpy":
+        return f"np.{v.__name__}"
+    if isinstance(v, np.dtype):
+        return f"np.{v.name}"
+    return repr(v)

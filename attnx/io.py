@@ -1,0 +1,179 @@
+"""Save and load estimators: one .npz file, readable without pickle.
+
+Arrays in the file (written with numpy.savez, read with allow_pickle=False):
+  format          "attnx-estimator"
+  version         the format version (FORMAT_VERSION), checked on load
+  meta            JSON: class name, get_params() (dtype as a string), the
+                  model architecture, fitted scalars (n_iter_, ...), the
+                  optimizer's step count and settings, the shuffling RNG state
+  params          the model's flat weight buffer (model_.params.flat)
+  opt_m_<i>, opt_v_<i>   AdamW moment buffers
+  loss_curve, validation_loss_curve   float64 per-epoch losses
+The estimator's scratch buffers and the model's workspaces are not stored.
+"""
+import json
+import os
+import secrets
+
+import numpy as np
+
+from .estimators import AttentionRegressor, TransformerRegressor
+
+FORMAT = "attnx-estimator"
+FORMAT_VERSION = 1
+
+_CLASSES = {c.__name__: c for c in (AttentionRegressor, TransformerRegressor)}
+_SCALARS = ("n_features_in_", "n_iter_", "best_loss_", "best_validation_loss_")
+_CURVES = ("loss_curve_", "validation_loss_curve_")
+
+
+def save(est, path):
+    """Write est (an AttentionRegressor or TransformerRegressor, fitted or not) to path.
+
+    The file is written next to path under a temporary name, then renamed over
+    path, so a failed save leaves any previous file there intact.
+    """
+    arrays = _to_arrays(est)
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+    # os.open with 0o666 applies the umask like any newly created file
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load(path):
+    """Read an estimator written by save (or est.save); raises ValueError naming the
+    file when it is truncated, corrupted, of another format version or not one."""
+    path = os.fspath(path)
+    # any failure to parse the archive means a damaged or foreign file; zipfile and
+    # numpy report those with many exception types (BadZipFile, EOFError,
+    # NotImplementedError for a flipped compression method, ...)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable attnx model file (truncated, corrupted "
+                         f"or of another format): {exc}") from exc
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is not an attnx model file: it holds one array, "
+                         f"not an .npz archive")
+    try:
+        with data:
+            # read every member now: zipfile checks each member's CRC as it is read
+            arrays = {k: data[k] for k in data.files}
+    except Exception as exc:
+        raise ValueError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc
+    try:
+        return _from_arrays(arrays)
+    except _FormatError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    except Exception as exc:  # a field of the wrong type or shape: the file was altered
+        raise ValueError(f"{path} is not a valid attnx model file ({type(exc).__name__}: "
+                         f"{exc})") from exc
+
+
+class _FormatError(Exception):
+    """A clear reason why a file is not readable, reported as is."""
+
+
+# ---- estimator -> arrays ---------------------------------------------------
+def _to_arrays(est):
+    from . import __version__
+
+    cls = type(est).__name__
+    if _CLASSES.get(cls) is not type(est):
+        raise TypeError(f"save needs an AttentionRegressor or TransformerRegressor, got {cls}")
+    fitted = "model_" in vars(est)
+    meta = {"class": cls, "attnx_version": __version__, "params": _params_json(est),
+            "fitted": fitted,
+            # dtype goes in as a string; remember its form so that load gives it back
+            "dtype_given_as": ("str" if isinstance(est.dtype, str) else
+                               "dtype" if isinstance(est.dtype, np.dtype) else "type")}
+    arrays = {"format": np.array(FORMAT), "version": np.array(FORMAT_VERSION)}
+    if fitted:
+        opt = est.optimizer_
+        meta["model"] = est._model_spec()
+        meta["optimizer"] = {"t": opt.t, "n_buffers": len(opt.m), **est._optimizer_hyper()}
+        meta["rng"] = est.shuffle_rng_.bit_generator.state
+        meta["fitted_attributes"] = {k: float(getattr(est, k)) if k.startswith("best") else
+                                     int(getattr(est, k)) for k in _SCALARS if hasattr(est, k)}
+        arrays["params"] = est.model_.params.flat
+        for i, (m, v) in enumerate(zip(opt.m, opt.v)):
+            arrays[f"opt_m_{i}"], arrays[f"opt_v_{i}"] = m, v
+        for k in _CURVES:
+            if hasattr(est, k):
+                arrays[k[:-1]] = np.asarray(getattr(est, k), dtype=np.float64)
+    arrays["meta"] = np.array(json.dumps(meta))
+    return arrays
+
+
+def _params_json(est):
+    out = {}
+    for k, v in est.get_params().items():
+        if k == "dtype":
+            v = np.dtype(v).name
+        elif isinstance(v, tuple):
+            v = list(v)
+        elif isinstance(v, np.generic):
+            v = v.item()
+        if k == "random_state" and not (v is None or isinstance(v, int)):
+            # a Generator cannot go into JSON; the shuffling state is saved anyway,
+            # so only a later fit() from scratch is affected
+            v = None
+        out[k] = v
+    json.dumps(out)  # fail here, before anything is written, on an exotic value
+    return out
+
+
+# ---- arrays -> estimator ---------------------------------------------------
+def _from_arrays(a):
+    fmt = a.get("format")
+    if fmt is None or fmt.shape != () or fmt.dtype.kind != "U" or str(fmt) != FORMAT:
+        raise _FormatError(f"not an attnx model file (an .npz holding {sorted(a)})")
+    version = int(a["version"])
+    if version != FORMAT_VERSION:
+        raise _FormatError(f"model file format version {version} is not supported "
+                           f"(this attnx reads version {FORMAT_VERSION})")
+    meta = json.loads(str(a["meta"]))
+    cls = _CLASSES.get(meta["class"])
+    if cls is None:
+        raise _FormatError(f"unknown estimator class {meta['class']!r}")
+    params = dict(meta["params"])
+    form = meta.get("dtype_given_as", "type")
+    dt = np.dtype(params["dtype"])
+    params["dtype"] = params["dtype"] if form == "str" else dt if form == "dtype" else dt.type
+    params["betas"] = tuple(params["betas"])
+    est = cls(**params)
+    if not meta["fitted"]:
+        return est
+    opt = meta["optimizer"]
+    nbuf = int(opt["n_buffers"])
+    state = {"t": int(opt["t"]), "m": [a[f"opt_m_{i}"] for i in range(nbuf)],
+             "v": [a[f"opt_v_{i}"] for i in range(nbuf)]}
+    est._restore_model(meta["model"], a["params"], opt, state)
+    for k, v in meta["fitted_attributes"].items():
+        if k not in _SCALARS:
+            raise _FormatError(f"unknown fitted attribute {k!r}")
+        setattr(est, k, v)
+    for k in _CURVES:
+        if k[:-1] in a:
+            setattr(est, k, [float(x) for x in a[k[:-1]]])
+    rng = np.random.default_rng()
+    if meta["rng"].get("bit_generator") != type(rng.bit_generator).__name__:
+        raise _FormatError(f"unsupported RNG {meta['rng'].get('bit_generator')!r}")
+    rng.bit_generator.state = meta["rng"]
+    est.shuffle_rng_ = rng
+    return est

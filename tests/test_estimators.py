@@ -1,0 +1,426 @@
+"""AttentionRegressor / TransformerRegressor: the scikit-learn style API and the training loop."""
+import math
+import pickle
+import signal
+import subprocess
+import sys
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import attnx
+import attnx.estimators as est_mod
+from attnx.datasets import max_position_task, mixing_task
+from attnx.estimators import NotFittedError, TrainingDivergedError
+
+REGRESSORS = [attnx.AttentionRegressor, attnx.TransformerRegressor]
+
+
+@pytest.fixture(scope="module")
+def task():
+    X, Y = max_position_task(256, seq_len=6, d_model=4, random_state=0)
+    Xt, Yt = max_position_task(128, seq_len=6, d_model=4, random_state=1)
+    return X, Y, Xt, Yt
+
+
+def small(cls=attnx.AttentionRegressor, **kw):
+    opts = dict(n_heads=2, epochs=3, batch_size=32, lr=0.02, random_state=0)
+    if cls is attnx.TransformerRegressor:
+        opts.update(n_layers=1, d_hidden=8)
+    opts.update(kw)
+    return cls(**opts)
+
+
+# ---- parameters --------------------------------------------------------------
+def test_constructor_stores_hyperparameters_unchanged():
+    betas = (0.8, 0.95)
+    gen = np.random.default_rng(0)
+    est = attnx.AttentionRegressor(3, betas=betas, dtype="float64", random_state=gen,
+                                   epochs=-5)  # checked at fit, not here
+    p = est.get_params()
+    assert p["betas"] is betas and p["random_state"] is gen and p["dtype"] == "float64"
+    assert p["n_heads"] == 3 and p["epochs"] == -5
+    assert set(p) == {"n_heads", "causal", "bias", "rope", "epochs", "batch_size", "lr",
+                      "betas", "eps", "weight_decay", "shuffle", "validation_fraction",
+                      "early_stopping", "n_iter_no_change", "tol", "random_state", "verbose",
+                      "dtype"}
+    tp = attnx.TransformerRegressor().get_params()
+    assert set(tp) == set(p) | {"n_layers", "d_hidden"}
+    with pytest.raises(ValueError, match="epochs"):
+        est.fit(*max_position_task(8, 3, 3, random_state=0))
+
+
+def test_set_params_and_repr():
+    est = attnx.TransformerRegressor()
+    assert repr(est) == "TransformerRegressor()"
+    assert est.set_params(lr=0.5, n_layers=3) is est
+    assert est.lr == 0.5 and est.n_layers == 3
+    assert repr(est) == "TransformerRegressor(n_layers=3, lr=0.5)"
+    assert "dtype=np.float64" in repr(attnx.AttentionRegressor(dtype=np.float64))
+    with pytest.raises(ValueError, match="'learning_rate'.*valid parameters"):
+        est.set_params(learning_rate=0.1)
+
+
+@pytest.mark.parametrize("name, value, exc", [
+    ("epochs", 0, ValueError), ("batch_size", "8", TypeError), ("lr", -1.0, ValueError),
+    ("betas", (0.9, 1.0), ValueError), ("validation_fraction", 1.0, ValueError),
+    ("shuffle", "yes", TypeError), ("tol", -1e-3, ValueError), ("verbose", -1, ValueError),
+    ("dtype", np.int32, TypeError), ("random_state", "seed", TypeError),
+    ("n_heads", 3, ValueError),  # must divide d = 4
+])
+def test_bad_hyperparameters_raise_at_fit_naming_them(task, name, value, exc):
+    X, Y, _, _ = task
+    with pytest.raises(exc, match=name):
+        small(**{name: value}).fit(X[:16], Y[:16])
+
+
+# ---- fit / attributes ----------------------------------------------------------
+@pytest.mark.parametrize("cls", REGRESSORS)
+def test_fit_learns_and_sets_fitted_attributes(cls, task):
+    X, Y, Xt, Yt = task
+    est = small(cls, epochs=12)
+    assert est.fit(X, Y) is est
+    assert isinstance(est.model_, attnx.MultiHeadAttention if cls is attnx.AttentionRegressor
+                      else attnx.Transformer)
+    assert est.model_.input_grad is False and est.model_.d_model == 4
+    assert est.n_features_in_ == 4 and est.n_iter_ == 12
+    assert len(est.loss_curve_) == 12 and est.best_loss_ == min(est.loss_curve_)
+    assert est.optimizer_.t == 12 * math.ceil(256 / 32)
+    assert not hasattr(est, "validation_loss_curve_")
+    # loose bounds (seeds 0-3 give 0.08-0.09 and 0.86-0.88 for attention, 0.2-0.42 and
+    # 0.12-0.54 for the one-layer transformer): this checks learning, not model quality
+    attention = cls is attnx.AttentionRegressor
+    assert est.loss_curve_[-1] < (0.2 if attention else 0.6) * est.loss_curve_[0]
+    assert est.score(Xt, Yt) > (0.75 if attention else 0.0)
+
+
+def test_fit_twice_starts_over_and_drops_stale_attributes(task):
+    X, Y, _, _ = task
+    est = small(validation_fraction=0.25).fit(X, Y)
+    assert len(est.validation_loss_curve_) == 3
+    first = est.model_.params.flat.copy()
+    est.set_params(validation_fraction=0.0).fit(X, Y)
+    assert not hasattr(est, "validation_loss_curve_") and not hasattr(est,
+                                                                      "best_validation_loss_")
+    assert est.n_iter_ == 3 and len(est.loss_curve_) == 3
+    assert not np.array_equal(first, est.model_.params.flat)  # other training data
+
+
+def test_same_seed_gives_bit_identical_weights(task):
+    X, Y, _, _ = task
+    with threadpool_limits(limits=1):
+        for cls in REGRESSORS:
+            a = small(cls, batch_size=24, random_state=7).fit(X, Y)
+            b = small(cls, batch_size=24, random_state=7).fit(X, Y)
+            c = small(cls, batch_size=24, random_state=8).fit(X, Y)
+            assert a.model_.params.flat.tobytes() == b.model_.params.flat.tobytes()
+            assert a.loss_curve_ == b.loss_curve_
+            assert not np.array_equal(a.model_.params.flat, c.model_.params.flat)
+
+
+def test_shuffle_changes_the_trajectory(task):
+    X, Y, _, _ = task
+    a = small(shuffle=True).fit(X, Y)
+    b = small(shuffle=False).fit(X, Y)
+    assert not np.array_equal(a.model_.params.flat, b.model_.params.flat)
+
+
+def test_short_last_batch_gives_the_unpadded_gradient():
+    """n = 13 with batch_size 8: the second batch holds 5 samples (padded to 8 rows with
+    zero-weighted rows inside the estimator); the result must equal plain training."""
+    X, Y = mixing_task(13, 5, 4, random_state=2, dtype=np.float64)
+    kw = dict(n_heads=2, epochs=2, batch_size=8, lr=0.01, shuffle=False, random_state=3,
+              dtype=np.float64)
+    est = attnx.AttentionRegressor(**kw).fit(X, Y)
+    init = attnx.AttentionRegressor(**{**kw, "lr": 0.0}).fit(X, Y)  # lr 0: initial weights
+    model = attnx.MultiHeadAttention(4, 2, bias=True, dtype=np.float64, input_grad=False)
+    model.params.flat[...] = init.model_.params.flat
+    opt = attnx.AdamW(model.params, lr=0.01, weight_decay=0.01)
+    for _ in range(2):
+        for s in (slice(0, 8), slice(8, 13)):
+            y = model.forward(X[s])
+            _, dy = attnx.mse_loss(y, Y[s])
+            model.backward(dy)
+            opt.step(model.grads)
+    np.testing.assert_allclose(est.model_.params.flat, model.params.flat, rtol=1e-10,
+                               atol=1e-12)
+
+
+# ---- partial_fit -----------------------------------------------------------------
+def test_partial_fit_builds_then_continues(task):
+    X, Y, _, _ = task
+    est = small()
+    assert est.partial_fit(X, Y) is est
+    assert est.n_iter_ == 1 and est.optimizer_.t == 8 and len(est.loss_curve_) == 1
+    model = est.model_
+    w1 = model.params.flat.copy()
+    est.partial_fit(X[:100], Y[:100])   # any n; batches of 32, the last one short
+    assert est.model_ is model and est.n_iter_ == 2 and est.optimizer_.t == 8 + 4
+    assert not np.array_equal(w1, model.params.flat)
+    # the first partial_fit equals fit with epochs=1
+    fit1 = small(epochs=1).fit(X, Y)
+    np.testing.assert_array_equal(fit1.model_.params.flat, w1)
+    with pytest.raises(ValueError, match=r"\(n_samples, seq_len, 4\).*\(5, 6, 3\)"):
+        est.partial_fit(np.zeros((5, 6, 3)), np.zeros((5, 6, 3)))
+
+
+def test_partial_fit_after_fit_uses_the_new_lr(task):
+    X, Y, _, _ = task
+    est = small(epochs=2).fit(X, Y)
+    est.set_params(lr=0.0, weight_decay=0.0)
+    w = est.model_.params.flat.copy()
+    est.partial_fit(X, Y)
+    np.testing.assert_array_equal(w, est.model_.params.flat)  # lr 0: nothing moves
+    assert est.n_iter_ == 3 and est.optimizer_.lr == 0.0
+
+
+# ---- predict / score ---------------------------------------------------------------
+@pytest.mark.parametrize("cls", REGRESSORS)
+def test_predict_in_odd_chunks_matches_one_forward(cls, task, monkeypatch):
+    X, Y, Xt, _ = task
+    est = small(cls, epochs=1).fit(X, Y)
+    whole = est.model_.forward(Xt[:53], grad=False).copy()
+    monkeypatch.setattr(est_mod, "_PREDICT_ROWS", 7 * 6)  # chunks of 7 samples
+    for n in (1, 7, 13, 53):
+        p = est.predict(Xt[:n])
+        assert p.shape == (n, 6, 4) and p.dtype == np.float32
+        np.testing.assert_allclose(p, whole[:n], rtol=1e-5, atol=1e-6)
+    assert est.predict(Xt[:0]).shape == (0, 6, 4)
+    assert est.predict(Xt[:3, :4]).shape == (3, 4, 4)   # another sequence length
+    # predict never looks at the training batch size
+    np.testing.assert_array_equal(est.set_params(batch_size=1).predict(Xt[:13]),
+                                  est.set_params(batch_size=1000).predict(Xt[:13]))
+
+
+def test_score_is_sklearn_r2_over_positions_and_features(task):
+    from sklearn.metrics import r2_score
+
+    X, Y, Xt, Yt = task
+    est = small(epochs=4).fit(X, Y)
+    P = est.predict(Xt).astype(np.float64)
+    ref = r2_score(Yt.reshape(-1, 4), P.reshape(-1, 4))
+    assert est.score(Xt, Yt) == pytest.approx(ref, rel=1e-9)
+    assert est.score(Xt, P) == pytest.approx(1.0)
+
+
+def test_attention_weights_of_the_fitted_model(task):
+    X, Y, Xt, _ = task
+    est = small(epochs=2).fit(X, Y)
+    w = est.attention_weights(Xt[:5])
+    assert w.shape == (5, 2, 6, 6)
+    np.testing.assert_allclose(w.sum(axis=-1), 1.0, rtol=1e-5)
+    tr = small(attnx.TransformerRegressor, n_layers=2, epochs=1).fit(X, Y)
+    ws = tr.attention_weights(Xt[:3])
+    assert isinstance(ws, list) and len(ws) == 2 and ws[1].shape == (3, 2, 6, 6)
+
+
+# ---- validation / early stopping ---------------------------------------------------
+def test_validation_curve_and_early_stopping_keep_the_best_weights(task):
+    X, Y, _, _ = task
+    est = small(epochs=40, validation_fraction=0.25, early_stopping=True, n_iter_no_change=3,
+                tol=0.5)  # a huge tol: every epoch after the first counts as no improvement
+    est.fit(X, Y)
+    assert est.n_iter_ == 4 and len(est.validation_loss_curve_) == 4
+    assert est.best_validation_loss_ == min(est.validation_loss_curve_)
+    assert est.optimizer_.t == 4 * math.ceil(192 / 32)   # 64 of 256 samples held out
+    best_epoch = int(np.argmin(est.validation_loss_curve_)) + 1
+    ref = small(epochs=best_epoch, validation_fraction=0.25).fit(X, Y)
+    np.testing.assert_array_equal(est.model_.params.flat, ref.model_.params.flat)
+
+
+def test_early_stopping_without_validation_watches_the_training_loss(task):
+    X, Y, _, _ = task
+    est = small(epochs=50, early_stopping=True, n_iter_no_change=2, tol=10.0).fit(X, Y)
+    assert est.n_iter_ == 3 and not hasattr(est, "validation_loss_curve_")
+    assert small(epochs=5, tol=10.0).fit(X, Y).n_iter_ == 5  # off by default
+
+
+# ---- failures ----------------------------------------------------------------------
+def test_divergence_names_the_epoch_and_restores_the_last_good_epoch(task):
+    X, Y, _, _ = task
+    est = small(epochs=1).fit(X, Y)
+    good = est.model_.params.flat.copy()
+    state = est.optimizer_.state_dict()
+    est.set_params(lr=1e30)
+    with pytest.raises(TrainingDivergedError, match="epoch 2") as info:
+        est.partial_fit(X, Y)
+    assert "restored to the end of epoch 1" in str(info.value)
+    assert np.isfinite(est.model_.params.flat).all()
+    np.testing.assert_array_equal(est.model_.params.flat, good)
+    assert est.optimizer_.t == state["t"] and est.n_iter_ == 1 and len(est.loss_curve_) == 1
+    assert np.isfinite(est.predict(X[:4])).all()
+    with pytest.raises(FloatingPointError, match="epoch 1"):  # from scratch
+        small(lr=1e30).fit(X, Y)
+
+
+def _call_counter(monkeypatch, action, at):
+    real = est_mod.mse_loss
+    calls = [0]
+
+    def wrapped(*a, **k):
+        calls[0] += 1
+        if calls[0] == at:
+            action()
+        return real(*a, **k)
+
+    monkeypatch.setattr(est_mod, "mse_loss", wrapped)
+
+
+def test_ctrl_c_stops_after_the_current_step(task, monkeypatch):
+    X, Y, _, _ = task
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is handled by someone else here")
+    _call_counter(monkeypatch, lambda: signal.raise_signal(signal.SIGINT), at=11)
+    est = small(epochs=5)
+    with pytest.warns(UserWarning, match="interrupted in epoch 2 after 3 of 8 batches"):
+        assert est.fit(X, Y) is est
+    assert est.optimizer_.t == 11          # the step in progress was completed
+    assert est.n_iter_ == 1 and len(est.loss_curve_) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert np.isfinite(est.predict(X[:3])).all()
+
+
+def test_keyboard_interrupt_exception_keeps_the_last_completed_step(task, monkeypatch):
+    X, Y, _, _ = task
+
+    def boom():
+        raise KeyboardInterrupt
+
+    _call_counter(monkeypatch, boom, at=3)
+    est = small(epochs=5)
+    with pytest.warns(UserWarning, match="after 2 of 8 batches"):
+        est.fit(X, Y)
+    assert est.optimizer_.t == 2 and est.n_iter_ == 0 and est.loss_curve_ == []
+    monkeypatch.undo()
+    est.partial_fit(X, Y)   # usable: training goes on
+    assert est.n_iter_ == 1 and est.optimizer_.t == 10
+
+
+def test_input_validation_names_the_argument(task):
+    X, Y, _, _ = task
+    est = small()
+    with pytest.raises(NotFittedError, match="not fitted"):
+        est.predict(X)
+    with pytest.raises(ValueError, match=r"X must be a 3-D array .* got shape \(256, 24\)"):
+        est.fit(X.reshape(256, 24), Y)
+    with pytest.raises(ValueError, match=r"Y must have the shape of X \(256, 6, 4\).*"
+                                         r"\(255, 6, 4\)"):
+        est.fit(X, Y[:255])
+    with pytest.raises(ValueError, match="Y must have the shape of X"):
+        est.fit(X, Y[:, :5])
+    bad = X.copy()
+    bad[3, 2, 1] = np.nan
+    with pytest.raises(ValueError, match="X contains NaN"):
+        est.fit(bad, Y)
+    with pytest.raises(ValueError, match="Y contains NaN or infinity \\(after conversion"):
+        est.fit(X, np.full(Y.shape, 1e300))
+    with pytest.raises(TypeError, match="Y must hold real numbers"):
+        est.fit(X, Y.astype(np.complex64))
+    with pytest.raises(TypeError, match="X must hold real numbers"):
+        est.fit(np.full(X.shape, "a"), Y)
+    with pytest.raises(ValueError, match="X is empty"):
+        est.fit(X[:0], Y[:0])
+    with pytest.raises(ValueError, match="validation_fraction=0.5 leaves no training sample"):
+        small(validation_fraction=0.5).fit(X[:1], Y[:1])
+    est.fit(X.astype(np.float64).tolist(), Y.astype(np.int64))  # lists and ints are fine
+    with pytest.raises(ValueError, match=r"\(n_samples, seq_len, 4\).*\(2, 6, 5\)"):
+        est.predict(np.zeros((2, 6, 5)))
+    with pytest.raises(ValueError, match="Y must have the shape of X"):
+        est.score(X, Y[:10])
+
+
+# ---- verbose -----------------------------------------------------------------------
+def test_verbose_zero_prints_nothing_and_one_shows_a_bar_per_epoch(task, capsys):
+    X, Y, _, _ = task
+    small(epochs=2, verbose=0, validation_fraction=0.25).fit(X, Y)
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+    small(epochs=2, verbose=1, validation_fraction=0.25).fit(X, Y)
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "epoch 1/2" in out.err and "epoch 2/2" in out.err
+    assert "6/6" in out.err                       # 192 training samples / 32 per batch
+    assert "loss=" in out.err and "val_loss=" in out.err
+
+
+# ---- scikit-learn --------------------------------------------------------------------
+def test_sklearn_clone_cross_val_score_and_grid_search(task):
+    from sklearn.base import clone, is_regressor
+    from sklearn.model_selection import GridSearchCV, cross_val_score
+
+    X, Y, _, _ = task
+    est = small(epochs=4).fit(X, Y)
+    c = clone(est)
+    assert c.get_params() == est.get_params() and not hasattr(c, "model_")
+    assert is_regressor(est)
+    scores = cross_val_score(small(epochs=10), X, Y, cv=3)
+    assert scores.shape == (3,) and np.all(scores > 0.3), scores   # 0.53-0.70 here
+    grid = GridSearchCV(small(epochs=4), {"lr": [1e-4, 0.03], "n_heads": [1, 2]}, cv=2)
+    grid.fit(X, Y)
+    assert grid.best_params_["lr"] == 0.03   # 4 epochs at 1e-4 learn nothing
+    assert grid.best_estimator_.n_iter_ == 4
+    assert grid.score(X, Y) == pytest.approx(grid.best_estimator_.score(X, Y))
+
+
+# ---- pickling ------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", REGRESSORS)
+def test_pickle_drops_scratch_buffers_and_resumes_exactly(cls, tmp_path):
+    import joblib
+
+    X, Y = max_position_task(64, seq_len=48, d_model=4, random_state=0)
+    est = small(cls, epochs=2, batch_size=32).fit(X, Y)
+    est.predict(X)  # fills the inference workspaces too
+    blob = pickle.dumps(est)
+    # weights + 2 AdamW moments are 3 x flat; the workspaces (probabilities alone are
+    # 32 x 2 x 48 x 48 floats = 590 kB) must not be in there
+    assert len(blob) < 3 * est.model_.params.flat.nbytes + 20_000
+    assert "_batch" not in est.__getstate__() and "_snapshot" not in est.__getstate__()
+    copy = pickle.loads(blob)
+    np.testing.assert_array_equal(copy.predict(X), est.predict(X))
+    assert copy.loss_curve_ == est.loss_curve_ and copy.get_params() == est.get_params()
+    joblib.dump(est, tmp_path / "est.joblib")
+    jl = joblib.load(tmp_path / "est.joblib")
+    for e in (est, copy, jl):
+        e.partial_fit(X, Y)
+    np.testing.assert_array_equal(copy.model_.params.flat, est.model_.params.flat)
+    np.testing.assert_array_equal(jl.model_.params.flat, est.model_.params.flat)
+    unfitted = pickle.loads(pickle.dumps(small(cls)))
+    assert not hasattr(unfitted, "model_") and unfitted.get_params() == small(cls).get_params()
+
+
+# ---- memory / imports ------------------------------------------------------------------
+def test_training_steps_allocate_no_batch_sized_arrays():
+    X, Y = mixing_task(100, 32, 16, random_state=0)
+    est = attnx.TransformerRegressor(2, n_layers=1, epochs=1, batch_size=16, random_state=0)
+    est.partial_fit(X, Y)        # builds the model, buffers and workspaces
+    tracemalloc.start()
+    est.partial_fit(X, Y)        # 7 steps, the last one short
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    batch_bytes = 16 * 32 * 16 * 4
+    assert peak < batch_bytes / 2, peak
+
+
+def test_estimators_need_neither_sklearn_nor_matplotlib_at_run_time(tmp_path):
+    code = ("import sys, numpy as np, attnx\n"
+            "from attnx.datasets import max_position_task\n"
+            "X, Y = max_position_task(32, 4, 4, random_state=0)\n"
+            "e = attnx.TransformerRegressor(2, epochs=2, verbose=0).fit(X, Y)\n"
+            "e.score(X, Y); e.save('m.npz'); attnx.load('m.npz').predict(X)\n"
+            "import attnx.plot\n"
+            "bad = [m for m in ('sklearn', 'matplotlib', 'torch', 'tqdm') if m in sys.modules]\n"
+            "print('loaded:', bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "loaded: []"
+
+
+def test_no_warnings_in_a_normal_fit(task):
+    X, Y, _, _ = task
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        small(validation_fraction=0.2, early_stopping=True).fit(X, Y).predict(X)

@@ -1,0 +1,113 @@
+"""attnx.plot with the Agg backend: the PNGs exist and are not blank; matplotlib is optional."""
+import sys
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx.datasets import max_position_task
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.image as mpimg  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+
+from attnx import plot  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, Y = max_position_task(128, 6, 4, random_state=0)
+    est = attnx.AttentionRegressor(2, epochs=6, lr=0.03, validation_fraction=0.25,
+                                   random_state=0).fit(X, Y)
+    return est, X
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def _saved_pixels(ax, path):
+    ax.figure.savefig(path, dpi=60)
+    assert path.exists() and path.stat().st_size > 1000
+    img = mpimg.imread(path)
+    return img[..., :3]
+
+
+def _not_blank(img):
+    # a blank canvas is one colour; a drawn map has many grey levels and real spread
+    grey = img.mean(axis=-1)
+    return grey.var() > 1e-3 and len(np.unique(np.round(grey, 2))) > 10
+
+
+def test_heatmap_of_a_fitted_estimator(fitted, tmp_path):
+    est, X = fitted
+    ax = plot.attention_heatmap(est, X=X, sample=3, head=1)
+    assert isinstance(ax, matplotlib.axes.Axes)
+    assert ax.get_title() == "attention weights: sample 3, head 1"
+    assert ax.get_xlabel() == "key position" and ax.get_ylabel() == "query position"
+    im = ax.get_images()[0].get_array()
+    np.testing.assert_allclose(im, est.attention_weights(X[3:4])[0, 1], rtol=1e-6)
+    assert len(ax.texts) == 36          # T = 6: every cell annotated
+    assert _not_blank(_saved_pixels(ax, tmp_path / "heat.png"))
+
+
+def test_heatmap_from_arrays_models_and_layers(tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.random((2, 3, 12, 12))
+    fig, axs = plt.subplots(1, 3)
+    plot.attention_heatmap(w, sample=1, head=2, ax=axs[0])
+    np.testing.assert_array_equal(axs[0].get_images()[0].get_array(), w[1, 2])
+    assert len(axs[0].texts) == 0       # T = 12: no numbers in the cells
+    tr = attnx.Transformer(4, 2, n_layers=3, random_state=0)
+    X = rng.normal(size=(2, 5, 4))
+    tr.forward(X)
+    plot.attention_heatmap(tr, layer=2, head=1, ax=axs[1], colorbar=False)
+    np.testing.assert_allclose(axs[1].get_images()[0].get_array(),
+                               tr.attention_weights(layer=2)[0, 1], rtol=1e-6)
+    assert axs[1].get_title().endswith("layer 2")
+    plot.attention_heatmap(attnx.MultiHeadAttention(4, 1, random_state=0), X=X, sample=1,
+                           ax=axs[2], title="one head")
+    assert axs[2].get_title() == "one head"
+    assert _not_blank(_saved_pixels(axs[0], tmp_path / "three.png"))
+
+
+def test_heatmap_argument_errors(fitted):
+    est, X = fitted
+    with pytest.raises(ValueError, match="needs X"):
+        plot.attention_heatmap(est)
+    with pytest.raises(ValueError, match="sample must be in"):
+        plot.attention_heatmap(np.ones((2, 1, 3, 3)), sample=2)
+    with pytest.raises(ValueError, match="head must be in"):
+        plot.attention_heatmap(np.ones((2, 1, 3, 3)), head=1)
+    with pytest.raises(ValueError, match="layer must be"):
+        plot.attention_heatmap([np.ones((1, 1, 3, 3))], layer=1)
+    with pytest.raises(ValueError, match=r"\(B, n_heads, Tq, Tk\)"):
+        plot.attention_heatmap(np.ones((3, 3, 3)))
+
+
+def test_loss_curve_of_an_estimator_and_of_a_list(fitted, tmp_path):
+    est, _ = fitted
+    ax = plot.loss_curve(est)
+    lines = ax.get_lines()
+    assert [ln.get_label() for ln in lines] == ["training", "validation"]
+    np.testing.assert_array_equal(lines[0].get_ydata(), est.loss_curve_)
+    np.testing.assert_array_equal(lines[1].get_ydata(), est.validation_loss_curve_)
+    assert ax.get_yscale() == "log" and ax.get_xlabel() == "epoch"
+    assert _not_blank(_saved_pixels(ax, tmp_path / "loss.png"))
+    ax2 = plot.loss_curve([3.0, -1.0, 0.5])
+    assert len(ax2.get_lines()) == 1 and ax2.get_yscale() == "linear"
+    with pytest.raises(ValueError, match="not fitted"):
+        plot.loss_curve(attnx.AttentionRegressor())
+
+
+def test_without_matplotlib_the_message_says_what_to_install(monkeypatch):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib -> ImportError
+    with pytest.raises(ImportError, match=r"pip install attnx\[plot\]"):
+        plot.attention_heatmap(np.ones((3, 3)))
+    with pytest.raises(ImportError, match=r"pip install attnx\[plot\]"):
+        plot.loss_curve([1.0, 0.5])
