@@ -142,6 +142,7 @@ class MultiHeadAttention:
     # ---- storage -------------------------------------------------------
     @staticmethod
     def n_params(d_model, bias):
+        """Number of parameters of a layer with this width."""
         d = d_model
         return 4 * d * d + (4 * d if bias else 0)
 

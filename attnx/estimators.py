@@ -280,8 +280,18 @@ class _SequenceRegressor(EstimatorParams):
         spec = dict(spec)
         d = spec.pop("d_model")
         spec["dtype"] = check_dtype(spec["dtype"])
-        model = self._model_class(d, **spec, random_state=0, input_grad=False)
         params = np.asarray(params)
+        # sizes come from a file or a pickle: check them against the weights that
+        # are really there before building (and allocating) a model of that size
+        if self._model_class is Transformer:
+            expected = Transformer.n_params(int(d), int(spec["n_layers"]),
+                                            int(spec["d_hidden"]), bool(spec["bias"]))
+        else:
+            expected = MultiHeadAttention.n_params(int(d), bool(spec["bias"]))
+        if params.ndim != 1 or expected != params.size:
+            raise ValueError(f"the weights ({params.size} values) do not fit the model "
+                             f"(which needs {expected})")
+        model = self._model_class(d, **spec, random_state=0, input_grad=False)
         if params.shape != model.params.flat.shape or params.dtype != model.dtype:
             raise ValueError(f"the weights ({params.dtype} {params.shape}) do not fit the model "
                              f"({model.dtype} {model.params.flat.shape})")

@@ -12,8 +12,10 @@ Arrays in the file (written with numpy.savez, read with allow_pickle=False):
 The estimator's scratch buffers and the model's workspaces are not stored.
 """
 import json
+import math
 import os
 import secrets
+import zipfile
 
 import numpy as np
 
@@ -57,6 +59,7 @@ def load(path):
     """Read an estimator written by save (or est.save); raises ValueError naming the
     file when it is truncated, corrupted, of another format version or not one."""
     path = os.fspath(path)
+    _check_archive(path)
     # any failure to parse the archive means a damaged or foreign file; zipfile and
     # numpy report those with many exception types (BadZipFile, EOFError,
     # NotImplementedError for a flipped compression method, ...)
@@ -83,6 +86,40 @@ def load(path):
     except Exception as exc:  # a field of the wrong type or shape: the file was altered
         raise ValueError(f"{path} is not a valid attnx model file ({type(exc).__name__}: "
                          f"{exc})") from exc
+
+
+def _check_archive(path):
+    """Before numpy reads anything: every member must be stored uncompressed, fit in
+    the file, and be an .npy whose header promises no more bytes than the member
+    holds. So a hostile file cannot make load allocate more than its own size."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return  # numpy then says what it is (a lone .npy, or not numpy at all)
+        size = os.path.getsize(path)
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            if len(infos) > 64 or sum(i.file_size for i in infos) > size:
+                raise ValueError("its members do not fit in the file")
+            for info in infos:
+                if info.compress_type != zipfile.ZIP_STORED:
+                    raise ValueError(f"member {info.filename!r} is compressed")
+                with zf.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                    if dtype.hasobject:
+                        raise ValueError(f"member {info.filename!r} holds Python objects")
+                    need = math.prod(shape) * dtype.itemsize
+                    if need > info.file_size:
+                        raise ValueError(f"member {info.filename!r} claims {need} bytes, "
+                                         f"holds {info.file_size}")
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except Exception as exc:
+        raise ValueError(f"{path} is corrupted or not an attnx model file: "
+                         f"{type(exc).__name__}: {exc}") from exc
 
 
 class _FormatError(Exception):

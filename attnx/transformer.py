@@ -62,9 +62,9 @@ class Transformer:
         self.attention = attention
 
         n_att = MultiHeadAttention.n_params(d, bias)
-        n_mlp = 2 * d * d_hidden + ((d_hidden + d) if bias else 0)
         alloc = FlatAllocator()
-        starts = [alloc.reserve(n_att + n_mlp) for _ in range(n_layers)]
+        per_layer = self.n_params(d, 1, d_hidden, bias)
+        starts = [alloc.reserve(per_layer) for _ in range(n_layers)]
         theta = np.zeros(alloc.size, self.dtype)
         grad = np.zeros(alloc.size, self.dtype)
 
@@ -93,6 +93,13 @@ class Transformer:
         self.grads = ParamDict(grad, _ordered(gviews, n_layers))
         self._bufs = WorkspaceCache()
         self._last = None
+
+    @staticmethod
+    def n_params(d_model, n_layers, d_hidden, bias):
+        """Number of parameters of a Transformer with these sizes."""
+        d = d_model
+        per_layer = MultiHeadAttention.n_params(d, bias) + 2 * d * d_hidden
+        return n_layers * (per_layer + ((d_hidden + d) if bias else 0))
 
     def _mlp_views(self, flat, start):
         d, dh = self.d_model, self.d_hidden
