@@ -4,6 +4,7 @@ Environment switches:
   ATTNX_DEBUG_CHECKS=1  compile with Cython bounds/wraparound checks on (used once in CI).
   ATTNX_NO_OPENMP=1     build without OpenMP even when the compiler supports it.
 """
+import glob
 import os
 import sys
 import shutil
@@ -17,6 +18,8 @@ from Cython.Build import cythonize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULES = ["_blas", "_ops", "_attention", "_mlp"]
+# a change to a C helper or a .pxd must rebuild every extension that includes it
+HEADERS = sorted(glob.glob(os.path.join("csrc", "*.h")) + glob.glob(os.path.join("attnx", "*.pxd")))
 
 
 def _openmp_flags():
@@ -53,6 +56,7 @@ def extensions():
             include_dirs=[os.path.join(HERE, "csrc"), np.get_include()],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION"),
                            ("ATTNX_OMP_SIMD", "1")],
+            depends=HEADERS,
             extra_compile_args=extra_c + omp_c,
             extra_link_args=omp_l,
         )

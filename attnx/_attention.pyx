@@ -194,9 +194,17 @@ cdef inline void zero_rows(floating *x, int rows, int cols, int ld) noexcept nog
 # Blocked attention (online softmax): O(T) memory. Queries in blocks of FLASH_BQ
 # rows, keys in blocks of FLASH_BK; only the output and the per-row
 # log-sum-exp are kept. Backward recomputes P block by block.
-cdef enum:
-    FLASH_BQ = 64
-    FLASH_BK = 128
+cdef int FLASH_BQ = 128
+cdef int FLASH_BK = 128
+
+
+def set_block_sizes(int bq, int bk):
+    """Tuning hook: query and key block sizes of the blocked path (workspaces made
+    afterwards use them; existing ones must be dropped)."""
+    global FLASH_BQ, FLASH_BK
+    if bq < 1 or bk < 1:
+        raise ValueError("block sizes must be >= 1")
+    FLASH_BQ, FLASH_BK = bq, bk
 
 
 def blocked_scratch_sizes(int tq, int d_head):
@@ -270,7 +278,7 @@ cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
         km = (keymask + b * tk) if keymask != NULL else NULL
         i0 = 0
         while i0 < tq:
-            bq = min(<int> FLASH_BQ, tq - i0)
+            bq = min(FLASH_BQ, tq - i0)
             for r in range(bq):
                 mrow[r] = -INFINITY
                 lrow[r] = 0
@@ -279,7 +287,7 @@ cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
             jend = min(tk, i0 + bq) if causal else tk
             j0 = 0
             while j0 < jend:
-                bk = min(<int> FLASH_BK, jend - j0)
+                bk = min(FLASH_BK, jend - j0)
                 gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
                      <floating> 0, sblk, bk)
                 if causal or km != NULL:
@@ -367,12 +375,12 @@ cdef void heads_backward_blocked(const floating *q, int ldq, const floating *k,
             dvec[r] = dd
         i0 = 0
         while i0 < tq:
-            bq = min(<int> FLASH_BQ, tq - i0)
+            bq = min(FLASH_BQ, tq - i0)
             jend = min(tk, i0 + bq) if causal else tk
             first = True
             j0 = 0
             while j0 < jend:
-                bk = min(<int> FLASH_BK, jend - j0)
+                bk = min(FLASH_BK, jend - j0)
                 gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
                      <floating> 0, pblk, bk)
                 if causal or km != NULL:

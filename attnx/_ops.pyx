@@ -7,6 +7,7 @@ from attnx._blas cimport floating, gemm, NT, TR
 cdef extern from "attnx_math.h" nogil:
     int attnx_max_threads()
     void attnx_exp_array_f32(const float *x, float *y, long n)
+    void attnx_exp_array_f64(const double *x, double *y, long n)
     int attnx_any_nonfinite_f32(const float *x, long n)
     int attnx_any_nonfinite_f64(const double *x, long n)
 
@@ -195,6 +196,16 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
             v[i] = v[i] * b2 + gi * gi * w2
             denom = sqrt(v[i]) / inv_bc2 + epsf
             p[i] = p[i] - step_size * m[i] / denom
+
+
+def exp_f64(const double[::1] x):
+    """The float64 exp used by softmax, over an array (for accuracy tests)."""
+    import numpy as np
+    out = np.empty(x.shape[0], dtype=np.float64)
+    cdef double[::1] o = out
+    if x.shape[0]:
+        attnx_exp_array_f64(&x[0], &o[0], x.shape[0])
+    return out
 
 
 def exp_f32(const float[::1] x):

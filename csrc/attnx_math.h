@@ -106,7 +106,7 @@ ATTNX_UNUSED static void attnx_softmax_row_f32_scalar(float *s, int n, int n_val
     for (j = n_valid; j < n; j++) s[j] = 0.0f;
 }
 
-ATTNX_UNUSED static void attnx_softmax_row_f64(double *s, int n, int n_valid, const uint8_t *keymask)
+ATTNX_UNUSED static void attnx_softmax_row_f64_scalar(double *s, int n, int n_valid, const uint8_t *keymask)
 {
     int j;
     double mx = -INFINITY, sum = 0.0;
@@ -168,7 +168,7 @@ ATTNX_UNUSED static double attnx_rowmax_f64(const double *s, int n)
     return mx;
 }
 
-ATTNX_UNUSED static double attnx_expsub_sum_f64(double *s, int n, double mx)
+ATTNX_UNUSED static double attnx_expsub_sum_f64_scalar(double *s, int n, double mx)
 {
     double sum = 0.0;
     for (int j = 0; j < n; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }

@@ -129,6 +129,48 @@ ATTNX_AVX2 static float attnx_expsub_sum_f32_avx2(float *s, int n, float mx)
     return sum;
 }
 
+
+/* float64 exp: x = n ln2 + r, |r| <= ln2/2 (ln2 split in two, Cody-Waite), then
+ * exp(r) by its Taylor series to r^13 (truncation < 1e-17 relative), then 2^n. */
+#define ATTNX_EXP_D_COEF {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0,   \
+    1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0,       \
+    1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0}
+#define ATTNX_LN2_HI 6.93147180369123816490e-01
+#define ATTNX_LN2_LO 1.90821492927058770002e-10
+
+ATTNX_AVX2 static inline __m256d attnx_exp4d(__m256d x)
+{
+    static const double c[14] = ATTNX_EXP_D_COEF;
+    const __m256d lo = _mm256_set1_pd(-708.0);
+    __m256d xc = _mm256_min_pd(_mm256_max_pd(x, lo), _mm256_set1_pd(709.0));
+    __m256d fn = _mm256_round_pd(_mm256_mul_pd(xc, _mm256_set1_pd(1.4426950408889634074)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256d r = _mm256_fnmadd_pd(fn, _mm256_set1_pd(ATTNX_LN2_HI), xc);
+    r = _mm256_fnmadd_pd(fn, _mm256_set1_pd(ATTNX_LN2_LO), r);
+    __m256d p = _mm256_set1_pd(c[0]);
+    for (int i = 1; i < 14; i++) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c[i]));
+    __m256i n = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(fn));
+    n = _mm256_slli_epi64(_mm256_add_epi64(n, _mm256_set1_epi64x(1023)), 52);
+    __m256d out = _mm256_mul_pd(p, _mm256_castsi256_pd(n));
+    return _mm256_andnot_pd(_mm256_cmp_pd(x, lo, _CMP_LT_OQ), out);
+}
+
+ATTNX_AVX2 static double attnx_expsub_sum_f64_avx2(double *s, int n, double mx)
+{
+    int j;
+    __m256d vm = _mm256_set1_pd(mx), acc = _mm256_setzero_pd();
+    for (j = 0; j + 4 <= n; j += 4) {
+        __m256d e = attnx_exp4d(_mm256_sub_pd(_mm256_loadu_pd(s + j), vm));
+        _mm256_storeu_pd(s + j, e);
+        acc = _mm256_add_pd(acc, e);
+    }
+    double t[4];
+    _mm256_storeu_pd(t, acc);
+    double sum = (t[0] + t[1]) + (t[2] + t[3]);
+    for (; j < n; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
+    return sum;
+}
+
 ATTNX_AVX2 static void attnx_exp_array_f32_avx2(const float *x, float *y, long n)
 {
     long i;
@@ -226,6 +268,44 @@ ATTNX_AVX512 static void attnx_softmax_bwd_row_f32_avx512(const float *a, float 
     for (j = n_valid; j < n; j++) da[j] = 0.0f;
 }
 
+
+ATTNX_AVX512 static inline __m512d attnx_exp8d(__m512d x)
+{
+    static const double c[14] = ATTNX_EXP_D_COEF;
+    const __m512d lo = _mm512_set1_pd(-708.0);
+    __m512d xc = _mm512_min_pd(_mm512_max_pd(x, lo), _mm512_set1_pd(709.0));
+    __m512d fn = _mm512_roundscale_pd(_mm512_mul_pd(xc, _mm512_set1_pd(1.4426950408889634074)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(ATTNX_LN2_HI), xc);
+    r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(ATTNX_LN2_LO), r);
+    __m512d p = _mm512_set1_pd(c[0]);
+    for (int i = 1; i < 14; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+    __m512i n = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(fn));
+    n = _mm512_slli_epi64(_mm512_add_epi64(n, _mm512_set1_epi64(1023)), 52);
+    __m512d out = _mm512_mul_pd(p, _mm512_castsi512_pd(n));
+    __mmask8 under = _mm512_cmp_pd_mask(x, lo, _CMP_LT_OQ);
+    return _mm512_maskz_mov_pd((__mmask8)~under, out);
+}
+
+ATTNX_AVX512 static double attnx_expsub_sum_f64_avx512(double *s, int n, double mx)
+{
+    int j;
+    __m512d vm = _mm512_set1_pd(mx), acc = _mm512_setzero_pd();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m512d e = attnx_exp8d(_mm512_sub_pd(_mm512_loadu_pd(s + j), vm));
+        _mm512_storeu_pd(s + j, e);
+        acc = _mm512_add_pd(acc, e);
+    }
+    if (j < n) {
+        __mmask8 m = (__mmask8)((1u << (n - j)) - 1u);
+        __m512d e = attnx_exp8d(_mm512_sub_pd(_mm512_maskz_loadu_pd(m, s + j), vm));
+        e = _mm512_maskz_mov_pd(m, e);
+        _mm512_mask_storeu_pd(s + j, m, e);
+        acc = _mm512_add_pd(acc, e);
+    }
+    return _mm512_reduce_add_pd(acc);
+}
+
 ATTNX_AVX512 static void attnx_exp_array_f32_avx512(const float *x, float *y, long n)
 {
     long i;
@@ -286,6 +366,44 @@ ATTNX_UNUSED static float attnx_expsub_sum_f32(float *s, int n, float mx)
     if (attnx_cpu_level) return attnx_expsub_sum_f32_avx2(s, n, mx);
 #endif
     return attnx_expsub_sum_f32_scalar(s, n, mx);
+}
+
+ATTNX_UNUSED static double attnx_expsub_sum_f64(double *s, int n, double mx)
+{
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) return attnx_expsub_sum_f64_avx512(s, n, mx);
+    if (attnx_cpu_level) return attnx_expsub_sum_f64_avx2(s, n, mx);
+#endif
+    return attnx_expsub_sum_f64_scalar(s, n, mx);
+}
+
+/* float64 row softmax: the portable code, or max + SIMD exp-sum + scale. */
+ATTNX_UNUSED static void attnx_softmax_row_f64(double *s, int n, int n_valid,
+                                               const uint8_t *keymask)
+{
+    int j;
+    if (!attnx_cpu_level) { attnx_softmax_row_f64_scalar(s, n, n_valid, keymask); return; }
+    if (keymask) {
+        for (j = 0; j < n_valid; j++)
+            if (keymask[j]) s[j] = -INFINITY;
+    }
+    double mx = attnx_rowmax_f64(s, n_valid);
+    if (mx == -INFINITY) n_valid = 0;
+    if (n_valid > 0) {
+        double inv = 1.0 / attnx_expsub_sum_f64(s, n_valid, mx);
+        for (j = 0; j < n_valid; j++) s[j] *= inv;
+    }
+    for (j = n_valid; j < n; j++) s[j] = 0.0;
+}
+
+/* exp over a float64 array with the kernels' exp (for accuracy tests). */
+ATTNX_UNUSED static void attnx_exp_array_f64(const double *x, double *y, long n)
+{
+    for (long i = 0; i < n; i++) y[i] = x[i];
+    for (long i = 0; i < n; i += 1 << 20) {
+        int len = (int)(n - i < (1 << 20) ? n - i : (1 << 20));
+        attnx_expsub_sum_f64(y + i, len, 0.0);
+    }
 }
 
 ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)

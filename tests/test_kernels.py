@@ -22,6 +22,14 @@ def test_exp_f32_accuracy():
     assert rel.max() < 5e-7, rel.max()   # a few float32 ulps (ulp = 1.2e-7 relative)
 
 
+def test_exp_f64_accuracy():
+    x = np.concatenate([np.linspace(-700, 0, 300001), np.linspace(0, 700, 30001)])
+    got = _ops.exp_f64(x)
+    rel = np.abs(got - np.exp(x)) / np.exp(x)
+    assert rel.max() < 1e-15, rel.max()   # a few float64 ulps (2.2e-16 each)
+    assert np.all(_ops.exp_f64(np.array([-np.inf, -1e300, -750.0])) == 0.0)
+
+
 def test_exp_f32_underflow_is_exact_zero():
     x = np.array([-np.inf, -1e30, -100.0, -87.5, -86.0], dtype=np.float32)
     got = _ops.exp_f32(x)
@@ -43,6 +51,9 @@ assert _ops.cpu_level() <= {level}
 x = np.linspace(-87, 10, 100003).astype(np.float32)
 e = np.abs(_ops.exp_f32(x) / np.exp(x.astype(np.float64)) - 1).max()
 assert e < 5e-7, e
+x = np.linspace(-700, 10, 100003)
+e = np.abs(_ops.exp_f64(x) / np.exp(x) - 1).max()
+assert e < 1e-15, e
 layer = attnx.MultiHeadAttention(16, 4, random_state=0, **{opts!r})
 x = np.random.default_rng(0).normal(size=(3, 70, 16)).astype(np.float32)
 y = layer.forward(x)
