@@ -67,13 +67,16 @@ def test_finite_differences_options(opts, rng):
     assert _fd_case((2, 5, 8, 2), rng, **opts) < 1e-6
 
 
+# rope needs an even d_head, so it is paired only with such shapes
+REF_CASES = [(shape, opts) for shape in SHAPES
+             for opts in ({}, dict(causal=True, bias=True), dict(rope=True))
+             if not (opts.get("rope") and (shape[2] // shape[3]) % 2)]
+
+
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 2e-5), (np.float64, 1e-12)])
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("opts", [{}, dict(causal=True, bias=True), dict(rope=True)])
+@pytest.mark.parametrize("shape,opts", REF_CASES)
 def test_matches_numpy_reference(dtype, tol, shape, opts, rng):
     nb, t, d, h = shape
-    if opts.get("rope") and (d // h) % 2:
-        pytest.skip("rope needs an even d_head")
     layer = _layer(d, h, dtype=dtype, **opts)
     if opts.get("bias"):
         for k in ("bq", "bk", "bv", "bo"):
