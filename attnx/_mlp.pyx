@@ -5,27 +5,35 @@
     out = S W2 + b2 + Z    (rows, d)
 """
 from cython.parallel cimport prange
-from libc.math cimport exp, expf
 
 from attnx._blas cimport floating, NT, TR
 from attnx._ops cimport (fill_rows, colsum, omp_threads, blas_single_begin,
                          blas_single_end, pgemm)
 
+cdef extern from "attnx_math.h" nogil:
+    int attnx_init_cpu(int max_level)
+    void attnx_silu_row_f32(const float *h, float *s, float *sg, int n)
+    void attnx_silu_row_f64(const double *h, double *s, double *sg, int n)
 
-cdef inline floating sigmoid(floating h) noexcept nogil:
+import os as _os
+_CPU_LEVEL = attnx_init_cpu(0 if _os.environ.get("ATTNX_NO_SIMD") else
+                            int(_os.environ.get("ATTNX_SIMD", "2") or 2))
+
+
+cdef inline void silu_row(const floating *h, floating *s, floating *sg, int n) noexcept nogil:
     if floating is float:
-        return 1.0 / (1.0 + expf(-h))
+        attnx_silu_row_f32(h, s, sg, n)
     else:
-        return 1.0 / (1.0 + exp(-h))
+        attnx_silu_row_f64(h, s, sg, n)
 
 
 def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const floating[::1] b1,
                 const floating[:, ::1] w2, const floating[::1] b2,
-                floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] out):
-    """out = silu(z W1 + b1) W2 + b2 + z; keeps H and S = silu(H) for backward."""
+                floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] sg,
+                floating[:, ::1] out):
+    """out = silu(z W1 + b1) W2 + b2 + z; keeps H, S = silu(H) and sigmoid(H) for backward."""
     cdef Py_ssize_t rows = z.shape[0], i, j
     cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
-    cdef floating hv
     cdef int nth = omp_threads() if rows * w1.shape[1] >= 16384 else 1
     cdef int saved
     with nogil:
@@ -35,9 +43,7 @@ def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const float
         pgemm(NT, NT, <int> rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
              <floating> (1 if b1 is not None else 0), &h[0, 0], dh, nth)
         for i in prange(rows, schedule="static", num_threads=nth):
-            for j in range(dh):
-                hv = h[i, j]
-                s[i, j] = hv * sigmoid(hv)
+            silu_row(&h[i, 0], &s[i, 0], &sg[i, 0], dh)
             for j in range(d):
                 out[i, j] = z[i, j] + (b2[j] if b2 is not None else 0)
         pgemm(NT, NT, <int> rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,
@@ -48,14 +54,14 @@ def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const float
 def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
                  const floating[:, ::1] w1, const floating[:, ::1] w2,
                  const floating[:, ::1] h, const floating[:, ::1] s,
-                 floating[:, ::1] dh_buf,
+                 const floating[:, ::1] sg, floating[:, ::1] dh_buf,
                  floating[:, ::1] dw1, floating[::1] db1,
                  floating[:, ::1] dw2, floating[::1] db2,
                  floating[:, ::1] dz):
     """Fill dW1, dW2 (and biases); dz = dL/dz including the residual path."""
     cdef Py_ssize_t rows = z.shape[0], i, j
     cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
-    cdef floating hv, sg
+    cdef floating hv, g
     cdef int nth = omp_threads() if rows * w1.shape[1] >= 16384 else 1
     cdef int saved
     with nogil:
@@ -69,8 +75,8 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
         for i in prange(rows, schedule="static", num_threads=nth):
             for j in range(dh):
                 hv = h[i, j]
-                sg = sigmoid(hv)
-                dh_buf[i, j] = dh_buf[i, j] * sg * (1 + hv * (1 - sg))
+                g = sg[i, j]
+                dh_buf[i, j] = dh_buf[i, j] * g * (1 + hv * (1 - g))
             for j in range(d):
                 dz[i, j] = dout[i, j]
         pgemm(TR, NT, d, dh, <int> rows, <floating> 1, &z[0, 0], d, &dh_buf[0, 0], dh,

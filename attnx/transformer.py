@@ -18,6 +18,7 @@ class _Buffers:
         self.zt = [e(rows, d) for _ in range(n_layers)]       # Z~ = attention(X) + X
         self.h = [e(rows, d_hidden) for _ in range(n_layers)]
         self.s = [e(rows, d_hidden) for _ in range(n_layers)]
+        self.sg = [e(rows, d_hidden) for _ in range(n_layers)]  # sigmoid(H), for backward
         self.ctx = None
         self.mask = None
         self.dzt = self.dh = self.dx = None
@@ -120,7 +121,7 @@ class Transformer:
         def make():
             rows = nb * t
             check_size(nbytes_of(self.dtype, self.n_layers * rows * (2 * self.d_model
-                                                                     + 2 * self.d_hidden)),
+                                                                     + 3 * self.d_hidden)),
                        f"a {self.n_layers}-layer transformer over batch={nb}, T={t}")
             return _Buffers(self.n_layers, rows, self.d_model, self.d_hidden, self.dtype)
 
@@ -161,7 +162,7 @@ class Transformer:
                                  grad, ws, threads, residual=xi)
             mw = self._mlp_w[i]
             _mlp.mlp_forward(bufs.zt[i], mw["W1"], mw["b1"], mw["W2"], mw["b2"],
-                             bufs.h[i], bufs.s[i], bufs.xs[i + 1])
+                             bufs.h[i], bufs.s[i], bufs.sg[i], bufs.xs[i + 1])
         if grad:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (nb, t, tk, cross, bufs, threads)
         return y
@@ -189,7 +190,8 @@ class Transformer:
         for i in reversed(range(self.n_layers)):
             mw, mg = self._mlp_w[i], self._mlp_g[i]
             _mlp.mlp_backward(dcur, bufs.zt[i], mw["W1"], mw["W2"], bufs.h[i], bufs.s[i],
-                              bufs.dh, mg["W1"], mg["b1"], mg["W2"], mg["b2"], bufs.dzt)
+                              bufs.sg[i], bufs.dh, mg["W1"], mg["b1"], mg["W2"], mg["b2"],
+                              bufs.dzt)
             # dX_i = dZ~ (residual) + attention backward, accumulated in place
             if i > 0:
                 target = bufs.dx

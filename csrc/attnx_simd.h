@@ -312,6 +312,59 @@ ATTNX_AVX512 static void attnx_exp_array_f32_avx512(const float *x, float *y, lo
     for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, attnx_exp16(_mm512_loadu_ps(x + i)));
     for (; i < n; i++) y[i] = attnx_expf(x[i]);
 }
+
+/* ---- SiLU: s = h * sigmoid(h), keeping sigmoid(h) for backward ----------- */
+ATTNX_AVX2 static void attnx_silu_row_f32_avx2(const float *h, float *s, float *sg, int n)
+{
+    int j;
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 hv = _mm256_loadu_ps(h + j);
+        __m256 g = _mm256_div_ps(one, _mm256_add_ps(one, attnx_exp8(_mm256_sub_ps(zero, hv))));
+        _mm256_storeu_ps(sg + j, g);
+        _mm256_storeu_ps(s + j, _mm256_mul_ps(hv, g));
+    }
+    for (; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
+}
+
+ATTNX_AVX512 static void attnx_silu_row_f32_avx512(const float *h, float *s, float *sg, int n)
+{
+    int j;
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= n; j += 16) {
+        __m512 hv = _mm512_loadu_ps(h + j);
+        __m512 g = _mm512_div_ps(one, _mm512_add_ps(one, attnx_exp16(_mm512_sub_ps(zero, hv))));
+        _mm512_storeu_ps(sg + j, g);
+        _mm512_storeu_ps(s + j, _mm512_mul_ps(hv, g));
+    }
+    for (; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
+}
+
+ATTNX_AVX2 static void attnx_silu_row_f64_avx2(const double *h, double *s, double *sg, int n)
+{
+    int j;
+    const __m256d one = _mm256_set1_pd(1.0), zero = _mm256_setzero_pd();
+    for (j = 0; j + 4 <= n; j += 4) {
+        __m256d hv = _mm256_loadu_pd(h + j);
+        __m256d g = _mm256_div_pd(one, _mm256_add_pd(one, attnx_exp4d(_mm256_sub_pd(zero, hv))));
+        _mm256_storeu_pd(sg + j, g);
+        _mm256_storeu_pd(s + j, _mm256_mul_pd(hv, g));
+    }
+    for (; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
+}
+
+ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, double *sg, int n)
+{
+    int j;
+    const __m512d one = _mm512_set1_pd(1.0), zero = _mm512_setzero_pd();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m512d hv = _mm512_loadu_pd(h + j);
+        __m512d g = _mm512_div_pd(one, _mm512_add_pd(one, attnx_exp8d(_mm512_sub_pd(zero, hv))));
+        _mm512_storeu_pd(sg + j, g);
+        _mm512_storeu_pd(s + j, _mm512_mul_pd(hv, g));
+    }
+    for (; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
+}
 #endif
 
 /* CPU level: 0 = scalar, 1 = AVX2+FMA, 2 = AVX-512F. Set once per extension
@@ -404,6 +457,24 @@ ATTNX_UNUSED static void attnx_exp_array_f64(const double *x, double *y, long n)
         int len = (int)(n - i < (1 << 20) ? n - i : (1 << 20));
         attnx_expsub_sum_f64(y + i, len, 0.0);
     }
+}
+
+ATTNX_UNUSED static void attnx_silu_row_f32(const float *h, float *s, float *sg, int n)
+{
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) { attnx_silu_row_f32_avx512(h, s, sg, n); return; }
+    if (attnx_cpu_level) { attnx_silu_row_f32_avx2(h, s, sg, n); return; }
+#endif
+    for (int j = 0; j < n; j++) { sg[j] = 1.0f / (1.0f + expf(-h[j])); s[j] = h[j] * sg[j]; }
+}
+
+ATTNX_UNUSED static void attnx_silu_row_f64(const double *h, double *s, double *sg, int n)
+{
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (attnx_cpu_level == 2) { attnx_silu_row_f64_avx512(h, s, sg, n); return; }
+    if (attnx_cpu_level) { attnx_silu_row_f64_avx2(h, s, sg, n); return; }
+#endif
+    for (int j = 0; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
 }
 
 ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)
