@@ -4,23 +4,24 @@ import numpy as np
 from ._ops import all_finite
 
 
-def _describe(a):
-    return f"shape {a.shape} and dtype {a.dtype}"
+def as_real_3d(name, a, dims="(n_samples, seq_len, n_features)"):
+    """a as an ndarray of real numbers with 3 dimensions (not copied when it already is)."""
+    if not isinstance(a, np.ndarray):
+        try:
+            a = np.asarray(a)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be an array {dims}, got {type(a).__name__} "
+                            f"({exc})") from exc
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers (float32 or float64), got dtype {a.dtype}")
+    if a.ndim != 3:
+        raise ValueError(f"{name} must be a 3-D array {dims}, got shape {a.shape}")
+    return a
 
 
 def as_input(name, x, d_model, batch=None, length=None):
     """Check a (batch, seq_len, d_model) real array; return it as an ndarray (not copied)."""
-    if not isinstance(x, np.ndarray):
-        try:
-            x = np.asarray(x)
-        except Exception as exc:
-            raise TypeError(f"{name} must be an array of shape (batch, seq_len, {d_model}), "
-                            f"got {type(x).__name__}") from exc
-    if x.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers (float32 or float64), got dtype {x.dtype}")
-    if x.ndim != 3:
-        raise ValueError(f"{name} must have 3 dimensions (batch, seq_len, {d_model}), "
-                         f"got shape {x.shape}")
+    x = as_real_3d(name, x, f"(batch, seq_len, {d_model})")
     if x.shape[2] != d_model:
         raise ValueError(f"{name} must have {d_model} features in its last dimension, "
                          f"got shape {x.shape}")

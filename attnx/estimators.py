@@ -17,7 +17,7 @@ from ._metrics import r2_score
 from ._params import check_dtype, check_positive_int
 from ._training import (BatchBuffers, EarlyStopping, InterruptGuard, Progress, Snapshot,
                         TrainingDivergedError)
-from ._validate import finite
+from ._validate import as_real_3d, finite
 from .attention import MultiHeadAttention
 from .losses import mse_loss
 from .optim import AdamW, _check_hyper
@@ -247,7 +247,7 @@ class _SequenceRegressor(EstimatorParams):
         averaged uniformly over the features (scikit-learn's r2_score)."""
         self._fitted_model()
         X = _check_x("X", X, self.n_features_in_)
-        Y = _as_real_3d("Y", Y)
+        Y = as_real_3d("Y", Y)
         if Y.shape != X.shape:
             raise ValueError(f"Y must have the shape of X {X.shape}, got {Y.shape}")
         return r2_score(Y, self.predict(X))
@@ -452,23 +452,8 @@ def _split(X, Y, fraction, seed):
     return X[train], Y[train], X[val], Y[val]
 
 
-def _as_real_3d(name, a):
-    if not isinstance(a, np.ndarray):
-        try:
-            a = np.asarray(a)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be an array (n_samples, seq_len, n_features), "
-                            f"got {type(a).__name__} ({exc})") from exc
-    if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers (float32 or float64), got dtype {a.dtype}")
-    if a.ndim != 3:
-        raise ValueError(f"{name} must be a 3-D array (n_samples, seq_len, n_features), "
-                         f"got shape {a.shape}")
-    return a
-
-
 def _check_x(name, x, d, allow_empty=False):
-    x = _as_real_3d(name, x)
+    x = as_real_3d(name, x)
     if x.shape[2] != d:
         raise ValueError(f"{name} must have shape (n_samples, seq_len, {d}) as the data the "
                          f"model was fitted on, got {x.shape}")
@@ -481,7 +466,7 @@ def _check_x(name, x, d, allow_empty=False):
 
 def _check_xy(X, Y, dtype, d=None):
     """Validated C-contiguous copies (or the arrays themselves) of X, Y in dtype."""
-    X, Y = _as_real_3d("X", X), _as_real_3d("Y", Y)
+    X, Y = as_real_3d("X", X), as_real_3d("Y", Y)
     if Y.shape != X.shape:
         raise ValueError(f"Y must have the shape of X {X.shape} (n_samples, seq_len, "
                          f"n_features), got {Y.shape}")

@@ -208,7 +208,7 @@ def test_attention_weights_rows_sum_to_one(rng):
 
 
 @pytest.mark.parametrize("bad,exc,words", [
-    (np.zeros((2, 3)), ValueError, "3 dimensions"),
+    (np.zeros((2, 3)), ValueError, "3-D array"),
     (np.zeros((2, 3, 5)), ValueError, "8 features"),
     (np.zeros((0, 3, 8)), ValueError, "empty"),
     (np.zeros((2, 3, 8), dtype=complex), TypeError, "real numbers"),
