@@ -769,26 +769,36 @@ class _Bench:
         if name.startswith("torch"):
             return self._peak_torch(name, mode)
         import tracemalloc
-        pred = None if mode == "train" else self.build(name)[1]
+        twice = self._twice(name, mode)
         gc.collect()
         tracemalloc.start()
         try:
             base = tracemalloc.get_traced_memory()[0]
-            if mode == "train":
-                fn = self.build(name)[0]
-                fn()
-                fn()
-            else:
-                pred()
-                pred()
+            twice()
             peak = tracemalloc.get_traced_memory()[1] - base
         finally:
             tracemalloc.stop()
         return int(peak)
 
+    def _twice(self, name, mode):
+        """Two training steps or two predicts of `name`; a predict closure is built
+        outside the measured region (building a training step is part of it)."""
+        if mode == "train":
+            def run():
+                fn = self.build(name)[0]
+                fn()
+                fn()
+        else:
+            pred = self.build(name)[1]
+
+            def run():
+                pred()
+                pred()
+        return run
+
     def _peak_torch(self, name, mode):
         from torch.profiler import ProfilerActivity, profile
-        pred = None if mode == "train" else self.build(name)[1]
+        twice = self._twice(name, mode)
         fd, path = tempfile.mkstemp(suffix=".json")
         os.close(fd)
         saved = os.dup(2)                      # the profiler prints to fd 2: keep the log clean
@@ -796,13 +806,7 @@ class _Bench:
         try:
             os.dup2(devnull, 2)
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-                if mode == "train":
-                    fn = self.build(name)[0]
-                    fn()
-                    fn()
-                else:
-                    pred()
-                    pred()
+                twice()
             prof.export_chrome_trace(path)
         finally:
             os.dup2(saved, 2)
