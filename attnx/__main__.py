@@ -1,4 +1,4 @@
-"""Command line: `python -m attnx` (the seed 000 demo) and the train / predict / bench commands.
+"""Command line: `python -m attnx` (a short demo) and the train / predict / bench commands.
 
   python -m attnx [--plot FILE.png] [demo options]
   python -m attnx train DATA.npz -o MODEL.npz [model and training options]
@@ -7,6 +7,7 @@
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -45,7 +46,7 @@ def _parser():
     p = argparse.ArgumentParser(
         prog=prog, formatter_class=fmt,
         description="attnx: attention and small transformers trained on the CPU. Without a "
-                    "command, trains a MultiHeadAttention model on the seed 000 task (copy "
+                    "command, trains a MultiHeadAttention model on a synthetic task (copy "
                     "the row whose feature 0 is largest to every position) and prints the "
                     "loss every few epochs, then per output feature the R^2, the MAE and "
                     "three test predictions against their targets.",
@@ -133,8 +134,9 @@ def _parser():
 
     b = sub.add_parser("bench", formatter_class=fmt,
                        help="run the benchmark suite (benchmarks/run.py of a source checkout)",
-                       description="Run benchmarks/run.py of the attnx source checkout, found "
-                                   "in the current directory or next to the attnx package; "
+                       description="Run benchmarks/run.py of the attnx source checkout this "
+                                   "attnx package was imported from (never one in the "
+                                   "current directory); "
                                    "every further argument goes to it (`bench -- --help` "
                                    "shows its own help).")
     b.add_argument("args", nargs=argparse.REMAINDER, help="arguments for benchmarks/run.py")
@@ -157,8 +159,8 @@ def _demo(args):
                                  random_state=args.seed + 1)
     est = AttentionRegressor(args.n_heads, batch_size=args.batch_size, lr=args.lr,
                              weight_decay=0.0, random_state=args.seed)
-    print("attnx demo: the seed 000 task - every output position gets the input row whose "
-          "feature 0 is largest")
+    print("attnx demo: one attention layer learns to find, in each sequence, the position "
+          "whose feature 0 is largest and to copy that row to every output position")
     print(f"data: {args.samples} training and {args.test_samples} test samples, seq_len "
           f"{args.seq_len}, d_model {args.d_model}")
     every = max(1, args.epochs // 10)
@@ -264,22 +266,39 @@ def _predict(args):
 
 # ---- bench -----------------------------------------------------------------
 def find_bench_script(roots=None):
-    """benchmarks/run.py under the current directory or the package's parent, or None."""
+    """benchmarks/run.py of the attnx source checkout this package was imported from, or None.
+
+    Only the checkout that holds this very package counts (its pyproject.toml names
+    the attnx project and its attnx/ folder is this one): never the current
+    directory, so `attnx bench` cannot run a script planted where the user stands,
+    and never a site-packages folder an installed wheel happens to sit in.
+    """
+    here = Path(__file__).resolve().parent
     if roots is None:
-        roots = [Path.cwd(), Path(__file__).resolve().parent.parent]
-    for root in roots:
-        script = Path(root) / "benchmarks" / "run.py"
-        if script.is_file():
+        roots = [here.parent]
+    for root in map(Path, roots):
+        script = root / "benchmarks" / "run.py"
+        if script.is_file() and _is_attnx_checkout(root, here):
             return script
     return None
+
+
+def _is_attnx_checkout(root, package_dir):
+    try:
+        project = (root / "pyproject.toml").read_text(encoding="utf-8")
+        same = (root / "attnx").resolve() == package_dir
+    except OSError:
+        return False
+    return same and re.search(r'^name\s*=\s*"attnx"\s*$', project, re.M) is not None
 
 
 def _bench(args):
     script = find_bench_script()
     if script is None:
         print("attnx bench: the benchmark suite (benchmarks/run.py) lives in the attnx source "
-              "checkout, not in the installed package; run this command from the checkout's "
-              "top directory, or run `python benchmarks/run.py` there", file=sys.stderr)
+              "checkout, not in the installed package; install attnx from a checkout in "
+              "editable mode (pip install -e .) or run `python benchmarks/run.py` in the "
+              "checkout", file=sys.stderr)
         return 2
     rest = args.args[1:] if args.args[:1] == ["--"] else args.args
     return subprocess.call([sys.executable, os.fspath(script), *rest])

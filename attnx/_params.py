@@ -1,23 +1,55 @@
 """Parameter storage: every model keeps its weights in one flat buffer.
 
-`params` and `grads` are dicts of live views into a flat parameter buffer and a
-flat gradient buffer, so a user can read and assign weights by name while the
-optimizer updates the whole model with one kernel call over the flat buffer.
+`params` and `grads` are read-only mappings of live views into a flat parameter
+buffer and a flat gradient buffer, so a user can read and assign weights by name
+while the optimizer updates the whole model with one kernel call over the flat
+buffer. The mapping itself cannot be changed (no item assignment, update, pop or
+del), so a name can never be detached from the storage.
 """
+from collections.abc import Mapping
+
 import numpy as np
 
 
-class ParamDict(dict):
-    """name -> ndarray view into `flat` (a 1-D buffer holding every value once)."""
+class ParamDict(Mapping):
+    """name -> ndarray view into `flat` (a 1-D buffer holding every value once).
+
+    A read-only mapping: write into the arrays (``params["Wq"][...] = w``), never
+    replace them.
+    """
+
+    __slots__ = ("_views", "flat")
 
     def __init__(self, flat, views):
-        super().__init__(views)
+        self._views = dict(views)
         self.flat = flat
+        for name, v in self._views.items():
+            if not np.shares_memory(v, flat):
+                raise ValueError(f"parameter {name!r} is not a view of the flat buffer")
+
+    def __getitem__(self, key):
+        return self._views[key]
+
+    def __iter__(self):
+        return iter(self._views)
+
+    def __len__(self):
+        return len(self._views)
+
+    def __contains__(self, key):
+        return key in self._views
 
     def __setitem__(self, key, value):
         raise TypeError(
             f"assign into the existing array instead: params[{key!r}][...] = value "
             "(the arrays are views into the model's storage)")
+
+    def __delitem__(self, key):
+        raise TypeError(f"the parameters of a model cannot be removed (tried {key!r})")
+
+    def __repr__(self):
+        body = ", ".join(f"{k!r}: {v.dtype}{list(v.shape)}" for k, v in self._views.items())
+        return f"ParamDict({{{body}}})"
 
 
 class FlatAllocator:

@@ -42,6 +42,24 @@ def finite(x):
     return x.dtype.kind != "f" or bool(np.isfinite(x).all())
 
 
+def cast_into(name, dst, src):
+    """Copy src into dst, converting to dst's dtype; ValueError naming `name` when the
+    conversion overflows (1e39 is finite in float64 but inf in float32)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.copyto(dst, src, casting="unsafe")
+    if src.dtype != dst.dtype and not finite(dst):
+        raise ValueError(f"{name} holds values too large for {dst.dtype}: they overflow to "
+                         f"infinity on conversion from {src.dtype}")
+    return dst
+
+
+def as_dtype(name, a, dtype):
+    """a as a C-contiguous array of dtype (not copied when it already is), checked as cast_into."""
+    if a.dtype == dtype and a.flags.c_contiguous:
+        return a
+    return cast_into(name, np.empty(a.shape, dtype=dtype), a)
+
+
 def check_finite(name, x):
     """Raise ValueError when x holds NaN or inf."""
     if not finite(x):

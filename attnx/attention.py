@@ -3,7 +3,7 @@ import numpy as np
 
 from . import _attention, _ops
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_input, as_mask, check_params
+from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 _NAMES_W = ("Wq", "Wk", "Wv", "Wo")
@@ -19,13 +19,13 @@ def rope_tables(t_len, d_head, dtype, base=10000.0):
             np.ascontiguousarray(np.sin(ang), dtype=dtype))
 
 
-def _copy_rows(buf, a, dtype):
-    """Copy a (B, T, w) array into the 2-D buffer buf (made on first use), cast to dtype."""
+def _copy_rows(buf, a, dtype, name="x"):
+    """Copy a (B, T, w) array into the 2-D buffer buf (made on first use), cast to dtype;
+    ValueError naming `name` when the cast overflows."""
     rows = a.shape[0] * a.shape[1]
     if buf is None:
         buf = np.empty((rows, a.shape[2]), dtype=dtype)
-    np.copyto(buf, a.reshape(rows, a.shape[2]), casting="unsafe")
-    return buf
+    return cast_into(name, buf, a.reshape(rows, a.shape[2]))
 
 
 class _Workspace:
@@ -263,10 +263,12 @@ class MultiHeadAttention:
         mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, tk)
         y = self._out("out", out, (nb, tq, self.d_model))
         ws, threads = self._workspace(nb, tq, tk, cross, grad)
+        if grad:  # the buffers below may be the last forward's: it can no longer be backed
+            self._last = None
         # copies: backward needs the inputs as they were, whatever the caller does next
         ws.x = _copy_rows(ws.x, x, self.dtype)
         if cross:
-            ws.ctx = _copy_rows(ws.ctx, context, self.dtype)
+            ws.ctx = _copy_rows(ws.ctx, context, self.dtype, "context")
         if mask is not None:
             np.copyto(ws.mask, mask)
             mask = ws.mask
@@ -288,7 +290,7 @@ class MultiHeadAttention:
         x2, ctx2, nb, tq, tk, *_ = self._last
         d = self.d_model
         dy = as_input("dy", dy, d, batch=nb, length=tq)
-        dy = np.ascontiguousarray(dy, dtype=self.dtype)
+        dy = as_dtype("dy", dy, self.dtype)
         cross = ctx2 is not None
         outs = out if (cross and out is not None) else (out, None)
         dx = self._out("out", outs[0], (nb, tq, d)) if self.input_grad else None

@@ -10,7 +10,7 @@ from ._params import check_dtype, check_positive_int
 
 
 def max_position_task(n_samples, seq_len=8, d_model=8, random_state=None, dtype=np.float32):
-    """The seed 000 task: find the position whose feature 0 is largest, copy its row everywhere.
+    """Find the position whose feature 0 is largest and copy its row to every position.
 
     X (n, T, d) is standard normal; for each sample i, with p = argmax_t X[i, t, 0],
     every output position gets that row: Y[i, t, :] = X[i, p, :] for all t.

@@ -93,8 +93,12 @@ def _check_archive(path):
     the file, and be an .npy whose header promises no more bytes than the member
     holds. So a hostile file cannot make load allocate more than its own size."""
     try:
-        if not zipfile.is_zipfile(path):
-            return  # numpy then says what it is (a lone .npy, or not numpy at all)
+        with open(path, "rb") as f:  # a missing file or a folder raises here, as itself
+            is_zip = zipfile.is_zipfile(f)
+        if not is_zip:
+            # never hand anything else to numpy: a lone .npy's header alone would make
+            # it allocate whatever shape the header declares
+            raise _FormatError("not an .npz archive")
         size = os.path.getsize(path)
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
@@ -117,6 +121,8 @@ def _check_archive(path):
                                          f"holds {info.file_size}")
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
+    except _FormatError as exc:
+        raise ValueError(f"{path} is not an attnx model file: {exc}") from None
     except Exception as exc:
         raise ValueError(f"{path} is corrupted or not an attnx model file: "
                          f"{type(exc).__name__}: {exc}") from exc

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ._ops import mse_into
+from ._validate import as_dtype
 
 
 def mse_loss(y, y_true, *, out=None):
@@ -29,6 +30,8 @@ def mse_loss(y, y_true, *, out=None):
           or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"out must be a writeable C-contiguous {y.dtype} array of shape {y.shape}")
     yc = np.ascontiguousarray(y)
-    tc = np.ascontiguousarray(y_true, dtype=y.dtype)
+    if y_true.dtype.kind not in "fiu":
+        raise TypeError(f"y_true must hold real numbers, got dtype {y_true.dtype}")
+    tc = as_dtype("y_true", y_true, y.dtype)
     loss = mse_into(yc.reshape(-1), tc.reshape(-1), out.reshape(-1))
     return float(loss), out

@@ -1,5 +1,6 @@
 """AdamW optimizer over flat parameter buffers."""
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -17,7 +18,7 @@ class AdamW:
         v <- beta2 v + (1 - beta2) g^2
         p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 
-    This is torch.optim.AdamW's rule. The seed documents put eps inside the
+    This is torch.optim.AdamW's rule. Some write-ups of Adam put eps inside the
     square root (sqrt(v_hat + eps)); attnx follows torch (eps added to
     sqrt(v_hat)) so that results match it step for step.
 
@@ -28,7 +29,7 @@ class AdamW:
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         self.lr, self.betas, self.eps, self.weight_decay = _check_hyper(lr, betas, eps,
                                                                         weight_decay)
-        if not isinstance(params, dict) or not params:
+        if not isinstance(params, Mapping) or not params:
             raise TypeError("params must be a non-empty dict of name -> ndarray "
                             "(a model's .params)")
         self._keys = tuple(params)
@@ -52,9 +53,9 @@ class AdamW:
         self.t = 0
 
     def _grad_buffers(self, grads):
-        if not isinstance(grads, dict) or set(grads) != set(self._keys):
+        if not isinstance(grads, Mapping) or set(grads) != set(self._keys):
             raise ValueError(f"grads must have the keys of params {list(self._keys)}, got "
-                             f"{list(grads) if isinstance(grads, dict) else type(grads).__name__}")
+                             f"{list(grads) if isinstance(grads, Mapping) else type(grads).__name__}")
         if self._flat and isinstance(grads, ParamDict) and grads.flat.shape == self._bufs[0].shape:
             return [grads.flat]
         if self._flat:

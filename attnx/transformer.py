@@ -3,7 +3,7 @@ import numpy as np
 
 from . import _mlp, _ops
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_input, as_mask, check_params
+from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from .attention import MultiHeadAttention, _copy_rows
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
@@ -32,7 +32,8 @@ class _Buffers:
 
 
 class Transformer:
-    """A stack of n_layers transformer layers (seed 001), each:
+    """A stack of n_layers transformer layers, each attention followed by a SiLU MLP,
+    both with a residual connection:
 
         Z~ = Attention(X) + X
         H  = Z~ W1 (+ b1)
@@ -145,10 +146,12 @@ class Transformer:
         mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, tk)
         y = self.attn[0]._out("out", out, (nb, t, d))
         bufs, threads = self._buffers(nb, t, tk, cross, grad)
+        if grad:  # the buffers below may be the last forward's: it can no longer be backed
+            self._last = None
         rows = nb * t
-        np.copyto(bufs.xs[0], x.reshape(rows, d), casting="unsafe")
+        cast_into("x", bufs.xs[0], x.reshape(rows, d))
         if cross:
-            bufs.ctx = _copy_rows(bufs.ctx, context, self.dtype)
+            bufs.ctx = _copy_rows(bufs.ctx, context, self.dtype, "context")
         if mask is not None:
             if bufs.mask is None:
                 bufs.mask = np.empty((nb, tk), dtype=np.uint8)
@@ -180,7 +183,7 @@ class Transformer:
                                "run forward again")
         d, rows = self.d_model, nb * t
         dy = as_input("dy", dy, d, batch=nb, length=t)
-        dy = np.ascontiguousarray(dy, dtype=self.dtype).reshape(rows, d)
+        dy = as_dtype("dy", dy, self.dtype).reshape(rows, d)
         outs = out if (cross and out is not None) else (out, None)
         att0 = self.attn[0]
         dx = att0._out("out", outs[0], (nb, t, d)) if self.input_grad else None

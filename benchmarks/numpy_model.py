@@ -5,7 +5,7 @@ Written the way a competent NumPy user writes them: whole-batch np.matmul on
 samples or heads), one fused [Wq | Wk | Wv] projection, in-place updates where
 they come for free, a hand-written backward and AdamW. Nothing here calls attnx.
 
-Models (the same as attnx's, seed 001, no biases):
+Models (the same as attnx's: attention + SiLU MLP with two residuals per layer, no biases):
 
     attention:    Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) [+ causal mask]) V_h) Wo
                   Q, K, V = X Wq, X Wk, X Wv

@@ -78,7 +78,7 @@ def test_cli_errors_are_short_messages(tmp_path):
     assert r.returncode == 1 and "has no array 'X'" in r.stderr
     (tmp_path / "bad.npz").write_bytes(b"garbage")
     r = run(["predict", "bad.npz", "d.npz"], tmp_path, check=False)
-    assert r.returncode == 1 and "bad.npz is not a readable attnx model file" in r.stderr
+    assert r.returncode == 1 and "bad.npz is not an attnx model file" in r.stderr
     r = run(["train", "d.npz", "--model", "lstm"], tmp_path, check=False)
     assert r.returncode == 2 and "invalid choice" in r.stderr
 
@@ -99,23 +99,52 @@ def test_help_explains_every_option(tmp_path):
                 assert flag in p.format_help()
 
 
-def test_bench_runs_the_checkouts_suite_with_the_remaining_arguments(tmp_path):
-    bench = tmp_path / "benchmarks"
-    bench.mkdir()
-    (bench / "run.py").write_text("import sys\nprint('BENCH', sys.argv[1:])\nsys.exit(3)\n")
-    r = run(["bench", "--quick", "--threads", "1"], tmp_path, check=False)
-    assert r.returncode == 3
-    assert r.stdout.strip() == "BENCH ['--quick', '--threads', '1']"
+def _fake_checkout(root, package_dir):
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "benchmarks" / "run.py").write_text("import sys\nprint('BENCH', sys.argv[1:])\n")
+    (root / "pyproject.toml").write_text('[project]\nname = "attnx"\n')
+    (root / "attnx").symlink_to(package_dir, target_is_directory=True)
+
+
+def test_bench_runs_only_the_suite_of_the_package_checkout(tmp_path, monkeypatch):
+    package_dir = os.path.dirname(os.path.realpath(cli.__file__))
+    # a checkout whose attnx/ is this very package: its suite is found
+    _fake_checkout(tmp_path / "checkout", package_dir)
+    assert cli.find_bench_script([tmp_path / "checkout"]) == \
+        tmp_path / "checkout" / "benchmarks" / "run.py"
+    # benchmarks/run.py beside another attnx folder, or without the project file: refused
+    other = tmp_path / "other"
+    (other / "benchmarks").mkdir(parents=True)
+    (other / "benchmarks" / "run.py").write_text("")
+    (other / "pyproject.toml").write_text('[project]\nname = "attnx"\n')
+    (other / "attnx").mkdir()
+    assert cli.find_bench_script([other]) is None
+    (tmp_path / "checkout" / "pyproject.toml").write_text('[project]\nname = "evil"\n')
+    assert cli.find_bench_script([tmp_path / "checkout"]) is None
+
+
+def test_bench_never_runs_a_script_from_the_current_directory(tmp_path):
+    planted = tmp_path / "benchmarks"
+    planted.mkdir()
+    (planted / "run.py").write_text("import sys\nprint('PLANTED')\nsys.exit(3)\n")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "attnx"\n')
     r = run(["bench", "--", "--help"], tmp_path, check=False)
-    assert r.stdout.strip() == "BENCH ['--help']"
+    assert "PLANTED" not in r.stdout and r.returncode != 3
+
+
+def test_bench_passes_the_remaining_arguments(monkeypatch, tmp_path):
+    script = tmp_path / "run.py"
+    calls = []
+    monkeypatch.setattr(cli, "find_bench_script", lambda roots=None: script)
+    monkeypatch.setattr(cli.subprocess, "call", lambda argv: calls.append(argv) or 3)
+    assert cli.main(["bench", "--quick", "--threads", "1"]) == 3
+    assert cli.main(["bench", "--", "--help"]) == 3
+    assert calls == [[sys.executable, os.fspath(script), "--quick", "--threads", "1"],
+                     [sys.executable, os.fspath(script), "--help"]]
 
 
 def test_bench_without_a_checkout_says_where_the_suite_lives(tmp_path, monkeypatch, capsys):
     assert cli.find_bench_script([tmp_path]) is None
-    (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "run.py").write_text("")
-    assert cli.find_bench_script([tmp_path / "nowhere", tmp_path]) == \
-        tmp_path / "benchmarks" / "run.py"
     monkeypatch.setattr(cli, "find_bench_script", lambda roots=None: None)
     assert cli.main(["bench", "--quick"]) == 2
     assert "lives in the attnx source checkout" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""attnx.datasets: the seed 000 task and the fixed-attention mixing task."""
+"""attnx.datasets: the find-the-maximum copy task and the fixed-attention mixing task."""
 import numpy as np
 import pytest
 

@@ -190,7 +190,7 @@ def test_wrong_version_foreign_npz_and_other_files(saved, tmp_path):
     with pytest.raises(ValueError, match="one.npy is not an attnx model file"):
         attnx.load(p)
     p = _write(tmp_path, "text.npz", b"hello, I am not a zip file\n" * 10)
-    with pytest.raises(ValueError, match="text.npz is not a readable attnx model file"):
+    with pytest.raises(ValueError, match="text.npz is not an attnx model file"):
         attnx.load(p)
     p = tmp_path / "pickled.npz"
     np.savez(p, format=np.array(["attnx-estimator", None], dtype=object))
@@ -229,7 +229,7 @@ def test_save_refuses_other_objects(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-def test_saved_model_predicts_the_seed_000_task(tmp_path):
+def test_saved_model_predicts_the_max_position_task(tmp_path):
     X, Y = max_position_task(256, 6, 4, random_state=0)
     est = attnx.AttentionRegressor(2, epochs=10, lr=0.02, random_state=0).fit(X, Y)
     est.save(tmp_path / "m.npz")

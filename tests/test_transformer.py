@@ -1,4 +1,4 @@
-"""Transformer: finite differences, the torch oracle with AdamW, and training on seed 001's task."""
+"""Transformer: finite differences, the torch oracle with AdamW, and training on a running-mean task."""
 import numpy as np
 import pytest
 
