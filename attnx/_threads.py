@@ -15,17 +15,31 @@
   gets its old count back as soon as attnx is idle. Only scipy's BLAS is
   touched (numpy's and torch's keep theirs) when threadpoolctl can tell which
   library that is; otherwise every BLAS threadpoolctl sees.
+
+  threadpoolctl (3.7 and later) lets only one Python thread at a time change a
+  process-wide OpenBLAS count (its "controlling thread"; others are silently
+  ignored). The guard takes that role only for the instant of setting or
+  restoring and then gives it back, so neither attnx's worker threads nor the
+  user's threads lock each other out. While another thread is inside its own
+  `with threadpool_limits(...)`, that thread owns the count and attnx leaves
+  BLAS as the user set it.
 """
 import threading
 
 import scipy.linalg.cython_blas  # noqa: F401  (loads scipy's BLAS before we look for it)
 from threadpoolctl import ThreadpoolController
 
+try:  # threadpoolctl >= 3.7: one "controlling thread" per process-wide OpenBLAS
+    from threadpoolctl import OpenBLASController as _OpenBLAS
+    _release = getattr(_OpenBLAS, "clear_controlling_thread", None)
+except ImportError:  # older threadpoolctl: any thread may set the count
+    _release = None
+
 from . import _ops
 
 _lock = threading.Lock()
 _depth = 0          # attnx calls inside their guard now
-_limiter = None     # threadpoolctl limiter of the outermost guard (restores on exit)
+_saved = []         # (library controller, count to restore) of the outermost guard
 _controller = None  # built once: ThreadpoolController() scans every loaded library (ms)
 BLAS_PATH = None    # file of the BLAS that attnx's kernels call, when identified
 
@@ -61,6 +75,13 @@ def controller():
     return _controller
 
 
+def _give_back_control():
+    """Let other threads (attnx's next caller, the user's threadpoolctl) set
+    OpenBLAS's count again; clears only if this thread holds the role."""
+    if _release is not None:
+        _release()
+
+
 class blas_single:
     """Context manager: BLAS single-threaded while attnx's parallel regions run.
 
@@ -74,24 +95,41 @@ class blas_single:
         self._active = nthreads > 1
 
     def __enter__(self):
-        global _depth, _limiter
+        global _depth
         if self._active:
-            ctl = controller()
+            libs = controller().lib_controllers
             with _lock:
                 if _depth == 0:
-                    _limiter = ctl.limit(limits=1)
+                    _limit_to_one(libs)
                 _depth += 1
         return self
 
     def __exit__(self, *exc):
-        global _depth, _limiter
+        global _depth
         if self._active:
             with _lock:
                 _depth -= 1
                 if _depth == 0:
-                    limiter, _limiter = _limiter, None
-                    limiter.restore_original_limits()
+                    _restore()
         return False
+
+
+def _limit_to_one(libs):
+    """Record each library's count and set 1 (skipped where it already is 1:
+    a get is a few times cheaper than a set)."""
+    for lib in libs:
+        n = lib.get_num_threads()
+        if n is not None and n != 1:
+            lib.set_num_threads(1)
+            _saved.append((lib, n))
+    _give_back_control()
+
+
+def _restore():
+    while _saved:
+        lib, n = _saved.pop()
+        lib.set_num_threads(n)
+    _give_back_control()
 
 
 def guard_depth():
