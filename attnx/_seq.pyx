@@ -8,10 +8,21 @@ small work); the GEMMs are single BLAS calls over all rows. Reductions over rows
 fixed order, so results are the same from run to run at a given thread count.
 """
 from cython.parallel cimport prange
-from libc.math cimport sqrt, exp, log
+from libc.math cimport exp, log
 from libc.stdint cimport uint8_t, int64_t
 
 from attnx._blas cimport floating, gemm, NT, TR
+
+cdef extern from "attnx_seq.h" nogil:
+    void attnx_ln_fwd_f32(const float *x, const float *g, const float *b, float *y,
+                          Py_ssize_t d, float eps, float *mean_out, float *rs_out)
+    void attnx_ln_fwd_f64(const double *x, const double *g, const double *b, double *y,
+                          Py_ssize_t d, double eps, double *mean_out, double *rs_out)
+    void attnx_ln_bwd_f32(const float *dy, const float *x, const float *g, float mu, float rs,
+                          float *dx, const float *add, float *pg, float *pb, Py_ssize_t d)
+    void attnx_ln_bwd_f64(const double *dy, const double *x, const double *g, double mu,
+                          double rs, double *dx, const double *add, double *pg, double *pb,
+                          Py_ssize_t d)
 
 
 cdef inline void fill_bias(floating *y, const floating *b, Py_ssize_t rows,
@@ -80,24 +91,16 @@ def positions_backward(const floating[:, ::1] dh, floating[:, ::1] dp, Py_ssize_
 def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const floating[::1] b,
                       floating[:, ::1] y, floating[:, ::1] st, double eps, int nthreads=1):
     """y = (x - mean) / sqrt(var + eps) * g + b per row (biased variance, as torch);
-    st[0, r] = mean, st[1, r] = 1/sqrt(var + eps), kept for backward. Sums in double."""
-    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r, j
-    cdef double mu, var, dv, rs
+    st[0, r] = mean, st[1, r] = 1/sqrt(var + eps), kept for backward."""
+    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
-            mu = 0
-            for j in range(d):
-                mu = mu + x[r, j]
-            mu = mu / d
-            var = 0
-            for j in range(d):
-                dv = x[r, j] - mu
-                var = var + dv * dv
-            rs = 1.0 / sqrt(var / d + eps)
-            st[0, r] = <floating> mu
-            st[1, r] = <floating> rs
-            for j in range(d):
-                y[r, j] = <floating> ((x[r, j] - mu) * rs) * g[j] + b[j]
+            if floating is float:
+                attnx_ln_fwd_f32(&x[r, 0], &g[0], &b[0], &y[r, 0], d, <float> eps,
+                                 &st[0, r], &st[1, r])
+            else:
+                attnx_ln_fwd_f64(&x[r, 0], &g[0], &b[0], &y[r, 0], d, eps,
+                                 &st[0, r], &st[1, r])
 
 
 def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
@@ -112,7 +115,7 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
     """
     cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r, j, c, lo, hi
     cdef int nth = nthreads if nthreads <= part.shape[0] else <int> part.shape[0]
-    cdef double m1, m2, mu, rs, xh, gy
+    cdef const floating *ap
     with nogil:
         for c in prange(nth, schedule="static", num_threads=nth):
             lo = rows * c // nth
@@ -120,26 +123,13 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
             for j in range(2 * d):
                 part[c, j] = 0
             for r in range(lo, hi):
-                mu = st[0, r]
-                rs = st[1, r]
-                m1 = 0
-                m2 = 0
-                for j in range(d):
-                    xh = (x[r, j] - mu) * rs
-                    gy = <double> dy[r, j] * g[j]
-                    m1 = m1 + gy
-                    m2 = m2 + gy * xh
-                    part[c, j] += <floating> (dy[r, j] * xh)
-                    part[c, d + j] += dy[r, j]
-                m1 = m1 / d
-                m2 = m2 / d
-                for j in range(d):
-                    xh = (x[r, j] - mu) * rs
-                    gy = <double> dy[r, j] * g[j]
-                    if add is not None:
-                        dx[r, j] = <floating> (rs * (gy - m1 - xh * m2)) + add[r, j]
-                    else:
-                        dx[r, j] = <floating> (rs * (gy - m1 - xh * m2))
+                ap = &add[r, 0] if add is not None else NULL
+                if floating is float:
+                    attnx_ln_bwd_f32(&dy[r, 0], &x[r, 0], &g[0], st[0, r], st[1, r], &dx[r, 0],
+                                     ap, &part[c, 0], &part[c, d], d)
+                else:
+                    attnx_ln_bwd_f64(&dy[r, 0], &x[r, 0], &g[0], st[0, r], st[1, r], &dx[r, 0],
+                                     ap, &part[c, 0], &part[c, d], d)
         for j in range(d):
             dg[j] = 0
             db[j] = 0

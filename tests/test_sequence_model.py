@@ -493,3 +493,37 @@ def test_dropout_off_in_inference(rng):
     # a training forward drops
     yt = m.forward(x)
     assert not np.allclose(yt, ref.forward(x, grad=False))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_training_step_allocates_no_arrays(dropout, rng):
+    """At a fixed shape a forward/backward/AdamW step reuses every buffer: the
+    traced peak stays far below the size of one activation (B*T*d floats)."""
+    import tracemalloc
+    m = SequenceModel(3, 32, 4, 2, 5, pooling=None, positional="learned", norm="pre",
+                      max_len=64, dropout=dropout, random_state=0)
+    x = rng.normal(size=(8, 64, 3)).astype(np.float32)
+    kpm = ragged_mask(8, 64, rng)
+    labels = rng.integers(0, 5, size=(8, 64))
+    sw = (~kpm).astype(np.float64)
+    y = np.empty(m.output_shape(8, 64), np.float32)
+    dy = np.empty_like(y)
+    dx = np.empty_like(x)
+    opt = attnx.AdamW(m.params)
+
+    def step():
+        m.forward(x, kpm, out=y)
+        attnx.cross_entropy_loss(y, labels, sample_weight=sw, out=dy)
+        m.backward(dy, out=dx)
+        opt.step(m.grads)
+
+    step()
+    step()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    step()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    activation = 8 * 64 * 32 * 4
+    assert peak < activation // 4, f"peak {peak} bytes during a step"
