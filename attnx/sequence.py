@@ -6,10 +6,11 @@ import numbers
 
 import numpy as np
 
-from . import _mlp, _ops, _seq
+from . import _mlp, _seq
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
+from ._threads import blas_single, num_threads
 from .attention import MultiHeadAttention
 
 LN_EPS = 1e-5
@@ -251,7 +252,7 @@ class SequenceModel:
 
     # ---- workspaces ----------------------------------------------------
     def _buffers(self, nb, t, store):
-        threads = _ops.max_threads()
+        threads = num_threads()
         key = (nb, t, store, threads)
 
         def make():
@@ -371,8 +372,9 @@ class SequenceModel:
             u2 = zt
         # the MLP kernel returns MLP(u2) + u2 (its own residual)
         out = b.branch if drop else b.hs[i + 1]
-        _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                         b.hid[i], b.s[i], b.sg[i], out)
+        with blas_single(threads):
+            _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
+                             b.hid[i], b.s[i], b.sg[i], out, nthreads=threads)
         if drop:      # H' = Z~ + mask2 * (out - u2)
             k.masked_add(b.hs[i + 1], zt, b.branch, u2, b.m2[i], nth)
         elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
@@ -385,7 +387,7 @@ class SequenceModel:
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
         nb, t, b, threads, km, drop = self._last
-        if threads != _ops.max_threads():
+        if threads != num_threads():
             raise RuntimeError("the thread count changed between forward and backward; "
                                "run forward again")
         shape = self.output_shape(nb, t)
@@ -417,14 +419,14 @@ class SequenceModel:
         else:
             dcur = b.dhf
         for i in reversed(range(self.n_layers)):
-            self._block_backward(i, b, dcur, drop, nth)
+            self._block_backward(i, b, dcur, drop, nth, threads)
         if self.positional == "learned":
             k.positions_backward(dcur, g["pos.P"], t, nth)
         k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"],
                           None if dx is None else dx.reshape(rows, self.n_features), nth)
         return dx
 
-    def _block_backward(self, i, b, dcur, drop, nth):
+    def _block_backward(self, i, b, dcur, drop, nth, threads):
         """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
         k, w, g, p = self._k, self._w, self._g, f"layers.{i}."
         pre = self.norm == "pre"
@@ -435,9 +437,10 @@ class SequenceModel:
             dbr = b.dbr
         else:
             dbr = dcur
-        _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
-                          b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2"),
-                          b.db)
+        with blas_single(threads):
+            _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
+                              b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"],
+                              g.get(p + "b2"), b.db, nthreads=threads)
         if pre:   # dZ~ = LN2'(db - dbr) + dcur
             k.add_sub(b.db, None, dbr, nth)
             k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
