@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Run the kernel-level tests once per SIMD level this machine supports
+# (0 portable C, 1 AVX2+FMA, 2 AVX-512F; ATTNX_SIMD caps the level at import)
+# and say which levels ran. Uses the attnx importable from here (installed, or
+# PYTHONPATH=. for an in-place build). Usage: .ci/simd_levels.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+FILES="tests/test_kernels.py tests/test_simd_levels.py tests/test_attention.py
+       tests/test_blocked.py tests/test_transformer.py tests/test_torch_oracle.py
+       tests/test_blas.py"
+
+# what the CPU supports, from the kernel's flags (independent of attnx's own detection)
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+max=0
+if [[ " $flags " == *" avx2 "* && " $flags " == *" fma "* ]]; then
+    max=1
+    [[ " $flags " == *" avx512f "* ]] && max=2
+fi
+names=(portable avx2 avx512)
+ran=()
+for level in $(seq 0 "$max"); do
+    echo "== SIMD level $level (${names[$level]}): kernel-level tests"
+    got=$(ATTNX_SIMD=$level $PY -c "from attnx import _ops; print(_ops.simd_level())")
+    if [[ "$got" != "$level" ]]; then
+        echo "ATTNX_SIMD=$level asked, but attnx dispatches to level $got on a CPU that has it" >&2
+        exit 1
+    fi
+    ATTNX_SIMD=$level $PY -m pytest -q -p no:cacheprovider $FILES "$@"
+    ran+=("$level (${names[$level]})")
+done
+echo "== SIMD levels run: ${ran[*]}"
+[[ $max -lt 2 ]] && echo "== not run (CPU lacks them): ${names[*]:$((max + 1))}"
+exit 0
