@@ -4,11 +4,16 @@
 # and say which levels ran. Uses the attnx importable from here (installed, or
 # PYTHONPATH=. for an in-place build). Usage: .ci/simd_levels.sh [pytest args]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
-FILES="tests/test_kernels.py tests/test_simd_levels.py tests/test_attention.py
-       tests/test_blocked.py tests/test_transformer.py tests/test_torch_oracle.py
-       tests/test_blas.py"
+T="$ROOT/tests"
+FILES="$T/test_kernels.py $T/test_simd_levels.py $T/test_attention.py $T/test_blocked.py
+       $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py"
+# run outside the checkout: `python -m` puts the working directory first on sys.path,
+# and an unbuilt attnx/ source folder must not shadow the attnx under test
+RUN=$(mktemp -d)
+trap 'rm -rf "$RUN"' EXIT
+cd "$RUN"
 
 # what the CPU supports, from the kernel's flags (independent of attnx's own detection)
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
