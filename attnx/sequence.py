@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _mlp, _ops, _seq
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
+from ._validate import as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 from .attention import MultiHeadAttention
 
@@ -108,7 +108,14 @@ class SequenceModel:
     norm : None or "pre" (pre-norm blocks and a final LayerNorm).
     causal : position t attends to positions <= t only.
     bias : attention and MLP biases (embed.b and head.b always exist).
-    dropout : probability in [0, 1) (see the dropout section of the docs).
+    dropout : probability p in [0, 1) of zeroing an element of each residual branch
+        (the attention output and the MLP output, before they are added to the
+        residual stream), the kept ones scaled by 1/(1-p), as torch's dropout.
+        Only in training forwards (grad=True); off with grad=False. The masks come
+        from `dropout_rng`, a numpy Generator seeded from random_state, so a
+        seeded fit is bit-reproducible; backward uses the forward's masks
+        (dropout_masks() returns them). The attention probabilities themselves
+        are not dropped.
     max_len : longest sequence; required by positional="learned".
     dtype : float32 or float64.
     random_state : seed for numpy.random.default_rng. Initial weights: embed.W
@@ -321,11 +328,9 @@ class SequenceModel:
         if drop and not self._freeze_dropout:
             b.draw_masks(self)
         h0 = b.hs[0]
-        k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth)
-        if self.positional == "sinusoidal":
-            k.add_positions(h0, self._table(t), t, nth)
-        elif self.positional == "learned":
-            k.add_positions(h0, w["pos.P"], t, nth)
+        pos = (self._table(t) if self.positional == "sinusoidal" else
+               w["pos.P"] if self.positional == "learned" else None)
+        k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth, pos, t)
         for i in range(self.n_layers):
             self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
         if pre:

@@ -336,9 +336,11 @@ def test_kernels_match_numpy_reference(dtype, nthreads, rng):
             if mod_out == "linear":
                 y = np.empty((rows, d), dtype)
                 k.linear_forward(x, w, bvec, y, nthreads)
+                yp = np.empty((rows, d), dtype)
+                k.linear_forward(x, w, bvec, yp, nthreads, table, t)
                 dw, db, dx = np.empty_like(w), np.empty_like(bvec), np.empty_like(x)
                 k.linear_backward(h, x, w, dw, db, dx, nthreads)
-                outs.append((y, dw, db, dx))
+                outs.append((y, yp, dw, db, dx))
             elif mod_out == "ln":
                 y, st = np.empty_like(h), np.empty((2, rows), dtype)
                 k.layernorm_forward(h, g, bvec, y, st, 1e-5, nthreads)
