@@ -466,6 +466,19 @@ class SequenceModel:
             np.copyto(dcur, b.dzt)
             self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
 
+    def attention_weights(self, layer=None, sample=None, head=None):
+        """Attention probabilities of the last training forward (grad=True): a list
+        with one array per layer, or that of one `layer`; sample/head select as in
+        MultiHeadAttention.attention_weights."""
+        if self._last is None:
+            raise RuntimeError("no attention weights kept: call forward(x) with grad=True "
+                               "first")
+        if layer is not None:
+            from .attention import _index
+            return self.attn[_index("layer", layer, self.n_layers)].attention_weights(
+                sample, head)
+        return [a.attention_weights(sample, head) for a in self.attn]
+
     def dropout_masks(self):
         """The residual-branch dropout multipliers of the last training forward:
         name -> (B, T, d_model) copies with values 0 or 1/(1-dropout); names

@@ -529,3 +529,47 @@ def test_training_step_allocates_no_arrays(dropout, rng):
     tracemalloc.stop()
     activation = 8 * 64 * 32 * 4
     assert peak < activation // 4, f"peak {peak} bytes during a step"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 4, 2, 1), (2, 1, 4, 4, 4, 3), (1, 40, 2, 6, 6, 1),
+                                   (1, 520, 2, 8, 2, 2)],
+                         ids=["B1-T1-f1", "T1", "dhead1-T40", "blocked-T520"])
+@pytest.mark.parametrize("pool", POOLING)
+def test_edge_shapes_match_torch(torch, dtype, shape, pool, rng):
+    """T = 1, one feature, d_head = 1, and T long enough for attention='auto' to take
+    the blocked (linear-memory) attention path, with causal attention and padding."""
+    nb, t, f, d, h, k = shape
+    m = SequenceModel(f, d, h, 2, k, d_hidden=5, pooling=pool, norm="pre", causal=True,
+                      positional="sinusoidal", dtype=dtype, random_state=2)
+    if t >= 512:
+        assert m.attn[0]._use_blocked(t, t)
+    x = rng.normal(size=(nb, t, f)).astype(dtype)
+    kpm = np.zeros((nb, t), bool)
+    kpm[:, max(1, t - 7):] = True
+    y = m.forward(x, kpm)
+    g = rng.normal(size=y.shape).astype(dtype)
+    dx = m.backward(g)
+    tw = twin_of(torch, m)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tw(xt, kpm)
+    (yt * torch.tensor(g)).sum().backward()
+    tol = TOL[dtype]
+    assert y.shape == tuple(yt.shape) == m.output_shape(nb, t)
+    assert rel_err(y, yt.detach().numpy()) < tol
+    assert rel_err(dx, xt.grad.numpy()) < tol
+    check_grads_vs(m, tw.grads(), tol)
+
+
+def test_attention_weights(rng):
+    m = SequenceModel(3, 8, 2, 2, 1, pooling="mean", random_state=0)
+    x = rng.normal(size=(2, 5, 3))
+    kpm = ragged_mask(2, 5, rng)
+    with pytest.raises(RuntimeError):
+        m.attention_weights()
+    m.forward(x, kpm)
+    ws = m.attention_weights()
+    assert len(ws) == 2 and ws[0].shape == (2, 2, 5, 5)
+    np.testing.assert_allclose(ws[1].sum(-1), 1, rtol=1e-5)
+    assert np.all(ws[0][np.broadcast_to(kpm[:, None, None, :], ws[0].shape)] == 0)
+    assert m.attention_weights(layer=1, sample=0, head=1).shape == (5, 5)
