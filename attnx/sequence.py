@@ -259,7 +259,9 @@ class SequenceModel:
     # ---- workspaces ----------------------------------------------------
     def _buffers(self, nb, t, store):
         threads = _ops.max_threads()
-        key = (nb, t, store, threads)
+        # the cache keeps the entries whose first three fields match the newest
+        # key's: the shape, so that training and inference buffers live side by side
+        key = (nb, t, self.n_features, store, threads)
 
         def make():
             rows, d = nb * t, self.d_model

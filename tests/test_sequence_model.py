@@ -230,13 +230,14 @@ def test_inference_equals_training_forward_and_reuses_buffers(pool, rng):
     x = rng.normal(size=(2, 5, 3))
     kpm = ragged_mask(2, 5, rng)
     y1 = m.forward(x, kpm).copy()
+    bufs = m._last[2]
     out = np.empty(m.output_shape(2, 5))
     y2 = m.forward(x, kpm, grad=False, out=out)
     assert y2 is out
     np.testing.assert_array_equal(y1, y2)
-    # a training step at a fixed shape reuses its buffers
+    # a training step at a fixed shape reuses its buffers, inference in between or not
     m.forward(x, kpm)
-    bufs = m._last[2]
+    assert m._last[2] is bufs
     dxo = np.empty_like(x)
     assert m.backward(np.ones_like(y1), out=dxo) is dxo
     m.forward(x, kpm)
@@ -573,3 +574,26 @@ def test_attention_weights(rng):
     np.testing.assert_allclose(ws[1].sum(-1), 1, rtol=1e-5)
     assert np.all(ws[0][np.broadcast_to(kpm[:, None, None, :], ws[0].shape)] == 0)
     assert m.attention_weights(layer=1, sample=0, head=1).shape == (5, 5)
+
+
+def test_concurrent_inference_threads(rng):
+    """Inference buffers are per thread: parallel forward(grad=False) calls on one
+    model give the single-threaded results and leave the training state alone."""
+    from concurrent.futures import ThreadPoolExecutor
+    m = make(np.float64, "mean", "learned", "pre", True, rng=rng, dropout=0.2)
+    xs = [rng.normal(size=(3, 6, 3)) for _ in range(8)]
+    kpm = ragged_mask(3, 6, rng)
+    want = [m.forward(x, kpm, grad=False).copy() for x in xs]
+    m.forward(xs[0], kpm)
+    g = np.ones((3, 4))
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda x: m.forward(x, kpm, grad=False).copy(), xs * 4))
+    for i, y in enumerate(got):
+        np.testing.assert_array_equal(y, want[i % len(xs)])
+    dx = m.backward(g)
+    masks = m.dropout_masks()
+    m._freeze_dropout = True
+    m.forward(xs[0], kpm)
+    np.testing.assert_array_equal(m.backward(g), dx)
+    for n, v in m.dropout_masks().items():
+        np.testing.assert_array_equal(v, masks[n])
