@@ -38,30 +38,42 @@ def _choice(name, value, options):
 class _Buffers:
     """Activations and backward scratch of one (batch, T, store, threads) signature."""
 
-    def __init__(self, m, nb, t):
+    def __init__(self, m, nb, t, store):
         rows, d, dh, L = nb * t, m.d_model, m.d_hidden, m.n_layers
         e = lambda *shape: np.empty(shape, dtype=m.dtype)  # noqa: E731
         pre = m.norm == "pre"
+
+        def per_layer(*shape):
+            # training keeps every layer's activations for backward; inference
+            # reuses one set for all layers
+            if store:
+                return [e(*shape) for _ in range(L)]
+            return [e(*shape)] * L
+
         self.x = e(rows, m.n_features)
-        self.hs = [e(rows, d) for _ in range(L + 1)]     # block inputs; hs[L] the last output
-        self.zt = [e(rows, d) for _ in range(L)]         # Z~ = attention branch + residual
-        self.hid = [e(rows, dh) for _ in range(L)]       # Z W1 + b1
-        self.s = [e(rows, dh) for _ in range(L)]         # silu
-        self.sg = [e(rows, dh) for _ in range(L)]        # sigmoid, for backward
+        if store:   # block inputs; hs[L] the last block's output
+            self.hs = [e(rows, d) for _ in range(L + 1)]
+        else:       # two buffers, alternating (a block never writes its own input)
+            pair = (e(rows, d), e(rows, d))
+            self.hs = [pair[i % 2] for i in range(L + 1)]
+        self.zt = per_layer(rows, d)         # Z~ = attention branch + residual
+        self.hid = per_layer(rows, dh)       # Z W1 + b1
+        self.s = per_layer(rows, dh)         # silu
+        self.sg = per_layer(rows, dh)        # sigmoid, for backward
         # pre-norm: LN outputs and their row statistics (mean, 1/std)
-        self.u1 = [e(rows, d) for _ in range(L)] if pre else None
-        self.u2 = [e(rows, d) for _ in range(L)] if pre else None
-        self.st1 = [e(2, rows) for _ in range(L)] if pre else None
-        self.st2 = [e(2, rows) for _ in range(L)] if pre else None
+        self.u1 = per_layer(rows, d) if pre else None
+        self.u2 = per_layer(rows, d) if pre else None
+        self.st1 = per_layer(2, rows) if pre else None
+        self.st2 = per_layer(2, rows) if pre else None
         self.hf = e(rows, d) if pre else self.hs[L]      # after the final norm
         self.stf = e(2, rows) if pre else None
         self.pooled = e(nb, d) if m.pooling is not None else self.hf
         self.mask = np.empty((nb, t), dtype=np.uint8)
         # dropout: a branch's output before it is masked, and the multipliers
         drop = m.dropout > 0
-        self.branch = e(rows, d) if drop else None
-        self.m1 = [e(rows, d) for _ in range(L)] if drop else None
-        self.m2 = [e(rows, d) for _ in range(L)] if drop else None
+        self.branch = e(rows, d) if drop and store else None
+        self.m1 = [e(rows, d) for _ in range(L)] if drop and store else None
+        self.m2 = [e(rows, d) for _ in range(L)] if drop and store else None
         self.dy = self.dpooled = self.dhf = self.da = self.db = self.dzt = None
         self.dhid = self.part = self.dbr = None
 
@@ -265,11 +277,12 @@ class SequenceModel:
 
         def make():
             rows, d = nb * t, self.d_model
-            per_layer = 6 * d + 3 * self.d_hidden
-            check_size(nbytes_of(self.dtype, rows * (self.n_layers * per_layer + 6 * d
+            per_layer = 6 * d + 3 * self.d_hidden + (2 * d if self.dropout > 0 else 0)
+            layers = self.n_layers if store else 1
+            check_size(nbytes_of(self.dtype, rows * (layers * per_layer + 8 * d
                                                      + self.n_features + self.d_hidden)),
                        f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")
-            return _Buffers(self, nb, t)
+            return _Buffers(self, nb, t, store)
 
         return self._bufs.get(key, store, make), threads
 

@@ -235,6 +235,10 @@ def test_inference_equals_training_forward_and_reuses_buffers(pool, rng):
     y2 = m.forward(x, kpm, grad=False, out=out)
     assert y2 is out
     np.testing.assert_array_equal(y1, y2)
+    # inference keeps one layer's activations (two alternating block inputs)
+    inf = [v for k, v in m._bufs._items.items() if k[3] is False][0]
+    assert len({id(a) for a in inf.hs}) == 2 and len({id(a) for a in inf.hid}) == 1
+    assert len({id(a) for a in bufs.hs}) == m.n_layers + 1
     # a training step at a fixed shape reuses its buffers, inference in between or not
     m.forward(x, kpm)
     assert m._last[2] is bufs
