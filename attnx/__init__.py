@@ -23,7 +23,9 @@ __version__ = "0.1.0"
 __all__ = ["MultiHeadAttention", "Transformer", "AdamW", "mse_loss", "__version__"]
 
 from . import datasets  # noqa: E402
-from .estimators import AttentionRegressor, TransformerRegressor  # noqa: E402
+from .estimators import (AttentionClassifier, AttentionRegressor,  # noqa: E402
+                         TransformerClassifier, TransformerRegressor)
 from .io import load  # noqa: E402
 
-__all__ += ["AttentionRegressor", "TransformerRegressor", "load", "datasets"]
+__all__ += ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
+            "TransformerClassifier", "load", "datasets"]

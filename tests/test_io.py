@@ -224,7 +224,8 @@ def test_failed_save_leaves_the_previous_file_intact(saved, data, tmp_path, monk
 
 
 def test_save_refuses_other_objects(tmp_path):
-    with pytest.raises(TypeError, match="AttentionRegressor or TransformerRegressor"):
+    with pytest.raises(TypeError, match="AttentionRegressor, TransformerRegressor, AttentionClassifier or "
+                                        "TransformerClassifier, got MultiHeadAttention"):
         aio.save(attnx.MultiHeadAttention(4, 2), tmp_path / "x.npz")
     assert not os.listdir(tmp_path)
 
