@@ -290,7 +290,9 @@ class _SequenceEstimator(EstimatorParams):
         args = [spec.pop(k) for k in ("n_features", "d_model", "n_heads", "n_layers",
                                       "n_outputs")]
         spec["dtype"] = check_dtype(spec["dtype"])
-        return _sequence_model_class()(*args, **spec, random_state=seed)
+        model = _sequence_model_class()(*args, **spec, random_state=seed)
+        model.input_grad = False  # dL/dX is never needed here
+        return model
 
     def _batch(self, data, bs, t):
         """The reusable Batch for this data layout and padded length t."""
@@ -504,6 +506,9 @@ class _SequenceEstimator(EstimatorParams):
                               **_optimizer_hyper(opt)},
                 "rng": self.shuffle_rng_.bit_generator.state,
                 "target": dict(self._target),
+                # dropout masks come from the model's own generator: exact resume needs it
+                "dropout_rng": (self.model_.dropout_rng.bit_generator.state
+                                if hasattr(self.model_, "dropout_rng") else None),
                 "fitted_attributes": {k: float(getattr(self, k)) if k.startswith("best") else
                                       int(getattr(self, k)) for k in _SCALARS
                                       if hasattr(self, k)}}
@@ -541,6 +546,11 @@ class _SequenceEstimator(EstimatorParams):
             raise ValueError(f"unsupported RNG {meta['rng'].get('bit_generator')!r}")
         rng.bit_generator.state = meta["rng"]
         self.shuffle_rng_ = rng
+        drop = meta.get("dropout_rng")
+        if drop is not None and hasattr(self.model_, "dropout_rng"):
+            if drop.get("bit_generator") != type(rng.bit_generator).__name__:
+                raise ValueError(f"unsupported RNG {drop.get('bit_generator')!r}")
+            self.model_.dropout_rng.bit_generator.state = drop
 
     def _restore_model(self, spec, params, opt_hyper, opt_state):
         """Rebuild model_ and optimizer_ from _model_spec(), params.flat and AdamW state."""
