@@ -437,7 +437,7 @@ def test_no_warnings_in_a_normal_fit(task):
 def three_feature_task(n, seed, t=10):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, t, 3)).astype(np.float32)
-    y = X[:, :, 0].mean(axis=1) * 2 + X[:, -1, 1] - X[:, 0, 2]
+    y = X[:, :, 0].mean(axis=1) * 2 + (X[:, :, 1] * X[:, :, 2]).mean(axis=1)
     return X, y
 
 
