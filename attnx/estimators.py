@@ -363,7 +363,9 @@ class _SequenceEstimator(EstimatorParams):
                             warnings.warn(
                                 f"the training loss did not improve by more than tol={cfg.tol} "
                                 f"for {cfg.n_iter_no_change} consecutive epochs: stopped after "
-                                f"epoch {epoch} of {last}",
+                                f"epoch {epoch} of {last} (early_stopping=True watches the "
+                                f"validation loss instead; n_iter_no_change >= epochs trains "
+                                f"every epoch)",
                                 sklearn_class("ConvergenceWarning"), stacklevel=3)
                             return
                         bar.end(loss, vloss, " (early stop)")
