@@ -536,8 +536,10 @@ def test_bare_model_sample_weight_two_equals_a_duplicate(cls):
     keep = list(range(12)) + [4]
     b = cls(**kw).fit(X[keep], Y[keep])
     assert not isinstance(a.model_, attnx.SequenceModel)
+    # atol: the key bias has a zero gradient in exact arithmetic; AdamW scales its
+    # rounding noise up to ~1e-12
     np.testing.assert_allclose(a.model_.params.flat, b.model_.params.flat, rtol=1e-9,
-                               atol=1e-12)
+                               atol=1e-10)
     sw = np.linspace(0.1, 1, 12)
     from sklearn.metrics import r2_score
 
