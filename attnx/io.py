@@ -19,18 +19,18 @@ import zipfile
 
 import numpy as np
 
-from .estimators import AttentionRegressor, TransformerRegressor
+from .estimators import (AttentionClassifier, AttentionRegressor, TransformerClassifier,
+                         TransformerRegressor)
 
 FORMAT = "attnx-estimator"
 FORMAT_VERSION = 1
 
-_CLASSES = {c.__name__: c for c in (AttentionRegressor, TransformerRegressor)}
-_SCALARS = ("n_features_in_", "n_iter_", "best_loss_", "best_validation_loss_")
-_CURVES = ("loss_curve_", "validation_loss_curve_")
+_CLASSES = {c.__name__: c for c in (AttentionRegressor, TransformerRegressor,
+                                     AttentionClassifier, TransformerClassifier)}
 
 
 def save(est, path):
-    """Write est (an AttentionRegressor or TransformerRegressor, fitted or not) to path.
+    """Write est (an attnx regressor or classifier, fitted or not) to path.
 
     The file is written next to path under a temporary name, then renamed over
     path, so a failed save leaves any previous file there intact.
@@ -138,7 +138,8 @@ def _to_arrays(est):
 
     cls = type(est).__name__
     if _CLASSES.get(cls) is not type(est):
-        raise TypeError(f"save needs an AttentionRegressor or TransformerRegressor, got {cls}")
+        raise TypeError(f"save needs an AttentionRegressor, TransformerRegressor, "
+                        f"AttentionClassifier or TransformerClassifier, got {cls}")
     fitted = "model_" in vars(est)
     meta = {"class": cls, "attnx_version": __version__, "params": _params_json(est),
             "fitted": fitted,
@@ -147,20 +148,21 @@ def _to_arrays(est):
                                "dtype" if isinstance(est.dtype, np.dtype) else "type")}
     arrays = {"format": np.array(FORMAT), "version": np.array(FORMAT_VERSION)}
     if fitted:
-        opt = est.optimizer_
-        meta["model"] = est._model_spec()
-        meta["optimizer"] = {"t": opt.t, "n_buffers": len(opt.m), **est._optimizer_hyper()}
-        meta["rng"] = est.shuffle_rng_.bit_generator.state
-        meta["fitted_attributes"] = {k: float(getattr(est, k)) if k.startswith("best") else
-                                     int(getattr(est, k)) for k in _SCALARS if hasattr(est, k)}
-        arrays["params"] = est.model_.params.flat
-        for i, (m, v) in enumerate(zip(opt.m, opt.v)):
-            arrays[f"opt_m_{i}"], arrays[f"opt_v_{i}"] = m, v
-        for k in _CURVES:
-            if hasattr(est, k):
-                arrays[k[:-1]] = np.asarray(getattr(est, k), dtype=np.float64)
+        state_meta, state_arrays = est._fitted_state()  # the estimator's one serialiser
+        meta.update(state_meta)
+        for k, v in state_arrays.items():
+            v = np.asarray(v)
+            if v.dtype.hasobject:
+                raise TypeError(f"{k} holds Python objects ({v.dtype}), which a model file "
+                                f"cannot store: use int or str labels, or pickle the "
+                                f"estimator")
+            arrays[k] = v
     arrays["meta"] = np.array(json.dumps(meta))
     return arrays
+
+
+def _plain(v):
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _params_json(est):
@@ -168,6 +170,9 @@ def _params_json(est):
     for k, v in est.get_params().items():
         if k == "dtype":
             v = np.dtype(v).name
+        elif k == "class_weight" and isinstance(v, dict):
+            # JSON object keys are strings: keep the labels' types as a list of pairs
+            v = {"items": [[_plain(a), _plain(b)] for a, b in v.items()]}
         elif isinstance(v, tuple):
             v = list(v)
         elif isinstance(v, np.generic):
@@ -199,24 +204,11 @@ def _from_arrays(a):
     dt = np.dtype(params["dtype"])
     params["dtype"] = params["dtype"] if form == "str" else dt if form == "dtype" else dt.type
     params["betas"] = tuple(params["betas"])
+    cw = params.get("class_weight")
+    if isinstance(cw, dict):
+        params["class_weight"] = {label: w for label, w in cw["items"]}
     est = cls(**params)
     if not meta["fitted"]:
         return est
-    opt = meta["optimizer"]
-    nbuf = int(opt["n_buffers"])
-    state = {"t": int(opt["t"]), "m": [a[f"opt_m_{i}"] for i in range(nbuf)],
-             "v": [a[f"opt_v_{i}"] for i in range(nbuf)]}
-    est._restore_model(meta["model"], a["params"], opt, state)
-    for k, v in meta["fitted_attributes"].items():
-        if k not in _SCALARS:
-            raise _FormatError(f"unknown fitted attribute {k!r}")
-        setattr(est, k, v)
-    for k in _CURVES:
-        if k[:-1] in a:
-            setattr(est, k, [float(x) for x in a[k[:-1]]])
-    rng = np.random.default_rng()
-    if meta["rng"].get("bit_generator") != type(rng.bit_generator).__name__:
-        raise _FormatError(f"unsupported RNG {meta['rng'].get('bit_generator')!r}")
-    rng.bit_generator.state = meta["rng"]
-    est.shuffle_rng_ = rng
+    est._set_fitted_state(meta, a)
     return est
