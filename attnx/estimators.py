@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from . import _state
 from ._base import EstimatorParams, NotFittedError
 from ._metrics import r2_score
 from ._params import check_dtype, check_positive_int
@@ -269,59 +270,19 @@ class _SequenceRegressor(EstimatorParams):
 
     # ---- persistence ---------------------------------------------------
     def save(self, path):
-        """Write configuration, weights, optimizer and RNG state to one .npz file
-        (see attnx.io.save); attnx.load(path) reads it back."""
+        """Write configuration, weights, optimizer and RNG state to exactly `path`, a
+        safetensors file (see attnx.io); attnx.load(path) reads it back."""
         from .io import save
 
         save(self, path)
 
-    def _restore_model(self, spec, params, opt_hyper, opt_state):
-        """Rebuild model_ and optimizer_ from _model_spec(), params.flat and AdamW state."""
-        spec = dict(spec)
-        d = spec.pop("d_model")
-        spec["dtype"] = check_dtype(spec["dtype"])
-        params = np.asarray(params)
-        # sizes come from a file or a pickle: check them against the weights that
-        # are really there before building (and allocating) a model of that size
-        if self._model_class is Transformer:
-            expected = Transformer.n_params(int(d), int(spec["n_layers"]),
-                                            int(spec["d_hidden"]), bool(spec["bias"]))
-        else:
-            expected = MultiHeadAttention.n_params(int(d), bool(spec["bias"]))
-        if params.ndim != 1 or expected != params.size:
-            raise ValueError(f"the weights ({params.size} values) do not fit the model "
-                             f"(which needs {expected})")
-        model = self._model_class(d, **spec, random_state=0, input_grad=False)
-        if params.shape != model.params.flat.shape or params.dtype != model.dtype:
-            raise ValueError(f"the weights ({params.dtype} {params.shape}) do not fit the model "
-                             f"({model.dtype} {model.params.flat.shape})")
-        np.copyto(model.params.flat, params)
-        opt = AdamW(model.params, lr=opt_hyper["lr"], betas=tuple(opt_hyper["betas"]),
-                    eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"])
-        opt.load_state_dict(opt_state)
-        self.model_, self.optimizer_ = model, opt
-
-    def _optimizer_hyper(self):
-        o = self.optimizer_
-        return dict(lr=o.lr, betas=list(o.betas), eps=o.eps, weight_decay=o.weight_decay)
-
     def __getstate__(self):
-        # the model's workspaces and the batch buffers are caches: keep only what
-        # rebuilds the model (architecture, flat weights, optimizer state)
-        state = {k: v for k, v in self.__dict__.items() if k not in _SCRATCH}
-        if "model_" in state:
-            state["model_"] = {"spec": self._model_spec(), "params": self.model_.params.flat}
-            state["optimizer_"] = {"hyper": self._optimizer_hyper(),
-                                   "state": self.optimizer_.state_dict()}
-        return state
+        # the same state as a model file (attnx._state): hyper-parameters, weights,
+        # optimizer and RNG state; workspaces and batch buffers are caches, left out
+        return {"attnx_state": _state.get_state(self, portable=False)}
 
     def __setstate__(self, state):
-        state = dict(state)
-        model = state.pop("model_", None)
-        opt = state.pop("optimizer_", None)
-        self.__dict__.update(state)
-        if model is not None:
-            self._restore_model(model["spec"], model["params"], opt["hyper"], opt["state"])
+        _state.set_state(self, *state["attnx_state"])
 
 
 class AttentionRegressor(_SequenceRegressor):
