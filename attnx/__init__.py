@@ -15,15 +15,19 @@ except ImportError as exc:  # pragma: no cover - only in an unbuilt source check
         ) from exc
     raise
 from .attention import MultiHeadAttention
-from .losses import mse_loss
+from .losses import cross_entropy_loss, mse_loss
 from .optim import AdamW
+from .sequence import SequenceModel
 from .transformer import Transformer
 
 __version__ = "0.1.0"
-__all__ = ["MultiHeadAttention", "Transformer", "AdamW", "mse_loss", "__version__"]
+__all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_loss",
+           "cross_entropy_loss", "__version__"]
 
 from . import datasets  # noqa: E402
-from .estimators import AttentionRegressor, TransformerRegressor  # noqa: E402
+from .estimators import (AttentionClassifier, AttentionRegressor,  # noqa: E402
+                         TransformerClassifier, TransformerRegressor)
 from .io import load  # noqa: E402
 
-__all__ += ["AttentionRegressor", "TransformerRegressor", "load", "datasets"]
+__all__ += ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
+            "TransformerClassifier", "load", "datasets"]
