@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import attnx
+from attnx._torch_layout import encoder_layer_state_dict, load_encoder_layer_state_dict
 from conftest import rel_err
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
@@ -100,3 +101,88 @@ def test_torch_state_dict_returns_copies():
         v[...] = 0
         assert v.flags.c_contiguous
     assert np.abs(att.params.flat).max() > 0
+
+
+# ---- SequenceModel pre-norm blocks <-> torch.nn.TransformerEncoderLayer ---------------
+def _torch_stack(torch, model, dtype):
+    import torch.nn.functional as F
+
+    layers = []
+    for _ in range(model.n_layers):
+        layer = torch.nn.TransformerEncoderLayer(
+            model.d_model, model.n_heads, model.d_hidden, dropout=0.0, activation=F.silu,
+            batch_first=True, norm_first=True, bias=model.bias)
+        # train mode: torch's inference fast path treats padding differently
+        layers.append(layer.to(torch.float64 if dtype == np.float64 else torch.float32).train())
+    return layers
+
+
+def _torch_sequence_forward(torch, model, layers, x, mask):
+    """model.forward (pooling=None, norm='pre', no positions) with torch's layers."""
+    w = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in model.params.items()}
+    t = x.shape[1]
+    h = torch.from_numpy(x) @ w["embed.W"] + w["embed.b"]
+    causal = torch.ones(t, t, dtype=torch.bool).triu(1) if model.causal else None
+    kpm = torch.from_numpy(mask)
+    with torch.no_grad():
+        for layer in layers:
+            h = layer(h, src_mask=causal, src_key_padding_mask=kpm)
+        h = torch.nn.functional.layer_norm(h, (model.d_model,), w["norm.g"], w["norm.b"], 1e-5)
+        y = h @ w["head.W"] + w["head.b"]
+    return y.numpy()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias,causal", [(True, False), (True, True), (False, True)])
+def test_sequence_model_blocks_both_directions(torch, dtype, bias, causal):
+    kw = dict(n_features=5, d_model=12, n_heads=3, n_layers=2, n_outputs=4, d_hidden=20,
+              norm="pre", bias=bias, causal=causal, dtype=dtype)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 6, 5)).astype(dtype)
+    mask = np.zeros((3, 6), dtype=bool)
+    mask[1, 4:] = True
+    valid = ~mask
+
+    # torch -> attnx: random torch layers (LayerNorm affine away from 1 and 0)
+    torch.manual_seed(0)
+    layers = _torch_stack(torch, attnx.SequenceModel(**kw, random_state=0), dtype)
+    with torch.no_grad():
+        for layer in layers:
+            for name, p in layer.named_parameters():
+                if "norm" in name or name.endswith("bias"):
+                    p.add_(torch.randn_like(p) * 0.3)
+    model = attnx.SequenceModel(**kw, random_state=1)
+    for i, layer in enumerate(layers):
+        load_encoder_layer_state_dict(model, i, layer.state_dict())
+    ref = _torch_sequence_forward(torch, model, layers, x, mask)
+    got = model.forward(x, key_padding_mask=mask, grad=False)
+    assert rel_err(got[valid], ref[valid]) < 10 * TOL[dtype]
+
+    # attnx -> torch: a model with its own random weights
+    model2 = attnx.SequenceModel(**kw, random_state=2)
+    for name, w in model2.params.items():
+        if ".ln" in name and (name.endswith(".g") or bias):
+            w[...] += rng.normal(0, 0.3, w.shape)
+    layers2 = _torch_stack(torch, model2, dtype)
+    for i, layer in enumerate(layers2):
+        sd = encoder_layer_state_dict(model2, i)
+        assert set(sd) == set(layer.state_dict())
+        layer.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
+    ref2 = model2.forward(x, key_padding_mask=mask, grad=False)
+    got2 = _torch_sequence_forward(torch, model2, layers2, x, mask)
+    assert rel_err(got2[valid], ref2[valid]) < 10 * TOL[dtype]
+
+
+def test_encoder_layer_exchange_refuses_what_does_not_map(torch):
+    post = attnx.SequenceModel(4, 8, 2, 1, 2)
+    with pytest.raises(ValueError, match="norm='pre'"):
+        encoder_layer_state_dict(post, 0)
+    pre = attnx.SequenceModel(4, 8, 2, 2, 2, norm="pre", bias=False)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\), got 2"):
+        encoder_layer_state_dict(pre, 2)
+    pre.params["layers.1.ln2.b"][...] = 0.5
+    with pytest.raises(ValueError, match="layers.1.ln2.b is not zero"):
+        encoder_layer_state_dict(pre, 1)
+    sd = encoder_layer_state_dict(pre, 0)
+    with pytest.raises(ValueError, match=r"unexpected keys \['linear1.bias'\]"):
+        load_encoder_layer_state_dict(pre, 0, {**sd, "linear1.bias": np.zeros(32)})
