@@ -185,7 +185,7 @@ def new_from_state(arrays: Arrays, config: Config, classes: dict[str, type]) -> 
     cls = classes.get(config["class"])
     if cls is None:
         raise StateError(f"unknown estimator class {config['class']!r}")
-    est = cls.__new__(cls)
+    est: Any = object.__new__(cls)
     set_state(est, arrays, config)
     return est
 

@@ -168,7 +168,8 @@ def _attention(g: _Graph, att: Any, params: Any, p: str, x: str, mask: str | Non
     if disallowed is not None:
         s = g.op("Where", [disallowed, g.scalar(np.finfo(g.dtype).min), s])
     prob = g.op("Softmax", [s], axis=-1)
-    if mask is not None:  # a row with every key masked: softmax is uniform there, make it 0
+    if mask is not None and disallowed is not None:
+        # a row with every key masked: softmax is uniform there, make it 0
         prob = g.op("Where", [disallowed, g.scalar(0.0), prob])
     z = g.op("MatMul", [prob, v])                                  # (B, h, T, dh)
     z = g.op("Transpose", [z], perm=[0, 2, 1, 3])
@@ -292,6 +293,7 @@ class _Graph:
         self.outputs: list[Any] = []
         self._n = 0
         self._cache: dict[Any, str] = {}
+        self._tables: dict[Any, tuple[str, str]] = {}
 
     def _name(self, hint: str) -> str:
         self._n += 1
@@ -378,19 +380,16 @@ class _Graph:
 
     def _cos_sin(self, ang: str) -> tuple[str, str]:
         # computed in float64 and rounded once, as attnx's own tables
-        to = {"to": self.onnx_dtype}
-        return (self.op("Cast", [self.op("Cos", [ang])], **to),
-                self.op("Cast", [self.op("Sin", [ang])], **to))
+        return (self.op("Cast", [self.op("Cos", [ang])], to=self.onnx_dtype),
+                self.op("Cast", [self.op("Sin", [ang])], to=self.onnx_dtype))
 
     def rope_tables(self, x: str, d_head: int) -> tuple[str, str]:
         """cos, sin (T, d_head/2) of t * 10000^(-2i/d_head), as attention.rope_tables."""
         key = ("rope", x, d_head)
-        if key not in self._cache:
+        if key not in self._tables:
             i = np.arange(d_head // 2, dtype=np.float64)
-            self._cache[key] = "|".join(self._cos_sin(
-                self._angles(x, 10000.0 ** (-2.0 * i / d_head))))
-        c, s = self._cache[key].split("|")
-        return c, s
+            self._tables[key] = self._cos_sin(self._angles(x, 10000.0 ** (-2.0 * i / d_head)))
+        return self._tables[key]
 
     def sinusoidal(self, x: str, d: int) -> str:
         """(T, d): sin(t / 10000^(2i/d)) at column 2i, cos of the same at 2i + 1."""
