@@ -186,3 +186,25 @@ def test_encoder_layer_exchange_refuses_what_does_not_map(torch):
     sd = encoder_layer_state_dict(pre, 0)
     with pytest.raises(ValueError, match=r"unexpected keys \['linear1.bias'\]"):
         load_encoder_layer_state_dict(pre, 0, {**sd, "linear1.bias": np.zeros(32)})
+
+
+def test_saved_model_file_loads_into_torch(torch, tmp_path):
+    """README recipe: an estimator's file read with safetensors.torch onto a torch module."""
+    from safetensors.torch import load_file
+
+    from attnx.datasets import max_position_task
+
+    X, Y = max_position_task(64, seq_len=6, d_model=8, random_state=0)
+    est = attnx.AttentionRegressor(2, bias=True, epochs=3, random_state=0,
+                                   dtype=np.float64).fit(X, Y)
+    est.save(tmp_path / "model.safetensors")
+    w = load_file(tmp_path / "model.safetensors")
+    mha = torch.nn.MultiheadAttention(8, 2, bias=True, batch_first=True).double()
+    mha.load_state_dict({
+        "in_proj_weight": torch.cat([w["Wq"].T, w["Wk"].T, w["Wv"].T]),
+        "in_proj_bias": torch.cat([w["bq"], w["bk"], w["bv"]]),
+        "out_proj.weight": w["Wo"].T, "out_proj.bias": w["bo"]})
+    x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
+    with torch.no_grad():
+        y, _ = mha(x, x, x, need_weights=False)
+    assert rel_err(y.numpy(), est.predict(X)) < 1e-12
