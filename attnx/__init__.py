@@ -4,7 +4,7 @@ Forward and backward passes are hand-written Cython kernels calling BLAS
 (scipy.linalg.cython_blas) directly; the optimizer is AdamW, the loss MSE.
 """
 try:
-    from . import _threads  # noqa: F401  (registers BLAS thread control for the kernels)
+    from . import _threads  # noqa: F401  (the thread policy; loads the compiled kernels)
 except ImportError as exc:  # pragma: no cover - only in an unbuilt source checkout
     import os as _os
     if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_ops.pyx")):

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ._ops import mse_into
+from ._seq import cross_entropy_rows
 from ._validate import as_dtype, finite
 
 
@@ -73,7 +74,7 @@ def cross_entropy_loss(logits, labels, *, sample_weight=None, out=None):
     if not finite(logits):
         raise ValueError("logits contains NaN or infinity")
     z = np.ascontiguousarray(logits).reshape(-1, n_cls)
-    lab = labels.reshape(-1).astype(np.intp, copy=False)
+    lab = labels.reshape(-1).astype(np.int64, copy=False)
     n = lab.shape[0]
     if sample_weight is None:
         w = None
@@ -97,21 +98,6 @@ def cross_entropy_loss(logits, labels, *, sample_weight=None, out=None):
           or not out.flags.writeable):
         raise ValueError(f"out must be a writeable C-contiguous {logits.dtype} array of shape "
                          f"{logits.shape}")
-    loss = cross_entropy_into(z, lab, w, total, out.reshape(-1, n_cls))
+    loss = cross_entropy_rows(z, lab, w, total, out.reshape(-1, n_cls))
     return float(loss), out
 
-
-def cross_entropy_into(z, lab, w, total, dz):
-    """Row-wise stable log-softmax cross-entropy of z (N, C) at labels lab (N,):
-    returns sum(w * l) / total and writes dz = w / total * (softmax(z) - onehot)."""
-    rows = np.arange(z.shape[0])
-    mx = z.max(axis=1, keepdims=True)
-    np.subtract(z, mx, out=dz)
-    np.exp(dz, out=dz)
-    se = dz.sum(axis=1, keepdims=True)
-    dz /= se
-    l = (np.log(se[:, 0]).astype(np.float64) + mx[:, 0] - z[rows, lab])
-    dz[rows, lab] -= 1
-    scale = (np.ones(z.shape[0]) if w is None else w) / total
-    dz *= scale[:, None].astype(dz.dtype)
-    return float(np.dot(l, np.ones_like(l) if w is None else w) / total)

@@ -6,12 +6,11 @@ import numbers
 
 import numpy as np
 
-from . import _mlp, _ops
+from . import _mlp, _ops, _seq
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 from .attention import MultiHeadAttention
-from . import _seq_numpy as _K
 
 LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
@@ -58,11 +57,21 @@ class _Buffers:
         self.stf = e(2, rows) if pre else None
         self.pooled = e(nb, d) if m.pooling is not None else self.hf
         self.mask = np.empty((nb, t), dtype=np.uint8)
-        self.has_mask = False
+        # dropout: a branch's output before it is masked, and the multipliers
+        drop = m.dropout > 0
+        self.branch = e(rows, d) if drop else None
+        self.m1 = [e(rows, d) for _ in range(L)] if drop else None
+        self.m2 = [e(rows, d) for _ in range(L)] if drop else None
         self.dy = self.dpooled = self.dhf = self.da = self.db = self.dzt = None
-        self.dhid = None
+        self.dhid = self.part = self.dbr = None
 
-    def for_backward(self, m, nb, t):
+    def draw_masks(self, m):
+        """New dropout multipliers (0 or 1/(1-p)) from the model's generator."""
+        for buf in self.m1 + self.m2:
+            m.dropout_rng.random(out=buf, dtype=buf.dtype)
+            m._k.dropout_mask(buf, m.dropout)
+
+    def for_backward(self, m, nb, t, threads):
         if self.dzt is None:
             rows, d = nb * t, m.d_model
             e = lambda *shape: np.empty(shape, dtype=m.dtype)  # noqa: E731
@@ -70,7 +79,9 @@ class _Buffers:
             self.dpooled = e(nb, d) if m.pooling is not None else None
             self.dhf = e(rows, d)
             self.da, self.db, self.dzt = e(rows, d), e(rows, d), e(rows, d)
+            self.dbr = e(rows, d) if m.dropout > 0 else None
             self.dhid = e(rows, m.d_hidden)
+            self.part = e(max(threads, 1), 2 * d)   # per-thread LayerNorm gain sums
         return self
 
 
@@ -148,6 +159,8 @@ class SequenceModel:
         self._bufs = WorkspaceCache()
         self._tables = {}
         self._last = None
+        self._k = _seq   # the kernels (tests swap in their NumPy reference)
+        self._freeze_dropout = False  # tests: keep the last masks (finite differences)
 
     # ---- storage -------------------------------------------------------
     def _build(self, random_state):
@@ -303,41 +316,67 @@ class SequenceModel:
             km = b.mask
         pre = self.norm == "pre"
 
+        k, nth = self._k, self._nth(rows, threads)
+        drop = grad and self.dropout > 0
+        if drop and not self._freeze_dropout:
+            b.draw_masks(self)
         h0 = b.hs[0]
-        _K.linear_forward(b.x, w["embed.W"], w["embed.b"], h0)
+        k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth)
         if self.positional == "sinusoidal":
-            _K.add_positions(h0, self._table(t), t)
+            k.add_positions(h0, self._table(t), t, nth)
         elif self.positional == "learned":
-            _K.add_positions(h0, w["pos.P"], t)
-        for i, att in enumerate(self.attn):
-            ws, _ = att._workspace(nb, t, t, False, grad)
-            hi, zt = b.hs[i], b.zt[i]
-            if pre:
-                _K.layernorm_forward(hi, w[f"layers.{i}.ln1.g"], w[f"layers.{i}.ln1.b"],
-                                     b.u1[i], b.st1[i], LN_EPS)
-                att._forward_buffers(b.u1[i], None, km, zt, nb, grad, ws, threads, residual=hi)
-                _K.layernorm_forward(zt, w[f"layers.{i}.ln2.g"], w[f"layers.{i}.ln2.b"],
-                                     b.u2[i], b.st2[i], LN_EPS)
-                u2 = b.u2[i]
-            else:
-                att._forward_buffers(hi, None, km, zt, nb, grad, ws, threads, residual=hi)
-                u2 = zt
-            p = f"layers.{i}."
-            _K.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                           b.hid[i], b.s[i], b.sg[i], zt, b.hs[i + 1])
+            k.add_positions(h0, w["pos.P"], t, nth)
+        for i in range(self.n_layers):
+            self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
         if pre:
-            _K.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS)
+            k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
-            _K.pool_forward(b.hf, km, b.pooled, nb, t, self.pooling == "last")
+            k.pool_forward(b.hf, km, b.pooled, nb, t, self.pooling == "last", nth)
         y2 = y.reshape(-1, self.n_outputs)
-        _K.linear_forward(b.pooled, w["head.W"], w["head.b"], y2)
+        k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
         if self.pooling is None and km is not None:
-            _K.zero_masked_rows(y2, km)
+            k.zero_masked_rows(y2, km)
         if grad:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = (nb, t, b, threads, km)
+            self._last = (nb, t, b, threads, km, drop)
         return y
 
     __call__ = forward
+
+    def _nth(self, rows, threads):
+        """Threads for the elementwise kernels: one for small work."""
+        return threads if rows * self.d_model >= 16384 else 1
+
+    def _block_forward(self, i, b, km, nb, t, grad, drop, threads, nth):
+        """H_{i+1} from H_i (b.hs[i]); see the class docstring for the formulas."""
+        k, w, p = self._k, self._w, f"layers.{i}."
+        att = self.attn[i]
+        ws, _ = att._workspace(nb, t, t, False, grad)
+        hi, zt = b.hs[i], b.zt[i]
+        if self.norm == "pre":
+            k.layernorm_forward(hi, w[p + "ln1.g"], w[p + "ln1.b"], b.u1[i], b.st1[i],
+                                LN_EPS, nth)
+            ain = b.u1[i]
+        else:
+            ain = hi
+        if drop:  # Z~ = H + mask1 * Attn(.)
+            att._forward_buffers(ain, None, km, b.branch, nb, grad, ws, threads)
+            k.masked_add(zt, hi, b.branch, None, b.m1[i], nth)
+        else:     # the attention kernel adds the residual itself
+            att._forward_buffers(ain, None, km, zt, nb, grad, ws, threads, residual=hi)
+        if self.norm == "pre":
+            k.layernorm_forward(zt, w[p + "ln2.g"], w[p + "ln2.b"], b.u2[i], b.st2[i],
+                                LN_EPS, nth)
+            u2 = b.u2[i]
+        else:
+            u2 = zt
+        # the MLP kernel returns MLP(u2) + u2 (its own residual)
+        out = b.branch if drop else b.hs[i + 1]
+        _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
+                         b.hid[i], b.s[i], b.sg[i], out)
+        if drop:      # H' = Z~ + mask2 * (out - u2)
+            k.masked_add(b.hs[i + 1], zt, b.branch, u2, b.m2[i], nth)
+        elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
+            k.add_sub(b.hs[i + 1], zt, u2, nth)
 
     def backward(self, dy, *, out=None):
         """Fill `grads` from dL/dY of the last forward (grad=True); returns dL/dX
@@ -345,7 +384,7 @@ class SequenceModel:
         dL/dX without allocating."""
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
-        nb, t, b, threads, km = self._last
+        nb, t, b, threads, km, drop = self._last
         if threads != _ops.max_threads():
             raise RuntimeError("the thread count changed between forward and backward; "
                                "run forward again")
@@ -357,49 +396,84 @@ class SequenceModel:
         if dy.dtype.kind not in "fiu":
             raise TypeError(f"dy must hold real numbers, got dtype {dy.dtype}")
         dx = self._out("out", out, (nb, t, self.n_features)) if self.input_grad else None
-        b.for_backward(self, nb, t)
+        b.for_backward(self, nb, t, threads)
         rows, w, g = nb * t, self._w, self._g
-        pre = self.norm == "pre"
+        k, nth = self._k, self._nth(rows, threads)
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
         if self.pooling is None and km is not None:
-            _K.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
+            k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
         if self.pooling is None:
-            _K.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf)
+            k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf,
+                              nth)
         else:
-            _K.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dpooled)
-            _K.pool_backward(b.dpooled, km, b.dhf, nb, t, self.pooling == "last")
+            k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"],
+                              b.dpooled, nth)
+            k.pool_backward(b.dpooled, km, b.dhf, nb, t, self.pooling == "last", nth)
         # dcur: dL/d(block output), walking down the stack
-        if pre:
-            _K.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], b.stf, g["norm.g"], g["norm.b"],
-                                  b.da, None)
+        if self.norm == "pre":
+            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], b.stf, g["norm.g"], g["norm.b"],
+                                 b.da, None, b.part, nth)
             dcur = b.da
         else:
             dcur = b.dhf
         for i in reversed(range(self.n_layers)):
-            p = f"layers.{i}."
-            u2 = b.u2[i] if pre else b.zt[i]
-            # db = dL/d(MLP input) through the MLP branch only
-            _K.mlp_backward(dcur, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
-                            b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2"),
-                            b.db)
-            if pre:
-                # dZ~ = LN2'(db) + dcur (residual)
-                _K.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
-                                      g[p + "ln2.b"], b.dzt, dcur)
-                # db = dL/d(LN1 output) from attention; dH = LN1'(db) + dZ~
-                self.attn[i]._backward_buffers(b.dzt, b.db, None, dx_accumulate=False)
-                _K.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], b.st1[i], g[p + "ln1.g"],
-                                      g[p + "ln1.b"], dcur, b.dzt)
-            else:
-                _K.add_into(b.dzt, b.db, dcur)       # dZ~ = MLP'(dcur) + dcur
-                np.copyto(dcur, b.dzt)               # dH = dZ~ + attention'(dZ~)
-                self.attn[i]._backward_buffers(b.dzt, dcur, None, dx_accumulate=True)
-            # dcur (no longer needed) now holds dL/d(this block's input)
+            self._block_backward(i, b, dcur, drop, nth)
         if self.positional == "learned":
-            _K.positions_backward(dcur, g["pos.P"], t)
-        _K.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"],
-                           None if dx is None else dx.reshape(rows, self.n_features))
+            k.positions_backward(dcur, g["pos.P"], t, nth)
+        k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"],
+                          None if dx is None else dx.reshape(rows, self.n_features), nth)
         return dx
+
+    def _block_backward(self, i, b, dcur, drop, nth):
+        """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
+        k, w, g, p = self._k, self._w, self._g, f"layers.{i}."
+        pre = self.norm == "pre"
+        u2 = b.u2[i] if pre else b.zt[i]
+        # MLP branch: dbr = dL/d(branch output); the kernel returns dL/du2 + dbr in db
+        if drop:
+            k.masked_add(b.dbr, None, dcur, None, b.m2[i], nth)
+            dbr = b.dbr
+        else:
+            dbr = dcur
+        _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
+                          b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2"),
+                          b.db)
+        if pre:   # dZ~ = LN2'(db - dbr) + dcur
+            k.add_sub(b.db, None, dbr, nth)
+            k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
+                                 g[p + "ln2.b"], b.dzt, dcur, b.part, nth)
+        elif drop:  # dZ~ = (db - dbr) + dcur
+            np.copyto(b.dzt, b.db)
+            k.add_sub(b.dzt, dcur, dbr, nth)
+        else:       # the kernel's residual already is dcur
+            b.dzt, b.db = b.db, b.dzt
+        # attention branch: datt = dL/d(attention output)
+        if drop:
+            k.masked_add(b.dbr, None, b.dzt, None, b.m1[i], nth)
+            datt = b.dbr
+        else:
+            datt = b.dzt
+        if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
+            self.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
+            k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], b.st1[i], g[p + "ln1.g"],
+                                 g[p + "ln1.b"], dcur, b.dzt, b.part, nth)
+        else:     # dH = dZ~ + attention'(datt)
+            np.copyto(dcur, b.dzt)
+            self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
+
+    def dropout_masks(self):
+        """The residual-branch dropout multipliers of the last training forward:
+        name -> (B, T, d_model) copies with values 0 or 1/(1-dropout); names
+        "layers.{i}.res1" (attention branch) and "layers.{i}.res2" (MLP branch).
+        Empty when the last forward used no dropout."""
+        if self._last is None or not self._last[5]:
+            return {}
+        nb, t, b = self._last[:3]
+        out = {}
+        for i in range(self.n_layers):
+            out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, t, -1).copy()
+            out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, t, -1).copy()
+        return out
 
     def __repr__(self):
         opts = []

@@ -314,3 +314,216 @@ def test_errors(rng):
     with pytest.raises(ValueError, match="out"):
         m.forward(np.zeros((2, 4, 3)), out=np.zeros((2, 4, 2)))  # float64 vs float32
     assert y.shape == (2, 4, 2)
+
+
+# ---- the Cython kernels against their NumPy reference -------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_kernels_match_numpy_reference(dtype, nthreads, rng):
+    import seq_numpy_ops as ref
+    from attnx import _seq
+    tol = TOL[dtype]
+    nb, t, d, f = 4, 9, 12, 5
+    rows = nb * t
+    km = ragged_mask(nb, t, rng, full_row=True).astype(np.uint8)
+    a = lambda *s: rng.normal(size=s).astype(dtype)  # noqa: E731
+    x, w, bvec, h = a(rows, f), a(f, d), a(d), a(rows, d)
+    g, dy, add, table = a(d), a(rows, d), a(rows, d), a(t, d)
+    u0 = rng.random((rows, d)).astype(dtype)
+    for mod_out in ("linear", "ln", "pool", "misc"):
+        outs = []
+        for k in (_seq, ref):
+            if mod_out == "linear":
+                y = np.empty((rows, d), dtype)
+                k.linear_forward(x, w, bvec, y, nthreads)
+                dw, db, dx = np.empty_like(w), np.empty_like(bvec), np.empty_like(x)
+                k.linear_backward(h, x, w, dw, db, dx, nthreads)
+                outs.append((y, dw, db, dx))
+            elif mod_out == "ln":
+                y, st = np.empty_like(h), np.empty((2, rows), dtype)
+                k.layernorm_forward(h, g, bvec, y, st, 1e-5, nthreads)
+                dg, db, dx = np.empty_like(g), np.empty_like(g), np.empty_like(h)
+                k.layernorm_backward(dy, h, g, st, dg, db, dx, add, np.empty((2, 2 * d), dtype),
+                                     nthreads)
+                dx2 = np.empty_like(h)
+                k.layernorm_backward(dy, h, g, st, dg, db, dx2, None,
+                                     np.empty((2, 2 * d), dtype), nthreads)
+                outs.append((y, st, dg, db, dx, dx2))
+            elif mod_out == "pool":
+                res = []
+                for last in (False, True):
+                    for m in (km, None):
+                        p = np.empty((nb, d), dtype)
+                        k.pool_forward(h, m, p, nb, t, last, nthreads)
+                        dh = np.empty_like(h)
+                        k.pool_backward(p, m, dh, nb, t, last, nthreads)
+                        res += [p, dh]
+                outs.append(res)
+            else:
+                hh = h.copy()
+                k.add_positions(hh, table, t, nthreads)
+                dp = np.empty((t + 3, d), dtype)
+                k.positions_backward(h, dp, t, nthreads)
+                yy = h.copy()
+                k.zero_masked_rows(yy, km)
+                o1 = np.empty_like(h)
+                k.masked_add(o1, x @ w, h, bvec + h, h * h, nthreads)
+                o2 = np.empty_like(h)
+                k.masked_add(o2, None, h, None, x @ w, nthreads)
+                s1 = h.copy()
+                k.add_sub(s1, x @ w, h * 2, nthreads)
+                u = u0.copy()
+                k.dropout_mask(u, 0.3, nthreads)
+                outs.append((hh, dp, yy, o1, o2, s1, u))
+        for got, want in zip(outs[0], outs[1]):
+            assert got.dtype == dtype
+            assert rel_err(got, want, floor=1e-30) < tol, mod_out
+
+
+def test_dropout_mask_kernel(rng):
+    from attnx import _seq
+    u = rng.random((1000, 50))
+    want = np.where(u >= 0.25, 1 / 0.75, 0.0)
+    _seq.dropout_mask(u, 0.25, 2)
+    np.testing.assert_array_equal(u, want)
+
+
+@pytest.mark.parametrize("case", [(None, "learned", "pre", True, True),
+                                  ("mean", "sinusoidal", None, False, True),
+                                  ("last", "rope", "pre", False, False)], ids=_id)
+def test_model_on_numpy_reference_kernels(case, rng):
+    import seq_numpy_ops as ref
+    pool, pos, norm, causal, use_mask = case
+    a = make(np.float64, pool, pos, norm, causal, rng=rng)
+    b = make(np.float64, pool, pos, norm, causal)
+    b.params.flat[...] = a.params.flat
+    b._k = ref
+    x = rng.normal(size=(3, 6, 3))
+    kpm = ragged_mask(3, 6, rng) if use_mask else None
+    ya, yb = a.forward(x, kpm), b.forward(x, kpm)
+    assert rel_err(ya, yb) < 1e-12
+    g = rng.normal(size=ya.shape)
+    assert rel_err(a.backward(g), b.backward(g)) < 1e-12
+    assert rel_err(a.grads.flat, b.grads.flat) < 1e-12
+
+
+# ---- dropout (residual branches) -----------------------------------------
+@pytest.mark.parametrize("norm", NORM)
+@pytest.mark.parametrize("pool", [None, "mean"])
+def test_dropout_finite_differences_fixed_mask(norm, pool, rng):
+    m = make(np.float64, pool, "learned", norm, True, rng=rng, dropout=0.3)
+    x = rng.normal(size=(3, 6, 3))
+    kpm = ragged_mask(3, 6, rng)
+    y = m.forward(x, kpm)
+    masks = m.dropout_masks()
+    assert set(masks) == {f"layers.{i}.{r}" for i in range(2) for r in ("res1", "res2")}
+    g = rng.normal(size=y.shape)
+    dx = m.backward(g)
+    analytic = {n: m.grads[n].copy() for n in m.params}
+    analytic["x"] = dx.copy()
+    arrays = dict(m.params)
+    arrays["x"] = x
+    m._freeze_dropout = True   # the training forward keeps the last masks
+
+    def loss():
+        out = float(np.sum(m.forward(x, kpm) * g))
+        for n, v in m.dropout_masks().items():
+            np.testing.assert_array_equal(v, masks[n])
+        return out
+
+    check_grads(loss, arrays, analytic, rng, n_probe=8, tol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm", NORM)
+def test_dropout_matches_torch_twin_with_same_masks(torch, dtype, norm, rng):
+    m = make(dtype, "last", "sinusoidal", norm, False, rng=rng, dropout=0.4)
+    x = rng.normal(size=(3, 7, 3)).astype(dtype)
+    kpm = ragged_mask(3, 7, rng)
+    y = m.forward(x, kpm)
+    g = rng.normal(size=y.shape).astype(dtype)
+    dx = m.backward(g)
+    tw = twin_of(torch, m)
+    xt = torch.tensor(x, requires_grad=True)
+    masks = {n: torch.tensor(v) for n, v in m.dropout_masks().items()}
+    yt = tw(xt, kpm, masks=masks)
+    (yt * torch.tensor(g)).sum().backward()
+    assert rel_err(y, yt.detach().numpy()) < TOL[dtype]
+    assert rel_err(dx, xt.grad.numpy()) < TOL[dtype]
+    check_grads_vs(m, tw.grads(), TOL[dtype])
+    # without the masks the outputs differ: dropout really acted
+    assert rel_err(y, tw(torch.tensor(x), kpm, masks={}).detach().numpy()) > 1e-3
+
+
+def test_dropout_mask_statistics_and_reproducibility(rng):
+    p = 0.3
+    m = SequenceModel(3, 32, 4, 2, 2, dropout=p, random_state=7, dtype=np.float64)
+    x = rng.normal(size=(8, 50, 3))
+    m.forward(x)
+    first = m.dropout_masks()
+    vals = np.concatenate([v.ravel() for v in first.values()])
+    assert set(np.unique(vals)) == {0.0, 1 / (1 - p)}
+    frac = np.mean(vals == 0)
+    n = vals.size   # 4 * 8 * 50 * 32 = 51200 draws: 5 sigma is about 0.01
+    assert abs(frac - p) < 5 * np.sqrt(p * (1 - p) / n)
+    assert abs(vals.mean() - 1) < 5 * np.sqrt(p / (1 - p) / n)
+    # the masks of different layers / branches are different draws
+    assert not np.array_equal(first["layers.0.res1"], first["layers.0.res2"])
+    # a new training step draws new masks; the same seed repeats the whole sequence
+    y_second = m.forward(x).copy()
+    second = m.dropout_masks()
+    assert not np.array_equal(first["layers.1.res2"], second["layers.1.res2"])
+    m2 = SequenceModel(3, 32, 4, 2, 2, dropout=p, random_state=7, dtype=np.float64)
+    m2.forward(x)
+    y2 = m2.forward(x)
+    for k in second:
+        np.testing.assert_array_equal(m2.dropout_masks()[k], second[k])
+    np.testing.assert_array_equal(y2, y_second)   # bit-reproducible training forward
+
+
+def test_dropout_off_in_inference(rng):
+    m = SequenceModel(3, 16, 2, 2, 2, dropout=0.5, random_state=1, dtype=np.float64,
+                      norm="pre", pooling="mean")
+    ref = SequenceModel(3, 16, 2, 2, 2, dropout=0.0, random_state=1, dtype=np.float64,
+                        norm="pre", pooling="mean")
+    np.testing.assert_array_equal(m.params.flat, ref.params.flat)
+    x = rng.normal(size=(2, 6, 3))
+    np.testing.assert_array_equal(m.forward(x, grad=False), ref.forward(x, grad=False))
+    assert m.dropout_masks() == {}
+    # a training forward drops
+    yt = m.forward(x)
+    assert not np.allclose(yt, ref.forward(x, grad=False))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_training_step_allocates_no_arrays(dropout, rng):
+    """At a fixed shape a forward/backward/AdamW step reuses every buffer: the
+    traced peak stays far below the size of one activation (B*T*d floats)."""
+    import tracemalloc
+    m = SequenceModel(3, 32, 4, 2, 5, pooling=None, positional="learned", norm="pre",
+                      max_len=64, dropout=dropout, random_state=0)
+    x = rng.normal(size=(8, 64, 3)).astype(np.float32)
+    kpm = ragged_mask(8, 64, rng)
+    labels = rng.integers(0, 5, size=(8, 64))
+    sw = (~kpm).astype(np.float64)
+    y = np.empty(m.output_shape(8, 64), np.float32)
+    dy = np.empty_like(y)
+    dx = np.empty_like(x)
+    opt = attnx.AdamW(m.params)
+
+    def step():
+        m.forward(x, kpm, out=y)
+        attnx.cross_entropy_loss(y, labels, sample_weight=sw, out=dy)
+        m.backward(dy, out=dx)
+        opt.step(m.grads)
+
+    step()
+    step()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    step()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    activation = 8 * 64 * 32 * 4
+    assert peak < activation // 4, f"peak {peak} bytes during a step"
