@@ -431,3 +431,94 @@ def test_no_warnings_in_a_normal_fit(task):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         small(validation_fraction=0.2, early_stopping=True).fit(X, Y).predict(X)
+
+
+# ---- sequence-level and per-position targets (SequenceModel) -------------------------
+def three_feature_task(n, seed, t=10):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, t, 3)).astype(np.float32)
+    y = X[:, :, 0].mean(axis=1) * 2 + X[:, -1, 1] - X[:, 0, 2]
+    return X, y
+
+
+def test_a_three_feature_series_trains_a_64_wide_model_in_two_lines():
+    X, y = three_feature_task(400, 0)
+    Xt, yt = three_feature_task(200, 1)
+    est = attnx.TransformerRegressor(n_heads=4, d_model=64, epochs=15, lr=2e-3,
+                                     random_state=0).fit(X, y)
+    assert isinstance(est.model_, attnx.SequenceModel)
+    assert est.model_.d_model == 64 and est.model_.n_features == 3 and est.n_outputs_ == 1
+    assert est.model_.pooling == "mean" and est.model_.input_grad is False
+    p = est.predict(Xt)
+    assert p.shape == (200,) and p.dtype == np.float32
+    # held-out error well below the best constant prediction (the training mean)
+    mse, base = np.mean((p - yt) ** 2), np.mean((y.mean() - yt) ** 2)
+    assert mse < 0.5 * base, (mse, base)
+    assert est.score(Xt, yt) == pytest.approx(1 - mse * len(yt) / np.sum((yt - yt.mean()) ** 2),
+                                              rel=1e-4)
+
+
+@pytest.mark.parametrize("cls", REGRESSORS)
+def test_target_shapes_choose_the_output(cls):
+    X, y = three_feature_task(60, 2, t=6)
+    kw = dict(n_heads=1, epochs=2, random_state=0)
+    two = cls(**kw).fit(X, np.stack([y, -y], axis=1))
+    assert two.predict(X).shape == (60, 2) and two.n_outputs_ == 2
+    assert two.model_.d_model == 3            # d_model=None: the number of features
+    per_pos = cls(**kw, pooling="last").fit(X, np.cumsum(X[:, :, :2], axis=1))
+    assert per_pos.predict(X).shape == (60, 6, 2) and per_pos.model_.pooling is None
+    assert per_pos.predict(X[:4, :3]).shape == (4, 3, 2)   # other lengths too
+    # the bare X -> Y model unless a new option asks for more
+    assert not isinstance(cls(**kw).fit(X, X).model_, attnx.SequenceModel)
+    seq = cls(**kw, norm="pre").fit(X, X)
+    assert isinstance(seq.model_, attnx.SequenceModel) and seq.predict(X).shape == X.shape
+    if cls is attnx.AttentionRegressor:   # one block: attention and its MLP
+        assert seq.model_.n_layers == 1 and seq.model_.d_hidden == 12
+    with pytest.raises(ValueError, match=r"n_heads=2 must divide d_model=3 \(d_model=None "
+                                         r"means the number of features"):
+        cls(n_heads=2, epochs=1).fit(X, y)
+    bad = y.copy()
+    bad[4] = np.nan
+    with pytest.raises(ValueError, match="y contains NaN"):
+        cls(**kw).fit(X, bad)
+    with pytest.raises(ValueError, match=r"y must have 2 output\(s\) as at fit, got 3"):
+        two.partial_fit(X, np.zeros((60, 3)))
+    with pytest.raises(ValueError, match="pooling must be 'mean' or 'last'"):
+        cls(**kw, pooling=None).fit(X, y)
+
+
+def test_sequence_regression_matches_pytorch_with_sample_weights(torch):
+    """Three full-batch AdamW steps == the torch twin trained on the weighted MSE."""
+    from seq_torch_twin import SeqTwin
+
+    X, y = three_feature_task(16, 3, t=5)
+    X, y = X.astype(np.float64), np.stack([y, y ** 2], axis=1)
+    sw = np.linspace(0.2, 2.0, 16)
+    kw = dict(n_heads=2, n_layers=2, d_model=8, positional="learned", pooling="last",
+              causal=True, batch_size=16, shuffle=False, random_state=1, dtype=np.float64)
+    init = attnx.TransformerRegressor(**kw, epochs=1, lr=0.0).fit(X, y, sample_weight=sw)
+    est = attnx.TransformerRegressor(**kw, epochs=3, lr=0.01).fit(X, y, sample_weight=sw)
+    twin = SeqTwin(init.model_)
+    opt = torch.optim.AdamW(twin.parameters(), lr=0.01, weight_decay=0.01)
+    w = torch.tensor(sw)[:, None]
+    for _ in range(3):
+        opt.zero_grad()
+        loss = (w * (twin(torch.tensor(X)) - torch.tensor(y)) ** 2).sum() / (2 * w.sum())
+        loss.backward()
+        opt.step()
+    for name in est.model_.params:
+        np.testing.assert_allclose(est.model_.params[name], twin.w(name).detach().numpy(),
+                                   rtol=1e-9, atol=1e-11, err_msg=name)
+
+
+def test_dropout_trains_reproducibly_and_predicts_deterministically():
+    X, y = three_feature_task(64, 4, t=6)
+    kw = dict(n_heads=2, d_model=8, epochs=3, dropout=0.3, random_state=0)
+    a = attnx.AttentionRegressor(**kw).fit(X, y)
+    b = attnx.AttentionRegressor(**kw).fit(X, y)
+    np.testing.assert_array_equal(a.model_.params.flat, b.model_.params.flat)
+    c = attnx.AttentionRegressor(**{**kw, "dropout": 0.0}).fit(X, y)
+    assert not np.array_equal(a.model_.params.flat, c.model_.params.flat)
+    np.testing.assert_array_equal(a.predict(X), a.predict(X))   # no dropout at predict
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        attnx.AttentionRegressor(dropout=1.0).fit(X, y)
