@@ -27,15 +27,15 @@ cdef extern from "attnx_flash.h" nogil:
         FL_NRN_f32
         FL_NRN_f64
     int attnx_flash_set_level(int want)
-    Py_ssize_t attnx_flash_fwd_scratch(int dh, int nrn)
+    Py_ssize_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
     Py_ssize_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
-    void attnx_flash_forward_block_f32(
+    void attnx_flash_forward_rows_f32(
         const float *q, Py_ssize_t ldq, const float *k, const float *v, Py_ssize_t ldkv,
-        float *z, Py_ssize_t ldz, float *lse, int i0, int bq, int tk, int dh, float scale,
+        float *z, Py_ssize_t ldz, float *lse, int i0, int nq, int tk, int dh, float scale,
         int causal, const uint8_t *km, float *ws)
-    void attnx_flash_forward_block_f64(
+    void attnx_flash_forward_rows_f64(
         const double *q, Py_ssize_t ldq, const double *k, const double *v, Py_ssize_t ldkv,
-        double *z, Py_ssize_t ldz, double *lse, int i0, int bq, int tk, int dh, double scale,
+        double *z, Py_ssize_t ldz, double *lse, int i0, int nq, int tk, int dh, double scale,
         int causal, const uint8_t *km, double *ws)
     void attnx_flash_backward_head_f32(
         const float *q, Py_ssize_t ldq, const float *k, const float *v, Py_ssize_t ldkv,
@@ -118,7 +118,7 @@ def scratch_elements(int tk, int d_head, dtype):
     """Per-thread scratch elements for forward and backward at this key length and
     head width, rounded up to 64 elements so threads never share a cache line."""
     nrn = FL_NRN_f32 if np.dtype(dtype) == np.float32 else FL_NRN_f64
-    n = max(attnx_flash_fwd_scratch(d_head, nrn), attnx_flash_bwd_scratch(tk, d_head, nrn))
+    n = max(attnx_flash_fwd_scratch(tk, d_head, nrn), attnx_flash_bwd_scratch(tk, d_head, nrn))
     return (n + 63) // 64 * 64
 
 
@@ -208,34 +208,42 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k,
                         Py_ssize_t nb, int tq, int tk, int n_heads, int d_head,
                         floating scale, bint causal, const uint8_t *keymask,
                         int nthreads) noexcept nogil:
-    """Z and lse for every (sample, head, query block), in parallel over all three."""
-    cdef Py_ssize_t nqb = (tq + ATTNX_FL_BQ - 1) // ATTNX_FL_BQ
-    cdef Py_ssize_t it, bh, b, h, i0
-    cdef int bq
+    """Z and lse in parallel over (sample, head, query chunk). A chunk is as many
+    query blocks as leave at least 8 work items per thread (whole heads when
+    there are enough of them): each item packs its head's K^T and V once."""
+    cdef Py_ssize_t nblk = (tq + ATTNX_FL_BQ - 1) // ATTNX_FL_BQ
+    cdef Py_ssize_t want = (8 * nthreads + nb * n_heads - 1) // (nb * n_heads)
+    cdef Py_ssize_t nchunk, rows, it, bh, b, h, i0
+    cdef int nq
     cdef const uint8_t *km
     cdef floating *ws
     if <double> nb * n_heads * tq * tk * d_head < 2.0e5:
         nthreads = 1  # too little work to pay for waking threads
-    for it in prange(nb * n_heads * nqb, schedule="static", num_threads=nthreads):
-        bh = it // nqb
-        i0 = (it % nqb) * ATTNX_FL_BQ
+    if nthreads == 1:
+        want = 1
+    nchunk = want if want < nblk else nblk
+    rows = (nblk + nchunk - 1) // nchunk * ATTNX_FL_BQ
+    nchunk = (tq + rows - 1) // rows
+    for it in prange(nb * n_heads * nchunk, schedule="dynamic", num_threads=nthreads):
+        bh = it // nchunk
+        i0 = (it % nchunk) * rows
         b = bh // n_heads
         h = bh % n_heads
-        bq = <int> (tq - i0 if tq - i0 < ATTNX_FL_BQ else ATTNX_FL_BQ)
+        nq = <int> (tq - i0 if tq - i0 < rows else rows)
         km = (keymask + b * tk) if keymask != NULL else NULL
         ws = scratch + threadid() * per_thread
         if floating is float:
-            attnx_flash_forward_block_f32(
+            attnx_flash_forward_rows_f32(
                 q + (b * tq + i0) * ldq + h * d_head, ldq,
                 k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
                 z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
-                <int> i0, bq, tk, d_head, scale, causal, km, ws)
+                <int> i0, nq, tk, d_head, scale, causal, km, ws)
         else:
-            attnx_flash_forward_block_f64(
+            attnx_flash_forward_rows_f64(
                 q + (b * tq + i0) * ldq + h * d_head, ldq,
                 k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
                 z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
-                <int> i0, bq, tk, d_head, scale, causal, km, ws)
+                <int> i0, nq, tk, d_head, scale, causal, km, ws)
 
 
 cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,

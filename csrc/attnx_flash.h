@@ -78,8 +78,9 @@
 #ifdef ATTNX_FL_X86
 #define FL_NAME(x) x##_f32_avx2
 #define FL_ATTR __attribute__((target("avx2,fma")))
+#define FL_VWBYTES 32
 #define FL_VEC 1
-#define FL_MRW 6
+#define FL_MRW 4
 #define FL_NRW 16
 #define FL_MRN 8
 #include "attnx_flash_impl.h"
@@ -89,12 +90,14 @@
 #undef FL_MRW
 #undef FL_NRW
 #undef FL_MRN
+#undef FL_VWBYTES
 
 #define FL_NAME(x) x##_f32_avx512
 #define FL_ATTR __attribute__((target("avx512f,avx2,fma")))
+#define FL_VWBYTES 64
 #define FL_VEC 1
-#define FL_MRW 12
-#define FL_NRW 16
+#define FL_MRW 8
+#define FL_NRW 32
 #define FL_MRN 8
 #include "attnx_flash_impl.h"
 #undef FL_NAME
@@ -103,6 +106,7 @@
 #undef FL_MRW
 #undef FL_NRW
 #undef FL_MRN
+#undef FL_VWBYTES
 #endif
 
 #undef FL_T
@@ -151,8 +155,9 @@
 #ifdef ATTNX_FL_X86
 #define FL_NAME(x) x##_f64_avx2
 #define FL_ATTR __attribute__((target("avx2,fma")))
+#define FL_VWBYTES 32
 #define FL_VEC 1
-#define FL_MRW 6
+#define FL_MRW 4
 #define FL_NRW 8
 #define FL_MRN 8
 #include "attnx_flash_impl.h"
@@ -162,12 +167,14 @@
 #undef FL_MRW
 #undef FL_NRW
 #undef FL_MRN
+#undef FL_VWBYTES
 
 #define FL_NAME(x) x##_f64_avx512
 #define FL_ATTR __attribute__((target("avx512f,avx2,fma")))
+#define FL_VWBYTES 64
 #define FL_VEC 1
-#define FL_MRW 12
-#define FL_NRW 8
+#define FL_MRW 8
+#define FL_NRW 16
 #define FL_MRN 8
 #include "attnx_flash_impl.h"
 #undef FL_NAME
@@ -176,6 +183,7 @@
 #undef FL_MRW
 #undef FL_NRW
 #undef FL_MRN
+#undef FL_VWBYTES
 #endif
 
 #undef FL_T
@@ -213,19 +221,19 @@ static int attnx_flash_set_level(int want)
     return lvl;
 }
 
-/* Scratch elements per thread (same for both types in elements' count). */
-static inline ptrdiff_t attnx_flash_fwd_scratch(int dh, int nrn)
+/* Scratch elements per thread (nrn: the narrow tile width of the type). */
+static inline ptrdiff_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
 {
-    ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn);
-    return (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + (ptrdiff_t) dh * ATTNX_FL_BK
-           + (ptrdiff_t) ATTNX_FL_BK * dhp + ATTNX_FL_BQ * dhp + 2 * ATTNX_FL_BQ;
+    ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk > 0 ? tk : 1, nrn);
+    return (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + ATTNX_FL_BQ * dhp + 2 * ATTNX_FL_BQ
+           + (ptrdiff_t) dh * tkp + (ptrdiff_t) tk * dhp;
 }
 
 static inline ptrdiff_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
 {
     ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk, nrn);
     return 2 * (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + 3 * ATTNX_FL_BQ * dhp + ATTNX_FL_BQ
-           + 2 * (ptrdiff_t) dh * tkp + 3 * (ptrdiff_t) tk * dhp;
+           + 4 * (ptrdiff_t) dh * tkp + (ptrdiff_t) tk * dhp;
 }
 
 #ifdef ATTNX_FL_X86
@@ -240,13 +248,13 @@ static inline ptrdiff_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
 #endif
 
 #define FL_FWD_PROTO(T, sfx)                                                          \
-static void attnx_flash_forward_block_##sfx(                                          \
+static void attnx_flash_forward_rows_##sfx(                                           \
         const T *q, ptrdiff_t ldq, const T *k, const T *v, ptrdiff_t ldkv,            \
-        T *z, ptrdiff_t ldz, T *lse, int i0, int bq, int tk, int dh, T scale,         \
+        T *z, ptrdiff_t ldz, T *lse, int i0, int nq, int tk, int dh, T scale,         \
         int causal, const uint8_t *km, T *ws)                                         \
 {                                                                                     \
-    FL_DISPATCH(fl_forward_block, sfx,                                                \
-                (q, ldq, k, v, ldkv, z, ldz, lse, i0, bq, tk, dh, scale, causal, km, ws)); \
+    FL_DISPATCH(fl_forward_rows, sfx,                                                 \
+                (q, ldq, k, v, ldkv, z, ldz, lse, i0, nq, tk, dh, scale, causal, km, ws)); \
 }
 
 #define FL_BWD_PROTO(T, sfx)                                                          \

@@ -42,6 +42,38 @@ FL_ATTR static inline FL_T FL_NAME(fl_exp)(FL_T x)
     return (x != x) ? x : out;
 }
 
+#if FL_VEC
+/* native vectors: 32 bytes (AVX2, and the narrow tile), FL_VWBYTES for the wide tile */
+typedef FL_T FL_NAME(v32) __attribute__((vector_size(32), aligned(sizeof(FL_T)), may_alias));
+typedef FL_T FL_NAME(vwide) __attribute__((vector_size(FL_VWBYTES), aligned(sizeof(FL_T)),
+                                           may_alias));
+#define FL_SEL(m, a, b) ((__typeof__(a)) (((m) & (__typeof__(m)) (a)) | (~(m) & (__typeof__(m)) (b))))
+
+/* fl_exp on a whole vector, the same steps with lane masks for the selects */
+#define FL_VEXP(NAME, VT)                                                             \
+FL_ATTR static inline VT FL_NAME(NAME)(VT x)                                          \
+{                                                                                     \
+    const VT lo = (VT) {0} + FL_EXPLO, zero = (VT) {0};                               \
+    __typeof__(x < x) below = x < lo, nan = x != x;                                   \
+    VT xc = FL_SEL(below, lo, x);                                                     \
+    xc = FL_SEL(xc > FL_EXPHI, zero + FL_EXPHI, xc);                                  \
+    xc = FL_SEL(nan, zero, xc);                                                       \
+    VT t = xc * (FL_T) 1.44269504088896340735992468100189214;                         \
+    VT big = t + FL_MAGIC;                                                            \
+    VT fn = big - FL_MAGIC;                                                           \
+    VT r = xc - fn * FL_LN2HI;                                                        \
+    r = r - fn * FL_LN2LO;                                                            \
+    VT p = FL_POLY(r);                                                                \
+    __typeof__(x < x) bits = (__typeof__(x < x)) big + (int) FL_BIAS;                 \
+    bits = bits << FL_MANT;                                                           \
+    VT out = p * (VT) bits;                                                           \
+    out = FL_SEL(below, zero, out);                                                   \
+    return FL_SEL(nan, x, out);                                                       \
+}
+FL_VEXP(fl_vexp, FL_NAME(v32))
+FL_VEXP(fl_vexpw, FL_NAME(vwide))
+#endif
+
 /* max over s[0:n], NaN-propagating (a NaN score must poison its row, not vanish). */
 FL_ATTR static inline FL_T FL_NAME(fl_rowmax)(const FL_T *s, int n, FL_T m)
 {
@@ -59,10 +91,32 @@ FL_ATTR static inline FL_T FL_NAME(fl_rowmax)(const FL_T *s, int n, FL_T m)
 /* s[j] = exp(s[j] - m) in place, returns the sum (exp and sum in one pass). */
 FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
 {
-    int j;
+    int j = 0;
     FL_T sum = 0;
-    FL_SIMD_RED(+, sum)
-    for (j = 0; j < n; j++) {
+#if FL_VEC
+    typedef FL_NAME(v32) V;
+    typedef FL_NAME(vwide) W;
+    const int vl = (int) (sizeof(V) / sizeof(FL_T)), wl = (int) (sizeof(W) / sizeof(FL_T));
+    V acc = (V) {0};
+    if (wl > vl) {
+        W accw = (W) {0};
+        for (; j + wl <= n; j += wl) {
+            W e = FL_NAME(fl_vexpw)(*(W *) (s + j) - m);
+            *(W *) (s + j) = e;
+            accw += e;
+        }
+        for (int u = 0; u < wl; u++)
+            sum += accw[u];
+    }
+    for (; j + vl <= n; j += vl) {
+        V e = FL_NAME(fl_vexp)(*(V *) (s + j) - m);
+        *(V *) (s + j) = e;
+        acc += e;
+    }
+    for (int u = 0; u < vl; u++)
+        sum += acc[u];
+#endif
+    for (; j < n; j++) {
         FL_T e = FL_NAME(fl_exp)(s[j] - m);
         s[j] = e;
         sum += e;
@@ -73,51 +127,72 @@ FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
 /* s[j] = exp(s[j] - m) in place. */
 FL_ATTR static inline void FL_NAME(fl_expsub)(FL_T *s, int n, FL_T m)
 {
-    int j;
-    FL_SIMD
-    for (j = 0; j < n; j++)
+    int j = 0;
+#if FL_VEC
+    typedef FL_NAME(v32) V;
+    typedef FL_NAME(vwide) W;
+    const int vl = (int) (sizeof(V) / sizeof(FL_T)), wl = (int) (sizeof(W) / sizeof(FL_T));
+    if (wl > vl)
+        for (; j + wl <= n; j += wl)
+            *(W *) (s + j) = FL_NAME(fl_vexpw)(*(W *) (s + j) - m);
+    for (; j + vl <= n; j += vl)
+        *(V *) (s + j) = FL_NAME(fl_vexp)(*(V *) (s + j) - m);
+#endif
+    for (; j < n; j++)
         s[j] = FL_NAME(fl_exp)(s[j] - m);
 }
 
 /* ---------------------------------------------------------------- tiles */
 
-#if FL_VEC
-typedef FL_T FL_NAME(vw) __attribute__((vector_size(64), aligned(sizeof(FL_T)), may_alias));
-typedef FL_T FL_NAME(vn) __attribute__((vector_size(32), aligned(sizeof(FL_T)), may_alias));
-#define FL_VW FL_NAME(vw)
-#define FL_VN FL_NAME(vn)
-#endif
+#define FL_UNROLL _Pragma("GCC unroll 16")
 
-/* C[0:mr, 0:NR] (=|+=) alpha * A[0:mr, 0:kd] B[0:kd, 0:NR] for one register tile.
- * A(r, k) = a[r*ar + k*ak]; B rows contiguous (ldb); mr <= MR rows are valid
- * (the missing rows re-read row 0 and are not stored). */
-#define FL_TILE(NAME, MR, NR, VT)                                                     \
+/* C[0:mr, 0:NV*len(VT)] (=|+=) alpha * A[0:mr, 0:kd] B[0:kd, :] for one register
+ * tile of MR rows by NV vectors. A(r, k) = a[r*ar + k*ak]; B rows contiguous
+ * (ldb); mr <= MR rows are valid (the missing rows re-read row 0, not stored). */
+#define FL_TILE(NAME, MR, NV, VT)                                                     \
 FL_ATTR static inline void FL_NAME(NAME)(int kd, const FL_T *restrict a, ptrdiff_t ar,  \
         ptrdiff_t ak, int mr, const FL_T *restrict b, ptrdiff_t ldb,                  \
         FL_T *restrict c, ptrdiff_t ldc, FL_T alpha, int accumulate)                  \
 {                                                                                     \
-    VT acc[MR];                                                                       \
-    ptrdiff_t ro[MR];                                                                 \
-    int r, k;                                                                         \
+    const int vl = (int) (sizeof(VT) / sizeof(FL_T));                                 \
+    VT acc[MR][NV];                                                                   \
+    const FL_T *ap[MR];                                                               \
+    int r, k, u;                                                                      \
+    FL_UNROLL                                                                         \
     for (r = 0; r < MR; r++) {                                                        \
-        ro[r] = (r < mr ? r : 0) * ar;                                                \
-        acc[r] = (VT) {0};                                                            \
+        ap[r] = a + (r < mr ? r : 0) * ar;                                            \
+        FL_UNROLL                                                                     \
+        for (u = 0; u < NV; u++)                                                      \
+            acc[r][u] = (VT) {0};                                                     \
     }                                                                                 \
     for (k = 0; k < kd; k++) {                                                        \
-        VT bv = *(const VT *) (b + k * ldb);                                          \
-        const FL_T *ak_ = a + k * ak;                                                 \
-        for (r = 0; r < MR; r++)                                                      \
-            acc[r] += ak_[ro[r]] * bv;                                                \
+        VT bv[NV];                                                                    \
+        FL_UNROLL                                                                     \
+        for (u = 0; u < NV; u++)                                                      \
+            bv[u] = *(const VT *) (b + k * ldb + u * vl);                             \
+        FL_UNROLL                                                                     \
+        for (r = 0; r < MR; r++) {                                                    \
+            FL_T av = ap[r][k * ak];                                                  \
+            FL_UNROLL                                                                 \
+            for (u = 0; u < NV; u++)                                                  \
+                acc[r][u] += av * bv[u];                                              \
+        }                                                                             \
     }                                                                                 \
-    for (r = 0; r < mr; r++) {                                                        \
-        VT *cr = (VT *) (c + r * ldc);                                                \
-        *cr = accumulate ? *cr + alpha * acc[r] : alpha * acc[r];                     \
+    FL_UNROLL                                                                         \
+    for (r = 0; r < MR; r++) {                                                        \
+        if (r < mr) {                                                                 \
+            FL_UNROLL                                                                 \
+            for (u = 0; u < NV; u++) {                                                \
+                VT *cr = (VT *) (c + r * ldc + u * vl);                               \
+                *cr = accumulate ? *cr + alpha * acc[r][u] : alpha * acc[r][u];       \
+            }                                                                         \
+        }                                                                             \
     }                                                                                 \
 }
 
 #if FL_VEC
-FL_TILE(fl_tile_w, FL_MRW, FL_NRW, FL_VW)
-FL_TILE(fl_tile_n, FL_MRN, FL_NRN, FL_VN)
+FL_TILE(fl_tile_w, FL_MRW, FL_NRW * (int) sizeof(FL_T) / FL_VWBYTES, FL_NAME(vwide))
+FL_TILE(fl_tile_n, FL_MRN, 1, FL_NAME(v32))
 #else
 /* Portable: the same tiles as plain arrays (the compiler may vectorise them). */
 #define FL_TILE_C(NAME, MR, NR)                                                       \
@@ -217,80 +292,102 @@ FL_ATTR static void FL_NAME(fl_mask)(FL_T *s, ptrdiff_t lds, int rows, int cols,
     }
 }
 
+/* -inf in the padding columns [cols, ncols) of each row, so that exp makes them 0
+ * and the row operations can run over whole vectors. */
+FL_ATTR static inline void FL_NAME(fl_pad_inf)(FL_T *s, ptrdiff_t lds, int rows, int cols,
+                                               int ncols)
+{
+    int r, j;
+    if (cols == ncols)
+        return;
+    for (r = 0; r < rows; r++)
+        for (j = cols; j < ncols; j++)
+            s[r * lds + j] = -INFINITY;
+}
+
 /* ---------------------------------------------------------------- forward */
 
-/* One query block of one (sample, head): rows [i0, i0+bq) of Q against every
- * allowed key, streaming key blocks of ATTNX_FL_BK with an online softmax.
+/* Query rows [i0, i0+nq) of one (sample, head) against every allowed key: K^T
+ * and V packed once, then query blocks of ATTNX_FL_BQ rows, each streaming key
+ * blocks of ATTNX_FL_BK with an online softmax (running max, running sum and
+ * an accumulator rescaled when the max grows).
  *   q: row i0 of the head (ldq); k, v: row 0 of the head (ldkv); z: row i0 (ldz)
- *   lse: bq per-row log-sum-exp (-inf for a row with no allowed key), or NULL
+ *   lse: nq per-row log-sum-exp (-inf for a row with no allowed key)
  *   km: the sample's key padding mask (nonzero = ignored) or NULL
- *   ws: attnx_flash_fwd_scratch(dh) elements of scratch
- * A row with no allowed key gets Z = 0. */
-FL_ATTR static void FL_NAME(fl_forward_block)(
+ *   ws: attnx_flash_fwd_scratch(tk, dh) elements of scratch
+ * A row with no allowed key gets Z = 0; a NaN score makes its row NaN. */
+FL_ATTR static void FL_NAME(fl_forward_rows)(
         const FL_T *q, ptrdiff_t ldq, const FL_T *k, const FL_T *v, ptrdiff_t ldkv,
-        FL_T *z, ptrdiff_t ldz, FL_T *lse, int i0, int bq, int tk, int dh, FL_T scale,
+        FL_T *z, ptrdiff_t ldz, FL_T *lse, int i0, int nq, int tk, int dh, FL_T scale,
         int causal, const uint8_t *km, FL_T *ws)
 {
     const int dhp = ATTNX_FL_PAD(dh, FL_NRN);
     const int bkp = ATTNX_FL_BK;
+    const int kall = causal ? (i0 + nq < tk ? i0 + nq : tk) : tk;   /* keys any row sees */
+    const int tkp = ATTNX_FL_PAD(kall > 0 ? kall : 1, FL_NRN);
     FL_T *s = ws;                                   /* (BQ, BK) scores, then P */
-    FL_T *kt = s + ATTNX_FL_BQ * bkp;               /* (dh, BK) K^T of the key block */
-    FL_T *vp = kt + (ptrdiff_t) dh * bkp;           /* (BK, dhp) V of the key block */
-    FL_T *acc = vp + (ptrdiff_t) bkp * dhp;         /* (BQ, dhp) unnormalised Z */
+    FL_T *acc = s + ATTNX_FL_BQ * bkp;              /* (BQ, dhp) unnormalised Z */
     FL_T *mrow = acc + ATTNX_FL_BQ * dhp;           /* running max */
     FL_T *lrow = mrow + ATTNX_FL_BQ;                /* running sum */
-    int r, c, j0, bk, nk;
-    int jend = causal ? (i0 + bq < tk ? i0 + bq : tk) : tk;
+    FL_T *kt = lrow + ATTNX_FL_BQ;                  /* (dh, tkp) K^T */
+    FL_T *vp = kt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) V */
+    int r, c, j0, bk, nk, ib, bq, jend;
 
-    for (r = 0; r < bq; r++) {
-        mrow[r] = -INFINITY;
-        lrow[r] = 0;
-    }
-    memset(acc, 0, sizeof(FL_T) * bq * dhp);
-    for (j0 = 0; j0 < jend; j0 += bk) {
-        bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
-        nk = ATTNX_FL_PAD(bk, FL_NRN);
-        FL_NAME(fl_pack_t)(k + j0 * ldkv, ldkv, bk, dh, kt, nk);
-        FL_NAME(fl_pack)(v + j0 * ldkv, ldkv, bk, dh, vp, dhp);
-        /* S = scale Q K^T for the block */
-        FL_NAME(fl_gemm)(bq, nk, dh, q, ldq, 1, kt, nk, s, bkp, scale, 0);
-        if (causal || km != NULL)
-            FL_NAME(fl_mask)(s, bkp, bq, bk, i0, j0, causal, km);
+    FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, tkp);
+    FL_NAME(fl_pack)(v, ldkv, kall, dh, vp, dhp);
+    for (ib = 0; ib < nq; ib += bq) {
+        const int qi = i0 + ib;                     /* first query row of the block */
+        const FL_T *qb = q + (ptrdiff_t) ib * ldq;
+        bq = nq - ib < ATTNX_FL_BQ ? nq - ib : ATTNX_FL_BQ;
+        jend = causal ? (qi + bq < tk ? qi + bq : tk) : tk;
         for (r = 0; r < bq; r++) {
-            FL_T *sr = s + r * bkp;
-            FL_T mold = mrow[r];
-            FL_T mx = FL_NAME(fl_rowmax)(sr, bk, mold);
-            if (mx == -INFINITY) {                  /* every key so far is masked */
-                memset(sr, 0, sizeof(FL_T) * bk);
-                continue;
-            }
-            FL_T alpha = FL_NAME(fl_exp)(mold - mx);
-            FL_T sum = FL_NAME(fl_expsum)(sr, bk, mx);
-            lrow[r] = lrow[r] * alpha + sum;
-            mrow[r] = mx;
-            if (alpha != 1) {
-                FL_T *ar = acc + r * dhp;
-                for (c = 0; c < dhp; c++)
-                    ar[c] *= alpha;
-            }
+            mrow[r] = -INFINITY;
+            lrow[r] = 0;
         }
-        /* acc += P V */
-        FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vp, dhp, acc, dhp, 1, 1);
-    }
-    for (r = 0; r < bq; r++) {
-        FL_T l = lrow[r];
-        FL_T *zr = z + r * ldz;
-        if (l > 0 || l != l) {
-            FL_T inv = 1 / l;
-            for (c = 0; c < dh; c++)
-                zr[c] = acc[r * dhp + c] * inv;
-            if (lse != NULL)
-                lse[r] = mrow[r] + (FL_T) log(l);
-        } else {
-            for (c = 0; c < dh; c++)
-                zr[c] = 0;
-            if (lse != NULL)
-                lse[r] = -INFINITY;
+        memset(acc, 0, sizeof(FL_T) * bq * dhp);
+        for (j0 = 0; j0 < jend; j0 += bk) {
+            bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
+            nk = ATTNX_FL_PAD(bk, FL_NRN);
+            /* S = scale Q K^T for the block */
+            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, tkp, s, bkp, scale, 0);
+            if (causal || km != NULL)
+                FL_NAME(fl_mask)(s, bkp, bq, bk, qi, j0, causal, km);
+            FL_NAME(fl_pad_inf)(s, bkp, bq, bk, nk);
+            for (r = 0; r < bq; r++) {
+                FL_T *sr = s + r * bkp;
+                FL_T mold = mrow[r];
+                FL_T mx = FL_NAME(fl_rowmax)(sr, nk, mold);
+                if (mx == -INFINITY) {              /* every key so far is masked */
+                    memset(sr, 0, sizeof(FL_T) * nk);
+                    continue;
+                }
+                FL_T alpha = FL_NAME(fl_exp)(mold - mx);
+                FL_T sum = FL_NAME(fl_expsum)(sr, nk, mx);
+                lrow[r] = lrow[r] * alpha + sum;
+                mrow[r] = mx;
+                if (alpha != 1) {
+                    FL_T *ar = acc + r * dhp;
+                    for (c = 0; c < dhp; c++)
+                        ar[c] *= alpha;
+                }
+            }
+            /* acc += P V */
+            FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vp + (ptrdiff_t) j0 * dhp, dhp, acc, dhp,
+                             1, 1);
+        }
+        for (r = 0; r < bq; r++) {
+            FL_T l = lrow[r];
+            FL_T *zr = z + (ptrdiff_t) (ib + r) * ldz;
+            if (l > 0 || l != l) {
+                FL_T inv = 1 / l;
+                for (c = 0; c < dh; c++)
+                    zr[c] = acc[r * dhp + c] * inv;
+                lse[ib + r] = mrow[r] + (FL_T) log(l);
+            } else {
+                for (c = 0; c < dh; c++)
+                    zr[c] = 0;
+                lse[ib + r] = -INFINITY;
+            }
         }
     }
 }
@@ -301,7 +398,7 @@ FL_ATTR static void FL_NAME(fl_forward_block)(
  * from the forward's per-row log-sum-exp:
  *   D = rowsum(dZ * Z); per (query block, key block):
  *   P = exp(scale Q K^T - lse), dV += P^T dZ, dS = P * (dZ V^T - D),
- *   dQ += scale dS K, dK += scale dS^T Q.
+ *   dQ += scale dS K, dK += scale dS^T Q (dK and dV kept transposed while they accumulate).
  * Pointers as in the forward (all at row 0 of the head); dq shares ldq, dk/dv
  * share ldkv, z/dz share ldz. ws: attnx_flash_bwd_scratch(tk, dh) elements. */
 FL_ATTR static void FL_NAME(fl_backward_head)(
@@ -321,16 +418,16 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
     FL_T *dvec = dqa + ATTNX_FL_BQ * dhp;            /* (BQ) D */
     FL_T *kt = dvec + ATTNX_FL_BQ;                   /* (dh, tkp) K^T */
     FL_T *vt = kt + (ptrdiff_t) dh * tkp;            /* (dh, tkp) V^T */
-    FL_T *kp = vt + (ptrdiff_t) dh * tkp;            /* (tk, dhp) K */
-    FL_T *dka = kp + (ptrdiff_t) tk * dhp;           /* (tk, dhp) dK */
-    FL_T *dva = dka + (ptrdiff_t) tk * dhp;          /* (tk, dhp) dV */
+    FL_T *dkt = vt + (ptrdiff_t) dh * tkp;           /* (dh, tkp) dK^T */
+    FL_T *dvt = dkt + (ptrdiff_t) dh * tkp;          /* (dh, tkp) dV^T */
+    FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) K */
     int i0, bq, j0, bk, nk, jend, r, c, kmax;
 
     FL_NAME(fl_pack_t)(k, ldkv, tk, dh, kt, tkp);
     FL_NAME(fl_pack_t)(v, ldkv, tk, dh, vt, tkp);
     FL_NAME(fl_pack)(k, ldkv, tk, dh, kp, dhp);
-    memset(dka, 0, sizeof(FL_T) * tk * dhp);
-    memset(dva, 0, sizeof(FL_T) * tk * dhp);
+    memset(dkt, 0, sizeof(FL_T) * dh * tkp);
+    memset(dvt, 0, sizeof(FL_T) * dh * tkp);
     for (i0 = 0; i0 < tq; i0 += bq) {
         bq = tq - i0 < ATTNX_FL_BQ ? tq - i0 : ATTNX_FL_BQ;
         FL_NAME(fl_pack)(q + i0 * ldq, ldq, bq, dh, qp, dhp);
@@ -350,15 +447,17 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
             FL_NAME(fl_gemm)(bq, nk, dh, qp, dhp, 1, kt + j0, tkp, p, bkp, scale, 0);
             if (causal || km != NULL)
                 FL_NAME(fl_mask)(p, bkp, bq, bk, i0, j0, causal, km);
+            FL_NAME(fl_pad_inf)(p, bkp, bq, bk, nk);
             for (r = 0; r < bq; r++) {
                 FL_T L = lse[i0 + r];
                 if (L == -INFINITY)
-                    memset(p + r * bkp, 0, sizeof(FL_T) * bk);
+                    memset(p + r * bkp, 0, sizeof(FL_T) * nk);
                 else
-                    FL_NAME(fl_expsub)(p + r * bkp, bk, L);
+                    FL_NAME(fl_expsub)(p + r * bkp, nk, L);
             }
-            /* dV[j0:] += P^T dZ : A = P^T, read with row stride 1 and k stride bkp */
-            FL_NAME(fl_gemm)(bk, dhp, bq, p, 1, bkp, dzp, dhp, dva + j0 * dhp, dhp, 1, 1);
+            /* dV^T[:, j0:] += dZ^T P: keys along the vector lanes, as in S (a small
+             * d_head would leave most lanes of a (keys, d_head) tile empty) */
+            FL_NAME(fl_gemm)(dh, nk, bq, dzp, 1, dhp, p, bkp, dvt + j0, tkp, 1, 1);
             /* dP = dZ V^T */
             FL_NAME(fl_gemm)(bq, nk, dh, dzp, dhp, 1, vt + j0, tkp, dp, bkp, 1, 0);
             for (r = 0; r < bq; r++) {
@@ -366,25 +465,23 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
                 FL_T *pr = p + r * bkp;
                 FL_T *dr = dp + r * bkp;
                 FL_SIMD
-                for (c = 0; c < bk; c++)
+                for (c = 0; c < nk; c++)
                     dr[c] = pr[c] * (dr[c] - dd);
             }
             /* dQ += scale dS K ; dK[j0:] += scale dS^T Q */
             FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kp + j0 * dhp, dhp, dqa, dhp, scale, 1);
-            FL_NAME(fl_gemm)(bk, dhp, bq, dp, 1, bkp, qp, dhp, dka + j0 * dhp, dhp, scale, 1);
+            FL_NAME(fl_gemm)(dh, nk, bq, qp, 1, dhp, dp, bkp, dkt + j0, tkp, scale, 1);
         }
         for (r = 0; r < bq; r++)
             for (c = 0; c < dh; c++)
                 dq[(i0 + r) * ldq + c] = dqa[r * dhp + c];
     }
-    /* causal keys past the last query never get a gradient: their rows stay 0 */
+    /* (causal keys past the last query never get a gradient: their rows stay 0) */
     kmax = tk;
     for (r = 0; r < kmax; r++)
         for (c = 0; c < dh; c++) {
-            dk[r * ldkv + c] = dka[r * dhp + c];
-            dv[r * ldkv + c] = dva[r * dhp + c];
+            dk[r * ldkv + c] = dkt[c * tkp + r];
+            dv[r * ldkv + c] = dvt[c * tkp + r];
         }
 }
 
-#undef FL_VW
-#undef FL_VN
