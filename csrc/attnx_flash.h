@@ -232,7 +232,7 @@ static inline ptrdiff_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
 static inline ptrdiff_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
 {
     ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk, nrn);
-    return 2 * (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + 3 * ATTNX_FL_BQ * dhp + ATTNX_FL_BQ
+    return 2 * (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + ATTNX_FL_BQ * dhp + ATTNX_FL_BQ
            + 4 * (ptrdiff_t) dh * tkp + (ptrdiff_t) tk * dhp;
 }
 

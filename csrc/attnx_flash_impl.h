@@ -72,6 +72,33 @@ FL_ATTR static inline VT FL_NAME(NAME)(VT x)                                    
 }
 FL_VEXP(fl_vexp, FL_NAME(v32))
 FL_VEXP(fl_vexpw, FL_NAME(vwide))
+
+typedef FL_T FL_NAME(v16) __attribute__((vector_size(16)));
+
+/* sum of the lanes by folding halves (a few shuffles, not one extract per lane) */
+FL_ATTR static inline FL_T FL_NAME(fl_hsum32)(FL_NAME(v32) v)
+{
+    FL_NAME(v16) lo, hi;
+    memcpy(&lo, &v, 16);
+    memcpy(&hi, (char *) &v + 16, 16);
+    lo += hi;
+    FL_T out = 0;
+    for (int u = 0; u < (int) (16 / sizeof(FL_T)); u++)
+        out += lo[u];
+    return out;
+}
+
+FL_ATTR static inline FL_T FL_NAME(fl_hsumw)(FL_NAME(vwide) v)
+{
+    FL_NAME(v32) lo, hi;
+    if (sizeof(v) == 32) {
+        memcpy(&lo, &v, 32);
+        return FL_NAME(fl_hsum32)(lo);
+    }
+    memcpy(&lo, &v, 32);
+    memcpy(&hi, (char *) &v + 32, 32);
+    return FL_NAME(fl_hsum32)(lo + hi);
+}
 #endif
 
 /* max over s[0:n], NaN-propagating (a NaN score must poison its row, not vanish). */
@@ -105,16 +132,14 @@ FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
             *(W *) (s + j) = e;
             accw += e;
         }
-        for (int u = 0; u < wl; u++)
-            sum += accw[u];
+        sum += FL_NAME(fl_hsumw)(accw);
     }
     for (; j + vl <= n; j += vl) {
         V e = FL_NAME(fl_vexp)(*(V *) (s + j) - m);
         *(V *) (s + j) = e;
         acc += e;
     }
-    for (int u = 0; u < vl; u++)
-        sum += acc[u];
+    sum += FL_NAME(fl_hsum32)(acc);
 #endif
     for (; j < n; j++) {
         FL_T e = FL_NAME(fl_exp)(s[j] - m);
@@ -330,11 +355,17 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
     FL_T *mrow = acc + ATTNX_FL_BQ * dhp;           /* running max */
     FL_T *lrow = mrow + ATTNX_FL_BQ;                /* running sum */
     FL_T *kt = lrow + ATTNX_FL_BQ;                  /* (dh, tkp) K^T */
-    FL_T *vp = kt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) V */
+    FL_T *vp = kt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) V, when padding is needed */
+    const FL_T *vb = v;                             /* V as the B operand of P V */
+    ptrdiff_t ldv = ldkv;
     int r, c, j0, bk, nk, ib, bq, jend;
 
     FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, tkp);
-    FL_NAME(fl_pack)(v, ldkv, kall, dh, vp, dhp);
+    if (dh != dhp) {                    /* else V's rows are whole vectors already */
+        FL_NAME(fl_pack)(v, ldkv, kall, dh, vp, dhp);
+        vb = vp;
+        ldv = dhp;
+    }
     for (ib = 0; ib < nq; ib += bq) {
         const int qi = i0 + ib;                     /* first query row of the block */
         const FL_T *qb = q + (ptrdiff_t) ib * ldq;
@@ -372,7 +403,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                 }
             }
             /* acc += P V */
-            FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vp + (ptrdiff_t) j0 * dhp, dhp, acc, dhp,
+            FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vb + (ptrdiff_t) j0 * ldv, ldv, acc, dhp,
                              1, 1);
         }
         for (r = 0; r < bq; r++) {
@@ -412,39 +443,45 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
     const int bkp = ATTNX_FL_BK;
     FL_T *p = ws;                                    /* (BQ, BK) P */
     FL_T *dp = p + ATTNX_FL_BQ * bkp;                /* (BQ, BK) dP, then dS */
-    FL_T *qp = dp + ATTNX_FL_BQ * bkp;               /* (BQ, dhp) Q block */
-    FL_T *dzp = qp + ATTNX_FL_BQ * dhp;              /* (BQ, dhp) dZ block */
-    FL_T *dqa = dzp + ATTNX_FL_BQ * dhp;             /* (BQ, dhp) dQ block */
+    FL_T *dqa = dp + ATTNX_FL_BQ * bkp;              /* (BQ, dhp) dQ block */
     FL_T *dvec = dqa + ATTNX_FL_BQ * dhp;            /* (BQ) D */
     FL_T *kt = dvec + ATTNX_FL_BQ;                   /* (dh, tkp) K^T */
     FL_T *vt = kt + (ptrdiff_t) dh * tkp;            /* (dh, tkp) V^T */
     FL_T *dkt = vt + (ptrdiff_t) dh * tkp;           /* (dh, tkp) dK^T */
     FL_T *dvt = dkt + (ptrdiff_t) dh * tkp;          /* (dh, tkp) dV^T */
-    FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) K */
+    FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) K, when padding is needed */
+    const FL_T *kb = k;                              /* K as the B operand of dS K */
+    ptrdiff_t ldkb = ldkv;
     int i0, bq, j0, bk, nk, jend, r, c, kmax;
 
     FL_NAME(fl_pack_t)(k, ldkv, tk, dh, kt, tkp);
     FL_NAME(fl_pack_t)(v, ldkv, tk, dh, vt, tkp);
-    FL_NAME(fl_pack)(k, ldkv, tk, dh, kp, dhp);
+    if (dh != dhp) {
+        FL_NAME(fl_pack)(k, ldkv, tk, dh, kp, dhp);
+        kb = kp;
+        ldkb = dhp;
+    }
     memset(dkt, 0, sizeof(FL_T) * dh * tkp);
     memset(dvt, 0, sizeof(FL_T) * dh * tkp);
     for (i0 = 0; i0 < tq; i0 += bq) {
         bq = tq - i0 < ATTNX_FL_BQ ? tq - i0 : ATTNX_FL_BQ;
-        FL_NAME(fl_pack)(q + i0 * ldq, ldq, bq, dh, qp, dhp);
-        FL_NAME(fl_pack)(dz + i0 * ldz, ldz, bq, dh, dzp, dhp);
+        /* Q and dZ are only ever broadcast from (A operands): read in place */
+        const FL_T *qb = q + (ptrdiff_t) i0 * ldq;
+        const FL_T *dzb = dz + (ptrdiff_t) i0 * ldz;
         memset(dqa, 0, sizeof(FL_T) * bq * dhp);
         for (r = 0; r < bq; r++) {
             FL_T dd = 0;
-            const FL_T *zr = z + (i0 + r) * ldz;
+            const FL_T *zr = z + (ptrdiff_t) (i0 + r) * ldz;
+            const FL_T *dzr = dzb + (ptrdiff_t) r * ldz;
             for (c = 0; c < dh; c++)
-                dd += dzp[r * dhp + c] * zr[c];
+                dd += dzr[c] * zr[c];
             dvec[r] = dd;
         }
         jend = causal ? (i0 + bq < tk ? i0 + bq : tk) : tk;
         for (j0 = 0; j0 < jend; j0 += bk) {
             bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
             nk = ATTNX_FL_PAD(bk, FL_NRN);
-            FL_NAME(fl_gemm)(bq, nk, dh, qp, dhp, 1, kt + j0, tkp, p, bkp, scale, 0);
+            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, tkp, p, bkp, scale, 0);
             if (causal || km != NULL)
                 FL_NAME(fl_mask)(p, bkp, bq, bk, i0, j0, causal, km);
             FL_NAME(fl_pad_inf)(p, bkp, bq, bk, nk);
@@ -457,9 +494,9 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
             }
             /* dV^T[:, j0:] += dZ^T P: keys along the vector lanes, as in S (a small
              * d_head would leave most lanes of a (keys, d_head) tile empty) */
-            FL_NAME(fl_gemm)(dh, nk, bq, dzp, 1, dhp, p, bkp, dvt + j0, tkp, 1, 1);
+            FL_NAME(fl_gemm)(dh, nk, bq, dzb, 1, ldz, p, bkp, dvt + j0, tkp, 1, 1);
             /* dP = dZ V^T */
-            FL_NAME(fl_gemm)(bq, nk, dh, dzp, dhp, 1, vt + j0, tkp, dp, bkp, 1, 0);
+            FL_NAME(fl_gemm)(bq, nk, dh, dzb, ldz, 1, vt + j0, tkp, dp, bkp, 1, 0);
             for (r = 0; r < bq; r++) {
                 FL_T dd = dvec[r];
                 FL_T *pr = p + r * bkp;
@@ -469,8 +506,9 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
                     dr[c] = pr[c] * (dr[c] - dd);
             }
             /* dQ += scale dS K ; dK[j0:] += scale dS^T Q */
-            FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kp + j0 * dhp, dhp, dqa, dhp, scale, 1);
-            FL_NAME(fl_gemm)(dh, nk, bq, qp, 1, dhp, dp, bkp, dkt + j0, tkp, scale, 1);
+            FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kb + (ptrdiff_t) j0 * ldkb, ldkb, dqa, dhp,
+                             scale, 1);
+            FL_NAME(fl_gemm)(dh, nk, bq, qb, 1, ldq, dp, bkp, dkt + j0, tkp, scale, 1);
         }
         for (r = 0; r < bq; r++)
             for (c = 0; c < dh; c++)
