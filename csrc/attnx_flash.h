@@ -17,6 +17,7 @@
  */
 #ifndef ATTNX_FLASH_H
 #define ATTNX_FLASH_H
+#define FL_PAIR 0   /* key-pair tiles: float32 AVX-512 only (redefined there) */
 
 #include <math.h>
 #include <stddef.h>
@@ -92,7 +93,9 @@
 #undef FL_MRN
 #undef FL_VWBYTES
 
+#undef FL_PAIR
 #define FL_NAME(x) x##_f32_avx512
+#define FL_PAIR 1
 #define FL_ATTR __attribute__((target("avx512f,avx2,fma")))
 #define FL_VWBYTES 64
 #define FL_VEC 1
@@ -107,6 +110,8 @@
 #undef FL_NRW
 #undef FL_MRN
 #undef FL_VWBYTES
+#undef FL_PAIR
+#define FL_PAIR 0
 #endif
 
 #undef FL_T

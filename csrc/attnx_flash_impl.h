@@ -267,6 +267,78 @@ FL_ATTR static void FL_NAME(fl_gemm)(int m, int n, int kd, const FL_T *a, ptrdif
                                b + j, ldb, c + i * ldc + j, ldc, alpha, accumulate);
 }
 
+#if FL_PAIR
+/* Key pairs for d_head <= 8 in a 16-lane float vector (AVX-512): a (keys, 8)
+ * operand B is packed so that row kk holds keys 2kk and 2kk+1 interleaved,
+ * [B(2kk,0), B(2kk+1,0), B(2kk,1), B(2kk+1,1), ...], and A's two elements
+ * (r, 2kk), (r, 2kk+1) are broadcast together as one 64-bit pair. Each FMA then
+ * does two keys' worth of work on all 16 lanes instead of one key on 8 lanes;
+ * the even and odd lanes are added at the end. A's rows must be contiguous in
+ * k (ak = 1) and kd even (the caller pads A and B with zeros). */
+typedef uint64_t FL_NAME(vu64) __attribute__((vector_size(64)));
+typedef int32_t FL_NAME(vi32) __attribute__((vector_size(64)));
+
+FL_ATTR static inline void FL_NAME(fl_tile_pair)(int kd, const FL_T *restrict a, ptrdiff_t ar,
+        int mr, const FL_T *restrict bp, FL_T *restrict c, ptrdiff_t ldc, FL_T alpha,
+        int accumulate)
+{
+    typedef FL_NAME(vwide) W;
+    W acc[FL_MRN];
+    const FL_T *ap[FL_MRN];
+    int r, k;
+    FL_UNROLL
+    for (r = 0; r < FL_MRN; r++) {
+        ap[r] = a + (r < mr ? r : 0) * ar;
+        acc[r] = (W) {0};
+    }
+    for (k = 0; k < kd; k += 2) {
+        W bv = *(const W *) (bp + (ptrdiff_t) k * 8);
+        FL_UNROLL
+        for (r = 0; r < FL_MRN; r++) {
+            uint64_t pr;
+            memcpy(&pr, ap[r] + k, sizeof pr);
+            acc[r] += (W) ((FL_NAME(vu64)) {0} + pr) * bv;
+        }
+    }
+    const FL_NAME(vi32) even = {0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14};
+    const FL_NAME(vi32) odd = {1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15};
+    FL_UNROLL
+    for (r = 0; r < FL_MRN; r++) {
+        if (r < mr) {
+            W sum = __builtin_shuffle(acc[r], even) + __builtin_shuffle(acc[r], odd);
+            FL_NAME(v32) lo, *cr = (FL_NAME(v32) *) (c + r * ldc);
+            memcpy(&lo, &sum, sizeof lo);
+            *cr = accumulate ? *cr + alpha * lo : alpha * lo;
+        }
+    }
+}
+
+/* C (m, 8) (=|+=) alpha * A (m, kd) B with B packed in key pairs (fl_pack_pairs). */
+FL_ATTR static void FL_NAME(fl_gemm_pair)(int m, int kd, const FL_T *a, ptrdiff_t ar,
+                                          const FL_T *bp, FL_T *c, ptrdiff_t ldc, FL_T alpha,
+                                          int accumulate)
+{
+    int i;
+    kd += kd & 1;
+    for (i = 0; i < m; i += FL_MRN)
+        FL_NAME(fl_tile_pair)(kd, a + i * ar, ar, m - i < FL_MRN ? m - i : FL_MRN, bp,
+                              c + i * ldc, ldc, alpha, accumulate);
+}
+
+/* out[(k/2)*16 + 2c + (k&1)] = x[k, c] for k < rows, c < cols <= 8; zero elsewhere
+ * up to an even number of rows. */
+FL_ATTR static void FL_NAME(fl_pack_pairs)(const FL_T *x, ptrdiff_t ldx, int rows, int cols,
+                                           FL_T *out)
+{
+    int k, c;
+    int rows2 = rows + (rows & 1);
+    memset(out, 0, sizeof(FL_T) * (ptrdiff_t) rows2 * 8);
+    for (k = 0; k < rows; k++)
+        for (c = 0; c < cols; c++)
+            out[(ptrdiff_t) (k >> 1) * 16 + 2 * c + (k & 1)] = x[(ptrdiff_t) k * ldx + c];
+}
+#endif
+
 /* ---------------------------------------------------------------- packing */
 
 /* out (cols, ldo) = x[0:rows, 0:cols]^T, columns rows..ldo zeroed. */
@@ -361,6 +433,12 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
     int r, c, j0, bk, nk, ib, bq, jend;
 
     FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, tkp);
+#if FL_PAIR
+    const int pair = dhp == 8;
+    if (pair)
+        FL_NAME(fl_pack_pairs)(v, ldkv, kall, dh, vp);
+    else
+#endif
     if (dh != dhp) {                    /* else V's rows are whole vectors already */
         FL_NAME(fl_pack)(v, ldkv, kall, dh, vp, dhp);
         vb = vp;
@@ -403,6 +481,11 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                 }
             }
             /* acc += P V */
+#if FL_PAIR
+            if (pair)
+                FL_NAME(fl_gemm_pair)(bq, bk, s, bkp, vp + (ptrdiff_t) j0 * 8, acc, dhp, 1, 1);
+            else
+#endif
             FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vb + (ptrdiff_t) j0 * ldv, ldv, acc, dhp,
                              1, 1);
         }
@@ -456,6 +539,12 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
 
     FL_NAME(fl_pack_t)(k, ldkv, tk, dh, kt, tkp);
     FL_NAME(fl_pack_t)(v, ldkv, tk, dh, vt, tkp);
+#if FL_PAIR
+    const int pair = dhp == 8;
+    if (pair)
+        FL_NAME(fl_pack_pairs)(k, ldkv, tk, dh, kp);
+    else
+#endif
     if (dh != dhp) {
         FL_NAME(fl_pack)(k, ldkv, tk, dh, kp, dhp);
         kb = kp;
@@ -506,6 +595,11 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
                     dr[c] = pr[c] * (dr[c] - dd);
             }
             /* dQ += scale dS K ; dK[j0:] += scale dS^T Q */
+#if FL_PAIR
+            if (pair)
+                FL_NAME(fl_gemm_pair)(bq, bk, dp, bkp, kp + (ptrdiff_t) j0 * 8, dqa, dhp, scale, 1);
+            else
+#endif
             FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kb + (ptrdiff_t) j0 * ldkb, ldkb, dqa, dhp,
                              scale, 1);
             FL_NAME(fl_gemm)(dh, nk, bq, qb, 1, ldq, dp, bkp, dkt + j0, tkp, scale, 1);
