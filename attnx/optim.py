@@ -4,7 +4,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._ops import adamw_step
+from ._ops import max_threads
+from ._optim import adamw_step
 from ._params import ParamDict
 from ._validate import finite
 
@@ -78,7 +79,9 @@ class AdamW:
         self.t += 1
         b1, b2 = self.betas
         for p, g, m, v in zip(self._bufs, gbufs, self.m, self.v):
-            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t)
+            # threads only for buffers worth splitting (slabs of 2**16 elements)
+            nth = max_threads() if p.shape[0] >= 1 << 17 else 1
+            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t, nth)
 
     def state_dict(self):
         """Step count and moment buffers (copies), for saving."""
