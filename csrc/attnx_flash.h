@@ -231,14 +231,14 @@ static inline ptrdiff_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
 {
     ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk > 0 ? tk : 1, nrn);
     return (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + ATTNX_FL_BQ * dhp + 2 * ATTNX_FL_BQ
-           + (ptrdiff_t) dh * tkp + (ptrdiff_t) tk * dhp;
+           + (ptrdiff_t) dh * tkp + tkp * dhp;
 }
 
 static inline ptrdiff_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
 {
     ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk, nrn);
     return 2 * (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + ATTNX_FL_BQ * dhp + ATTNX_FL_BQ
-           + 4 * (ptrdiff_t) dh * tkp + (ptrdiff_t) tk * dhp;
+           + 4 * (ptrdiff_t) dh * tkp + tkp * dhp;
 }
 
 #ifdef ATTNX_FL_X86

@@ -427,7 +427,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
     FL_T *mrow = acc + ATTNX_FL_BQ * dhp;           /* running max */
     FL_T *lrow = mrow + ATTNX_FL_BQ;                /* running sum */
     FL_T *kt = lrow + ATTNX_FL_BQ;                  /* (dh, tkp) K^T */
-    FL_T *vp = kt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) V, when padding is needed */
+    FL_T *vp = kt + (ptrdiff_t) dh * tkp;           /* (tkp, dhp) V, when padding is needed */
     const FL_T *vb = v;                             /* V as the B operand of P V */
     ptrdiff_t ldv = ldkv;
     int r, c, j0, bk, nk, ib, bq, jend;
@@ -532,7 +532,7 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
     FL_T *vt = kt + (ptrdiff_t) dh * tkp;            /* (dh, tkp) V^T */
     FL_T *dkt = vt + (ptrdiff_t) dh * tkp;           /* (dh, tkp) dK^T */
     FL_T *dvt = dkt + (ptrdiff_t) dh * tkp;          /* (dh, tkp) dV^T */
-    FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tk, dhp) K, when padding is needed */
+    FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tkp, dhp) K, when padding is needed */
     const FL_T *kb = k;                              /* K as the B operand of dS K */
     ptrdiff_t ldkb = ldkv;
     int i0, bq, j0, bk, nk, jend, r, c, kmax;
