@@ -49,15 +49,16 @@ typedef FL_T FL_NAME(vwide) __attribute__((vector_size(FL_VWBYTES), aligned(size
                                            may_alias));
 #define FL_SEL(m, a, b) ((__typeof__(a)) (((m) & (__typeof__(m)) (a)) | (~(m) & (__typeof__(m)) (b))))
 
-/* fl_exp on a whole vector, the same steps with lane masks for the selects */
+/* fl_exp on a whole vector, the same steps with lane masks for the selects. A NaN
+ * lane needs no select here: it stays NaN through the polynomial and the final
+ * product (the integer part only ever reinterprets bits, never converts). */
 #define FL_VEXP(NAME, VT)                                                             \
 FL_ATTR static inline VT FL_NAME(NAME)(VT x)                                          \
 {                                                                                     \
     const VT lo = (VT) {0} + FL_EXPLO, zero = (VT) {0};                               \
-    __typeof__(x < x) below = x < lo, nan = x != x;                                   \
+    __typeof__(x < x) below = x < lo;                                                 \
     VT xc = FL_SEL(below, lo, x);                                                     \
     xc = FL_SEL(xc > FL_EXPHI, zero + FL_EXPHI, xc);                                  \
-    xc = FL_SEL(nan, zero, xc);                                                       \
     VT t = xc * (FL_T) 1.44269504088896340735992468100189214;                         \
     VT big = t + FL_MAGIC;                                                            \
     VT fn = big - FL_MAGIC;                                                           \
@@ -67,8 +68,7 @@ FL_ATTR static inline VT FL_NAME(NAME)(VT x)                                    
     __typeof__(x < x) bits = (__typeof__(x < x)) big + (int) FL_BIAS;                 \
     bits = bits << FL_MANT;                                                           \
     VT out = p * (VT) bits;                                                           \
-    out = FL_SEL(below, zero, out);                                                   \
-    return FL_SEL(nan, x, out);                                                       \
+    return FL_SEL(below, zero, out);                                                  \
 }
 FL_VEXP(fl_vexp, FL_NAME(v32))
 FL_VEXP(fl_vexpw, FL_NAME(vwide))
