@@ -31,8 +31,21 @@ ASAN_LIB=$($CC -print-file-name=libasan.so)
 [ -f "$ASAN_LIB" ] || { echo "libasan.so not found for $CC" >&2; exit 1; }
 
 export LD_PRELOAD="$ASAN_LIB"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:check_initialization_order=1:strict_string_checks=1:detect_stack_use_after_return=0"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# reports go to files (pytest captures stderr, and an aborted test's capture is lost);
+# they are printed when a run fails
+LOGS="$WORK/sanitizer-logs"
+mkdir -p "$LOGS"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:check_initialization_order=1:strict_string_checks=1:log_path=$LOGS/asan"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$LOGS/ubsan"
+run() {
+    local rc=0
+    "$@" || rc=$?
+    if [ "$rc" -ne 0 ] || compgen -G "$LOGS/*" >/dev/null; then
+        for f in "$LOGS"/*; do [ -f "$f" ] && { echo "---- $f"; cat "$f"; }; done
+        echo "== sanitizer run FAILED (exit $rc)"
+        exit $(( rc ? rc : 1 ))
+    fi
+}
 export PYTHONMALLOC=malloc
 export PYTHONPATH="$WORK"
 export ATTNX_REQUIRE_TORCH=${ATTNX_REQUIRE_TORCH:-1}
@@ -52,8 +65,8 @@ SUBSET="$T/test_kernels.py $T/test_blas.py $T/test_blocked.py $T/test_attention.
 # run here in the other transformer tests (float64 finite differences, threads).
 DESELECT="--deselect $T/test_transformer.py::test_matches_torch"
 echo "== subset at the CPU's best SIMD level"
-$PY -m pytest -q -p no:cacheprovider $SUBSET $DESELECT "$@"
+run $PY -m pytest -q -p no:cacheprovider $SUBSET $DESELECT "$@"
 echo "== kernel tests again at the portable level"
-ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/test_kernels.py" "$T/test_blocked.py" \
+run env ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/test_kernels.py" "$T/test_blocked.py" \
     "$T/test_transformer.py" $DESELECT "$@"
 echo "== sanitizer run passed: no ASan/UBSan report"
