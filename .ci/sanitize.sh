@@ -63,10 +63,12 @@ SUBSET="$T/test_kernels.py $T/test_blas.py $T/test_blocked.py $T/test_attention.
 # (no FMA contraction in the scalar tails) and AdamW's normalisation amplifies that
 # past 1e-4. It is a tolerance test, run on the normal build; the kernels it calls
 # run here in the other transformer tests (float64 finite differences, threads).
-DESELECT="--deselect $T/test_transformer.py::test_matches_torch"
+DESELECT="--rootdir=$ROOT --deselect tests/test_transformer.py::test_matches_torch"
 echo "== subset at the CPU's best SIMD level"
 run $PY -m pytest -q -p no:cacheprovider $SUBSET $DESELECT "$@"
+# (test_simd_levels above already ran forward/backward of every kernel at each level
+# in its own interpreter, under the sanitizers too)
 echo "== kernel tests again at the portable level"
 run env ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/test_kernels.py" "$T/test_blocked.py" \
-    "$T/test_transformer.py" $DESELECT "$@"
+    $DESELECT "$@"
 echo "== sanitizer run passed: no ASan/UBSan report"
