@@ -664,3 +664,21 @@ def test_kernels_reject_mismatched_buffers():
                                 np.zeros((2, 3)))
     with pytest.raises(ValueError, match="p must lie"):
         _seq.dropout_mask(np.zeros((2, 3)), 1.0, 1)
+
+
+def test_pickle_and_config(rng):
+    import pickle
+    m = make(np.float32, "mean", "learned", "pre", True, rng=rng, dropout=0.25)
+    x = rng.normal(size=(2, 5, 3))
+    m.forward(x)                       # advance the dropout stream
+    m.input_grad = False
+    c = pickle.loads(pickle.dumps(m))
+    assert c.get_config() == m.get_config() and repr(c) == repr(m)
+    assert SequenceModel(**m.get_config()).params.flat.shape == m.params.flat.shape
+    np.testing.assert_array_equal(c.params.flat, m.params.flat)
+    assert list(c.params) == list(m.params) and c.input_grad is False
+    np.testing.assert_array_equal(c.forward(x, grad=False), m.forward(x, grad=False))
+    # the copy continues the same dropout stream
+    np.testing.assert_array_equal(c.forward(x), m.forward(x))
+    c.params.flat[0] += 1   # an independent copy
+    assert c.params.flat[0] != m.params.flat[0]
