@@ -90,5 +90,4 @@ def sliding_windows(series, window, horizon=1):
     y = s2[idx + window + np.arange(horizon)].astype(dtype)     # (n, horizon, f)
     if flat:
         y = y[:, :, 0]
-        return X, (y[:, 0] if horizon == 1 else y)
     return X, (y[:, 0] if horizon == 1 else y)

@@ -362,7 +362,9 @@ class _SequenceEstimator(EstimatorParams):
                             warnings.warn(
                                 f"the training loss did not improve by more than tol={cfg.tol} "
                                 f"for {cfg.n_iter_no_change} consecutive epochs: stopped after "
-                                f"epoch {epoch} of {last}",
+                                f"epoch {epoch} of {last} (early_stopping=True watches the "
+                                f"validation loss instead; n_iter_no_change >= epochs trains "
+                                f"every epoch)",
                                 sklearn_class("ConvergenceWarning"), stacklevel=3)
                             return
                         bar.end(loss, vloss, " (early stop)")
@@ -745,7 +747,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
         else:
             self.classes_ = _unique("y", seen)
         codes = _encode(lab, self.classes_, valid)
-        cw = self._class_weights(seen, partial)
+        cw = self._class_weights(seen)
         if cw is None and w is None and valid is None:
             weights = None
         else:
@@ -760,15 +762,13 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
                                  "of zero: nothing to learn from")
         return seqs.Data(x, lengths, codes, weights, per_position), False, (per_position, None)
 
-    def _class_weights(self, seen, partial):
+    def _class_weights(self, seen):
         cw = self.class_weight
         if cw is None:
             return None
         c = len(self.classes_)
         if isinstance(cw, str) and cw == "balanced":
-            if partial:
-                raise ValueError("class_weight='balanced' needs every label at once: use it "
-                                 "with fit, or give a dict to partial_fit")
+            # from the labels being fitted: fit's y, or each partial_fit call's own y
             counts = np.array([np.count_nonzero(seen == k) for k in self.classes_], float)
             return np.where(counts > 0, seen.size / (c * np.maximum(counts, 1)), 0.0)
         if isinstance(cw, dict):
@@ -839,8 +839,8 @@ class AttentionClassifier(_Classifier):
     Parameters
     ----------""" + _COMMON_DOC + """
     class_weight : None, "balanced" (n_labels / (n_classes * count of the class),
-        from fit's y) or a dict label -> weight (missing labels weigh 1); multiplies
-        sample_weight in the loss.
+        counted in fit's y, or in each partial_fit call's y) or a dict label -> weight
+        (missing labels weigh 1); multiplies sample_weight in the loss.
 
     Fitted attributes: classes_, and those of AttentionRegressor.
     """

@@ -143,8 +143,11 @@ def test_partial_fit_needs_classes_and_refuses_unseen_labels(task):
         est.partial_fit(X[:3], np.array(["neg", "maybe", "pos"]))
     with pytest.raises(ValueError, match="differ from classes_"):
         est.partial_fit(X[:3], y[:3], classes=["neg", "pos"])
-    with pytest.raises(ValueError, match="class_weight='balanced' needs every label at once"):
-        small(class_weight="balanced").partial_fit(X, y, classes=["neg", "pos"])
+    # "balanced" counts the labels of each call: one partial_fit == one epoch of fit
+    bal = small(class_weight="balanced").partial_fit(X, y, classes=["neg", "pos"])
+    np.testing.assert_array_equal(bal.model_.params.flat,
+                                  small(class_weight="balanced", epochs=1).fit(X, y)
+                                  .model_.params.flat)
     with pytest.raises(ValueError, match="must have 3 features"):
         est.partial_fit(X[:3, :, :2], y[:3])
     with pytest.raises(ValueError, match="labels per sequence"):

@@ -437,7 +437,7 @@ def test_no_warnings_in_a_normal_fit(task):
 def three_feature_task(n, seed, t=10):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, t, 3)).astype(np.float32)
-    y = X[:, :, 0].mean(axis=1) * 2 + X[:, -1, 1] - X[:, 0, 2]
+    y = X[:, :, 0].mean(axis=1) * 2 + (X[:, :, 1] * X[:, :, 2]).mean(axis=1)
     return X, y
 
 
@@ -522,3 +522,26 @@ def test_dropout_trains_reproducibly_and_predicts_deterministically():
     np.testing.assert_array_equal(a.predict(X), a.predict(X))   # no dropout at predict
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
         attnx.AttentionRegressor(dropout=1.0).fit(X, y)
+
+
+@pytest.mark.parametrize("cls", REGRESSORS)
+def test_bare_model_sample_weight_two_equals_a_duplicate(cls):
+    X, Y = mixing_task(12, 4, 4, random_state=5, dtype=np.float64)
+    kw = dict(n_heads=2, epochs=3, batch_size=64, lr=0.01, random_state=0, dtype=np.float64)
+    if cls is attnx.TransformerRegressor:
+        kw.update(n_layers=1, d_hidden=8)
+    w = np.ones(12)
+    w[4] = 2.0
+    a = cls(**kw).fit(X, Y, sample_weight=w)
+    keep = list(range(12)) + [4]
+    b = cls(**kw).fit(X[keep], Y[keep])
+    assert not isinstance(a.model_, attnx.SequenceModel)
+    # atol: the key bias has a zero gradient in exact arithmetic; AdamW scales its
+    # rounding noise up to ~1e-12
+    np.testing.assert_allclose(a.model_.params.flat, b.model_.params.flat, rtol=1e-9,
+                               atol=1e-10)
+    sw = np.linspace(0.1, 1, 12)
+    from sklearn.metrics import r2_score
+
+    assert a.score(X, Y, sample_weight=sw) == pytest.approx(
+        r2_score(Y.reshape(-1, 4), a.predict(X).reshape(-1, 4), sample_weight=np.repeat(sw, 4)))

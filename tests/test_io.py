@@ -333,3 +333,47 @@ def test_saved_model_predicts_the_max_position_task(tmp_path):
     est = attnx.AttentionRegressor(2, epochs=10, lr=0.02, random_state=0).fit(X, Y)
     est.save(tmp_path / "m.safetensors")
     assert attnx.load(tmp_path / "m.safetensors").score(X, Y) == est.score(X, Y) > 0.7  # 0.86 here
+
+
+# ---- the sequence model's options, classifiers and ragged data -----------------------
+def _ragged(n, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(int(t), 3)) for t in rng.integers(2, 9, size=n)]
+
+
+@pytest.mark.parametrize("cls, opts", [
+    (attnx.TransformerRegressor, dict(d_model=8, positional="learned", norm="pre",
+                                      pooling="last", dropout=0.2, causal=True)),
+    (attnx.AttentionRegressor, dict(d_model=4, positional="sinusoidal", d_hidden=6,
+                                    dropout=0.1)),
+    (attnx.TransformerClassifier, dict(d_model=8, positional="rope", norm="pre",
+                                       class_weight={2: 0.5, 7: 2.0}, dropout=0.3)),
+    (attnx.AttentionClassifier, dict(d_model=8, class_weight="balanced", pooling="last")),
+])
+@pytest.mark.parametrize("ragged", [False, True])
+def test_new_options_resume_exactly(cls, opts, ragged, tmp_path):
+    """fit 2 + save + load + 2 partial_fit == fit 4, bit for bit (dropout masks included)."""
+    rng = np.random.default_rng(0)
+    X = _ragged(37, 1) if ragged else rng.normal(size=(37, 6, 3))
+    if cls in (attnx.TransformerClassifier, attnx.AttentionClassifier):
+        y = np.where([x[:, 0].mean() > 0 for x in X], 7, 2)
+    else:
+        y = np.array([x[:, :2].sum(axis=0) for x in X])
+    kw = dict(n_heads=2, batch_size=8, lr=0.01, random_state=3, **opts)
+    if cls is attnx.TransformerClassifier or cls is attnx.TransformerRegressor:
+        kw.update(n_layers=2)
+    full = cls(**kw, epochs=4).fit(X, y)
+    half = cls(**kw, epochs=2).fit(X, y)
+    half.save(tmp_path / "m.safetensors")
+    back = attnx.load(tmp_path / "m.safetensors")
+    assert back.get_params() == half.get_params()
+    assert back.model_.positional == half.model_.positional
+    assert back.model_.dropout == half.model_.dropout and back.model_.norm == half.model_.norm
+    back.partial_fit(X, y)
+    back.partial_fit(X, y)
+    _same_state(back, full)
+    if hasattr(full, "classes_"):
+        assert back.classes_.tolist() == [2, 7] and back.classes_.dtype == full.classes_.dtype
+    pa, pb = full.predict(X), back.predict(X)
+    for a, b in zip(pa, pb):
+        np.testing.assert_array_equal(a, b)
