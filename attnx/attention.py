@@ -1,4 +1,6 @@
 """Multi-head attention layer: weights, workspaces and the calls into the kernels."""
+import functools
+
 import numpy as np
 
 from . import _attention, _flash
@@ -80,11 +82,35 @@ class _Workspace:
 # measured on 2 cores (see benchmarks/): below it the dense path is faster.
 BLOCKED_MIN_SCORES = 512 * 512
 
-# "auto" runs the fused small-head kernels (attnx._flash) when d_head is at most
-# this: measured on an AVX-512 EPYC (benchmarks/), the fused tiles beat the
-# per-head BLAS calls of the dense and blocked paths up to here, where BLAS's
-# inner dimension is too short to run near its peak.
+# "auto" and the fused small-head kernels (attnx._flash). Measured with one
+# thread on a 2-core AMD EPYC (AVX-512), training step, fused vs the best of
+# dense/blocked: B1 T2048 d256 H8 (d_head 32) 1.11-1.18x (causal or not, both
+# dtypes); B8 T512 d256 H8 1.04x float32, 1.07x float64; B32 T128 d64 with
+# d_head 8 / 16 / 32: float64 1.08x / 1.08x / 0.95x, float32 0.93x / 0.96x /
+# 0.92x, because OpenBLAS's SkylakeX kernels (AVX-512 CPUs) have a small-matrix
+# path that the dense path's per-head GEMMs use; with OpenBLAS's Haswell
+# kernels (AVX2 CPUs: no small-matrix path; OPENBLAS_CORETYPE=Haswell,
+# ATTNX_SIMD=1) the same shapes give 1.20x / 1.11x / 1.04x float32 and
+# 1.23x / 1.15x / 0.99x float64. d_head 64 is about even (0.96-1.04x), so it
+# stays on dense/blocked. Rule: fused when d_head <= FUSED_MAX_D_HEAD and
+# (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix kernels, or float64
+# with d_head <= 16).
 FUSED_MAX_D_HEAD = 32
+FUSED_MIN_SCORES = 256 * 256
+# OpenBLAS cores (threadpoolctl's "architecture") with small-matrix GEMM kernels
+_SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_small_gemm():
+    """Whether scipy's OpenBLAS runs kernels with a small-matrix path (False when
+    it cannot be told: the fused path is then preferred for small heads)."""
+    try:
+        from ._threads import _scipy_openblas
+        lib = _scipy_openblas()
+    except Exception:  # threadpoolctl could not inspect this process
+        return False
+    return lib is not None and str(lib.architecture).lower() in _SMALL_GEMM_CORES
 
 
 def _index(name, i, n):
@@ -117,7 +143,8 @@ class MultiHeadAttention:
         with an online softmax and keeps only a log-sum-exp per row (memory linear
         in T, probabilities recomputed in backward). Fused is blocked attention
         in register-tiled C kernels (no per-head BLAS call), for small heads.
-        Auto picks fused when d_head <= FUSED_MAX_D_HEAD, else blocked from
+        Auto picks fused for small heads (d_head <= FUSED_MAX_D_HEAD, by the
+        measured rule next to that constant), else blocked from
         BLOCKED_MIN_SCORES = Tq * Tk on, else dense. All give the same results
         to rounding.
 
@@ -201,7 +228,9 @@ class MultiHeadAttention:
         """'dense', 'blocked' or 'fused' for this shape (see `attention`)."""
         if self.attention != "auto":
             return self.attention
-        if self.d_head <= FUSED_MAX_D_HEAD:
+        if self.d_head <= FUSED_MAX_D_HEAD and (
+                tq * tk >= FUSED_MIN_SCORES or not _blas_small_gemm()
+                or (self.dtype == np.float64 and self.d_head <= 16)):
             return "fused"
         return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
 

@@ -143,12 +143,25 @@ def test_fused_finite_differences(rng):
     assert worst < 1e-7
 
 
-def test_auto_rule_picks_fused_for_small_heads():
-    for d, h, want in [(64, 8, "fused"), (64, 2, "fused"), (128, 2, "dense")]:
-        layer = attnx.MultiHeadAttention(d, h)
-        path = layer._path(16, 16)
-        assert path == want, (d, h, path)
-        assert (d // h <= FUSED_MAX_D_HEAD) == (path == "fused")
+@pytest.mark.parametrize("small_gemm", [False, True])
+def test_auto_rule(monkeypatch, small_gemm):
+    """The documented rule: fused for d_head <= FUSED_MAX_D_HEAD when the sequence is
+    long, when BLAS has no small-matrix kernels, or in float64 at d_head <= 16."""
+    from attnx import attention
+    monkeypatch.setattr(attention, "_blas_small_gemm", lambda: small_gemm)
+    long_t = 256
+    for d, h, dtype, t, want in [
+            (64, 8, np.float32, 128, "dense" if small_gemm else "fused"),
+            (64, 8, np.float64, 128, "fused"),
+            (64, 2, np.float64, 128, "dense" if small_gemm else "fused"),
+            (64, 2, np.float32, long_t, "fused"),
+            (64, 8, np.float32, 2048, "fused"),
+            (128, 2, np.float32, 128, "dense"),
+            (128, 2, np.float32, 1024, "blocked")]:
+        layer = attnx.MultiHeadAttention(d, h, dtype=dtype)
+        assert layer._path(t, t) == want, (d, h, dtype, t)
+    assert attention.FUSED_MIN_SCORES <= long_t * long_t
+    assert FUSED_MAX_D_HEAD == 32
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
