@@ -1,0 +1,331 @@
+"""Data-parallel training over MPI (mpi4py): the estimators' `comm=` argument.
+
+Started as ``mpiexec -n P python train.py``, every rank calls
+``est.fit(X_shard, Y_shard, comm=MPI.COMM_WORLD)`` with its own shard of the
+samples. The *global* data set is the shards concatenated in rank order, and
+everything that depends on the sample order is defined over it:
+
+- shuffling: every rank draws the same permutation of the global indices from
+  the estimator's shuffling generator (same seed on every rank), so global
+  batch k holds the same samples as in a single process with all the data;
+  each rank computes the part of the batch it holds (possibly none of it);
+- the gradient: each rank's loss is the mean over its own samples of the batch;
+  its gradient is scaled by (its samples / the batch's samples) and one
+  ``Allreduce`` (sum) over the flat gradient buffer gives every rank the
+  gradient of the global batch. Every rank then applies the same AdamW step,
+  so the weights stay identical without ever being broadcast (checked after
+  every epoch with a hash of the weights);
+- the validation split, the epoch losses and early stopping use global counts.
+
+Errors: a rank that fails (bad input on its shard, a NaN loss) must not leave
+the others waiting in a collective. Before the gradient is summed, every step
+sums a small vector [error flag, stop flag, sample count, loss]; when any rank
+flagged an error, all ranks exchange the messages and raise the same exception
+(same class and text, naming the first failing rank). A rank that dies (killed,
+segfault) cannot take part in any exchange: MPICH's launcher (hydra) sees the
+process end and terminates the other ranks ("BAD TERMINATION ... KILLED BY
+SIGNAL"), so mpiexec returns within about a second. A rank that hangs without
+dying is only caught by a launcher timeout: ``mpiexec -timeout SECONDS`` or the
+environment variable MPIEXEC_TIMEOUT.
+
+mpi4py is imported only when a communicator is given.
+"""
+import contextlib
+import hashlib
+import math
+import time
+
+import numpy as np
+
+__all__ = ["Communicator", "DistributedError", "wrap", "shard"]
+
+
+class DistributedError(RuntimeError):
+    """An error on one rank, re-raised on every rank when its own class cannot be
+    rebuilt from a message alone."""
+
+
+def wrap(comm):
+    """The training loop's view of `comm`: None -> single process (every hook a
+    no-op), an mpi4py intracommunicator -> Communicator(comm); a Communicator is
+    returned as it is (so its timing counters can be read afterwards)."""
+    if comm is None:
+        return Local()
+    if isinstance(comm, Communicator):
+        return comm
+    return Communicator(comm)
+
+
+def shard(n, rank, size):
+    """The slice of range(n) that rank `rank` of `size` holds when n samples are
+    split as evenly as possible in rank order (the first n % size ranks get one
+    more). The CLI splits a data file this way."""
+    base, extra = divmod(int(n), int(size))
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (1 if rank < extra else 0))
+
+
+class Local:
+    """comm=None: one process holds every sample. Each hook is the identity."""
+
+    distributed = False
+    rank, size, is_root = 0, 1, True
+
+    def setup(self, shape, signature=None):
+        self.n, self.n_local, self.offset = int(shape[0]), int(shape[0]), 0
+
+    def together(self):
+        return contextlib.nullcontext()
+
+    collect_error = together
+
+    def same(self, value):
+        return value
+
+    def local_part(self, global_idx):
+        return global_idx
+
+    def rows(self, bs):
+        return bs
+
+    def batches(self, order, bs):
+        """(order, [(start, m, m_global), ...]): batch k is order[start:start + m]."""
+        n = self.n
+        return order, [(s, min(bs, n - s), min(bs, n - s)) for s in range(0, n, bs)]
+
+    def batch_loss(self, loss, m, guard=None):
+        return loss
+
+    def reduce_gradient(self, flat):
+        pass
+
+    def allsum(self, value):
+        return value
+
+    def check_identical(self, flat):
+        pass
+
+
+class Communicator(Local):
+    """Collective operations of the data-parallel fit over an mpi4py intracommunicator.
+
+    Attributes after setup(): n (global samples), n_local, offset (index of this
+    rank's first sample in the global order), counts (samples per rank).
+    Counters for benchmarks: steps, allreduce_seconds (time inside the gradient
+    and loss Allreduce calls, waiting for slower ranks included), allreduce_bytes
+    (bytes of the gradient buffer and the loss vector summed per step).
+    """
+
+    distributed = True
+
+    def __init__(self, comm):
+        try:
+            from mpi4py import MPI
+        except ImportError as exc:
+            raise ImportError("comm= needs mpi4py (pip install 'attnx[mpi]')") from exc
+        if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+            raise TypeError(f"comm must be an mpi4py intracommunicator such as "
+                            f"MPI.COMM_WORLD, got {comm!r}")
+        self._MPI = MPI
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.is_root = self.rank == 0
+        self._error = None
+        self._scale = 1.0
+        self._send = np.zeros(4)
+        self._recv = np.zeros(4)
+        self.steps, self.allreduce_seconds, self.allreduce_bytes = 0, 0.0, 0
+
+    # ---- agreement on errors -------------------------------------------
+    @contextlib.contextmanager
+    def together(self):
+        """Run a block on every rank; if it raised on any rank, every rank raises the
+        same error when leaving the block (one allgather, so use it outside the
+        step loop)."""
+        err = None
+        try:
+            yield
+        except Exception as exc:
+            err = exc
+        infos = self.comm.allgather(None if err is None else _describe(err))
+        self._raise_first(infos, err)
+
+    @contextlib.contextmanager
+    def collect_error(self):
+        """Keep an exception of the block for the next batch_loss, which makes every
+        rank raise it (one collective per step instead of two)."""
+        try:
+            yield
+        except Exception as exc:
+            self._error = exc
+
+    def _raise_first(self, infos, err):
+        failed = [(r, info) for r, info in enumerate(infos) if info is not None]
+        if not failed:
+            return
+        r, (cls, text) = failed[0]
+        more = f"; {len(failed) - 1} other rank(s) failed too" if len(failed) > 1 else ""
+        text = f"{text} [rank {r} of {self.size}{more}]"
+        exc = _rebuild(cls, text)
+        self._error = None
+        if err is not None:
+            raise exc from err
+        raise exc
+
+    # ---- layout of the global data set -----------------------------------
+    def setup(self, shape, signature=None):
+        """Exchange the shard sizes (collective). All ranks must agree on the
+        sample shape and on `signature` (the hyper-parameters): else every rank
+        raises the same ValueError."""
+        rows = self.comm.allgather((int(shape[0]), tuple(int(s) for s in shape[1:]),
+                                    None if signature is None else repr(signature)))
+        problem = None
+        for r, (_, tail, sig) in enumerate(rows):
+            if tail != rows[0][1]:
+                problem = (f"every rank's samples must have one shape (seq_len, features): "
+                           f"rank 0 has {rows[0][1]}, rank {r} has {tail}")
+                break
+            if sig != rows[0][2]:
+                problem = (f"every rank must use the same hyper-parameters: rank 0 has "
+                           f"{rows[0][2]}, rank {r} has {sig}")
+                break
+        if problem is not None:
+            raise ValueError(problem)
+        self.counts = [c for c, _, _ in rows]
+        self.n_local = self.counts[self.rank]
+        self.offset = sum(self.counts[:self.rank])
+        self.n = sum(self.counts)
+
+    def same(self, value):
+        """rank 0's value on every rank (seeds drawn when random_state is None)."""
+        return self.comm.bcast(value, root=0)
+
+    def local_part(self, global_idx):
+        """The global indices (sorted ascending) that fall in this rank's shard,
+        as local row numbers."""
+        lo, hi = np.searchsorted(global_idx, [self.offset, self.offset + self.n_local])
+        return global_idx[lo:hi] - self.offset
+
+    def rows(self, bs):
+        """Rows of the batch buffer to start with: this rank's expected share of a
+        global batch (the buffer grows when a batch holds more of its samples)."""
+        return max(1, min(bs, -(-bs * self.n_local // max(self.n, 1))))
+
+    def batches(self, order, bs):
+        """This rank's part of every global batch of `order` (None: 0..n-1).
+
+        Returns (local_order, [(start, m, m_global), ...]) where batch k's local
+        samples are local_order[start:start + m] (or rows start..start+m with
+        local_order None) and m_global counts the whole global batch.
+        """
+        n, off, nl = self.n, self.offset, self.n_local
+        starts = np.arange(0, n, bs)
+        m_global = np.minimum(bs, n - starts)
+        if order is None:
+            lo = np.clip(starts, off, off + nl)
+            hi = np.clip(starts + m_global, off, off + nl)
+            return None, [(int(a - off), int(b - a), int(g))
+                          for a, b, g in zip(lo, hi, m_global)]
+        pos = np.flatnonzero((order >= off) & (order < off + nl))
+        local_order = order[pos] - off
+        counts = np.bincount(pos // bs, minlength=len(starts))
+        begin = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        return local_order, [(int(a), int(c), int(g))
+                             for a, c, g in zip(begin, counts, m_global)]
+
+    # ---- per step ----------------------------------------------------------
+    def batch_loss(self, loss, m, guard=None):
+        """Sum [error, stop, m, loss * m] over the ranks: returns the global batch's
+        mean loss; raises on every rank when any rank's step failed; sets
+        guard.interrupted on every rank when any rank saw Ctrl-C."""
+        s = self._send
+        s[0] = self._error is not None
+        s[1] = bool(guard is not None and guard.interrupted)
+        s[2] = m
+        s[3] = loss * m if m else 0.0
+        t0 = time.perf_counter()
+        self.comm.Allreduce(s, self._recv, op=self._MPI.SUM)
+        self.allreduce_seconds += time.perf_counter() - t0
+        self.allreduce_bytes += s.nbytes
+        err, stop, m_global, loss_sum = self._recv
+        if err:
+            self._raise_first(self.comm.allgather(
+                None if self._error is None else _describe(self._error)), self._error)
+        if stop and guard is not None:
+            guard.interrupted = True
+        self._scale = m / m_global
+        return loss_sum / m_global
+
+    def reduce_gradient(self, flat):
+        """flat <- sum over ranks of (m_rank / m_global) * flat_rank, in place: the
+        gradient of the global batch's mean loss, identical on every rank."""
+        if self._scale != 1.0:
+            flat *= flat.dtype.type(self._scale)
+        t0 = time.perf_counter()
+        self.comm.Allreduce(self._MPI.IN_PLACE, flat, op=self._MPI.SUM)
+        self.allreduce_seconds += time.perf_counter() - t0
+        self.allreduce_bytes += flat.nbytes
+        self.steps += 1
+
+    def allsum(self, value):
+        """Sum of a float over the ranks (validation loss, counts)."""
+        return self.comm.allreduce(float(value), op=self._MPI.SUM)
+
+    def check_identical(self, flat):
+        """Every rank must hold the same weights bit for bit; RuntimeError otherwise
+        (on every rank) instead of silently training different models."""
+        digest = hashlib.blake2b(np.ascontiguousarray(flat).view(np.uint8),
+                                 digest_size=16).hexdigest()
+        digests = self.comm.allgather(digest)
+        if len(set(digests)) != 1:
+            raise RuntimeError(f"the weights differ between ranks after the gradient "
+                               f"Allreduce (digests {digests}); the MPI library's sum is "
+                               f"not identical on every rank")
+
+
+# ---- helpers ---------------------------------------------------------------
+_REBUILDABLE = (ValueError, TypeError, ArithmeticError, MemoryError, RuntimeError,
+                NotImplementedError, OSError, ImportError)
+
+
+def _describe(exc):
+    return type(exc), str(exc)
+
+
+def _rebuild(cls, text):
+    """An exception of class `cls` with message `text` when that is possible (so
+    `except ValueError` works alike on every rank), else a DistributedError."""
+    if isinstance(cls, type) and issubclass(cls, _REBUILDABLE):
+        try:
+            exc = cls(text)
+            if str(exc) == text:
+                return exc
+        except Exception:
+            pass
+    name = getattr(cls, "__name__", str(cls))
+    return DistributedError(f"{name}: {text}")
+
+
+def global_r2(comm, y_true, y_pred):
+    """R^2 (uniform average over the last axis, as attnx's score) of predictions
+    spread over the ranks, from summed statistics: no rank gathers the data."""
+    t = np.asarray(y_true, np.float64).reshape(-1, np.shape(y_true)[-1])
+    p = np.asarray(y_pred, np.float64).reshape(t.shape)
+    if comm is None:
+        comm_sum = (lambda a: a)
+    else:
+        from mpi4py import MPI
+
+        def comm_sum(a):
+            out = np.empty_like(a)
+            comm.Allreduce(a, out, op=MPI.SUM)
+            return out
+    n = comm_sum(np.array([t.shape[0]], np.float64))[0]
+    mean = comm_sum(t.sum(axis=0)) / n
+    ss = comm_sum(np.concatenate((((t - p) ** 2).sum(axis=0), ((t - mean) ** 2).sum(axis=0))))
+    d = t.shape[1]
+    ss_res, ss_tot = ss[:d], ss[d:]
+    r2 = np.where(ss_res == 0, 1.0, 0.0)
+    ok = ss_tot > 0
+    r2[ok] = 1.0 - ss_res[ok] / ss_tot[ok]
+    return float(r2.mean()) if math.isfinite(r2.mean()) else float("nan")
