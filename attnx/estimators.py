@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from . import distributed
 from ._base import EstimatorParams, NotFittedError
 from ._metrics import r2_score
 from ._params import check_dtype, check_positive_int
@@ -69,7 +70,7 @@ class _SequenceRegressor(EstimatorParams):
                     rope=m.rope, dtype=m.dtype.name, attention=m.attention)
 
     # ---- training ------------------------------------------------------
-    def fit(self, X, Y):
+    def fit(self, X, Y, comm=None):
         """Train a new model for `epochs` epochs on X, Y (n_samples, seq_len, d). Returns self.
 
         With validation_fraction > 0 a random part of the samples is held out
@@ -77,41 +78,55 @@ class _SequenceRegressor(EstimatorParams):
         then stops when that loss has not improved by tol for n_iter_no_change
         epochs and keeps the best weights (without validation it watches the
         training loss). Ctrl-C stops after the current step with a warning.
+
+        comm: None, or an mpi4py communicator when this is one rank of a
+        data-parallel fit (``mpiexec -n P``): X, Y are then this rank's shard of
+        the samples and the result is the fit on all shards concatenated in rank
+        order (see attnx.distributed).
         """
-        cfg = self._config()
-        X, Y = _check_xy(X, Y, cfg.dtype)
-        if math.ceil(cfg.validation_fraction * X.shape[0]) >= X.shape[0]:
+        dist = distributed.wrap(comm)
+        with dist.together():  # an error on one rank is raised on every rank
+            cfg = self._config()
+            X, Y = _check_xy(X, Y, cfg.dtype)
+        dist.setup(X.shape, self.get_params())
+        if math.ceil(cfg.validation_fraction * dist.n) >= dist.n:
             raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
-                             f"training sample out of {X.shape[0]}")
-        split_seed = self._initialize(X.shape[2], cfg)
-        Xtr, Ytr, Xva, Yva = _split(X, Y, cfg.validation_fraction, split_seed)
+                             f"training sample out of {dist.n}")
+        split_seed = self._initialize(X.shape[2], cfg, dist)
+        Xtr, Ytr, Xva, Yva = _split(X, Y, cfg.validation_fraction, split_seed, dist)
         if Xva is not None:
             self.validation_loss_curve_ = []
             self.best_validation_loss_ = math.inf
-        self._train(Xtr, Ytr, Xva, Yva, cfg, cfg.epochs, fit=True)
+        self._train(Xtr, Ytr, Xva, Yva, cfg, cfg.epochs, fit=True, dist=dist)
         return self
 
-    def partial_fit(self, X, Y):
+    def partial_fit(self, X, Y, comm=None):
         """One more epoch over X, Y from the current weights and optimizer state. Returns self.
 
         The first call builds the model (as fit would, from random_state). Later
         calls keep the architecture and dtype of the model but take lr, betas,
         eps and weight_decay as currently set. No validation split and no early
-        stopping here (as in scikit-learn's MLPRegressor.partial_fit).
+        stopping here (as in scikit-learn's MLPRegressor.partial_fit). comm: as in fit.
         """
-        cfg = self._config()
-        if hasattr(self, "model_"):
-            X, Y = _check_xy(X, Y, self.model_.dtype, d=self.n_features_in_)
+        dist = distributed.wrap(comm)
+        with dist.together():
+            cfg = self._config()
+            fitted = hasattr(self, "model_")
+            if fitted:
+                X, Y = _check_xy(X, Y, self.model_.dtype, d=self.n_features_in_)
+            else:
+                X, Y = _check_xy(X, Y, cfg.dtype)
+        dist.setup(X.shape, self.get_params())
+        if fitted:
             opt = self.optimizer_
             opt.lr, opt.betas, opt.eps, opt.weight_decay = cfg.lr, cfg.betas, cfg.eps, \
                 cfg.weight_decay
         else:
-            X, Y = _check_xy(X, Y, cfg.dtype)
-            self._initialize(X.shape[2], cfg)
-        self._train(X, Y, None, None, cfg, 1, fit=False)
+            self._initialize(X.shape[2], cfg, dist)
+        self._train(X, Y, None, None, cfg, 1, fit=False, dist=dist)
         return self
 
-    def _initialize(self, d, cfg):
+    def _initialize(self, d, cfg, dist=None):
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
@@ -121,6 +136,8 @@ class _SequenceRegressor(EstimatorParams):
         master = _rng(self.random_state)
         init_seed, shuffle_seed, split_seed = (int(s) for s in master.integers(0, 2**63 - 1,
                                                                               size=3))
+        if dist is not None:  # every rank starts from rank 0's seeds
+            init_seed, shuffle_seed, split_seed = dist.same((init_seed, shuffle_seed, split_seed))
         self.model_ = self._model_class(d, **self._model_kwargs(cfg), random_state=init_seed,
                                         input_grad=False)  # dL/dX is never needed here
         self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
@@ -142,24 +159,28 @@ class _SequenceRegressor(EstimatorParams):
             snap = self._snapshot = Snapshot(model, opt)
         return batch, snap
 
-    def _train(self, X, Y, Xva, Yva, cfg, epochs, fit):
+    def _train(self, X, Y, Xva, Yva, cfg, epochs, fit, dist):
         """Run `epochs` epochs; X, Y are validated arrays of the model's dtype."""
         model, opt, rng = self.model_, self.optimizer_, self.shuffle_rng_
-        n, t, d = X.shape
+        _, t, d = X.shape
+        dist.setup(X.shape)  # the training samples' global count and this rank's offset
+        n = dist.n
         bs = min(cfg.batch_size, n)
-        batch, good = self._scratch(bs, t, d)
+        batch, good = self._scratch(dist.rows(bs), t, d)
         good.save(model, opt, rng)  # the state to roll back to if training diverges
         stopper = None
         if fit and cfg.early_stopping:
             stopper = EarlyStopping(cfg.tol, cfg.n_iter_no_change, model.params.flat,
                                     keep_best=Xva is not None)
-        bar = Progress(cfg.verbose, -(-n // bs), self.n_iter_ + epochs if fit else None)
+        bar = Progress(cfg.verbose if dist.is_root else 0, -(-n // bs),
+                       self.n_iter_ + epochs if fit else None)
         with InterruptGuard() as guard:
             try:
                 for _ in range(epochs):
                     epoch = self.n_iter_ + 1
                     bar.start(epoch)
-                    loss = self._epoch(X, Y, batch, cfg.shuffle, epoch, good, guard, bar)
+                    loss = self._epoch(X, Y, batch, cfg.shuffle, epoch, good, guard, bar,
+                                       dist, bs)
                     if loss is None:  # interrupted
                         return
                     self.loss_curve_.append(loss)
@@ -167,9 +188,10 @@ class _SequenceRegressor(EstimatorParams):
                     self.n_iter_ = epoch
                     vloss = None
                     if Xva is not None:
-                        vloss = _mean_loss(model, Xva, Yva, batch)
+                        vloss = _mean_loss(model, Xva, Yva, batch, dist)
                         self.validation_loss_curve_.append(vloss)
                         self.best_validation_loss_ = min(self.best_validation_loss_, vloss)
+                    dist.check_identical(model.params.flat)
                     good.save(model, opt, rng)
                     if stopper is not None and stopper.update(loss if vloss is None else vloss):
                         bar.end(loss, vloss, " (early stop)")
@@ -179,27 +201,29 @@ class _SequenceRegressor(EstimatorParams):
             finally:
                 bar.close()
 
-    def _epoch(self, X, Y, batch, shuffle, epoch, good, guard, bar):
+    def _epoch(self, X, Y, batch, shuffle, epoch, good, guard, bar, dist, bs):
         """One pass over X, Y; returns the mean loss over the samples, or None when
         interrupted (after a warning). Rolls back and raises when training diverges."""
         model, opt = self.model_, self.optimizer_
-        n, bs = X.shape[0], batch.shape[0]
+        n = dist.n
         n_batches = -(-n // bs)
         order = self.shuffle_rng_.permutation(n) if shuffle else None
+        # this process's samples of each global batch (all of them with comm=None)
+        order, parts = dist.batches(order, bs)
+        batch.reserve(max(m for _, m, _ in parts))
         total, seen = 0.0, 0
-        for k, start in enumerate(range(0, n, bs)):
-            m = min(bs, n - start)
+        for k, (start, m, m_all) in enumerate(parts):
             batch.load(X, Y, order, start, m)
             try:
-                loss = _step(model, opt, batch, m)
+                loss = _step(model, opt, batch, m, dist, guard)
             except KeyboardInterrupt:  # raised outside the guard's reach
                 guard.interrupted = True
                 break
             except _NonFinite as exc:
                 self._diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of {n_batches}",
                                epoch)
-            total += loss * m
-            seen += m
+            total += loss * m_all
+            seen += m_all
             bar.step(total / seen)
             if guard.interrupted:
                 break
@@ -405,19 +429,28 @@ class _NonFinite(Exception):
     """A training step met NaN or infinity (the message says where)."""
 
 
-def _step(model, opt, batch, m):
+def _step(model, opt, batch, m, dist, guard=None):
     """One AdamW step on the first m samples of the batch; returns the batch loss
     (before the step). Raises _NonFinite when the loss, the gradients or the
-    updated weights are not finite."""
-    model.forward(batch.x, grad=True, out=batch.y)
-    if m == batch.shape[0]:
-        loss, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
-    else:
-        loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
-        batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
+    updated weights are not finite. With comm, the loss and the gradient are the
+    global batch's (summed over the ranks; m may be 0 on a rank)."""
+    loss = 0.0
+    with dist.collect_error():  # with comm, a failure here is raised on every rank
+        if m:
+            model.forward(batch.x, grad=True, out=batch.y)
+        if m == batch.shape[0]:
+            loss, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
+        elif m:
+            loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
+            batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
+    loss = dist.batch_loss(loss, m, guard)
     if not math.isfinite(loss):
         raise _NonFinite(f"the loss became {loss}")
-    model.backward(batch.dy)
+    if m:
+        model.backward(batch.dy)
+    else:
+        model.grads.flat.fill(0)
+    dist.reduce_gradient(model.grads.flat)  # the global batch's gradient, on every rank
     try:
         opt.step(model.grads)
     except FloatingPointError:  # AdamW refused the step and left everything unchanged
@@ -428,9 +461,10 @@ def _step(model, opt, batch, m):
     return loss
 
 
-def _mean_loss(model, X, Y, batch):
+def _mean_loss(model, X, Y, batch, dist):
     """MSE of the model over X, Y in batches of the training batch shape
-    (forward with grad=True reuses the training workspace: no new buffers)."""
+    (forward with grad=True reuses the training workspace: no new buffers);
+    with comm, over every rank's X, Y."""
     bs, n, sse = batch.shape[0], X.shape[0], 0.0
     for start in range(0, n, bs):
         m = min(bs, n - start)
@@ -438,17 +472,19 @@ def _mean_loss(model, X, Y, batch):
         model.forward(batch.x, grad=True, out=batch.y)
         loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
         sse += loss * m
-    return sse / n
+    return dist.allsum(sse) / dist.allsum(n)
 
 
-def _split(X, Y, fraction, seed):
-    """(X_train, Y_train, X_val, Y_val): a random ceil(fraction * n) samples held out."""
+def _split(X, Y, fraction, seed, dist):
+    """(X_train, Y_train, X_val, Y_val): a random ceil(fraction * n) samples held out
+    (n and the indices global with comm; each rank keeps its own part)."""
     if fraction == 0:
         return X, Y, None, None
-    n = X.shape[0]
+    n = dist.n
     n_val = math.ceil(fraction * n)  # fit checked that n_val < n
     perm = np.random.default_rng(seed).permutation(n)
     val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])  # keep the data's order
+    val, train = dist.local_part(val), dist.local_part(train)
     return X[train], Y[train], X[val], Y[val]
 
 
