@@ -177,8 +177,8 @@ class Communicator(Local):
         """Exchange the shard sizes (collective). All ranks must agree on the
         sample shape and on `signature` (the hyper-parameters): else every rank
         raises the same ValueError."""
-        rows = self.comm.allgather((int(shape[0]), tuple(int(s) for s in shape[1:]),
-                                    None if signature is None else repr(signature)))
+        sig = None if signature is None else {k: repr(v) for k, v in signature.items()}
+        rows = self.comm.allgather((int(shape[0]), tuple(int(s) for s in shape[1:]), sig))
         problem = None
         for r, (_, tail, sig) in enumerate(rows):
             if tail != rows[0][1]:
@@ -186,8 +186,9 @@ class Communicator(Local):
                            f"rank 0 has {rows[0][1]}, rank {r} has {tail}")
                 break
             if sig != rows[0][2]:
+                k = next(k for k in sig if sig[k] != rows[0][2].get(k))
                 problem = (f"every rank must use the same hyper-parameters: rank 0 has "
-                           f"{rows[0][2]}, rank {r} has {sig}")
+                           f"{k}={rows[0][2].get(k)}, rank {r} has {k}={sig[k]}")
                 break
         if problem is not None:
             raise ValueError(problem)

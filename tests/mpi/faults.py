@@ -1,0 +1,63 @@
+"""Run under `mpiexec -n P python -m mpi4py faults.py MODE`: one rank fails, and then?
+
+Modes (the failing rank is the last one):
+  bad_input   its shard holds a NaN: fit's input check fails there;
+  mismatch    it passes another learning rate than the other ranks;
+  step_error  its loss computation raises in the 4th training step;
+  diverge     its shard holds huge targets, so the global loss overflows;
+  kill        it kills itself (SIGKILL) while the others are in the middle of a fit.
+Every rank that raises prints one line "RAISED <class>: <message>" and exits with
+status 3; the pytest side checks that every rank printed the same line.
+"""
+import os
+import signal
+import sys
+import threading
+
+import numpy as np
+from mpi4py import MPI
+
+import attnx
+import attnx.estimators
+
+COMM = MPI.COMM_WORLD
+RANK, P = COMM.Get_rank(), COMM.Get_size()
+LAST = P - 1
+
+
+def main(mode):
+    X, Y = attnx.datasets.max_position_task(24 * P, 5, 4, random_state=0)
+    X, Y = (a[24 * RANK:24 * (RANK + 1)].astype(np.float64) for a in (X, Y))
+    params = dict(epochs=3, batch_size=8, lr=0.01, random_state=0, dtype=np.float64)
+    if mode == "kill":
+        params["epochs"] = 10**6  # would run for hours: the kill must end it
+    if RANK == LAST:
+        if mode == "bad_input":
+            X[3, 2, 1] = np.nan
+        elif mode == "mismatch":
+            params["lr"] = 0.02
+        elif mode == "diverge":
+            Y *= 1e160  # finite, but its squared error overflows
+        elif mode == "step_error":
+            real, calls = attnx.estimators.mse_loss, [0]
+
+            def failing(*a, **k):
+                calls[0] += 1
+                if calls[0] == 4:
+                    raise MemoryError("simulated failure inside the loss")
+                return real(*a, **k)
+
+            attnx.estimators.mse_loss = failing
+        elif mode == "kill":
+            threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    est = attnx.AttentionRegressor(2, **params)
+    try:
+        est.fit(X, Y, comm=COMM)
+    except Exception as exc:
+        print(f"RAISED {type(exc).__name__}: {exc}", flush=True)
+        sys.exit(3)
+    print("FINISHED", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,202 @@
+"""Data-parallel fit over MPI: real `mpiexec -n P` jobs started from pytest.
+
+The scripts in tests/mpi/ run under mpiexec (as `python -m mpi4py SCRIPT`, which
+aborts the whole job on an uncaught exception instead of leaving the other
+ranks waiting). Each job has a timeout: a hang is a failure, never a stuck suite.
+Without mpi4py or mpiexec these tests skip, unless ATTNX_REQUIRE_MPI=1 (CI),
+where that is a failure.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx import distributed
+
+HERE = Path(__file__).resolve().parent
+ROOT = Path(attnx.__file__).resolve().parent.parent  # the attnx being tested
+TIMEOUT = 120  # seconds per job; a healthy job takes a few seconds
+
+
+def _mpiexec():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        path = None
+    else:
+        # the MPICH wheel installs mpiexec next to this Python; use that one, not
+        # another MPI's launcher found first on PATH
+        near = Path(sys.executable).parent / "mpiexec"
+        path = str(near) if near.exists() else shutil.which("mpiexec")
+    if path is None:
+        if os.environ.get("ATTNX_REQUIRE_MPI") == "1":
+            pytest.fail("ATTNX_REQUIRE_MPI=1 but mpi4py or mpiexec is missing "
+                        "(pip install 'attnx[mpi]')")
+        pytest.skip("mpi4py / mpiexec not installed (pip install 'attnx[mpi]')")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mpiexec():
+    return _mpiexec()
+
+
+def mpirun(mpiexec, n, args, cwd, timeout=TIMEOUT):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    # one BLAS thread per rank: P ranks share the machine's cores
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    start = time.monotonic()
+    r = subprocess.run([mpiexec, "-n", str(n), sys.executable, *args], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    r.seconds = time.monotonic() - start
+    return r
+
+
+# ---- equality with one process ------------------------------------------------------
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_ranks_with_uneven_shards_equal_one_process(mpiexec, tmp_path, P):
+    r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "fit_equal.py"),
+                            str(tmp_path)], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert len(lines) == 1, r.stdout  # only rank 0 reports
+    res = json.loads(lines[0][len("RESULT "):])
+    assert res["P"] == P
+    for name in ("attention_val_es", "transformer_noshuffle", "attention_partial_fit",
+                 "random_state_none"):
+        fig = res[name]
+        assert sum(fig["shards"]) > 0 and len(fig["shards"]) == P
+        if P > 1:
+            assert len(set(fig["shards"])) > 1  # uneven
+        for key in ("params_rel", "loss_rel", "val_rel"):
+            assert fig.get(key, 0.0) <= 1e-10, (name, fig)
+        assert fig["steps"] > 0
+    assert "params_rel" in res["attention_val_es"] and "val_rel" in res["attention_val_es"]
+    assert res["attention_val_es"]["n_iter"] < 8  # early stopping stopped the fit
+    ck = res["checkpoint"]
+    assert ck["resume_from"] == P and ck["resume_on"] == max(1, P - 1)
+    assert ck["resume_rel"] <= 1e-10
+
+
+# ---- faults ---------------------------------------------------------------------------
+FAULTS = {
+    "bad_input": ("ValueError", "X contains NaN"),
+    "mismatch": ("ValueError", "every rank must use the same hyper-parameters"),
+    "step_error": ("MemoryError", "simulated failure inside the loss"),
+    "diverge": ("TrainingDivergedError", "training diverged in epoch 1"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(FAULTS))
+def test_one_failing_rank_makes_every_rank_raise_the_same_error(mpiexec, tmp_path, mode):
+    P = 3
+    r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), mode], tmp_path)
+    # mpiexec may join the ranks' lines: find each report, not each line
+    raised = re.findall(r"RAISED ([A-Za-z]+): (.*?)(?=RAISED |\n|$)", r.stdout)
+    assert len(raised) == P, r.stdout + r.stderr
+    assert len(set(raised)) == 1, raised  # the same class and message on every rank
+    cls, text = raised[0]
+    assert cls == FAULTS[mode][0] and FAULTS[mode][1] in text, raised[0]
+    if mode in ("bad_input", "step_error"):
+        assert f"[rank {P - 1} of {P}]" in text  # names the rank that failed
+    assert "FINISHED" not in r.stdout
+    assert r.returncode != 0
+
+
+def test_a_killed_rank_ends_the_job(mpiexec, tmp_path):
+    """The last rank SIGKILLs itself 1 s into a fit of 10^6 epochs. MPICH's launcher
+    sees the process die and terminates the other ranks ("BAD TERMINATION ...
+    Killed (signal 9)"); mpiexec returns non-zero within seconds instead of the
+    other ranks waiting in the Allreduce forever (TIMEOUT bounds it here)."""
+    r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "kill"],
+               tmp_path)
+    assert r.returncode != 0
+    assert "FINISHED" not in r.stdout and "RAISED" not in r.stdout
+    assert "signal 9" in r.stdout + r.stderr or "KILLED" in (r.stdout + r.stderr).upper()
+
+
+# ---- command line -----------------------------------------------------------------
+def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path):
+    X, Y = attnx.datasets.max_position_task(101, 6, 4, random_state=0)
+    np.savez(tmp_path / "data.npz", X=X, Y=Y)
+    opts = ["train", "data.npz", "--model", "transformer", "--n-layers", "1", "--n-heads", "2",
+            "--epochs", "3", "--batch-size", "16", "--lr", "0.01", "--dtype", "float64",
+            "--validation-fraction", "0.2"]
+    r = mpirun(mpiexec, 2, ["-m", "attnx", *opts, "-o", "dist.npz", "--distributed"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("wrote dist.npz") == 1  # rank 0 alone prints and writes
+    assert "over 2 MPI ranks" in r.stdout and "X (101, 6, 4)" in r.stdout
+    one = subprocess.run([sys.executable, "-m", "attnx", *opts, "-o", "one.npz"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=TIMEOUT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert one.returncode == 0, one.stderr
+    a, b = attnx.load(tmp_path / "dist.npz"), attnx.load(tmp_path / "one.npz")
+    pa, pb = a.model_.params.flat, b.model_.params.flat
+    assert np.max(np.abs(pa - pb)) <= 1e-10 * np.max(np.abs(pb))
+    np.testing.assert_allclose(a.validation_loss_curve_, b.validation_loss_curve_, rtol=1e-10)
+    # the R^2 line is computed from every rank's samples: the same as one process's
+    r2 = [re.search(r"R\^2 on the training data: (\S+)", s).group(1)
+          for s in (r.stdout, one.stdout)]
+    assert r2[0] == r2[1]
+
+
+def test_cli_distributed_reports_a_bad_file_once_and_fails(mpiexec, tmp_path):
+    r = mpirun(mpiexec, 2, ["-m", "attnx", "train", "missing.npz", "--distributed"], tmp_path)
+    assert r.returncode != 0
+    assert r.stderr.count("attnx train: error: cannot read missing.npz") == 1
+
+
+# ---- pieces that need no mpiexec ------------------------------------------------------
+def test_shard_splits_in_rank_order():
+    for n in (1, 7, 10, 33):
+        for size in (1, 2, 3, 5):
+            parts = [distributed.shard(n, r, size) for r in range(size)]
+            idx = np.concatenate([np.arange(n)[p] for p in parts])
+            np.testing.assert_array_equal(idx, np.arange(n))
+            lens = [p.stop - p.start for p in parts]
+            assert max(lens) - min(lens) <= 1
+
+
+def _fake_ranks(counts):
+    ranks = []
+    for r in range(len(counts)):
+        c = distributed.Communicator.__new__(distributed.Communicator)
+        c.counts, c.n = list(counts), sum(counts)
+        c.n_local, c.offset = counts[r], sum(counts[:r])
+        ranks.append(c)
+    return ranks
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_the_ranks_parts_make_up_each_global_batch(rng, shuffle):
+    for counts in ([5], [1, 9, 4], [3, 0, 12, 2], [10, 10]):
+        n, bs = sum(counts), 4
+        order = rng.permutation(n) if shuffle else None
+        plans = [c.batches(order, bs) for c in _fake_ranks(counts)]
+        whole = np.arange(n) if order is None else order
+        for k, start in enumerate(range(0, n, bs)):
+            got = []
+            for c, (local, parts) in zip(_fake_ranks(counts), plans):
+                s, m, mg = parts[k]
+                assert mg == min(bs, n - start)
+                rows = np.arange(s, s + m) if local is None else local[s:s + m]
+                assert np.all((rows >= 0) & (rows < c.n_local))
+                got.append(rows + c.offset)
+            np.testing.assert_array_equal(np.sort(np.concatenate(got)),
+                                          np.sort(whole[start:start + bs]))
+
+
+def test_comm_must_be_an_mpi_communicator():
+    pytest.importorskip("mpi4py")
+    X = np.zeros((4, 3, 2))
+    with pytest.raises(TypeError, match="comm must be an mpi4py intracommunicator"):
+        attnx.AttentionRegressor(epochs=1).fit(X, X, comm="world")
