@@ -264,7 +264,7 @@ def _train(args, comm=None):
                                  f"{dist.size} ranks")
             part = distributed.shard(X.shape[0], dist.rank, dist.size)
             X, Y = X[part], Y[part]  # this rank's samples; the rest is freed
-    dist.setup(X.shape)
+    dist.setup(X.shape[0])
     common = dict(causal=args.causal, bias=args.bias, rope=args.rope, epochs=args.epochs,
                   batch_size=args.batch_size, lr=args.lr, betas=tuple(args.betas),
                   eps=args.eps, weight_decay=args.weight_decay, shuffle=args.shuffle,

@@ -32,12 +32,6 @@ class BatchBuffers:
     def matches(self, bs, t, d, dtype):
         return self.shape == (bs, t, d) and self.dtype == dtype
 
-    def reserve(self, rows):
-        """Grow to at least `rows` rows, never shrink (a rank of a distributed fit
-        holds a varying part of each global batch; see attnx.distributed)."""
-        if rows > self.shape[0]:
-            self.__init__(rows, self.shape[1], self.shape[2], self.dtype)
-
     def load(self, X, Y, order, start, m):
         """Copy samples start..start+m (of `order`, or in order when None) into the batch."""
         if order is None:

@@ -71,8 +71,11 @@ class Local:
     distributed = False
     rank, size, is_root = 0, 1, True
 
-    def setup(self, shape, signature=None):
-        self.n, self.n_local, self.offset = int(shape[0]), int(shape[0]), 0
+    def setup(self, n_local, tail=(), signature=None):
+        self.n, self.n_local, self.offset = int(n_local), int(n_local), 0
+
+    def global_lengths(self, lengths):
+        return lengths
 
     def together(self):
         return contextlib.nullcontext()
@@ -85,16 +88,18 @@ class Local:
     def local_part(self, global_idx):
         return global_idx
 
-    def rows(self, bs):
+    def batches(self, order, plan):
+        """(order, [(start, m, t, m), ...]) for a plan of (start, m, t): with comm,
+        this rank's part of every global batch (see Communicator.batches)."""
+        return order, [(s, m, t, m) for s, m, t in plan]
+
+    def rows(self, parts, bs):
+        """Rows of the batch buffer for these parts."""
         return bs
 
-    def batches(self, order, bs):
-        """(order, [(start, m, m_global), ...]): batch k is order[start:start + m]."""
-        n = self.n
-        return order, [(s, min(bs, n - s), min(bs, n - s)) for s in range(0, n, bs)]
-
-    def batch_loss(self, loss, m, guard=None):
-        return loss
+    def batch_loss(self, loss, weight, guard=None):
+        """(loss, weight) of the global batch."""
+        return loss, weight
 
     def reduce_gradient(self, flat):
         pass
@@ -173,12 +178,12 @@ class Communicator(Local):
         raise exc
 
     # ---- layout of the global data set -----------------------------------
-    def setup(self, shape, signature=None):
-        """Exchange the shard sizes (collective). All ranks must agree on the
-        sample shape and on `signature` (the hyper-parameters): else every rank
-        raises the same ValueError."""
+    def setup(self, n_local, tail=(), signature=None):
+        """Exchange the shard sizes (collective). All ranks must agree on `tail`
+        (the shape of a sample) and on `signature` (the hyper-parameters): else
+        every rank raises the same ValueError."""
         sig = None if signature is None else {k: repr(v) for k, v in signature.items()}
-        rows = self.comm.allgather((int(shape[0]), tuple(int(s) for s in shape[1:]), sig))
+        rows = self.comm.allgather((int(n_local), tuple(int(s) for s in tail), sig))
         problem = None
         for r, (_, tail, sig) in enumerate(rows):
             if tail != rows[0][1]:
@@ -207,59 +212,79 @@ class Communicator(Local):
         lo, hi = np.searchsorted(global_idx, [self.offset, self.offset + self.n_local])
         return global_idx[lo:hi] - self.offset
 
-    def rows(self, bs):
-        """Rows of the batch buffer to start with: this rank's expected share of a
-        global batch (the buffer grows when a batch holds more of its samples)."""
-        return max(1, min(bs, -(-bs * self.n_local // max(self.n, 1))))
+    def global_lengths(self, lengths):
+        """Every rank's sequence lengths, concatenated in rank order (ragged data:
+        the global batch plan sorts by length)."""
+        if lengths is None:
+            return None
+        return np.concatenate(self.comm.allgather(np.asarray(lengths)))
 
-    def batches(self, order, bs):
-        """This rank's part of every global batch of `order` (None: 0..n-1).
+    def batches(self, order, plan):
+        """This rank's part of every global batch.
 
-        Returns (local_order, [(start, m, m_global), ...]) where batch k's local
-        samples are local_order[start:start + m] (or rows start..start+m with
-        local_order None) and m_global counts the whole global batch.
+        order: the global sample order (None: 0..n-1), plan: [(start, m, t), ...]
+        with global batch k = order[start:start + m] (t: its padded length or None).
+        Returns (local_order, [(start, m_local, t, m_global), ...]) where this
+        rank's samples of batch k are local_order[start:start + m_local] (rows
+        start..start + m_local when local_order is None), as local row numbers.
         """
-        n, off, nl = self.n, self.offset, self.n_local
-        starts = np.arange(0, n, bs)
-        m_global = np.minimum(bs, n - starts)
+        off, nl = self.offset, self.n_local
+        parts = []
         if order is None:
-            lo = np.clip(starts, off, off + nl)
-            hi = np.clip(starts + m_global, off, off + nl)
-            return None, [(int(a - off), int(b - a), int(g))
-                          for a, b, g in zip(lo, hi, m_global)]
-        pos = np.flatnonzero((order >= off) & (order < off + nl))
-        local_order = order[pos] - off
-        counts = np.bincount(pos // bs, minlength=len(starts))
-        begin = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        return local_order, [(int(a), int(c), int(g))
-                             for a, c, g in zip(begin, counts, m_global)]
+            for s, m, t in plan:
+                lo, hi = min(max(s, off), off + nl), min(max(s + m, off), off + nl)
+                parts.append((lo - off, hi - lo, t, m))
+            return None, parts
+        pieces, begin = [], 0
+        for s, m, t in plan:
+            idx = order[s:s + m]
+            mine = idx[(idx >= off) & (idx < off + nl)] - off
+            pieces.append(mine)
+            parts.append((begin, len(mine), t, m))
+            begin += len(mine)
+        local = np.concatenate(pieces) if pieces else np.zeros(0, np.intp)
+        return local, parts
+
+    def rows(self, parts, bs):
+        """Rows of the batch buffer: this rank's largest share of a global batch
+        in this epoch, rounded up to a multiple of 8 (fewer distinct shapes, so the
+        buffers and the model's workspaces are reused across epochs), at most bs."""
+        most = max((m for _, m, _, _ in parts), default=1)
+        return max(1, min(bs, -(-most // 8) * 8))
 
     # ---- per step ----------------------------------------------------------
-    def batch_loss(self, loss, m, guard=None):
-        """Sum [error, stop, m, loss * m] over the ranks: returns the global batch's
-        mean loss; raises on every rank when any rank's step failed; sets
-        guard.interrupted on every rank when any rank saw Ctrl-C."""
+    def batch_loss(self, loss, weight, guard=None):
+        """Sum [error, stop, weight, loss * weight] over the ranks.
+
+        loss is this rank's (weighted) mean loss over its samples of the batch and
+        weight what that mean divides by (its sample count, or its sum of sample
+        weights). Returns the global batch's (loss, weight); raises on every rank
+        when any rank's step failed; sets guard.interrupted on every rank when any
+        rank saw Ctrl-C."""
         s = self._send
         s[0] = self._error is not None
         s[1] = bool(guard is not None and guard.interrupted)
-        s[2] = m
-        s[3] = loss * m if m else 0.0
+        s[2] = weight
+        s[3] = loss * weight if weight else 0.0
         t0 = time.perf_counter()
         self.comm.Allreduce(s, self._recv, op=self._MPI.SUM)
         self.allreduce_seconds += time.perf_counter() - t0
         self.allreduce_bytes += s.nbytes
-        err, stop, m_global, loss_sum = self._recv
+        err, stop, total, loss_sum = self._recv
         if err:
             self._raise_first(self.comm.allgather(
                 None if self._error is None else _describe(self._error)), self._error)
         if stop and guard is not None:
             guard.interrupted = True
-        self._scale = m / m_global
-        return loss_sum / m_global
+        if total == 0:  # no weight anywhere in this batch: a zero gradient, as in one process
+            self._scale = 0.0
+            return 0.0, 0.0
+        self._scale = weight / total
+        return loss_sum / total, float(total)
 
     def reduce_gradient(self, flat):
-        """flat <- sum over ranks of (m_rank / m_global) * flat_rank, in place: the
-        gradient of the global batch's mean loss, identical on every rank."""
+        """flat <- sum over ranks of (weight_rank / global weight) * flat_rank, in
+        place: the gradient of the global batch's mean loss, identical on every rank."""
         if self._scale != 1.0:
             flat *= flat.dtype.type(self._scale)
         t0 = time.perf_counter()

@@ -88,7 +88,7 @@ class _SequenceRegressor(EstimatorParams):
         with dist.together():  # an error on one rank is raised on every rank
             cfg = self._config()
             X, Y = _check_xy(X, Y, cfg.dtype)
-        dist.setup(X.shape, self.get_params())
+        dist.setup(X.shape[0], X.shape[1:], self.get_params())
         if math.ceil(cfg.validation_fraction * dist.n) >= dist.n:
             raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
                              f"training sample out of {dist.n}")
@@ -116,7 +116,7 @@ class _SequenceRegressor(EstimatorParams):
                 X, Y = _check_xy(X, Y, self.model_.dtype, d=self.n_features_in_)
             else:
                 X, Y = _check_xy(X, Y, cfg.dtype)
-        dist.setup(X.shape, self.get_params())
+        dist.setup(X.shape[0], X.shape[1:], self.get_params())
         if fitted:
             opt = self.optimizer_
             opt.lr, opt.betas, opt.eps, opt.weight_decay = cfg.lr, cfg.betas, cfg.eps, \
@@ -163,10 +163,10 @@ class _SequenceRegressor(EstimatorParams):
         """Run `epochs` epochs; X, Y are validated arrays of the model's dtype."""
         model, opt, rng = self.model_, self.optimizer_, self.shuffle_rng_
         _, t, d = X.shape
-        dist.setup(X.shape)  # the training samples' global count and this rank's offset
+        dist.setup(X.shape[0])  # the training samples' global count and this rank's offset
         n = dist.n
         bs = min(cfg.batch_size, n)
-        batch, good = self._scratch(dist.rows(bs), t, d)
+        batch, good = self._scratch(bs, t, d)
         good.save(model, opt, rng)  # the state to roll back to if training diverges
         stopper = None
         if fit and cfg.early_stopping:
@@ -208,11 +208,14 @@ class _SequenceRegressor(EstimatorParams):
         n = dist.n
         n_batches = -(-n // bs)
         order = self.shuffle_rng_.permutation(n) if shuffle else None
+        plan = [(start, min(bs, n - start), None) for start in range(0, n, bs)]
         # this process's samples of each global batch (all of them with comm=None)
-        order, parts = dist.batches(order, bs)
-        batch.reserve(max(m for _, m, _ in parts))
+        order, parts = dist.batches(order, plan)
+        rows = dist.rows(parts, bs)
+        if batch.shape[0] != rows:
+            batch = self._scratch(rows, X.shape[1], X.shape[2])[0]
         total, seen = 0.0, 0
-        for k, (start, m, m_all) in enumerate(parts):
+        for k, (start, m, _, m_all) in enumerate(parts):
             batch.load(X, Y, order, start, m)
             try:
                 loss = _step(model, opt, batch, m, dist, guard)
@@ -443,7 +446,7 @@ def _step(model, opt, batch, m, dist, guard=None):
         elif m:
             loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
             batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
-    loss = dist.batch_loss(loss, m, guard)
+    loss, _ = dist.batch_loss(loss, m, guard)
     if not math.isfinite(loss):
         raise _NonFinite(f"the loss became {loss}")
     if m:

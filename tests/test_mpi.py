@@ -181,18 +181,26 @@ def test_the_ranks_parts_make_up_each_global_batch(rng, shuffle):
     for counts in ([5], [1, 9, 4], [3, 0, 12, 2], [10, 10]):
         n, bs = sum(counts), 4
         order = rng.permutation(n) if shuffle else None
-        plans = [c.batches(order, bs) for c in _fake_ranks(counts)]
+        plan = [(s, min(bs, n - s), None) for s in range(0, n, bs)]
+        if shuffle:  # batches in any order, as for ragged data
+            plan = [plan[i] for i in rng.permutation(len(plan))]
+        ranks = _fake_ranks(counts)
+        parts = [c.batches(order, plan) for c in ranks]
         whole = np.arange(n) if order is None else order
-        for k, start in enumerate(range(0, n, bs)):
+        for k, (start, m, t) in enumerate(plan):
             got = []
-            for c, (local, parts) in zip(_fake_ranks(counts), plans):
-                s, m, mg = parts[k]
-                assert mg == min(bs, n - start)
-                rows = np.arange(s, s + m) if local is None else local[s:s + m]
+            for c, (local, p) in zip(ranks, parts):
+                s, ml, tl, mg = p[k]
+                assert mg == m and tl == t
+                rows = np.arange(s, s + ml) if local is None else local[s:s + ml]
                 assert np.all((rows >= 0) & (rows < c.n_local))
                 got.append(rows + c.offset)
             np.testing.assert_array_equal(np.sort(np.concatenate(got)),
-                                          np.sort(whole[start:start + bs]))
+                                          np.sort(whole[start:start + m]))
+            assert sum(p[k][1] for _, p in parts) == m
+        for c, (_, p) in zip(ranks, parts):
+            rows = c.rows(p, bs)
+            assert max(ml for _, ml, _, _ in p) <= rows <= bs
 
 
 def test_comm_must_be_an_mpi_communicator():
