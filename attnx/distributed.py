@@ -71,11 +71,16 @@ class Local:
     distributed = False
     rank, size, is_root = 0, 1, True
 
-    def setup(self, n_local, tail=(), signature=None):
+    def setup(self, n_local, tail=(), signature=None, lengths=None):
         self.n, self.n_local, self.offset = int(n_local), int(n_local), 0
+        self.lengths = lengths
+        self.t_max = None if lengths is None else int(lengths.max())
 
-    def global_lengths(self, lengths):
-        return lengths
+    def allmax(self, value):
+        return value
+
+    def union(self, labels):
+        return labels
 
     def together(self):
         return contextlib.nullcontext()
@@ -178,10 +183,12 @@ class Communicator(Local):
         raise exc
 
     # ---- layout of the global data set -----------------------------------
-    def setup(self, n_local, tail=(), signature=None):
+    def setup(self, n_local, tail=(), signature=None, lengths=None):
         """Exchange the shard sizes (collective). All ranks must agree on `tail`
         (the shape of a sample) and on `signature` (the hyper-parameters): else
-        every rank raises the same ValueError."""
+        every rank raises the same ValueError. `lengths` (ragged data): this
+        rank's sequence lengths; every rank gets all of them (self.lengths, in
+        global order) and their maximum (self.t_max)."""
         sig = None if signature is None else {k: repr(v) for k, v in signature.items()}
         rows = self.comm.allgather((int(n_local), tuple(int(s) for s in tail), sig))
         problem = None
@@ -201,6 +208,16 @@ class Communicator(Local):
         self.n_local = self.counts[self.rank]
         self.offset = sum(self.counts[:self.rank])
         self.n = sum(self.counts)
+        self.lengths = self.global_lengths(lengths)
+        self.t_max = None if self.lengths is None else int(self.lengths.max())
+
+    def allmax(self, value):
+        """The largest of the ranks' values."""
+        return self.comm.allreduce(value, op=self._MPI.MAX)
+
+    def union(self, labels):
+        """Every rank's labels, concatenated (for classes_)."""
+        return np.concatenate(self.comm.allgather(np.unique(labels)))
 
     def same(self, value):
         """rank 0's value on every rank (seeds drawn when random_state is None)."""
@@ -215,9 +232,13 @@ class Communicator(Local):
     def global_lengths(self, lengths):
         """Every rank's sequence lengths, concatenated in rank order (ragged data:
         the global batch plan sorts by length)."""
-        if lengths is None:
+        parts = self.comm.allgather(None if lengths is None else np.asarray(lengths))
+        if all(p is None for p in parts):
             return None
-        return np.concatenate(self.comm.allgather(np.asarray(lengths)))
+        if any(p is None for p in parts):
+            raise ValueError("every rank must pass X in one form: some ranks passed a list "
+                             "of sequences (ragged), others one array")
+        return np.concatenate(parts)
 
     def batches(self, order, plan):
         """This rank's part of every global batch.
@@ -294,8 +315,13 @@ class Communicator(Local):
         self.steps += 1
 
     def allsum(self, value):
-        """Sum of a float over the ranks (validation loss, counts)."""
-        return self.comm.allreduce(float(value), op=self._MPI.SUM)
+        """Sum over the ranks of a number (a float) or an array (float64)."""
+        if np.ndim(value) == 0:
+            return self.comm.allreduce(float(value), op=self._MPI.SUM)
+        a = np.ascontiguousarray(value, dtype=np.float64)
+        out = np.empty_like(a)
+        self.comm.Allreduce(a, out, op=self._MPI.SUM)
+        return out
 
     def check_identical(self, flat):
         """Every rank must hold the same weights bit for bit; RuntimeError otherwise
@@ -330,6 +356,22 @@ def _rebuild(cls, text):
             pass
     name = getattr(cls, "__name__", str(cls))
     return DistributedError(f"{name}: {text}")
+
+
+def pad_positions(data, t):
+    """Ragged training Data padded with zeros (weight 0) to t positions: a rank's
+    shard padded to the longest sequence of any rank."""
+    from ._sequences import Data
+
+    def pad(a):
+        if a is None or a.ndim < 2 or a.shape[1] >= t:
+            return a
+        out = np.zeros((a.shape[0], t) + a.shape[2:], a.dtype)
+        out[:, :a.shape[1]] = a
+        return out
+
+    return Data(pad(data.x), data.lengths, pad(data.y) if data.per_position else data.y,
+                pad(data.w) if data.per_position else data.w, data.per_position)
 
 
 def global_r2(comm, y_true, y_pred):
