@@ -106,6 +106,10 @@ class Local:
         """(loss, weight) of the global batch."""
         return loss, weight
 
+    def stopping(self, guard):
+        """Whether training stops after this step (Ctrl-C)."""
+        return guard.interrupted
+
     def reduce_gradient(self, flat):
         pass
 
@@ -142,6 +146,7 @@ class Communicator(Local):
         self.is_root = self.rank == 0
         self._error = None
         self._scale = 1.0
+        self._stop = self._pending = False
         self._send = np.zeros(4)
         self._recv = np.zeros(4)
         self.steps, self.allreduce_seconds, self.allreduce_bytes = 0, 0.0, 0
@@ -280,11 +285,10 @@ class Communicator(Local):
         loss is this rank's (weighted) mean loss over its samples of the batch and
         weight what that mean divides by (its sample count, or its sum of sample
         weights). Returns the global batch's (loss, weight); raises on every rank
-        when any rank's step failed; sets guard.interrupted on every rank when any
-        rank saw Ctrl-C."""
+        when any rank's step failed; notes whether any rank saw Ctrl-C (stopping)."""
         s = self._send
         s[0] = self._error is not None
-        s[1] = bool(guard is not None and guard.interrupted)
+        s[1] = self._pending or bool(guard is not None and guard.interrupted)
         s[2] = weight
         s[3] = loss * weight if weight else 0.0
         t0 = time.perf_counter()
@@ -295,13 +299,23 @@ class Communicator(Local):
         if err:
             self._raise_first(self.comm.allgather(
                 None if self._error is None else _describe(self._error)), self._error)
-        if stop and guard is not None:
-            guard.interrupted = True
+        self._stop = bool(stop)
         if total == 0:  # no weight anywhere in this batch: a zero gradient, as in one process
             self._scale = 0.0
             return 0.0, 0.0
         self._scale = weight / total
         return loss_sum / total, float(total)
+
+    def stopping(self, guard):
+        """Whether every rank stops after this step: only when some rank's Ctrl-C
+        was in this step's sum. A Ctrl-C that arrived since is held back for the
+        next step's sum, so that no rank leaves the loop alone."""
+        if self._stop:
+            guard.interrupted = True
+            return True
+        if guard.interrupted:
+            self._pending, guard.interrupted = True, False
+        return False
 
     def reduce_gradient(self, flat):
         """flat <- sum over ranks of (weight_rank / global weight) * flat_rank, in

@@ -228,7 +228,7 @@ class _SequenceRegressor(EstimatorParams):
             total += loss * m_all
             seen += m_all
             bar.step(total / seen)
-            if guard.interrupted:
+            if dist.stopping(guard):  # with comm: every rank stops after the same step
                 break
         if guard.interrupted:
             bar.close()

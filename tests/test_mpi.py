@@ -124,6 +124,27 @@ def test_a_killed_rank_ends_the_job(mpiexec, tmp_path):
     assert "signal 9" in r.stdout + r.stderr or "KILLED" in (r.stdout + r.stderr).upper()
 
 
+def test_a_hanging_rank_is_ended_by_the_launcher_timeout(mpiexec, tmp_path, monkeypatch):
+    """A rank that hangs without dying (here: sleeping inside a step) leaves the
+    others waiting in the Allreduce; MPICH's MPIEXEC_TIMEOUT (or mpiexec -timeout)
+    ends the whole job ("APPLICATION TIMED OUT")."""
+    monkeypatch.setenv("MPIEXEC_TIMEOUT", "5")
+    r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "hang"], tmp_path)
+    assert r.returncode != 0
+    assert "FINISHED" not in r.stdout
+    assert "TIMED OUT" in (r.stdout + r.stderr).upper()
+
+
+def test_ctrl_c_on_one_rank_stops_every_rank_after_the_same_step(mpiexec, tmp_path):
+    r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "interrupt"],
+               tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stopped = re.findall(r"STOPPED (t=\d+ [0-9a-f]+ warned=\w+)", r.stdout)
+    assert len(stopped) == 3 and len(set(stopped)) == 1, r.stdout  # same step, same weights
+    assert stopped[0].endswith("warned=True")
+    assert int(stopped[0].split()[0][2:]) > 0
+
+
 # ---- command line -----------------------------------------------------------------
 def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path):
     X, Y = attnx.datasets.max_position_task(101, 6, 4, random_state=0)

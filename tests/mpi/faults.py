@@ -5,14 +5,20 @@ Modes (the failing rank is the last one):
   mismatch    it passes another learning rate than the other ranks;
   step_error  its loss computation raises in the 4th training step;
   diverge     its shard holds huge targets, so the global loss overflows;
-  kill        it kills itself (SIGKILL) while the others are in the middle of a fit.
+  kill        it kills itself (SIGKILL) while the others are in the middle of a fit;
+  hang        it sleeps forever inside a step (run with MPIEXEC_TIMEOUT);
+  interrupt   it gets a Ctrl-C (SIGINT) 1 s into a long fit: every rank must stop
+              after the same step, with identical weights ("STOPPED t digest").
 Every rank that raises prints one line "RAISED <class>: <message>" and exits with
 status 3; the pytest side checks that every rank printed the same line.
 """
+import hashlib
 import os
 import signal
 import sys
 import threading
+import time
+import warnings
 
 import numpy as np
 from mpi4py import MPI
@@ -29,8 +35,8 @@ def main(mode):
     X, Y = attnx.datasets.max_position_task(24 * P, 5, 4, random_state=0)
     X, Y = (a[24 * RANK:24 * (RANK + 1)].astype(np.float64) for a in (X, Y))
     params = dict(epochs=3, batch_size=8, lr=0.01, random_state=0, dtype=np.float64)
-    if mode == "kill":
-        params["epochs"] = 10**6  # would run for hours: the kill must end it
+    if mode in ("kill", "hang", "interrupt"):
+        params["epochs"] = 10**6  # would run for hours: the fault must end it
     if RANK == LAST:
         if mode == "bad_input":
             X[3, 2, 1] = np.nan
@@ -50,12 +56,31 @@ def main(mode):
             attnx.estimators.mse_loss = failing
         elif mode == "kill":
             threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+        elif mode == "interrupt":
+            threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        elif mode == "hang":
+            real, calls = attnx.estimators.mse_loss, [0]
+
+            def hanging(*a, **k):
+                calls[0] += 1
+                if calls[0] == 4:
+                    time.sleep(10**6)
+                return real(*a, **k)
+
+            attnx.estimators.mse_loss = hanging
     est = attnx.AttentionRegressor(2, **params)
     try:
-        est.fit(X, Y, comm=COMM)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est.fit(X, Y, comm=COMM)
     except Exception as exc:
         print(f"RAISED {type(exc).__name__}: {exc}", flush=True)
         sys.exit(3)
+    if mode == "interrupt":
+        digest = hashlib.blake2b(est.model_.params.flat.tobytes(), digest_size=8).hexdigest()
+        warned = any("interrupted" in str(w.message) for w in caught)
+        print(f"STOPPED t={est.optimizer_.t} {digest} warned={warned}", flush=True)
+        return
     print("FINISHED", flush=True)
 
 
