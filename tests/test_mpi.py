@@ -113,7 +113,7 @@ def test_one_failing_rank_makes_every_rank_raise_the_same_error(mpiexec, tmp_pat
 
 
 def test_a_killed_rank_ends_the_job(mpiexec, tmp_path):
-    """The last rank SIGKILLs itself 1 s into a fit of 10^6 epochs. MPICH's launcher
+    """The last rank SIGKILLs itself in the 20th step of a fit of 10^6 epochs. MPICH's launcher
     sees the process die and terminates the other ranks ("BAD TERMINATION ...
     Killed (signal 9)"); mpiexec returns non-zero within seconds instead of the
     other ranks waiting in the Allreduce forever (TIMEOUT bounds it here)."""
@@ -142,7 +142,7 @@ def test_ctrl_c_on_one_rank_stops_every_rank_after_the_same_step(mpiexec, tmp_pa
     stopped = re.findall(r"STOPPED (t=\d+ [0-9a-f]+ warned=\w+)", r.stdout)
     assert len(stopped) == 3 and len(set(stopped)) == 1, r.stdout  # same step, same weights
     assert stopped[0].endswith("warned=True")
-    assert int(stopped[0].split()[0][2:]) > 0
+    assert stopped[0].startswith("t=20 ")  # the step in which it came
 
 
 # ---- command line -----------------------------------------------------------------

@@ -5,9 +5,9 @@ Modes (the failing rank is the last one):
   mismatch    it passes another learning rate than the other ranks;
   step_error  its loss computation raises in the 4th training step;
   diverge     its shard holds huge targets, so the global loss overflows;
-  kill        it kills itself (SIGKILL) while the others are in the middle of a fit;
+  kill        it kills itself (SIGKILL) in the 20th step of a long fit;
   hang        it sleeps forever inside a step (run with MPIEXEC_TIMEOUT);
-  interrupt   it gets a Ctrl-C (SIGINT) 1 s into a long fit: every rank must stop
+  interrupt   it gets a Ctrl-C (SIGINT) in the 20th step of a long fit: every rank must stop
               after the same step, with identical weights ("STOPPED t digest").
 Every rank that raises prints one line "RAISED <class>: <message>" and exits with
 status 3; the pytest side checks that every rank printed the same line.
@@ -16,7 +16,6 @@ import hashlib
 import os
 import signal
 import sys
-import threading
 import time
 import warnings
 
@@ -54,10 +53,17 @@ def main(mode):
                 return real(*a, **k)
 
             attnx.estimators.mse_loss = failing
-        elif mode == "kill":
-            threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
-        elif mode == "interrupt":
-            threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        elif mode in ("kill", "interrupt"):  # 20 steps into the fit
+            real, calls = attnx.estimators.mse_loss, [0]
+            sig = signal.SIGKILL if mode == "kill" else signal.SIGINT
+
+            def signalled(*a, **k):
+                calls[0] += 1
+                if calls[0] == 20:
+                    os.kill(os.getpid(), sig)
+                return real(*a, **k)
+
+            attnx.estimators.mse_loss = signalled
         elif mode == "hang":
             real, calls = attnx.estimators.mse_loss, [0]
 
