@@ -4,7 +4,7 @@ Forward and backward passes are hand-written Cython kernels calling BLAS
 (scipy.linalg.cython_blas) directly; the optimizer is AdamW, the loss MSE.
 """
 try:
-    from . import _threads  # noqa: F401  (registers BLAS thread control for the kernels)
+    from . import _threads  # noqa: F401  (the thread policy; loads the compiled kernels)
 except ImportError as exc:  # pragma: no cover - only in an unbuilt source checkout
     import os as _os
     if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_ops.pyx")):
@@ -15,12 +15,14 @@ except ImportError as exc:  # pragma: no cover - only in an unbuilt source check
         ) from exc
     raise
 from .attention import MultiHeadAttention
-from .losses import mse_loss
+from .losses import cross_entropy_loss, mse_loss
 from .optim import AdamW
+from .sequence import SequenceModel
 from .transformer import Transformer
 
 __version__ = "0.1.0"
-__all__ = ["MultiHeadAttention", "Transformer", "AdamW", "mse_loss", "__version__"]
+__all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_loss",
+           "cross_entropy_loss", "__version__"]
 
 from . import datasets  # noqa: E402
 from .estimators import AttentionRegressor, TransformerRegressor  # noqa: E402

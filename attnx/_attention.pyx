@@ -13,36 +13,34 @@ from libc.stdint cimport uint8_t
 from libc.math cimport exp, log, INFINITY
 
 from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport (fill_rows, add_rows, colsum, rope_rotate, omp_threads,
-                         blas_single_begin, blas_single_end, pgemm)
+from attnx._ops cimport (fill_rows, add_rows, colsum, rope_rotate, pgemm, simd_attach,
+                         attnx_get_level, attnx_dispatched_levels)
+from attnx._blas import check_blas_int
 
 cdef extern from "attnx_math.h" nogil:
-    float attnx_rowmax_f32(const float *s, int n)
-    float attnx_expsub_sum_f32(float *s, int n, float mx)
-    double attnx_rowmax_f64(const double *s, int n)
-    double attnx_expsub_sum_f64(double *s, int n, double mx)
-    void attnx_softmax_row_f32(float *s, int n, int n_valid, const uint8_t *keymask)
-    void attnx_softmax_row_f64(double *s, int n, int n_valid, const uint8_t *keymask)
-    void attnx_softmax_bwd_row_f32(const float *a, float *da, int n, int n_valid)
-    void attnx_softmax_bwd_row_f64(const double *a, double *da, int n, int n_valid)
+    float attnx_rowmax_f32(const float *s, Py_ssize_t n)
+    float attnx_expsub_sum_f32(float *s, Py_ssize_t n, float mx)
+    double attnx_rowmax_f64(const double *s, Py_ssize_t n)
+    double attnx_expsub_sum_f64(double *s, Py_ssize_t n, double mx)
+    void attnx_softmax_row_f32(float *s, Py_ssize_t n, Py_ssize_t n_valid, const uint8_t *keymask)
+    void attnx_softmax_row_f64(double *s, Py_ssize_t n, Py_ssize_t n_valid, const uint8_t *keymask)
+    void attnx_softmax_bwd_row_f32(const float *a, float *da, Py_ssize_t n, Py_ssize_t n_valid)
+    void attnx_softmax_bwd_row_f64(const double *a, double *da, Py_ssize_t n, Py_ssize_t n_valid)
+
+# AVX-512 / AVX2 / portable softmax and exp: the level attnx._ops detected.
+simd_attach()
 
 
-cdef extern from "attnx_math.h" nogil:
-    int attnx_init_cpu(int max_level)
-
-# AVX-512 or AVX2 softmax/exp when the CPU has them. ATTNX_SIMD caps the level:
-# 0 = portable C, 1 = AVX2 at most, 2 = AVX-512 at most (default); the older
-# ATTNX_NO_SIMD=1 means 0.
-import os as _os
-_CPU_LEVEL = attnx_init_cpu(0 if _os.environ.get("ATTNX_NO_SIMD") else
-                            int(_os.environ.get("ATTNX_SIMD", "2") or 2))
+def dispatch_state():
+    """(SIMD level attached to this module, bit mask of levels whose kernels ran here)."""
+    return attnx_get_level(), attnx_dispatched_levels()
 
 
-cdef inline void softmax_rows(floating *s, int row0, int rows, int tk, bint causal,
+cdef inline void softmax_rows(floating *s, Py_ssize_t row0, Py_ssize_t rows, Py_ssize_t tk, bint causal,
                               const uint8_t *keymask) noexcept nogil:
     """Row softmax of a (rows, tk) score block whose first row is query row0;
     causal keeps keys j <= query index."""
-    cdef int i, n_valid
+    cdef Py_ssize_t i, n_valid
     for i in range(rows):
         n_valid = (row0 + i + 1 if row0 + i + 1 < tk else tk) if causal else tk
         if floating is float:
@@ -51,9 +49,9 @@ cdef inline void softmax_rows(floating *s, int row0, int rows, int tk, bint caus
             attnx_softmax_row_f64(s + <Py_ssize_t> i * tk, tk, n_valid, keymask)
 
 
-cdef inline void softmax_bwd_rows(const floating *a, floating *da, int row0, int rows,
-                                  int tk, bint causal) noexcept nogil:
-    cdef int i, n_valid
+cdef inline void softmax_bwd_rows(const floating *a, floating *da, Py_ssize_t row0, Py_ssize_t rows,
+                                  Py_ssize_t tk, bint causal) noexcept nogil:
+    cdef Py_ssize_t i, n_valid
     for i in range(rows):
         n_valid = (row0 + i + 1 if row0 + i + 1 < tk else tk) if causal else tk
         if floating is float:
@@ -68,22 +66,22 @@ cdef enum:
     CAUSAL_BLOCK = 64
 
 
-cdef inline int n_row_blocks(int tq, bint causal) noexcept nogil:
+cdef inline Py_ssize_t n_row_blocks(Py_ssize_t tq, bint causal) noexcept nogil:
     return (tq + CAUSAL_BLOCK - 1) // CAUSAL_BLOCK if causal else 1
 
 
-cdef inline void transpose_head(const floating *x, int ld, int rows, int cols,
+cdef inline void transpose_head(const floating *x, Py_ssize_t ld, Py_ssize_t rows, Py_ssize_t cols,
                                 floating *out) noexcept nogil:
     """out (cols, rows) = x[:rows, :cols]^T for x with leading dimension ld."""
-    cdef int r, c
+    cdef Py_ssize_t r, c
     for r in range(rows):
         for c in range(cols):
             out[c * rows + r] = x[r * ld + c]
 
 
-cdef void heads_forward(const floating *q, int ldq, const floating *k, const floating *v,
-                        int ldkv, floating *z, int ldz, floating *probs, bint store,
-                        floating *tbuf, int nb, int tq, int tk, int n_heads, int d_head,
+cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k, const floating *v,
+                        Py_ssize_t ldkv, floating *z, Py_ssize_t ldz, floating *probs, bint store,
+                        floating *tbuf, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
                         floating scale, bint causal, const uint8_t *keymask,
                         int nthreads) noexcept nogil:
     """Per (batch, head): P = softmax(scale Q K^T + mask), Z = P V.
@@ -96,7 +94,7 @@ cdef void heads_forward(const floating *q, int ldq, const floating *k, const flo
     """
     cdef Py_ssize_t bh, b, h, tid
     cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
-    cdef int r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
+    cdef Py_ssize_t r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
     cdef floating *p
     cdef floating *kt
     cdef const floating *qh
@@ -125,10 +123,10 @@ cdef void heads_forward(const floating *q, int ldq, const floating *k, const flo
                  <floating> 0, z + (b * tq + i0) * ldz + h * d_head, ldz)
 
 
-cdef void heads_backward(const floating *q, int ldq, const floating *k, const floating *v,
-                         int ldkv, const floating *dz, int ldz, const floating *probs,
+cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k, const floating *v,
+                         Py_ssize_t ldkv, const floating *dz, Py_ssize_t ldz, const floating *probs,
                          floating *scratch, floating *tbuf, floating *dq, floating *dk,
-                         floating *dv, int nb, int tq, int tk, int n_heads, int d_head,
+                         floating *dv, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
                          floating scale, bint causal, int nthreads) noexcept nogil:
     """Per (batch, head): dV = P^T dZ, dP = dZ V^T, dS = P*(dP - rowsum(dP*P)),
     dQ = scale dS K, dK = scale dS^T Q. dq shares ldq, dk/dv share ldkv.
@@ -137,7 +135,7 @@ cdef void heads_backward(const floating *q, int ldq, const floating *k, const fl
     writes dK/dV (beta 0); earlier blocks, with fewer keys, add onto them."""
     cdef Py_ssize_t bh, b, h, tid
     cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
-    cdef int r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
+    cdef Py_ssize_t r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
     cdef floating acc
     cdef const floating *p
     cdef floating *ds
@@ -182,8 +180,8 @@ cdef void heads_backward(const floating *q, int ldq, const floating *k, const fl
                  qh + i0 * ldq, ldq, acc, dkh, ldkv)
 
 
-cdef inline void zero_rows(floating *x, int rows, int cols, int ld) noexcept nogil:
-    cdef int r, j
+cdef inline void zero_rows(floating *x, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld) noexcept nogil:
+    cdef Py_ssize_t r, j
     for r in range(rows):
         for j in range(cols):
             x[r * ld + j] = 0
@@ -191,46 +189,78 @@ cdef inline void zero_rows(floating *x, int rows, int cols, int ld) noexcept nog
 
 
 # ---------------------------------------------------------------------------
-# Blocked attention (online softmax): O(T) memory. Queries in blocks of FLASH_BQ
-# rows, keys in blocks of FLASH_BK; only the output and the per-row
+# Blocked attention (online softmax): O(T) memory. Queries in blocks of blk_q
+# rows, keys in blocks of blk_k; only the output and the per-row
 # log-sum-exp are kept. Backward recomputes P block by block.
-cdef int FLASH_BQ = 128
-cdef int FLASH_BK = 128
+cdef Py_ssize_t FLASH_BQ = 128
+cdef Py_ssize_t FLASH_BK = 128
 
 
-def set_block_sizes(int bq, int bk):
-    """Tuning hook: query and key block sizes of the blocked path (workspaces made
-    afterwards use them; existing ones must be dropped)."""
+def set_block_sizes(Py_ssize_t bq, Py_ssize_t bk):
+    """Tuning hook: query and key block sizes of the blocked path. They are part of
+    the layers' workspace keys (block_sizes()), so the next forward makes scratch of
+    the new size; a kernel handed scratch made for other sizes raises ValueError."""
     global FLASH_BQ, FLASH_BK
-    if bq < 1 or bk < 1:
-        raise ValueError("block sizes must be >= 1")
+    if bq < 1 or bk < 1 or bq > 65536 or bk > 65536:
+        raise ValueError(f"block sizes must be in [1, 65536], got bq={bq}, bk={bk}")
     FLASH_BQ, FLASH_BK = bq, bk
 
 
-def blocked_scratch_sizes(int tq, int d_head):
-    """Per-thread scratch elements of the blocked forward and backward."""
-    return (FLASH_BQ * FLASH_BK + FLASH_BQ * d_head + 2 * FLASH_BQ,
-            2 * FLASH_BQ * FLASH_BK + tq)
+def block_sizes():
+    """(query block, key block) of the blocked path now."""
+    return FLASH_BQ, FLASH_BK
 
 
-cdef inline floating rowmax(const floating *s, int n) noexcept nogil:
+def blocked_scratch_sizes(Py_ssize_t tq, Py_ssize_t d_head, bq=None, bk=None):
+    """Per-thread scratch elements of the blocked forward and backward (for the
+    current block sizes unless bq/bk are given)."""
+    cdef Py_ssize_t q = FLASH_BQ if bq is None else bq
+    cdef Py_ssize_t k = FLASH_BK if bk is None else bk
+    return (q * k + q * d_head + 2 * q, 2 * q * k + tq)
+
+
+def check_sizes(Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d_model):
+    """ValueError when a GEMM of attention over (nb, tq) queries and (nb, tk) keys of
+    width d_model has a dimension or leading dimension beyond BLAS's 32-bit int.
+    Pure arithmetic: callable before allocating anything."""
+    check_blas_int(f"attention over batch={nb}, Tq={tq}, Tk={tk}, d_model={d_model}",
+                   **{"batch*Tq": nb * tq, "batch*Tk": nb * tk, "3*d_model": 3 * d_model,
+                      "Tq": tq, "Tk": tk})
+
+
+cdef _need(str what, Py_ssize_t have, Py_ssize_t need):
+    if have < need:
+        raise ValueError(f"{what} holds {have} elements, the kernel needs {need} "
+                         "(workspace made for other sizes or thread count)")
+
+
+cdef _check_rope(const floating[:, ::1] c, const floating[:, ::1] s, Py_ssize_t t,
+                 Py_ssize_t d_head):
+    if c is None:
+        return
+    if (s is None or c.shape[0] < t or s.shape[0] < t or c.shape[1] != d_head // 2
+            or s.shape[1] != d_head // 2):
+        raise ValueError(f"rope tables must be ({t}, {d_head // 2}) or longer")
+
+
+cdef inline floating rowmax(const floating *s, Py_ssize_t n) noexcept nogil:
     if floating is float:
         return attnx_rowmax_f32(s, n)
     else:
         return attnx_rowmax_f64(s, n)
 
 
-cdef inline floating expsub_sum(floating *s, int n, floating mx) noexcept nogil:
+cdef inline floating expsub_sum(floating *s, Py_ssize_t n, floating mx) noexcept nogil:
     if floating is float:
         return attnx_expsub_sum_f32(s, n, mx)
     else:
         return attnx_expsub_sum_f64(s, n, mx)
 
 
-cdef inline void mask_block(floating *s, int rows, int cols, int i0, int j0, bint causal,
+cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t i0, Py_ssize_t j0, bint causal,
                             const uint8_t *km) noexcept nogil:
     """-inf where key j0+j is padding or, causal, lies after query i0+r."""
-    cdef int r, j, nv
+    cdef Py_ssize_t r, j, nv
     for r in range(rows):
         if causal:
             nv = i0 + r + 1 - j0
@@ -242,17 +272,17 @@ cdef inline void mask_block(floating *s, int rows, int cols, int i0, int j0, bin
                     s[r * cols + j] = -INFINITY
 
 
-cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
-                                const floating *v, int ldkv, floating *z, int ldz,
+cdef void heads_forward_blocked(const floating *q, Py_ssize_t ldq, const floating *k,
+                                const floating *v, Py_ssize_t ldkv, floating *z, Py_ssize_t ldz,
                                 floating *lse, floating *scratch, Py_ssize_t per_thread,
-                                int nb, int tq, int tk, int n_heads, int d_head,
+                                Py_ssize_t blk_q, Py_ssize_t blk_k, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
                                 floating scale, bint causal, const uint8_t *keymask,
                                 int nthreads) noexcept nogil:
     """Per (batch, head), per query block: running max m, running sum l and an
     accumulator rescaled by exp(m_old - m_new) as key blocks stream past;
     Z = acc / l and lse = m + log l (-inf and Z = 0 for a row with no key)."""
     cdef Py_ssize_t bh, b, h
-    cdef int i0, j0, bq, bk, jend, r, c
+    cdef Py_ssize_t i0, j0, bq, bk, jend, r, c
     cdef floating mx, mold, alpha, ssum
     cdef floating *sblk
     cdef floating *acc
@@ -268,9 +298,9 @@ cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
         b = bh // n_heads
         h = bh % n_heads
         sblk = scratch + threadid() * per_thread
-        acc = sblk + FLASH_BQ * FLASH_BK
-        mrow = acc + FLASH_BQ * d_head
-        lrow = mrow + FLASH_BQ
+        acc = sblk + blk_q * blk_k
+        mrow = acc + blk_q * d_head
+        lrow = mrow + blk_q
         qh = q + b * tq * ldq + h * d_head
         kh = k + b * tk * ldkv + h * d_head
         vh = v + b * tk * ldkv + h * d_head
@@ -278,7 +308,7 @@ cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
         km = (keymask + b * tk) if keymask != NULL else NULL
         i0 = 0
         while i0 < tq:
-            bq = min(FLASH_BQ, tq - i0)
+            bq = min(blk_q, tq - i0)
             for r in range(bq):
                 mrow[r] = -INFINITY
                 lrow[r] = 0
@@ -287,7 +317,7 @@ cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
             jend = min(tk, i0 + bq) if causal else tk
             j0 = 0
             while j0 < jend:
-                bk = min(FLASH_BK, jend - j0)
+                bk = min(blk_k, jend - j0)
                 gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
                      <floating> 0, sblk, bk)
                 if causal or km != NULL:
@@ -313,7 +343,9 @@ cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
                      <floating> 1, acc, d_head)
                 j0 = j0 + bk
             for r in range(bq):
-                if lrow[r] > 0:
+                # l == 0: no key at all (masked row). NaN (score overflow) is divided
+                # through so that it reaches the output, as on the dense path.
+                if lrow[r] != 0:
                     for c in range(d_head):
                         zh[(i0 + r) * ldz + c] = acc[r * d_head + c] / lrow[r]
                     lse[bh * tq + i0 + r] = mrow[r] + <floating> log(lrow[r])
@@ -324,19 +356,19 @@ cdef void heads_forward_blocked(const floating *q, int ldq, const floating *k,
             i0 = i0 + bq
 
 
-cdef void heads_backward_blocked(const floating *q, int ldq, const floating *k,
-                                 const floating *v, int ldkv, const floating *z,
-                                 const floating *dz, int ldz, const floating *lse,
+cdef void heads_backward_blocked(const floating *q, Py_ssize_t ldq, const floating *k,
+                                 const floating *v, Py_ssize_t ldkv, const floating *z,
+                                 const floating *dz, Py_ssize_t ldz, const floating *lse,
                                  floating *scratch, Py_ssize_t per_thread,
-                                 floating *dq, floating *dk, floating *dv,
-                                 int nb, int tq, int tk, int n_heads, int d_head,
+                                 Py_ssize_t blk_q, Py_ssize_t blk_k, floating *dq, floating *dk, floating *dv,
+                                 Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
                                  floating scale, bint causal, const uint8_t *keymask,
                                  int nthreads) noexcept nogil:
     """P = exp(scale Q K^T - lse) recomputed per block; with D = rowsum(dZ * Z):
     dV += P^T dZ, dS = P * (dZ V^T - D), dQ += scale dS K, dK += scale dS^T Q.
     Each (batch, head) belongs to one thread, so dK and dV need no locks."""
     cdef Py_ssize_t bh, b, h
-    cdef int i0, j0, bq, bk, jend, r, c
+    cdef Py_ssize_t i0, j0, bq, bk, jend, r, c
     cdef floating L, dd
     cdef bint first
     cdef floating *pblk
@@ -355,8 +387,8 @@ cdef void heads_backward_blocked(const floating *q, int ldq, const floating *k,
         b = bh // n_heads
         h = bh % n_heads
         pblk = scratch + threadid() * per_thread
-        dpblk = pblk + FLASH_BQ * FLASH_BK
-        dvec = dpblk + FLASH_BQ * FLASH_BK
+        dpblk = pblk + blk_q * blk_k
+        dvec = dpblk + blk_q * blk_k
         qh = q + b * tq * ldq + h * d_head
         kh = k + b * tk * ldkv + h * d_head
         vh = v + b * tk * ldkv + h * d_head
@@ -375,12 +407,12 @@ cdef void heads_backward_blocked(const floating *q, int ldq, const floating *k,
             dvec[r] = dd
         i0 = 0
         while i0 < tq:
-            bq = min(FLASH_BQ, tq - i0)
+            bq = min(blk_q, tq - i0)
             jend = min(tk, i0 + bq) if causal else tk
             first = True
             j0 = 0
             while j0 < jend:
-                bk = min(FLASH_BK, jend - j0)
+                bk = min(blk_k, jend - j0)
                 gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
                      <floating> 0, pblk, bk)
                 if causal or km != NULL:
@@ -419,32 +451,59 @@ def attention_forward(
     floating[:, ::1] qbuf,           # self: (B*Tq, 3d); cross: (B*Tq, d)
     floating[:, ::1] kvbuf,          # self: unused (None); cross: (B*Tk, 2d)
     floating[:, ::1] zcat,           # (B*Tq, d) concatenated head outputs
-    floating[::1] probs,             # (B*H*Tq*Tk) when store, else (threads*Tq*Tk)
+    floating[::1] probs,             # (B*H*Tq*Tk) when store, else (nthreads*Tq*Tk)
     floating[:, ::1] y,              # (B*Tq, d) output
-    int nb, int n_heads, bint causal, bint store,
+    Py_ssize_t nb, Py_ssize_t n_heads, bint causal, bint store,
     const uint8_t[:, ::1] key_padding_mask,   # (B, Tk) or None
     const floating[:, ::1] rope_cos,          # (max(Tq, Tk), d_head/2) or None
     const floating[:, ::1] rope_sin,
     const floating[:, ::1] residual=None,     # (B*Tq, d) added to Y, or None
     floating[::1] lse=None,                   # (B*H*Tq): blocked path; probs is then scratch
-    floating[::1] tbuf=None,                  # dense path: (threads*d_head*Tk) scratch
+    floating[::1] tbuf=None,                  # dense path: (nthreads*d_head*Tk) scratch
+    int nthreads=0,                           # OpenMP threads (attnx._threads.num_threads())
 ):
-    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual)."""
-    cdef int d = <int> w_o.shape[0]
-    cdef int d_head = d // n_heads
-    cdef int tq = <int> (x.shape[0] // nb)
+    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual).
+
+    Checks, before any work, that every buffer is large enough for these sizes
+    and nthreads, and that the GEMM sizes fit BLAS's int (ValueError otherwise).
+    """
+    cdef Py_ssize_t d = w_o.shape[0]
+    cdef Py_ssize_t d_head = d // n_heads
+    cdef Py_ssize_t tq = x.shape[0] // nb
     cdef bint cross = ctx is not None
-    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
+    cdef Py_ssize_t tk = ctx.shape[0] // nb if cross else tq
     cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
-    cdef floating *qp = &qbuf[0, 0]
+    cdef floating *qp
     cdef floating *kp
     cdef floating *vp
-    cdef int ldq, ldkv
+    cdef Py_ssize_t ldq, ldkv
     cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
-    cdef Py_ssize_t rq = x.shape[0], rk = tk * <Py_ssize_t> nb
-    cdef int nth = omp_threads(), saved
+    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
+    cdef Py_ssize_t bq = FLASH_BQ, bk = FLASH_BK, per_thread = 0
+    cdef int nth = nthreads
+    # ---- everything the kernels will touch, checked before any work
+    if nth < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nth}")
+    check_sizes(nb, tq, tk, d)
+    _need("qbuf", qbuf.shape[0] * qbuf.shape[1], rq * (d if cross else 3 * d))
+    if cross:
+        _need("kvbuf", kvbuf.shape[0] * kvbuf.shape[1] if kvbuf is not None else 0, rk * 2 * d)
+    _need("zcat", zcat.shape[0] * zcat.shape[1], rq * d)
+    _need("y", y.shape[0] * y.shape[1], rq * d)
+    if key_padding_mask is not None:
+        _need("key_padding_mask", key_padding_mask.shape[0] * key_padding_mask.shape[1], nb * tk)
+    if residual is not None:
+        _need("residual", residual.shape[0] * residual.shape[1], rq * d)
+    _check_rope(rope_cos, rope_sin, max(tq, tk), d_head)
+    if lse is not None:
+        _need("lse", lse.shape[0], nb * n_heads * tq)
+        per_thread = probs.shape[0] // nth
+        _need("probs (blocked scratch per thread)", per_thread, bq * bk + bq * d_head + 2 * bq)
+    else:
+        _need("probs", probs.shape[0], (nb * n_heads if store else nth) * tq * tk)
+        _need("tbuf", tbuf.shape[0] if tbuf is not None else 0, nth * d_head * tk)
+    qp = &qbuf[0, 0]
     with nogil:
-        saved = blas_single_begin()
         if not cross:
             ldq = 3 * d
             ldkv = 3 * d
@@ -452,8 +511,8 @@ def attention_forward(
             vp = qp + 2 * d
             if b_qkv is not None:
                 fill_rows(qp, &b_qkv[0], rq, 3 * d, ldq)
-            pgemm(NT, NT, <int> rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                 <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
+            pgemm(NT, NT, rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
         else:
             ldq = d
             ldkv = 2 * d
@@ -462,16 +521,16 @@ def attention_forward(
             if b_qkv is not None:
                 fill_rows(qp, &b_qkv[0], rq, d, ldq)
                 fill_rows(kp, &b_qkv[d], rk, 2 * d, ldkv)
-            pgemm(NT, NT, <int> rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                 <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
-            pgemm(NT, NT, <int> rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
-                 <floating> (1 if b_qkv is not None else 0), kp, ldkv, nth)
+            pgemm(NT, NT, rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
+            pgemm(NT, NT, rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
+                  <floating> (1 if b_qkv is not None else 0), kp, ldkv, nth)
         if rope_cos is not None:
             rope_rotate(qp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
             rope_rotate(kp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
         if lse is not None:
             heads_forward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &lse[0], &probs[0],
-                                  probs.shape[0] // nth, nb, tq, tk, n_heads, d_head, scale,
+                                  per_thread, bq, bk, nb, tq, tk, n_heads, d_head, scale,
                                   causal, km, nth)
         else:
             heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store, &tbuf[0],
@@ -481,9 +540,8 @@ def attention_forward(
             add_rows(&y[0, 0], &residual[0, 0], &b_o[0] if b_o is not None else NULL, rq, d)
         elif b_o is not None:
             fill_rows(&y[0, 0], &b_o[0], rq, d, d)
-        pgemm(NT, NT, <int> rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
-             <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d, nth)
-        blas_single_end(saved)
+        pgemm(NT, NT, rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
+              <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d, nth)
 
 
 def attention_backward(
@@ -495,41 +553,69 @@ def attention_backward(
     floating[:, ::1] dzcat,          # (B*Tq, d) workspace
     floating[:, ::1] dqbuf,          # shaped like qbuf
     floating[:, ::1] dkvbuf,         # shaped like kvbuf (cross) or None
-    floating[::1] scratch,           # (threads*Tq*Tk)
+    floating[::1] scratch,           # dense: (nthreads*Tq*Tk); blocked: nthreads * per-thread
     floating[:, ::1] dw_qkv, floating[::1] db_qkv,   # db_* None without bias
     floating[:, ::1] dw_o, floating[::1] db_o,
     floating[:, ::1] dx,             # (B*Tq, d) or None when not needed
     floating[:, ::1] dctx,           # (B*Tk, d) or None
-    int nb, int n_heads, bint causal,
+    Py_ssize_t nb, Py_ssize_t n_heads, bint causal,
     const floating[:, ::1] rope_cos, const floating[:, ::1] rope_sin,
     bint dx_accumulate=False, bint dctx_accumulate=False,
     const floating[::1] lse=None,                  # blocked path: from the forward
     const uint8_t[:, ::1] key_padding_mask=None,   # blocked path recomputes the mask
-    floating[::1] tbuf=None,                       # dense path: (threads*d_head*Tk) scratch
+    floating[::1] tbuf=None,                       # dense path: (nthreads*d_head*Tk) scratch
+    int nthreads=0,                                # OpenMP threads
 ):
     """Fill dWqkv, dWo (and biases) from dY; write dL/dx (and dL/dctx) when given.
 
     With dx_accumulate / dctx_accumulate the input gradients are added to what
     dx / dctx already hold (a residual path, or context shared by several layers).
+    Buffer sizes and BLAS int limits are checked first, as in attention_forward.
     """
-    cdef int nth = omp_threads(), saved
+    cdef int nth = nthreads
     cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
     cdef floating bx = 1 if dx_accumulate else 0
     cdef floating bc = 1 if dctx_accumulate else 0
-    cdef int d = <int> w_o.shape[0]
-    cdef int d_head = d // n_heads
-    cdef int tq = <int> (x.shape[0] // nb)
+    cdef Py_ssize_t d = w_o.shape[0]
+    cdef Py_ssize_t d_head = d // n_heads
+    cdef Py_ssize_t tq = x.shape[0] // nb
     cdef bint cross = ctx is not None
-    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
+    cdef Py_ssize_t tk = ctx.shape[0] // nb if cross else tq
     cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
-    cdef Py_ssize_t rq = x.shape[0], rk = tk * <Py_ssize_t> nb
-    cdef const floating *qp = &qbuf[0, 0]
+    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
+    cdef Py_ssize_t bq = FLASH_BQ, bk = FLASH_BK, per_thread = 0
+    cdef const floating *qp
     cdef const floating *kp
     cdef const floating *vp
-    cdef floating *dqp = &dqbuf[0, 0]
+    cdef floating *dqp
     cdef floating *dkp
     cdef floating *dvp
-    cdef int ldq, ldkv
+    cdef Py_ssize_t ldq, ldkv
+    if nth < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nth}")
+    check_sizes(nb, tq, tk, d)
+    _need("qbuf", qbuf.shape[0] * qbuf.shape[1], rq * (d if cross else 3 * d))
+    _need("dqbuf", dqbuf.shape[0] * dqbuf.shape[1], rq * (d if cross else 3 * d))
+    if cross:
+        _need("kvbuf", kvbuf.shape[0] * kvbuf.shape[1] if kvbuf is not None else 0, rk * 2 * d)
+        _need("dkvbuf", dkvbuf.shape[0] * dkvbuf.shape[1] if dkvbuf is not None else 0,
+              rk * 2 * d)
+    _need("dzcat", dzcat.shape[0] * dzcat.shape[1], rq * d)
+    _need("dy", dy.shape[0] * dy.shape[1], rq * d)
+    _check_rope(rope_cos, rope_sin, max(tq, tk), d_head)
+    if lse is not None:
+        _need("lse", lse.shape[0], nb * n_heads * tq)
+        per_thread = scratch.shape[0] // nth
+        _need("scratch (blocked, per thread)", per_thread, 2 * bq * bk + tq)
+        if key_padding_mask is not None:
+            _need("key_padding_mask", key_padding_mask.shape[0] * key_padding_mask.shape[1],
+                  nb * tk)
+    else:
+        _need("probs", probs.shape[0], nb * n_heads * tq * tk)
+        _need("scratch", scratch.shape[0], nth * tq * tk)
+        _need("tbuf", tbuf.shape[0] if tbuf is not None else 0, nth * d_head * tk)
+    qp = &qbuf[0, 0]
+    dqp = &dqbuf[0, 0]
     if cross:
         ldq, ldkv = d, 2 * d
         kp = &kvbuf[0, 0]
@@ -541,17 +627,16 @@ def attention_backward(
     vp = kp + d
     dvp = dkp + d
     with nogil:
-        saved = blas_single_begin()
         # output projection: dWo = Zcat^T dY, dZcat = dY Wo^T
-        pgemm(TR, NT, d, d, <int> rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
-             <floating> 0, &dw_o[0, 0], d, nth)
+        pgemm(TR, NT, d, d, rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
+              <floating> 0, &dw_o[0, 0], d, nth)
         if db_o is not None:
             colsum(&dy[0, 0], rq, d, d, &db_o[0])
-        pgemm(NT, TR, <int> rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
-             <floating> 0, &dzcat[0, 0], d, nth)
+        pgemm(NT, TR, rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
+              <floating> 0, &dzcat[0, 0], d, nth)
         if lse is not None:
             heads_backward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d,
-                                   &lse[0], &scratch[0], scratch.shape[0] // nth, dqp, dkp, dvp,
+                                   &lse[0], &scratch[0], per_thread, bq, bk, dqp, dkp, dvp,
                                    nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
         else:
             heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
@@ -561,25 +646,24 @@ def attention_backward(
             rope_rotate(dqp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
             rope_rotate(dkp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
         if not cross:
-            pgemm(TR, NT, d, 3 * d, <int> rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
-                 <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
+            pgemm(TR, NT, d, 3 * d, rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
+                  <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
             if db_qkv is not None:
                 colsum(dqp, rq, 3 * d, 3 * d, &db_qkv[0])
             if dx is not None:
-                pgemm(NT, TR, <int> rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
-                     bx, &dx[0, 0], d, nth)
+                pgemm(NT, TR, rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
+                      bx, &dx[0, 0], d, nth)
         else:
-            pgemm(TR, NT, d, d, <int> rq, <floating> 1, &x[0, 0], d, dqp, d,
-                 <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
-            pgemm(TR, NT, d, 2 * d, <int> rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
-                 <floating> 0, &dw_qkv[0, d], 3 * d, nth)
+            pgemm(TR, NT, d, d, rq, <floating> 1, &x[0, 0], d, dqp, d,
+                  <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
+            pgemm(TR, NT, d, 2 * d, rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
+                  <floating> 0, &dw_qkv[0, d], 3 * d, nth)
             if db_qkv is not None:
                 colsum(dqp, rq, d, d, &db_qkv[0])
                 colsum(dkp, rk, 2 * d, 2 * d, &db_qkv[d])
             if dx is not None:
-                pgemm(NT, TR, <int> rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
-                     bx, &dx[0, 0], d, nth)
+                pgemm(NT, TR, rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
+                      bx, &dx[0, 0], d, nth)
             if dctx is not None:
-                pgemm(NT, TR, <int> rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
-                     bc, &dctx[0, 0], d, nth)
-        blas_single_end(saved)
+                pgemm(NT, TR, rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
+                      bc, &dctx[0, 0], d, nth)

@@ -8,6 +8,9 @@ cdef enum:
     NT = 0
     TR = 1
 
-cdef void gemm(int ta, int tb, int m, int n, int k, floating alpha,
-               const floating *a, int lda, const floating *b, int ldb,
-               floating beta, floating *c, int ldc) noexcept nogil
+# Sizes are Py_ssize_t like every other size in attnx; BLAS itself takes 32-bit
+# ints, so callers check them first with check_blas_int (Python, before any work)
+# and gemm casts.
+cdef void gemm(int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, floating alpha,
+               const floating *a, Py_ssize_t lda, const floating *b, Py_ssize_t ldb,
+               floating beta, floating *c, Py_ssize_t ldc) noexcept nogil

@@ -8,25 +8,43 @@ i.e. by swapping the operands (and m with n) and keeping each transpose flag.
 import numpy as np
 from scipy.linalg.cython_blas cimport sgemm, dgemm
 
+BLAS_INT_MAX = 2**31 - 1
 
-cdef void gemm(int ta, int tb, int m, int n, int k, floating alpha,
-               const floating *a, int lda, const floating *b, int ldb,
-               floating beta, floating *c, int ldc) noexcept nogil:
-    """C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, all row-major."""
+
+def check_blas_int(what, **sizes):
+    """ValueError naming the size when a GEMM dimension or leading dimension
+    does not fit BLAS's 32-bit int (scipy's BLAS takes C int arguments).
+
+    what: the computation, for the message; sizes: name=value pairs.
+    """
+    for name, value in sizes.items():
+        if value > BLAS_INT_MAX:
+            raise ValueError(
+                f"{what}: {name} = {value} exceeds {BLAS_INT_MAX} (2**31 - 1), the largest "
+                "matrix dimension the BLAS interface takes; split the batch or the sequence")
+
+
+cdef void gemm(int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, floating alpha,
+               const floating *a, Py_ssize_t lda, const floating *b, Py_ssize_t ldb,
+               floating beta, floating *c, Py_ssize_t ldc) noexcept nogil:
+    """C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C, all row-major.
+    Every size must fit an int (checked by the caller with check_blas_int)."""
     cdef char tra = b'T' if ta else b'N'
     cdef char trb = b'T' if tb else b'N'
+    cdef int mi = <int> m, ni = <int> n, ki = <int> k
+    cdef int la = <int> lda, lb = <int> ldb, lc = <int> ldc
     if m <= 0 or n <= 0:
         return
     if floating is float:
-        sgemm(&trb, &tra, &n, &m, &k, &alpha, <float *> b, &ldb,
-              <float *> a, &lda, &beta, c, &ldc)
+        sgemm(&trb, &tra, &ni, &mi, &ki, &alpha, <float *> b, &lb,
+              <float *> a, &la, &beta, c, &lc)
     else:
-        dgemm(&trb, &tra, &n, &m, &k, &alpha, <double *> b, &ldb,
-              <double *> a, &lda, &beta, c, &ldc)
+        dgemm(&trb, &tra, &ni, &mi, &ki, &alpha, <double *> b, &lb,
+              <double *> a, &la, &beta, c, &lc)
 
 
 def gemm_into(bint ta, bint tb, floating[:, ::1] a, floating[:, ::1] b,
-              floating[:, ::1] c, int m, int n, int k,
+              floating[:, ::1] c, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
               double alpha=1.0, double beta=0.0):
     """Test hook: c[:m, :n] = alpha * op(a)[:m, :k] @ op(b)[:k, :n] + beta * c.
 
@@ -41,6 +59,7 @@ def gemm_into(bint ta, bint tb, floating[:, ::1] a, floating[:, ::1] b,
         raise ValueError("b is too small for op(b) of shape (k, n)")
     if c.shape[0] < m or c.shape[1] < n:
         raise ValueError("c is too small for (m, n)")
+    check_blas_int("gemm_into", m=m, n=n, k=k, lda=a.shape[1], ldb=b.shape[1], ldc=c.shape[1])
     with nogil:
-        gemm(ta, tb, m, n, k, <floating> alpha, &a[0, 0], <int> a.shape[1],
-             &b[0, 0], <int> b.shape[1], <floating> beta, &c[0, 0], <int> c.shape[1])
+        gemm(ta, tb, m, n, k, <floating> alpha, &a[0, 0], a.shape[1],
+             &b[0, 0], b.shape[1], <floating> beta, &c[0, 0], c.shape[1])

@@ -7,20 +7,34 @@
 from cython.parallel cimport prange
 
 from attnx._blas cimport floating, NT, TR
-from attnx._ops cimport (fill_rows, colsum, omp_threads, blas_single_begin,
-                         blas_single_end, pgemm)
+from attnx._ops cimport (fill_rows, colsum, pgemm, simd_attach, attnx_get_level,
+                         attnx_dispatched_levels)
+from attnx._blas import check_blas_int
 
 cdef extern from "attnx_math.h" nogil:
-    int attnx_init_cpu(int max_level)
-    void attnx_silu_row_f32(const float *h, float *s, float *sg, int n)
-    void attnx_silu_row_f64(const double *h, double *s, double *sg, int n)
+    void attnx_silu_row_f32(const float *h, float *s, float *sg, Py_ssize_t n)
+    void attnx_silu_row_f64(const double *h, double *s, double *sg, Py_ssize_t n)
 
-import os as _os
-_CPU_LEVEL = attnx_init_cpu(0 if _os.environ.get("ATTNX_NO_SIMD") else
-                            int(_os.environ.get("ATTNX_SIMD", "2") or 2))
+# AVX-512 / AVX2 / portable SiLU: the level attnx._ops detected.
+simd_attach()
 
 
-cdef inline void silu_row(const floating *h, floating *s, floating *sg, int n) noexcept nogil:
+def dispatch_state():
+    """(SIMD level attached to this module, bit mask of levels whose kernels ran here)."""
+    return attnx_get_level(), attnx_dispatched_levels()
+
+
+cdef _check(str what, Py_ssize_t rows, Py_ssize_t d, Py_ssize_t dh, int nthreads, bufs):
+    if nthreads < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    check_blas_int(what, rows=rows, d_model=d, d_hidden=dh)
+    for name, r, c, width in bufs:
+        if r != rows or c != width:
+            raise ValueError(f"{what}: {name} must be ({rows}, {width}), got ({r}, {c})")
+
+
+cdef inline void silu_row(const floating *h, floating *s, floating *sg,
+                          Py_ssize_t n) noexcept nogil:
     if floating is float:
         attnx_silu_row_f32(h, s, sg, n)
     else:
@@ -30,25 +44,28 @@ cdef inline void silu_row(const floating *h, floating *s, floating *sg, int n) n
 def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const floating[::1] b1,
                 const floating[:, ::1] w2, const floating[::1] b2,
                 floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] sg,
-                floating[:, ::1] out):
-    """out = silu(z W1 + b1) W2 + b2 + z; keeps H, S = silu(H) and sigmoid(H) for backward."""
+                floating[:, ::1] out, int nthreads=0):
+    """out = silu(z W1 + b1) W2 + b2 + z; keeps H, S = silu(H) and sigmoid(H) for backward.
+    nthreads: OpenMP threads (attnx._threads.num_threads())."""
     cdef Py_ssize_t rows = z.shape[0], i, j
-    cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
-    cdef int nth = omp_threads() if rows * w1.shape[1] >= 16384 else 1
-    cdef int saved
+    cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
+    _check("SiLU MLP forward", rows, d, dh, nthreads,
+           (("h", h.shape[0], h.shape[1], dh), ("s", s.shape[0], s.shape[1], dh),
+            ("sg", sg.shape[0], sg.shape[1], dh), ("out", out.shape[0], out.shape[1], d)))
+    if w1.shape[0] != d or w2.shape[0] != dh or w2.shape[1] != d:
+        raise ValueError("SiLU MLP forward: W1 must be (d, d_hidden) and W2 (d_hidden, d)")
+    cdef int nth = nthreads if rows * dh >= 16384 else 1
     with nogil:
-        saved = blas_single_begin()
         if b1 is not None:
             fill_rows(&h[0, 0], &b1[0], rows, dh, dh)
-        pgemm(NT, NT, <int> rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
+        pgemm(NT, NT, rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
              <floating> (1 if b1 is not None else 0), &h[0, 0], dh, nth)
         for i in prange(rows, schedule="static", num_threads=nth):
             silu_row(&h[i, 0], &s[i, 0], &sg[i, 0], dh)
             for j in range(d):
                 out[i, j] = z[i, j] + (b2[j] if b2 is not None else 0)
-        pgemm(NT, NT, <int> rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,
+        pgemm(NT, NT, rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,
              <floating> 1, &out[0, 0], d, nth)
-        blas_single_end(saved)
 
 
 def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
@@ -57,20 +74,26 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
                  const floating[:, ::1] sg, floating[:, ::1] dh_buf,
                  floating[:, ::1] dw1, floating[::1] db1,
                  floating[:, ::1] dw2, floating[::1] db2,
-                 floating[:, ::1] dz):
+                 floating[:, ::1] dz, int nthreads=0):
     """Fill dW1, dW2 (and biases); dz = dL/dz including the residual path."""
     cdef Py_ssize_t rows = z.shape[0], i, j
-    cdef int d = <int> z.shape[1], dh = <int> w1.shape[1]
+    cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
     cdef floating hv, g
-    cdef int nth = omp_threads() if rows * w1.shape[1] >= 16384 else 1
-    cdef int saved
+    _check("SiLU MLP backward", rows, d, dh, nthreads,
+           (("dout", dout.shape[0], dout.shape[1], d), ("h", h.shape[0], h.shape[1], dh),
+            ("s", s.shape[0], s.shape[1], dh), ("sg", sg.shape[0], sg.shape[1], dh),
+            ("dh_buf", dh_buf.shape[0], dh_buf.shape[1], dh),
+            ("dz", dz.shape[0], dz.shape[1], d)))
+    if (w1.shape[0] != d or w2.shape[0] != dh or w2.shape[1] != d or dw1.shape[0] != d
+            or dw1.shape[1] != dh or dw2.shape[0] != dh or dw2.shape[1] != d):
+        raise ValueError("SiLU MLP backward: W1/dW1 must be (d, d_hidden), W2/dW2 (d_hidden, d)")
+    cdef int nth = nthreads if rows * dh >= 16384 else 1
     with nogil:
-        saved = blas_single_begin()
-        pgemm(TR, NT, dh, d, <int> rows, <floating> 1, &s[0, 0], dh, &dout[0, 0], d,
+        pgemm(TR, NT, dh, d, rows, <floating> 1, &s[0, 0], dh, &dout[0, 0], d,
              <floating> 0, &dw2[0, 0], d, nth)
         if db2 is not None:
             colsum(&dout[0, 0], rows, d, d, &db2[0])
-        pgemm(NT, TR, <int> rows, dh, d, <floating> 1, &dout[0, 0], d, &w2[0, 0], d,
+        pgemm(NT, TR, rows, dh, d, <floating> 1, &dout[0, 0], d, &w2[0, 0], d,
              <floating> 0, &dh_buf[0, 0], dh, nth)
         for i in prange(rows, schedule="static", num_threads=nth):
             for j in range(dh):
@@ -79,10 +102,9 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
                 dh_buf[i, j] = dh_buf[i, j] * g * (1 + hv * (1 - g))
             for j in range(d):
                 dz[i, j] = dout[i, j]
-        pgemm(TR, NT, d, dh, <int> rows, <floating> 1, &z[0, 0], d, &dh_buf[0, 0], dh,
+        pgemm(TR, NT, d, dh, rows, <floating> 1, &z[0, 0], d, &dh_buf[0, 0], dh,
              <floating> 0, &dw1[0, 0], dh, nth)
         if db1 is not None:
             colsum(&dh_buf[0, 0], rows, dh, dh, &db1[0])
-        pgemm(NT, TR, <int> rows, d, dh, <floating> 1, &dh_buf[0, 0], dh, &w1[0, 0], dh,
+        pgemm(NT, TR, rows, d, dh, <floating> 1, &dh_buf[0, 0], dh, &w1[0, 0], dh,
              <floating> 1, &dz[0, 0], d, nth)
-        blas_single_end(saved)

@@ -1,22 +1,51 @@
-# Elementwise kernels shared by the layer modules (bias, rotary embedding, BLAS threads).
+# Shared kernel plumbing: SIMD level, threaded GEMM, bias and rotary helpers.
+#
+# SIMD dispatch, for every extension module that includes attnx_math.h
+# (its softmax/exp/SiLU kernels):
+#   the CPU is examined ONCE, when attnx._ops is imported (capped by ATTNX_SIMD=0|1|2:
+#   portable C / AVX2+FMA / AVX-512F; the older ATTNX_NO_SIMD=1 means 0).
+#   get_simd_level() (cimport) / attnx._ops.simd_level() (Python) return that level.
+#   Each module including the header has its own copy of the dispatch state, so it
+#   must call simd_attach() once at import:
+#
+#       from attnx._ops cimport simd_attach, attnx_get_level, attnx_dispatched_levels
+#       simd_attach()                       # module level, before any kernel runs
+#       def dispatch_state():               # for tests/test_simd_levels.py
+#           return attnx_get_level(), attnx_dispatched_levels()
+#
+#   A module that forgets simd_attach() silently runs the portable code;
+#   tests/test_simd_levels.py fails on that (it checks every module's dispatch_state()).
+#
+# Threads: kernels never choose a thread count. The Python caller passes
+# `nthreads` (attnx._threads.num_threads()) and holds attnx._threads.blas_single()
+# around the call, so BLAS stays single-threaded inside attnx's parallel regions.
+#
+# Sizes: every offset, size and leading dimension is Py_ssize_t. BLAS takes 32-bit
+# ints: callers check their GEMM sizes with attnx._blas.check_blas_int (Python, before
+# any work); gemm/pgemm cast after that check.
 from attnx._blas cimport floating, gemm, NT, TR
 
-ctypedef void (*set_threads_fn)(int) noexcept nogil
-ctypedef int (*get_threads_fn)() noexcept nogil
+cdef extern from "attnx_math.h" nogil:
+    int attnx_set_level(int level)
+    int attnx_get_level()              # this module's attached level
+    int attnx_dispatched_levels()      # bit L: a level-L kernel ran in this module
 
-cdef int blas_threads_get() noexcept nogil
-cdef void blas_threads_set(int n) noexcept nogil
-cdef int omp_threads() noexcept nogil
-cdef int blas_single_begin() noexcept nogil
-cdef void blas_single_end(int saved) noexcept nogil
-cdef void pgemm(int ta, int tb, int m, int n, int k, floating alpha,
-                const floating *a, int lda, const floating *b, int ldb,
-                floating beta, floating *c, int ldc, int nthreads) noexcept nogil
+cdef int get_simd_level() noexcept nogil
 
-cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, int cols, int ld) noexcept nogil
+cdef inline int simd_attach() noexcept nogil:
+    """Copy the process-wide SIMD level into this module's dispatch state."""
+    return attnx_set_level(get_simd_level())
+
+cdef void pgemm(int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, floating alpha,
+                const floating *a, Py_ssize_t lda, const floating *b, Py_ssize_t ldb,
+                floating beta, floating *c, Py_ssize_t ldc, int nthreads) noexcept nogil
+
+cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, Py_ssize_t cols,
+                    Py_ssize_t ld) noexcept nogil
 cdef void add_rows(floating *y, const floating *x, const floating *b, Py_ssize_t rows,
-                   int cols) noexcept nogil
-cdef void colsum(const floating *x, Py_ssize_t rows, int cols, int ld, floating *out) noexcept nogil
-cdef void rope_rotate(floating *x, int ldx, Py_ssize_t batch, int t_len, int n_heads,
-                      int d_head, const floating *cos_t, const floating *sin_t,
-                      bint inverse) noexcept nogil
+                   Py_ssize_t cols) noexcept nogil
+cdef void colsum(const floating *x, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld,
+                 floating *out) noexcept nogil
+cdef void rope_rotate(floating *x, Py_ssize_t ldx, Py_ssize_t batch, Py_ssize_t t_len,
+                      Py_ssize_t n_heads, Py_ssize_t d_head, const floating *cos_t,
+                      const floating *sin_t, bint inverse) noexcept nogil

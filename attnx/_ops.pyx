@@ -1,4 +1,5 @@
-"""Elementwise kernels: MSE loss, AdamW, bias and rotary helpers, BLAS thread control."""
+"""Elementwise kernels: MSE loss, AdamW, bias and rotary helpers, the threaded
+GEMM, and the one CPU-feature detection of attnx (see _ops.pxd)."""
 from cython.parallel cimport prange
 from libc.math cimport sqrt
 
@@ -6,115 +7,101 @@ from attnx._blas cimport floating, gemm, NT, TR
 
 cdef extern from "attnx_math.h" nogil:
     int attnx_max_threads()
-    void attnx_exp_array_f32(const float *x, float *y, long n)
-    void attnx_exp_array_f64(const double *x, double *y, long n)
-    int attnx_any_nonfinite_f32(const float *x, long n)
-    int attnx_any_nonfinite_f64(const double *x, long n)
+    int attnx_detect_cpu(int max_level)
+    void attnx_exp_array_f32(const float *x, float *y, Py_ssize_t n)
+    void attnx_exp_array_f64(const double *x, double *y, Py_ssize_t n)
+    int attnx_any_nonfinite_f32(const float *x, Py_ssize_t n)
+    int attnx_any_nonfinite_f64(const double *x, Py_ssize_t n)
 
-cdef extern from "attnx_math.h" nogil:
-    int attnx_init_cpu(int max_level)
-
-# AVX-512 or AVX2 softmax/exp when the CPU has them. ATTNX_SIMD caps the level:
-# 0 = portable C, 1 = AVX2 at most, 2 = AVX-512 at most (default); the older
-# ATTNX_NO_SIMD=1 means 0.
 import os as _os
-_CPU_LEVEL = attnx_init_cpu(0 if _os.environ.get("ATTNX_NO_SIMD") else
-                            int(_os.environ.get("ATTNX_SIMD", "2") or 2))
 
 
-# scipy's OpenBLAS thread setters, found at import by attnx._threads through
-# threadpoolctl. Left NULL when unknown: kernels then leave BLAS threads alone.
-cdef set_threads_fn _set_threads = NULL
-cdef get_threads_fn _get_threads = NULL
+def _requested_level():
+    """ATTNX_SIMD caps the level: 0 = portable C, 1 = AVX2 at most, 2 = AVX-512 at
+    most (default); the older ATTNX_NO_SIMD=1 means 0."""
+    if _os.environ.get("ATTNX_NO_SIMD"):
+        return 0
+    raw = _os.environ.get("ATTNX_SIMD", "").strip() or "2"
+    if raw not in ("0", "1", "2"):
+        raise ImportError(f"ATTNX_SIMD must be 0, 1 or 2, got {raw!r}")
+    return int(raw)
 
 
-def register_blas_threads(size_t set_addr, size_t get_addr):
-    """Record the addresses of openblas_set_num_threads / openblas_get_num_threads."""
-    global _set_threads, _get_threads
-    _set_threads = <set_threads_fn> set_addr
-    _get_threads = <get_threads_fn> get_addr
+# The one CPU examination of the process (CPUID); every other module copies it.
+cdef int _SIMD_LEVEL = attnx_detect_cpu(_requested_level())
+simd_attach()   # this module's own kernels (exp_f32, exp_f64)
+
+_LEVEL_NAMES = ("portable", "avx2", "avx512")
 
 
-cdef int blas_threads_get() noexcept nogil:
-    return _get_threads() if _get_threads != NULL else 0
+cdef int get_simd_level() noexcept nogil:
+    return _SIMD_LEVEL
 
 
-cdef void blas_threads_set(int n) noexcept nogil:
-    if _set_threads != NULL and n > 0:
-        _set_threads(n)
-
-
-cdef int omp_threads() noexcept nogil:
-    return attnx_max_threads()
-
-
-cdef int blas_single_begin() noexcept nogil:
-    """Switch BLAS to one thread for a kernel call; returns the count to restore.
-
-    attnx parallelises with its own OpenMP threads (pgemm, prange over heads).
-    A threaded BLAS beside them would leave its workers spinning on the same
-    cores after each call, which on a small machine halves the speed of the
-    OpenMP loop that follows.
-    """
-    cdef int saved = blas_threads_get()
-    if saved != 1:
-        blas_threads_set(1)
-    return saved
-
-
-cdef void blas_single_end(int saved) noexcept nogil:
-    if saved != 1:
-        blas_threads_set(saved)
-
-
-cdef void pgemm(int ta, int tb, int m, int n, int k, floating alpha,
-                const floating *a, int lda, const floating *b, int ldb,
-                floating beta, floating *c, int ldc, int nthreads) noexcept nogil:
+cdef void pgemm(int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, floating alpha,
+                const floating *a, Py_ssize_t lda, const floating *b, Py_ssize_t ldb,
+                floating beta, floating *c, Py_ssize_t ldc, int nthreads) noexcept nogil:
     """gemm split over nthreads OpenMP threads, each a single-threaded BLAS call on
-    a slab of C: rows when m is the larger side, else columns."""
-    cdef int t, lo, hi
+    a slab of C: rows when m is the larger side, else columns. The caller keeps
+    BLAS single-threaded meanwhile (attnx._threads.blas_single)."""
+    cdef Py_ssize_t t, lo, hi
     if nthreads <= 1 or <double> m * n * k < 2.0e5:
         gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
         return
     if m >= n:
         for t in prange(nthreads, num_threads=nthreads, schedule="static"):
-            lo = <int> ((<long> m * t) // nthreads)
-            hi = <int> ((<long> m * (t + 1)) // nthreads)
+            lo = (m * t) // nthreads
+            hi = (m * (t + 1)) // nthreads
             # rows lo:hi of op(A): rows of A, or columns of A when transposed
-            gemm(ta, tb, hi - lo, n, k, alpha, a + (lo if ta else <Py_ssize_t> lo * lda), lda,
-                 b, ldb, beta, c + <Py_ssize_t> lo * ldc, ldc)
+            gemm(ta, tb, hi - lo, n, k, alpha, a + (lo if ta else lo * lda), lda,
+                 b, ldb, beta, c + lo * ldc, ldc)
     else:
         for t in prange(nthreads, num_threads=nthreads, schedule="static"):
-            lo = <int> ((<long> n * t) // nthreads)
-            hi = <int> ((<long> n * (t + 1)) // nthreads)
+            lo = (n * t) // nthreads
+            hi = (n * (t + 1)) // nthreads
             gemm(ta, tb, m, hi - lo, k, alpha, a, lda,
-                 b + (<Py_ssize_t> lo * ldb if tb else lo), ldb, beta, c + lo, ldc)
+                 b + (lo * ldb if tb else lo), ldb, beta, c + lo, ldc)
+
+
+def simd_level():
+    """The SIMD level kernels dispatch to: 0 portable C, 1 AVX2+FMA, 2 AVX-512F."""
+    return _SIMD_LEVEL
 
 
 def cpu_level():
-    """0: portable C kernels; 1: AVX2+FMA; 2: AVX-512F (chosen at import from CPUID)."""
-    return _CPU_LEVEL
+    """Same as simd_level() (older name)."""
+    return _SIMD_LEVEL
+
+
+def simd_level_name():
+    """'portable', 'avx2' or 'avx512': the kernels in use."""
+    return _LEVEL_NAMES[_SIMD_LEVEL]
+
+
+def dispatch_state():
+    """(level attached to this module, bit mask of levels whose kernels ran here)."""
+    return attnx_get_level(), attnx_dispatched_levels()
 
 
 def max_threads():
-    """Threads an attnx parallel region would use (OpenMP's current limit)."""
+    """OpenMP's current thread limit in the calling thread (omp_get_max_threads);
+    attnx._threads.num_threads() turns it into the count passed to kernels."""
     return attnx_max_threads()
 
 
-cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, int cols, int ld) noexcept nogil:
+cdef void fill_rows(floating *y, const floating *b, Py_ssize_t rows, Py_ssize_t cols,
+                    Py_ssize_t ld) noexcept nogil:
     """y[r, :cols] = b for every row r (y row-major with leading dimension ld)."""
-    cdef Py_ssize_t r
-    cdef int j
+    cdef Py_ssize_t r, j
     for r in range(rows):
         for j in range(cols):
             y[r * ld + j] = b[j]
 
 
 cdef void add_rows(floating *y, const floating *x, const floating *b, Py_ssize_t rows,
-                   int cols) noexcept nogil:
+                   Py_ssize_t cols) noexcept nogil:
     """y = x + b row by row (b may be NULL); all (rows, cols) contiguous."""
-    cdef Py_ssize_t r
-    cdef int j
+    cdef Py_ssize_t r, j
     for r in range(rows):
         if b != NULL:
             for j in range(cols):
@@ -124,10 +111,10 @@ cdef void add_rows(floating *y, const floating *x, const floating *b, Py_ssize_t
                 y[r * cols + j] = x[r * cols + j]
 
 
-cdef void colsum(const floating *x, Py_ssize_t rows, int cols, int ld, floating *out) noexcept nogil:
+cdef void colsum(const floating *x, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld,
+                 floating *out) noexcept nogil:
     """out[:cols] = x[:rows, :cols].sum(axis=0)."""
-    cdef Py_ssize_t r
-    cdef int j
+    cdef Py_ssize_t r, j
     for j in range(cols):
         out[j] = 0
     for r in range(rows):
@@ -135,16 +122,15 @@ cdef void colsum(const floating *x, Py_ssize_t rows, int cols, int ld, floating 
             out[j] += x[r * ld + j]
 
 
-cdef void rope_rotate(floating *x, int ldx, Py_ssize_t batch, int t_len, int n_heads,
-                      int d_head, const floating *cos_t, const floating *sin_t,
-                      bint inverse) noexcept nogil:
+cdef void rope_rotate(floating *x, Py_ssize_t ldx, Py_ssize_t batch, Py_ssize_t t_len,
+                      Py_ssize_t n_heads, Py_ssize_t d_head, const floating *cos_t,
+                      const floating *sin_t, bint inverse) noexcept nogil:
     """Rotate pairs (2i, 2i+1) of every head of x (batch*t_len rows) by angle t*theta_i.
 
     cos_t, sin_t: (t_len, d_head // 2). inverse rotates by -angle (the backward,
     since a rotation's transpose is its inverse).
     """
-    cdef Py_ssize_t r
-    cdef int t, h, i, half = d_head // 2
+    cdef Py_ssize_t r, t, h, i, half = d_head // 2
     cdef floating c, s, a, b
     cdef floating *row
     for r in range(batch * t_len):
@@ -177,8 +163,9 @@ def mse_into(const floating[::1] y, const floating[::1] t, floating[::1] dy):
 
 def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating[::1] v,
                double lr, double beta1, double beta2, double eps, double weight_decay,
-               long step):
-    """One AdamW update of flat buffers, in torch.optim.AdamW's order of operations."""
+               long step, int nthreads):
+    """One AdamW update of flat buffers, in torch.optim.AdamW's order of operations;
+    nthreads (attnx._threads.num_threads()) OpenMP threads from 65536 elements on."""
     cdef Py_ssize_t i, n = p.shape[0]
     cdef double bc1 = 1.0 - beta1 ** step
     cdef double bc2_sqrt = sqrt(1.0 - beta2 ** step)
@@ -189,7 +176,7 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
     cdef floating inv_bc2 = <floating> bc2_sqrt, epsf = <floating> eps
     cdef floating gi, denom
     with nogil:
-        for i in prange(n, schedule="static", num_threads=attnx_max_threads() if n >= 65536 else 1):
+        for i in prange(n, schedule="static", num_threads=nthreads if n >= 65536 else 1):
             gi = g[i]
             p[i] = p[i] * decay
             m[i] = m[i] + (gi - m[i]) * w1
@@ -220,7 +207,7 @@ def exp_f32(const float[::1] x):
 
 def all_finite(const floating[::1] x):
     """True when no element of the flat buffer x is NaN or infinite."""
-    cdef int bad
+    cdef int bad = 0
     if x.shape[0] == 0:
         return True
     with nogil:

@@ -1,7 +1,8 @@
 """Multi-head attention layer: weights, workspaces and the calls into the kernels."""
 import numpy as np
 
-from . import _attention, _ops
+from . import _attention
+from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
@@ -184,10 +185,13 @@ class MultiHeadAttention:
             return tq * tk >= BLOCKED_MIN_SCORES
         return self.attention == "blocked"
 
-    def _workspace(self, nb, tq, tk, cross, store):
-        threads = _ops.max_threads()
+    def _workspace(self, nb, tq, tk, cross, store, threads=None):
+        threads = num_threads() if threads is None else threads
         blocked = self._use_blocked(tq, tk)
-        key = (nb, tq, tk, cross, store, blocked, threads)
+        _attention.check_sizes(nb, tq, tk, self.d_model)   # BLAS int limits, before allocating
+        # the blocked scratch is sized by the block sizes: they are part of the key
+        key = (nb, tq, tk, cross, store, blocked, threads,
+               _attention.block_sizes() if blocked else None)
 
         def make():
             d, h = self.d_model, self.n_heads
@@ -219,10 +223,12 @@ class MultiHeadAttention:
         if self.rope:
             rc, rs = self._rope_tables(max(tq, tk))
         w = self._w
-        _attention.attention_forward(
-            x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
-            ws.q, ws.kv, ws.zcat, ws.probs, y2,
-            nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse, ws.tbuf)
+        with blas_single(threads):
+            _attention.attention_forward(
+                x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
+                ws.q, ws.kv, ws.zcat, ws.probs, y2,
+                nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse, ws.tbuf,
+                nthreads=threads)
         if store:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
@@ -230,17 +236,16 @@ class MultiHeadAttention:
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
         x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask = self._last
-        if threads != _ops.max_threads():
-            raise RuntimeError("the thread count changed between forward and backward; "
-                               "run forward again")
+        # backward runs with the forward's thread count: its scratch is sized for it
         ws.for_backward(threads)
         w, g = self._w, self._g
-        _attention.attention_backward(
-            x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
-            dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
-            g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
-            nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate,
-            ws.lse, mask, ws.tbuf)
+        with blas_single(threads):
+            _attention.attention_backward(
+                x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
+                dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
+                g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
+                nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate,
+                ws.lse, mask, ws.tbuf, nthreads=threads)
 
     # ---- public API ----------------------------------------------------
     def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):

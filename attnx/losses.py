@@ -2,7 +2,8 @@
 import numpy as np
 
 from ._ops import mse_into
-from ._validate import as_dtype
+from ._seq import cross_entropy_rows
+from ._validate import as_dtype, finite
 
 
 def mse_loss(y, y_true, *, out=None):
@@ -35,3 +36,68 @@ def mse_loss(y, y_true, *, out=None):
     tc = as_dtype("y_true", y_true, y.dtype)
     loss = mse_into(yc.reshape(-1), tc.reshape(-1), out.reshape(-1))
     return float(loss), out
+
+
+def cross_entropy_loss(logits, labels, *, sample_weight=None, out=None):
+    """Softmax cross-entropy and its gradient, as torch.nn.functional.cross_entropy.
+
+    logits: float32 or float64 array (..., C) of unnormalised class scores.
+    labels: integer array of the leading shape (...), values in [0, C): (B,) labels
+        for (B, C) logits, (B, T) labels for per-position logits (B, T, C).
+    sample_weight: optional non-negative real array of the leading shape; the loss
+        is then sum(w * l) / sum(w) (a weight of 0 drops that position, which is
+        how padding is excluded), else the mean of l over every label.
+    l = logsumexp(logits) - logits[label], computed with the row maximum
+    subtracted so that large scores do not overflow.
+
+    Returns (loss as a Python float, dL/dlogits shaped like logits). `out`, an
+    array like logits, receives the gradient without allocating.
+    """
+    if (not isinstance(logits, np.ndarray) or logits.dtype not in (np.float32, np.float64)
+            or logits.ndim < 1):
+        raise TypeError(f"logits must be a float32 or float64 ndarray (..., n_classes), got "
+                        f"{getattr(logits, 'dtype', type(logits).__name__)}")
+    n_cls = logits.shape[-1]
+    lead = logits.shape[:-1]
+    if n_cls == 0 or logits.size == 0:
+        raise ValueError(f"cross_entropy_loss of an empty array is undefined (logits shape "
+                         f"{logits.shape})")
+    labels = np.asarray(labels)
+    if labels.shape != lead:
+        raise ValueError(f"labels must have the leading shape {lead} of logits "
+                         f"{logits.shape}, got {labels.shape}")
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"labels must be integer class indices, got dtype {labels.dtype}")
+    if labels.size and (labels.min() < 0 or labels.max() >= n_cls):
+        raise ValueError(f"labels must lie in [0, {n_cls}) for {n_cls} classes, got values in "
+                         f"[{labels.min()}, {labels.max()}]")
+    if not finite(logits):
+        raise ValueError("logits contains NaN or infinity")
+    z = np.ascontiguousarray(logits).reshape(-1, n_cls)
+    lab = labels.reshape(-1).astype(np.int64, copy=False)
+    n = lab.shape[0]
+    if sample_weight is None:
+        w = None
+        total = float(n)
+    else:
+        w = np.asarray(sample_weight)
+        if w.shape != lead:
+            raise ValueError(f"sample_weight must have the shape of labels {lead}, got {w.shape}")
+        if w.dtype.kind not in "fiub":
+            raise TypeError(f"sample_weight must hold real numbers, got dtype {w.dtype}")
+        w = w.reshape(-1).astype(np.float64)
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("sample_weight must be finite and >= 0")
+        total = float(w.sum())
+        if total <= 0:
+            raise ValueError("sample_weight sums to 0: no position contributes to the loss")
+    if out is None:
+        out = np.empty(logits.shape, dtype=logits.dtype)
+    elif (not isinstance(out, np.ndarray) or out.shape != logits.shape
+          or out.dtype != logits.dtype or not out.flags.c_contiguous
+          or not out.flags.writeable):
+        raise ValueError(f"out must be a writeable C-contiguous {logits.dtype} array of shape "
+                         f"{logits.shape}")
+    loss = cross_entropy_rows(z, lab, w, total, out.reshape(-1, n_cls))
+    return float(loss), out
+

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._ops import adamw_step
+from ._threads import num_threads
 from ._params import ParamDict
 from ._validate import finite
 
@@ -77,8 +78,10 @@ class AdamW:
                                          "(the parameters are unchanged)")
         self.t += 1
         b1, b2 = self.betas
+        nthreads = num_threads()
         for p, g, m, v in zip(self._bufs, gbufs, self.m, self.v):
-            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t)
+            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t,
+                       nthreads)
 
     def state_dict(self):
         """Step count and moment buffers (copies), for saving."""

@@ -1,7 +1,8 @@
 """Transformer: stacked (attention + residual, SiLU MLP + residual) layers."""
 import numpy as np
 
-from . import _mlp, _ops
+from . import _mlp
+from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from .attention import MultiHeadAttention, _copy_rows
@@ -116,7 +117,7 @@ class Transformer:
         return v
 
     def _buffers(self, nb, t, tk, cross, store):
-        threads = _ops.max_threads()
+        threads = num_threads()
         key = (nb, t, tk, cross, store, threads)
 
         def make():
@@ -158,14 +159,16 @@ class Transformer:
             np.copyto(bufs.mask, mask)
             mask = bufs.mask
         bufs.xs[-1] = y.reshape(rows, d)  # the last layer writes straight into y
-        for i, att in enumerate(self.attn):
-            ws, _ = att._workspace(nb, t, tk, cross, grad)
-            xi = bufs.xs[i]
-            att._forward_buffers(xi, bufs.ctx if cross else None, mask, bufs.zt[i], nb,
-                                 grad, ws, threads, residual=xi)
-            mw = self._mlp_w[i]
-            _mlp.mlp_forward(bufs.zt[i], mw["W1"], mw["b1"], mw["W2"], mw["b2"],
-                             bufs.h[i], bufs.s[i], bufs.sg[i], bufs.xs[i + 1])
+        with blas_single(threads):
+            for i, att in enumerate(self.attn):
+                ws, _ = att._workspace(nb, t, tk, cross, grad, threads)
+                xi = bufs.xs[i]
+                att._forward_buffers(xi, bufs.ctx if cross else None, mask, bufs.zt[i], nb,
+                                     grad, ws, threads, residual=xi)
+                mw = self._mlp_w[i]
+                _mlp.mlp_forward(bufs.zt[i], mw["W1"], mw["b1"], mw["W2"], mw["b2"],
+                                 bufs.h[i], bufs.s[i], bufs.sg[i], bufs.xs[i + 1],
+                                 nthreads=threads)
         if grad:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (nb, t, tk, cross, bufs, threads)
         return y
@@ -177,10 +180,7 @@ class Transformer:
         dL/dX when input_grad is False."""
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
-        nb, t, tk, cross, bufs, threads = self._last
-        if threads != _ops.max_threads():
-            raise RuntimeError("the thread count changed between forward and backward; "
-                               "run forward again")
+        nb, t, tk, cross, bufs, threads = self._last   # the forward's thread count
         d, rows = self.d_model, nb * t
         dy = as_input("dy", dy, d, batch=nb, length=t)
         dy = as_dtype("dy", dy, self.dtype).reshape(rows, d)
@@ -189,12 +189,17 @@ class Transformer:
         dx = att0._out("out", outs[0], (nb, t, d)) if self.input_grad else None
         dctx = att0._out("out", outs[1], (nb, tk, d)) if cross else None
         bufs.for_backward(rows, d, self.d_hidden, self.dtype)
+        with blas_single(threads):
+            self._backward_layers(dy, dx, dctx, bufs, nb, tk, rows, d, threads)
+        return (dx, dctx) if cross else dx
+
+    def _backward_layers(self, dy, dx, dctx, bufs, nb, tk, rows, d, threads):
         dcur = dy
         for i in reversed(range(self.n_layers)):
             mw, mg = self._mlp_w[i], self._mlp_g[i]
             _mlp.mlp_backward(dcur, bufs.zt[i], mw["W1"], mw["W2"], bufs.h[i], bufs.s[i],
                               bufs.sg[i], bufs.dh, mg["W1"], mg["b1"], mg["W2"], mg["b2"],
-                              bufs.dzt)
+                              bufs.dzt, nthreads=threads)
             # dX_i = dZ~ (residual) + attention backward, accumulated in place
             if i > 0:
                 target = bufs.dx
@@ -206,7 +211,6 @@ class Transformer:
                 bufs.dzt, target, None if dctx is None else dctx.reshape(nb * tk, d),
                 dx_accumulate=True, dctx_accumulate=i < self.n_layers - 1)
             dcur = target
-        return (dx, dctx) if cross else dx
 
     def attention_weights(self, layer=None, sample=None, head=None):
         """Attention probabilities of the last forward (grad=True): a list with one

@@ -6,12 +6,19 @@
  * attnx_simd.h adds AVX2+FMA versions chosen at run time (CPUID), so a wheel
  * built for plain x86-64 still runs everywhere. float64 keeps libm's exp: the
  * float64 path is the accuracy reference.
+ *
+ * Sizes and offsets are ptrdiff_t (Py_ssize_t on every platform CPython runs
+ * on): a row of more than 2^31 elements must not wrap.
+ *
+ * Special values are the same at every SIMD level: NaN in gives NaN out (exp,
+ * row max, softmax), exp(-inf) = 0, exp(+inf) = +inf.
  */
 #ifndef ATTNX_MATH_H
 #define ATTNX_MATH_H
 
 #include <math.h>
 #include <string.h>
+#include <stddef.h>
 #include <stdint.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -53,12 +60,24 @@ static inline int attnx_thread_id(void)
 #endif
 }
 
+/* max that keeps a NaN: once m is NaN it stays NaN ("v > NaN" is false), and
+ * a NaN v replaces m. The plain "v > m ? v : m" drops NaNs depending on where
+ * they sit, which would make the answer depend on the SIMD width. */
+#define ATTNX_MAXN(m, v) ((((v) > (m)) || ((v) != (v))) ? (v) : (m))
+
 /* exp(x) for float, written so the loop around it vectorises. Inputs below
- * -87 (including -inf, the masked score) give exactly 0. */
+ * -87 (including -inf, the masked score) give exactly 0, inputs above 88.75
+ * give +inf, NaN gives NaN. 2^n is applied as two factors 2^(n/2) 2^(n - n/2),
+ * both normal floats for every n in [-126, 128], so exp(88.7) is finite and
+ * exp(88.73) overflows to inf as it should. */
+#define ATTNX_EXPF_LO (-87.0f)
+#define ATTNX_EXPF_HI 88.75f
 static inline float attnx_expf(float x)
 {
-    const float lo = -87.0f, hi = 88.0f;
-    float xc = x < lo ? lo : (x > hi ? hi : x);
+    const float lo = ATTNX_EXPF_LO, hi = ATTNX_EXPF_HI;
+    /* NaN compares false and lands on lo: no float->int conversion of a NaN
+     * below (undefined behaviour); the NaN is put back at the end */
+    float xc = x >= lo ? (x <= hi ? x : hi) : lo;
     float fx = xc * 1.44269504088896341f;           /* x / ln 2 */
     int32_t n = (int32_t)(fx + (fx >= 0.0f ? 0.5f : -0.5f));  /* round to nearest */
     float fn = (float)n;
@@ -72,25 +91,27 @@ static inline float attnx_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } scale;
-    scale.i = (n + 127) << 23;
-    float out = p * scale.f;
-    return x < lo ? 0.0f : out;
+    int32_t n1 = n / 2;
+    union { int32_t i; float f; } s1, s2;
+    s1.i = (n1 + 127) << 23;
+    s2.i = (n - n1 + 127) << 23;
+    float out = p * s1.f * s2.f;
+    return x < lo ? 0.0f : (x > hi ? INFINITY : (x == x ? out : x));
 }
 
 /* Row softmax in place over s[0:n_valid], zeros in s[n_valid:n].
  * Keys with keymask[j] != 0 are excluded (keymask may be NULL). A row with no
  * key left becomes all zeros (never NaN). */
-ATTNX_UNUSED static void attnx_softmax_row_f32_scalar(float *s, int n, int n_valid, const uint8_t *keymask)
+ATTNX_UNUSED static void attnx_softmax_row_f32_scalar(float *s, ptrdiff_t n, ptrdiff_t n_valid,
+                                                      const uint8_t *keymask)
 {
-    int j;
+    ptrdiff_t j;
     float mx = -INFINITY, sum = 0.0f;
     if (keymask) {
         for (j = 0; j < n_valid; j++)
             if (keymask[j]) s[j] = -INFINITY;
     }
-    ATTNX_SIMD_MAX(mx)
-    for (j = 0; j < n_valid; j++) mx = s[j] > mx ? s[j] : mx;
+    for (j = 0; j < n_valid; j++) mx = ATTNX_MAXN(mx, s[j]);
     if (mx == -INFINITY) n_valid = 0;
     ATTNX_SIMD_SUM(sum)
     for (j = 0; j < n_valid; j++) {
@@ -106,15 +127,16 @@ ATTNX_UNUSED static void attnx_softmax_row_f32_scalar(float *s, int n, int n_val
     for (j = n_valid; j < n; j++) s[j] = 0.0f;
 }
 
-ATTNX_UNUSED static void attnx_softmax_row_f64_scalar(double *s, int n, int n_valid, const uint8_t *keymask)
+ATTNX_UNUSED static void attnx_softmax_row_f64_scalar(double *s, ptrdiff_t n, ptrdiff_t n_valid,
+                                                      const uint8_t *keymask)
 {
-    int j;
+    ptrdiff_t j;
     double mx = -INFINITY, sum = 0.0;
     if (keymask) {
         for (j = 0; j < n_valid; j++)
             if (keymask[j]) s[j] = -INFINITY;
     }
-    for (j = 0; j < n_valid; j++) mx = s[j] > mx ? s[j] : mx;
+    for (j = 0; j < n_valid; j++) mx = ATTNX_MAXN(mx, s[j]);
     if (mx == -INFINITY) n_valid = 0;
     for (j = 0; j < n_valid; j++) {
         double e = exp(s[j] - mx);
@@ -131,9 +153,9 @@ ATTNX_UNUSED static void attnx_softmax_row_f64_scalar(double *s, int n, int n_va
 /* Softmax backward in place: da <- a * (da - sum_j da_j a_j) over [0, n_valid);
  * entries past n_valid have a = 0 and so get 0. */
 #define ATTNX_SOFTMAX_BWD(NAME, T)                                          \
-ATTNX_UNUSED static void NAME(const T *a, T *da, int n, int n_valid)      \
+ATTNX_UNUSED static void NAME(const T *a, T *da, ptrdiff_t n, ptrdiff_t n_valid) \
 {                                                                           \
-    int j;                                                                  \
+    ptrdiff_t j;                                                            \
     T dot = 0;                                                              \
     ATTNX_SIMD_SUM(dot)                                                     \
     for (j = 0; j < n_valid; j++) dot += da[j] * a[j];                      \
@@ -147,50 +169,50 @@ ATTNX_SOFTMAX_BWD(attnx_softmax_bwd_row_f64, double)
 /* Building blocks of the blocked (online-softmax) attention path.
  * rowmax: max of s[0:n] (-inf when empty or all -inf).
  * expsub_sum: s[j] <- exp(s[j] - mx) in place, returns the sum (mx finite). */
-ATTNX_UNUSED static float attnx_rowmax_f32_scalar(const float *s, int n)
+ATTNX_UNUSED static float attnx_rowmax_f32_scalar(const float *s, ptrdiff_t n)
 {
     float mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    for (ptrdiff_t j = 0; j < n; j++) mx = ATTNX_MAXN(mx, s[j]);
     return mx;
 }
 
-ATTNX_UNUSED static float attnx_expsub_sum_f32_scalar(float *s, int n, float mx)
+ATTNX_UNUSED static float attnx_expsub_sum_f32_scalar(float *s, ptrdiff_t n, float mx)
 {
     float sum = 0.0f;
-    for (int j = 0; j < n; j++) { s[j] = attnx_expf(s[j] - mx); sum += s[j]; }
+    for (ptrdiff_t j = 0; j < n; j++) { s[j] = attnx_expf(s[j] - mx); sum += s[j]; }
     return sum;
 }
 
-ATTNX_UNUSED static double attnx_rowmax_f64(const double *s, int n)
+ATTNX_UNUSED static double attnx_rowmax_f64(const double *s, ptrdiff_t n)
 {
     double mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    for (ptrdiff_t j = 0; j < n; j++) mx = ATTNX_MAXN(mx, s[j]);
     return mx;
 }
 
-ATTNX_UNUSED static double attnx_expsub_sum_f64_scalar(double *s, int n, double mx)
+ATTNX_UNUSED static double attnx_expsub_sum_f64_scalar(double *s, ptrdiff_t n, double mx)
 {
     double sum = 0.0;
-    for (int j = 0; j < n; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
+    for (ptrdiff_t j = 0; j < n; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
     return sum;
 }
 
 /* Any NaN or inf? Tests the exponent bits (all ones) as integers, which the
  * compiler vectorises without fast-math, one pass, no early exit needed. */
-ATTNX_UNUSED static int attnx_any_nonfinite_f32(const float *x, long n)
+ATTNX_UNUSED static int attnx_any_nonfinite_f32(const float *x, ptrdiff_t n)
 {
     const uint32_t *u = (const uint32_t *)x;
     uint32_t bad = 0;
-    long i;
+    ptrdiff_t i;
     for (i = 0; i < n; i++) bad |= ((u[i] & 0x7f800000u) == 0x7f800000u);
     return bad != 0;
 }
 
-ATTNX_UNUSED static int attnx_any_nonfinite_f64(const double *x, long n)
+ATTNX_UNUSED static int attnx_any_nonfinite_f64(const double *x, ptrdiff_t n)
 {
     const uint64_t *u = (const uint64_t *)x;
     uint64_t bad = 0;
-    long i;
+    ptrdiff_t i;
     for (i = 0; i < n; i++)
         bad |= ((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
     return bad != 0;

@@ -15,10 +15,13 @@
 
 #define ATTNX_AVX2 __attribute__((target("avx2,fma")))
 
+/* The exp of attnx_expf, 8 lanes: same range limits, same special values. */
 ATTNX_AVX2 static inline __m256 attnx_exp8(__m256 x)
 {
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+    const __m256 lo = _mm256_set1_ps(ATTNX_EXPF_LO), hi = _mm256_set1_ps(ATTNX_EXPF_HI);
+    /* max/min return their second operand when one is NaN: NaN lanes become lo
+     * here (no garbage integer below) and get their NaN back at the end */
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
     __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
@@ -30,11 +33,18 @@ ATTNX_AVX2 static inline __m256 attnx_exp8(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
-                                                   _mm256_set1_epi32(127)), 23);
-    __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(n));
-    /* below the range (masked scores are -inf): exactly zero */
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), out);
+    /* 2^n as 2^(n>>1) * 2^(n - (n>>1)), both normal for n in [-126, 128] */
+    const __m256i bias = _mm256_set1_epi32(127);
+    __m256i n = _mm256_cvtps_epi32(fx);
+    __m256i n1 = _mm256_srai_epi32(n, 1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_sub_epi32(n, n1), bias), 23));
+    __m256 out = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    /* below the range (masked scores are -inf): exactly zero; above: +inf; NaN: NaN */
+    out = _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), out);
+    out = _mm256_blendv_ps(out, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_ps(out, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 ATTNX_AVX2 static inline float attnx_hsum8(__m256 v)
@@ -53,45 +63,59 @@ ATTNX_AVX2 static inline float attnx_hmax8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-ATTNX_AVX2 static void attnx_softmax_row_f32_avx2(float *s, int n, int n_valid,
-                                                  const uint8_t *keymask)
+ATTNX_AVX2 static float attnx_rowmax_f32_avx2(const float *s, ptrdiff_t n)
 {
-    int j = 0;
-    float mx, sum;
-    if (keymask) {
-        for (j = 0; j < n_valid; j++)
-            if (keymask[j]) s[j] = -INFINITY;
+    ptrdiff_t j;
+    __m256 vmx = _mm256_set1_ps(-INFINITY), vnan = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(s + j);
+        vmx = _mm256_max_ps(vmx, v);
+        vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     }
-    __m256 vmx = _mm256_set1_ps(-INFINITY);
-    for (j = 0; j + 8 <= n_valid; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(s + j));
-    mx = attnx_hmax8(vmx);
-    for (; j < n_valid; j++) mx = s[j] > mx ? s[j] : mx;
-    if (mx == -INFINITY) n_valid = 0;
+    /* max_ps loses a NaN that a later lane value replaces: tracked apart */
+    float mx = _mm256_movemask_ps(vnan) ? NAN : attnx_hmax8(vmx);
+    for (; j < n; j++) mx = ATTNX_MAXN(mx, s[j]);
+    return mx;
+}
+
+ATTNX_AVX2 static float attnx_expsub_sum_f32_avx2(float *s, ptrdiff_t n, float mx)
+{
+    ptrdiff_t j;
     __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n_valid; j += 8) {
+    for (j = 0; j + 8 <= n; j += 8) {
         __m256 e = attnx_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
         _mm256_storeu_ps(s + j, e);
         acc = _mm256_add_ps(acc, e);
     }
-    sum = attnx_hsum8(acc);
-    for (; j < n_valid; j++) {
-        float e = attnx_expf(s[j] - mx);
-        s[j] = e;
-        sum += e;
+    float sum = attnx_hsum8(acc);
+    for (; j < n; j++) { s[j] = attnx_expf(s[j] - mx); sum += s[j]; }
+    return sum;
+}
+
+ATTNX_AVX2 static void attnx_softmax_row_f32_avx2(float *s, ptrdiff_t n, ptrdiff_t n_valid,
+                                                  const uint8_t *keymask)
+{
+    ptrdiff_t j;
+    if (keymask) {
+        for (j = 0; j < n_valid; j++)
+            if (keymask[j]) s[j] = -INFINITY;
     }
+    float mx = attnx_rowmax_f32_avx2(s, n_valid);
+    if (mx == -INFINITY) n_valid = 0;
     if (n_valid > 0) {
-        __m256 inv = _mm256_set1_ps(1.0f / sum);
+        float inv = 1.0f / attnx_expsub_sum_f32_avx2(s, n_valid, mx);
+        __m256 vinv = _mm256_set1_ps(inv);
         for (j = 0; j + 8 <= n_valid; j += 8)
-            _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
-        for (; j < n_valid; j++) s[j] *= 1.0f / sum;
+            _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), vinv));
+        for (; j < n_valid; j++) s[j] *= inv;
     }
     for (j = n_valid; j < n; j++) s[j] = 0.0f;
 }
 
-ATTNX_AVX2 static void attnx_softmax_bwd_row_f32_avx2(const float *a, float *da, int n,
-                                                      int n_valid)
+ATTNX_AVX2 static void attnx_softmax_bwd_row_f32_avx2(const float *a, float *da, ptrdiff_t n,
+                                                      ptrdiff_t n_valid)
 {
-    int j;
+    ptrdiff_t j;
     __m256 acc = _mm256_setzero_ps();
     for (j = 0; j + 8 <= n_valid; j += 8)
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(da + j), _mm256_loadu_ps(a + j), acc);
@@ -105,31 +129,6 @@ ATTNX_AVX2 static void attnx_softmax_bwd_row_f32_avx2(const float *a, float *da,
     for (j = n_valid; j < n; j++) da[j] = 0.0f;
 }
 
-ATTNX_AVX2 static float attnx_rowmax_f32_avx2(const float *s, int n)
-{
-    int j;
-    __m256 vmx = _mm256_set1_ps(-INFINITY);
-    for (j = 0; j + 8 <= n; j += 8) vmx = _mm256_max_ps(vmx, _mm256_loadu_ps(s + j));
-    float mx = attnx_hmax8(vmx);
-    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
-    return mx;
-}
-
-ATTNX_AVX2 static float attnx_expsub_sum_f32_avx2(float *s, int n, float mx)
-{
-    int j;
-    __m256 vm = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
-    for (j = 0; j + 8 <= n; j += 8) {
-        __m256 e = attnx_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-        _mm256_storeu_ps(s + j, e);
-        acc = _mm256_add_ps(acc, e);
-    }
-    float sum = attnx_hsum8(acc);
-    for (; j < n; j++) { s[j] = attnx_expf(s[j] - mx); sum += s[j]; }
-    return sum;
-}
-
-
 /* float64 exp: x = n ln2 + r, |r| <= ln2/2 (ln2 split in two, Cody-Waite), then
  * exp(r) by its Taylor series to r^13 (truncation < 1e-17 relative), then 2^n. */
 #define ATTNX_EXP_D_COEF {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0,   \
@@ -138,26 +137,36 @@ ATTNX_AVX2 static float attnx_expsub_sum_f32_avx2(float *s, int n, float mx)
 #define ATTNX_LN2_HI 6.93147180369123816490e-01
 #define ATTNX_LN2_LO 1.90821492927058770002e-10
 
+#define ATTNX_EXP_LO (-708.0)
+#define ATTNX_EXP_HI 709.8
 ATTNX_AVX2 static inline __m256d attnx_exp4d(__m256d x)
 {
     static const double c[14] = ATTNX_EXP_D_COEF;
-    const __m256d lo = _mm256_set1_pd(-708.0);
-    __m256d xc = _mm256_min_pd(_mm256_max_pd(x, lo), _mm256_set1_pd(709.0));
+    const __m256d lo = _mm256_set1_pd(ATTNX_EXP_LO), hi = _mm256_set1_pd(ATTNX_EXP_HI);
+    __m256d xc = _mm256_min_pd(_mm256_max_pd(x, lo), hi);   /* NaN -> lo, see attnx_exp8 */
     __m256d fn = _mm256_round_pd(_mm256_mul_pd(xc, _mm256_set1_pd(1.4426950408889634074)),
                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256d r = _mm256_fnmadd_pd(fn, _mm256_set1_pd(ATTNX_LN2_HI), xc);
     r = _mm256_fnmadd_pd(fn, _mm256_set1_pd(ATTNX_LN2_LO), r);
     __m256d p = _mm256_set1_pd(c[0]);
     for (int i = 1; i < 14; i++) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c[i]));
-    __m256i n = _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(fn));
-    n = _mm256_slli_epi64(_mm256_add_epi64(n, _mm256_set1_epi64x(1023)), 52);
-    __m256d out = _mm256_mul_pd(p, _mm256_castsi256_pd(n));
-    return _mm256_andnot_pd(_mm256_cmp_pd(x, lo, _CMP_LT_OQ), out);
+    /* 2^n in two normal factors, n in [-1021, 1024] */
+    const __m256i bias = _mm256_set1_epi64x(1023);
+    __m128i n = _mm256_cvtpd_epi32(fn);
+    __m128i n1 = _mm_srai_epi32(n, 1);
+    __m256d s1 = _mm256_castsi256_pd(_mm256_slli_epi64(
+        _mm256_add_epi64(_mm256_cvtepi32_epi64(n1), bias), 52));
+    __m256d s2 = _mm256_castsi256_pd(_mm256_slli_epi64(
+        _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm_sub_epi32(n, n1)), bias), 52));
+    __m256d out = _mm256_mul_pd(_mm256_mul_pd(p, s1), s2);
+    out = _mm256_andnot_pd(_mm256_cmp_pd(x, lo, _CMP_LT_OQ), out);
+    out = _mm256_blendv_pd(out, _mm256_set1_pd(INFINITY), _mm256_cmp_pd(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_pd(out, x, _mm256_cmp_pd(x, x, _CMP_UNORD_Q));
 }
 
-ATTNX_AVX2 static double attnx_expsub_sum_f64_avx2(double *s, int n, double mx)
+ATTNX_AVX2 static double attnx_expsub_sum_f64_avx2(double *s, ptrdiff_t n, double mx)
 {
-    int j;
+    ptrdiff_t j;
     __m256d vm = _mm256_set1_pd(mx), acc = _mm256_setzero_pd();
     for (j = 0; j + 4 <= n; j += 4) {
         __m256d e = attnx_exp4d(_mm256_sub_pd(_mm256_loadu_pd(s + j), vm));
@@ -171,9 +180,9 @@ ATTNX_AVX2 static double attnx_expsub_sum_f64_avx2(double *s, int n, double mx)
     return sum;
 }
 
-ATTNX_AVX2 static void attnx_exp_array_f32_avx2(const float *x, float *y, long n)
+ATTNX_AVX2 static void attnx_exp_array_f32_avx2(const float *x, float *y, ptrdiff_t n)
 {
-    long i;
+    ptrdiff_t i;
     for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, attnx_exp8(_mm256_loadu_ps(x + i)));
     for (; i < n; i++) y[i] = attnx_expf(x[i]);
 }
@@ -183,8 +192,8 @@ ATTNX_AVX2 static void attnx_exp_array_f32_avx2(const float *x, float *y, long n
 
 ATTNX_AVX512 static inline __m512 attnx_exp16(__m512 x)
 {
-    const __m512 lo = _mm512_set1_ps(-87.0f);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+    const __m512 lo = _mm512_set1_ps(ATTNX_EXPF_LO), hi = _mm512_set1_ps(ATTNX_EXPF_HI);
+    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);    /* NaN -> lo, see attnx_exp8 */
     __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), xc);
@@ -196,26 +205,37 @@ ATTNX_AVX512 static inline __m512 attnx_exp16(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx),
-                                                   _mm512_set1_epi32(127)), 23);
-    __m512 out = _mm512_mul_ps(p, _mm512_castsi512_ps(n));
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    return _mm512_maskz_mov_ps((__mmask16)~under, out);
+    const __m512i bias = _mm512_set1_epi32(127);
+    __m512i n = _mm512_cvtps_epi32(fx);
+    __m512i n1 = _mm512_srai_epi32(n, 1);
+    __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+    __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_sub_epi32(n, n1), bias), 23));
+    __m512 out = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    out = _mm512_maskz_mov_ps((__mmask16)~_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), out);
+    out = _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ),
+                             _mm512_set1_ps(INFINITY));
+    return _mm512_mask_mov_ps(out, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-ATTNX_AVX512 static float attnx_rowmax_f32_avx512(const float *s, int n)
+ATTNX_AVX512 static float attnx_rowmax_f32_avx512(const float *s, ptrdiff_t n)
 {
-    int j;
+    ptrdiff_t j;
     __m512 vmx = _mm512_set1_ps(-INFINITY);
-    for (j = 0; j + 16 <= n; j += 16) vmx = _mm512_max_ps(vmx, _mm512_loadu_ps(s + j));
-    float mx = _mm512_reduce_max_ps(vmx);
-    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    __mmask16 nan = 0;
+    for (j = 0; j + 16 <= n; j += 16) {
+        __m512 v = _mm512_loadu_ps(s + j);
+        vmx = _mm512_max_ps(vmx, v);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    }
+    float mx = nan ? NAN : _mm512_reduce_max_ps(vmx);
+    for (; j < n; j++) mx = ATTNX_MAXN(mx, s[j]);
     return mx;
 }
 
-ATTNX_AVX512 static float attnx_expsub_sum_f32_avx512(float *s, int n, float mx)
+ATTNX_AVX512 static float attnx_expsub_sum_f32_avx512(float *s, ptrdiff_t n, float mx)
 {
-    int j;
+    ptrdiff_t j;
     __m512 vm = _mm512_set1_ps(mx), acc = _mm512_setzero_ps();
     for (j = 0; j + 16 <= n; j += 16) {
         __m512 e = attnx_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
@@ -232,10 +252,10 @@ ATTNX_AVX512 static float attnx_expsub_sum_f32_avx512(float *s, int n, float mx)
     return _mm512_reduce_add_ps(acc);
 }
 
-ATTNX_AVX512 static void attnx_softmax_row_f32_avx512(float *s, int n, int n_valid,
+ATTNX_AVX512 static void attnx_softmax_row_f32_avx512(float *s, ptrdiff_t n, ptrdiff_t n_valid,
                                                       const uint8_t *keymask)
 {
-    int j;
+    ptrdiff_t j;
     if (keymask) {
         for (j = 0; j < n_valid; j++)
             if (keymask[j]) s[j] = -INFINITY;
@@ -251,10 +271,10 @@ ATTNX_AVX512 static void attnx_softmax_row_f32_avx512(float *s, int n, int n_val
     for (j = n_valid; j < n; j++) s[j] = 0.0f;
 }
 
-ATTNX_AVX512 static void attnx_softmax_bwd_row_f32_avx512(const float *a, float *da, int n,
-                                                          int n_valid)
+ATTNX_AVX512 static void attnx_softmax_bwd_row_f32_avx512(const float *a, float *da, ptrdiff_t n,
+                                                          ptrdiff_t n_valid)
 {
-    int j;
+    ptrdiff_t j;
     __m512 acc = _mm512_setzero_ps();
     for (j = 0; j + 16 <= n_valid; j += 16)
         acc = _mm512_fmadd_ps(_mm512_loadu_ps(da + j), _mm512_loadu_ps(a + j), acc);
@@ -272,24 +292,31 @@ ATTNX_AVX512 static void attnx_softmax_bwd_row_f32_avx512(const float *a, float 
 ATTNX_AVX512 static inline __m512d attnx_exp8d(__m512d x)
 {
     static const double c[14] = ATTNX_EXP_D_COEF;
-    const __m512d lo = _mm512_set1_pd(-708.0);
-    __m512d xc = _mm512_min_pd(_mm512_max_pd(x, lo), _mm512_set1_pd(709.0));
+    const __m512d lo = _mm512_set1_pd(ATTNX_EXP_LO), hi = _mm512_set1_pd(ATTNX_EXP_HI);
+    __m512d xc = _mm512_min_pd(_mm512_max_pd(x, lo), hi);   /* NaN -> lo, see attnx_exp8 */
     __m512d fn = _mm512_roundscale_pd(_mm512_mul_pd(xc, _mm512_set1_pd(1.4426950408889634074)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512d r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(ATTNX_LN2_HI), xc);
     r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(ATTNX_LN2_LO), r);
     __m512d p = _mm512_set1_pd(c[0]);
     for (int i = 1; i < 14; i++) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
-    __m512i n = _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(fn));
-    n = _mm512_slli_epi64(_mm512_add_epi64(n, _mm512_set1_epi64(1023)), 52);
-    __m512d out = _mm512_mul_pd(p, _mm512_castsi512_pd(n));
-    __mmask8 under = _mm512_cmp_pd_mask(x, lo, _CMP_LT_OQ);
-    return _mm512_maskz_mov_pd((__mmask8)~under, out);
+    const __m512i bias = _mm512_set1_epi64(1023);
+    __m256i n = _mm512_cvtpd_epi32(fn);
+    __m256i n1 = _mm256_srai_epi32(n, 1);
+    __m512d s1 = _mm512_castsi512_pd(_mm512_slli_epi64(
+        _mm512_add_epi64(_mm512_cvtepi32_epi64(n1), bias), 52));
+    __m512d s2 = _mm512_castsi512_pd(_mm512_slli_epi64(
+        _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm256_sub_epi32(n, n1)), bias), 52));
+    __m512d out = _mm512_mul_pd(_mm512_mul_pd(p, s1), s2);
+    out = _mm512_maskz_mov_pd((__mmask8)~_mm512_cmp_pd_mask(x, lo, _CMP_LT_OQ), out);
+    out = _mm512_mask_mov_pd(out, _mm512_cmp_pd_mask(x, hi, _CMP_GT_OQ),
+                             _mm512_set1_pd(INFINITY));
+    return _mm512_mask_mov_pd(out, _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-ATTNX_AVX512 static double attnx_expsub_sum_f64_avx512(double *s, int n, double mx)
+ATTNX_AVX512 static double attnx_expsub_sum_f64_avx512(double *s, ptrdiff_t n, double mx)
 {
-    int j;
+    ptrdiff_t j;
     __m512d vm = _mm512_set1_pd(mx), acc = _mm512_setzero_pd();
     for (j = 0; j + 8 <= n; j += 8) {
         __m512d e = attnx_exp8d(_mm512_sub_pd(_mm512_loadu_pd(s + j), vm));
@@ -306,17 +333,17 @@ ATTNX_AVX512 static double attnx_expsub_sum_f64_avx512(double *s, int n, double 
     return _mm512_reduce_add_pd(acc);
 }
 
-ATTNX_AVX512 static void attnx_exp_array_f32_avx512(const float *x, float *y, long n)
+ATTNX_AVX512 static void attnx_exp_array_f32_avx512(const float *x, float *y, ptrdiff_t n)
 {
-    long i;
+    ptrdiff_t i;
     for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, attnx_exp16(_mm512_loadu_ps(x + i)));
     for (; i < n; i++) y[i] = attnx_expf(x[i]);
 }
 
 /* ---- SiLU: s = h * sigmoid(h), keeping sigmoid(h) for backward ----------- */
-ATTNX_AVX2 static void attnx_silu_row_f32_avx2(const float *h, float *s, float *sg, int n)
+ATTNX_AVX2 static void attnx_silu_row_f32_avx2(const float *h, float *s, float *sg, ptrdiff_t n)
 {
-    int j;
+    ptrdiff_t j;
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     for (j = 0; j + 8 <= n; j += 8) {
         __m256 hv = _mm256_loadu_ps(h + j);
@@ -327,9 +354,9 @@ ATTNX_AVX2 static void attnx_silu_row_f32_avx2(const float *h, float *s, float *
     for (; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
 }
 
-ATTNX_AVX512 static void attnx_silu_row_f32_avx512(const float *h, float *s, float *sg, int n)
+ATTNX_AVX512 static void attnx_silu_row_f32_avx512(const float *h, float *s, float *sg, ptrdiff_t n)
 {
-    int j;
+    ptrdiff_t j;
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
     for (j = 0; j + 16 <= n; j += 16) {
         __m512 hv = _mm512_loadu_ps(h + j);
@@ -340,9 +367,9 @@ ATTNX_AVX512 static void attnx_silu_row_f32_avx512(const float *h, float *s, flo
     for (; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
 }
 
-ATTNX_AVX2 static void attnx_silu_row_f64_avx2(const double *h, double *s, double *sg, int n)
+ATTNX_AVX2 static void attnx_silu_row_f64_avx2(const double *h, double *s, double *sg, ptrdiff_t n)
 {
-    int j;
+    ptrdiff_t j;
     const __m256d one = _mm256_set1_pd(1.0), zero = _mm256_setzero_pd();
     for (j = 0; j + 4 <= n; j += 4) {
         __m256d hv = _mm256_loadu_pd(h + j);
@@ -353,9 +380,9 @@ ATTNX_AVX2 static void attnx_silu_row_f64_avx2(const double *h, double *s, doubl
     for (; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
 }
 
-ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, double *sg, int n)
+ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, double *sg, ptrdiff_t n)
 {
-    int j;
+    ptrdiff_t j;
     const __m512d one = _mm512_set1_pd(1.0), zero = _mm512_setzero_pd();
     for (j = 0; j + 8 <= n; j += 8) {
         __m512d hv = _mm512_loadu_pd(h + j);
@@ -367,75 +394,117 @@ ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, d
 }
 #endif
 
-/* CPU level: 0 = scalar, 1 = AVX2+FMA, 2 = AVX-512F. Set once per extension
- * module by attnx_init_cpu() at import; max_level caps it (tests, ATTNX_SIMD). */
+/* Dispatch level of THIS extension module's copy of the kernels: 0 = portable
+ * C, 1 = AVX2+FMA, 2 = AVX-512F. Every extension that includes this header gets
+ * its own copy of these statics; the CPU is examined once, by attnx._ops
+ * (attnx_detect_cpu), and each module copies that level at import through
+ * simd_attach() in attnx/_ops.pxd. A module that never attaches stays at 0
+ * (portable, correct, slow) and the dispatch test catches it.
+ * attnx_dispatched records which levels' kernels actually ran here (bit L). */
 static int attnx_cpu_level = 0;
+static int attnx_dispatched = 0;
 
-ATTNX_UNUSED static int attnx_init_cpu(int max_level)
+ATTNX_UNUSED static int attnx_detect_cpu(int max_level)
 {
-    attnx_cpu_level = 0;
+    int level = 0;
 #ifdef ATTNX_HAVE_AVX2_PATH
     __builtin_cpu_init();
     if (max_level >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        attnx_cpu_level = 1;
-    if (max_level >= 2 && attnx_cpu_level == 1 && __builtin_cpu_supports("avx512f"))
-        attnx_cpu_level = 2;
+        level = 1;
+    if (max_level >= 2 && level == 1 && __builtin_cpu_supports("avx512f"))
+        level = 2;
+#else
+    (void)max_level;
 #endif
-    return attnx_cpu_level;
+    return level;
 }
 
-ATTNX_UNUSED static void attnx_softmax_row_f32(float *s, int n, int n_valid,
+ATTNX_UNUSED static int attnx_set_level(int level)
+{
+    attnx_cpu_level = level;
+    return level;
+}
+
+ATTNX_UNUSED static int attnx_get_level(void) { return attnx_cpu_level; }
+ATTNX_UNUSED static int attnx_dispatched_levels(void) { return attnx_dispatched; }
+
+/* The level to run now, recorded (a relaxed read-mostly flag: one atomic OR
+ * the first time a level runs, then only a load). */
+static inline int attnx_level(void)
+{
+    int level = attnx_cpu_level;
+#if defined(__GNUC__) || defined(__clang__)
+    if (!(__atomic_load_n(&attnx_dispatched, __ATOMIC_RELAXED) & (1 << level)))
+        __atomic_fetch_or(&attnx_dispatched, 1 << level, __ATOMIC_RELAXED);
+#else
+    attnx_dispatched |= 1 << level;
+#endif
+    return level;
+}
+
+ATTNX_UNUSED static void attnx_softmax_row_f32(float *s, ptrdiff_t n, ptrdiff_t n_valid,
                                                const uint8_t *keymask)
 {
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) { attnx_softmax_row_f32_avx512(s, n, n_valid, keymask); return; }
-    if (attnx_cpu_level) { attnx_softmax_row_f32_avx2(s, n, n_valid, keymask); return; }
+    if (level == 2) { attnx_softmax_row_f32_avx512(s, n, n_valid, keymask); return; }
+    if (level == 1) { attnx_softmax_row_f32_avx2(s, n, n_valid, keymask); return; }
 #endif
+    (void)level;
     attnx_softmax_row_f32_scalar(s, n, n_valid, keymask);
 }
 
-ATTNX_UNUSED static void attnx_softmax_bwd_row_f32(const float *a, float *da, int n, int n_valid)
+ATTNX_UNUSED static void attnx_softmax_bwd_row_f32(const float *a, float *da, ptrdiff_t n,
+                                                   ptrdiff_t n_valid)
 {
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) { attnx_softmax_bwd_row_f32_avx512(a, da, n, n_valid); return; }
-    if (attnx_cpu_level) { attnx_softmax_bwd_row_f32_avx2(a, da, n, n_valid); return; }
+    if (level == 2) { attnx_softmax_bwd_row_f32_avx512(a, da, n, n_valid); return; }
+    if (level == 1) { attnx_softmax_bwd_row_f32_avx2(a, da, n, n_valid); return; }
 #endif
+    (void)level;
     attnx_softmax_bwd_row_f32_scalar(a, da, n, n_valid);
 }
 
-ATTNX_UNUSED static float attnx_rowmax_f32(const float *s, int n)
+ATTNX_UNUSED static float attnx_rowmax_f32(const float *s, ptrdiff_t n)
 {
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) return attnx_rowmax_f32_avx512(s, n);
-    if (attnx_cpu_level) return attnx_rowmax_f32_avx2(s, n);
+    if (level == 2) return attnx_rowmax_f32_avx512(s, n);
+    if (level == 1) return attnx_rowmax_f32_avx2(s, n);
 #endif
+    (void)level;
     return attnx_rowmax_f32_scalar(s, n);
 }
 
-ATTNX_UNUSED static float attnx_expsub_sum_f32(float *s, int n, float mx)
+ATTNX_UNUSED static float attnx_expsub_sum_f32(float *s, ptrdiff_t n, float mx)
 {
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) return attnx_expsub_sum_f32_avx512(s, n, mx);
-    if (attnx_cpu_level) return attnx_expsub_sum_f32_avx2(s, n, mx);
+    if (level == 2) return attnx_expsub_sum_f32_avx512(s, n, mx);
+    if (level == 1) return attnx_expsub_sum_f32_avx2(s, n, mx);
 #endif
+    (void)level;
     return attnx_expsub_sum_f32_scalar(s, n, mx);
 }
 
-ATTNX_UNUSED static double attnx_expsub_sum_f64(double *s, int n, double mx)
+ATTNX_UNUSED static double attnx_expsub_sum_f64(double *s, ptrdiff_t n, double mx)
 {
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) return attnx_expsub_sum_f64_avx512(s, n, mx);
-    if (attnx_cpu_level) return attnx_expsub_sum_f64_avx2(s, n, mx);
+    if (level == 2) return attnx_expsub_sum_f64_avx512(s, n, mx);
+    if (level == 1) return attnx_expsub_sum_f64_avx2(s, n, mx);
 #endif
+    (void)level;
     return attnx_expsub_sum_f64_scalar(s, n, mx);
 }
 
 /* float64 row softmax: the portable code, or max + SIMD exp-sum + scale. */
-ATTNX_UNUSED static void attnx_softmax_row_f64(double *s, int n, int n_valid,
+ATTNX_UNUSED static void attnx_softmax_row_f64(double *s, ptrdiff_t n, ptrdiff_t n_valid,
                                                const uint8_t *keymask)
 {
-    int j;
-    if (!attnx_cpu_level) { attnx_softmax_row_f64_scalar(s, n, n_valid, keymask); return; }
+    ptrdiff_t j;
+    if (!attnx_cpu_level) { attnx_level(); attnx_softmax_row_f64_scalar(s, n, n_valid, keymask); return; }
     if (keymask) {
         for (j = 0; j < n_valid; j++)
             if (keymask[j]) s[j] = -INFINITY;
@@ -450,40 +519,48 @@ ATTNX_UNUSED static void attnx_softmax_row_f64(double *s, int n, int n_valid,
 }
 
 /* exp over a float64 array with the kernels' exp (for accuracy tests). */
-ATTNX_UNUSED static void attnx_exp_array_f64(const double *x, double *y, long n)
+ATTNX_UNUSED static void attnx_exp_array_f64(const double *x, double *y, ptrdiff_t n)
 {
-    for (long i = 0; i < n; i++) y[i] = x[i];
-    for (long i = 0; i < n; i += 1 << 20) {
-        int len = (int)(n - i < (1 << 20) ? n - i : (1 << 20));
+    for (ptrdiff_t i = 0; i < n; i++) y[i] = x[i];
+    for (ptrdiff_t i = 0; i < n; i += 1 << 20) {
+        ptrdiff_t len = n - i < (1 << 20) ? n - i : (1 << 20);
         attnx_expsub_sum_f64(y + i, len, 0.0);
     }
 }
 
-ATTNX_UNUSED static void attnx_silu_row_f32(const float *h, float *s, float *sg, int n)
+/* SiLU: the portable float32 path uses attnx_expf too, so that every level
+ * shares one exp and its special values. */
+ATTNX_UNUSED static void attnx_silu_row_f32(const float *h, float *s, float *sg, ptrdiff_t n)
 {
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) { attnx_silu_row_f32_avx512(h, s, sg, n); return; }
-    if (attnx_cpu_level) { attnx_silu_row_f32_avx2(h, s, sg, n); return; }
+    if (level == 2) { attnx_silu_row_f32_avx512(h, s, sg, n); return; }
+    if (level == 1) { attnx_silu_row_f32_avx2(h, s, sg, n); return; }
 #endif
-    for (int j = 0; j < n; j++) { sg[j] = 1.0f / (1.0f + expf(-h[j])); s[j] = h[j] * sg[j]; }
+    (void)level;
+    for (ptrdiff_t j = 0; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
 }
 
-ATTNX_UNUSED static void attnx_silu_row_f64(const double *h, double *s, double *sg, int n)
+ATTNX_UNUSED static void attnx_silu_row_f64(const double *h, double *s, double *sg, ptrdiff_t n)
 {
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) { attnx_silu_row_f64_avx512(h, s, sg, n); return; }
-    if (attnx_cpu_level) { attnx_silu_row_f64_avx2(h, s, sg, n); return; }
+    if (level == 2) { attnx_silu_row_f64_avx512(h, s, sg, n); return; }
+    if (level == 1) { attnx_silu_row_f64_avx2(h, s, sg, n); return; }
 #endif
-    for (int j = 0; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
+    (void)level;
+    for (ptrdiff_t j = 0; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
 }
 
-ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, long n)
+ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, ptrdiff_t n)
 {
-    long i;
+    ptrdiff_t i;
+    int level = attnx_level();
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_cpu_level == 2) { attnx_exp_array_f32_avx512(x, y, n); return; }
-    if (attnx_cpu_level) { attnx_exp_array_f32_avx2(x, y, n); return; }
+    if (level == 2) { attnx_exp_array_f32_avx512(x, y, n); return; }
+    if (level == 1) { attnx_exp_array_f32_avx2(x, y, n); return; }
 #endif
+    (void)level;
     for (i = 0; i < n; i++) y[i] = attnx_expf(x[i]);
 }
 

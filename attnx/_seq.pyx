@@ -1,0 +1,282 @@
+"""Kernels of the sequence model around the transformer blocks: embedding and head
+GEMMs, positions, LayerNorm, pooling, masked rows, residual fix-ups, cross-entropy.
+
+Every array is row-major: activations are (B*T, width) with row r = b*T + t.
+Thread policy: the Python caller passes `nthreads` for the prange loops (1 for
+small work); the GEMMs are single BLAS calls over all rows. Reductions over rows
+(LayerNorm gains, position gradients) use fixed per-thread slices combined in a
+fixed order, so results are the same from run to run at a given thread count.
+"""
+from cython.parallel cimport prange
+from libc.math cimport exp, log
+from libc.stdint cimport uint8_t, int64_t
+
+from attnx._blas cimport floating, gemm, NT, TR
+
+cdef extern from "attnx_seq.h" nogil:
+    void attnx_ln_fwd_f32(const float *x, const float *g, const float *b, float *y,
+                          Py_ssize_t d, float eps, float *mean_out, float *rs_out)
+    void attnx_ln_fwd_f64(const double *x, const double *g, const double *b, double *y,
+                          Py_ssize_t d, double eps, double *mean_out, double *rs_out)
+    void attnx_ln_bwd_f32(const float *dy, const float *x, const float *g, float mu, float rs,
+                          float *dx, const float *add, float *pg, float *pb, Py_ssize_t d)
+    void attnx_ln_bwd_f64(const double *dy, const double *x, const double *g, double mu,
+                          double rs, double *dx, const double *add, double *pg, double *pb,
+                          Py_ssize_t d)
+
+
+cdef inline void fill_bias(floating *y, const floating *b, Py_ssize_t rows,
+                           Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t r, j
+    for r in range(rows):
+        for j in range(n):
+            y[r * n + j] = b[j]
+
+
+def linear_forward(const floating[:, ::1] x, const floating[:, ::1] w,
+                   const floating[::1] b, floating[:, ::1] y, int nthreads=1):
+    """y (rows, n) = x (rows, k) w (k, n) + b: one GEMM over every row."""
+    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1]
+    if rows == 0:
+        return
+    with nogil:
+        fill_bias(&y[0, 0], &b[0], rows, n)
+        gemm(NT, NT, rows, n, k, <floating> 1, &x[0, 0], k, &w[0, 0], n,
+             <floating> 1, &y[0, 0], n)
+
+
+def linear_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
+                    const floating[:, ::1] w, floating[:, ::1] dw, floating[::1] db,
+                    floating[:, ::1] dx, int nthreads=1):
+    """dw = x^T dy, db = column sums of dy, dx = dy w^T (skipped when dx is None)."""
+    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1], r, j
+    with nogil:
+        gemm(TR, NT, k, n, rows, <floating> 1, &x[0, 0], k, &dy[0, 0], n,
+             <floating> 0, &dw[0, 0], n)
+        for j in range(n):
+            db[j] = 0
+        for r in range(rows):
+            for j in range(n):
+                db[j] += dy[r, j]
+        if dx is not None:
+            gemm(NT, TR, rows, k, n, <floating> 1, &dy[0, 0], n, &w[0, 0], n,
+                 <floating> 0, &dx[0, 0], k)
+
+
+def add_positions(floating[:, ::1] h, const floating[:, ::1] table, Py_ssize_t t,
+                  int nthreads=1):
+    """h[r] += table[r % t] for every row r of h (B*T, d)."""
+    cdef Py_ssize_t rows = h.shape[0], d = h.shape[1], r, j, tt
+    with nogil:
+        for r in prange(rows, schedule="static", num_threads=nthreads):
+            tt = r % t
+            for j in range(d):
+                h[r, j] += table[tt, j]
+
+
+def positions_backward(const floating[:, ::1] dh, floating[:, ::1] dp, Py_ssize_t t,
+                       int nthreads=1):
+    """dp[tt] = sum over the batch of dh[b*t + tt] for tt < t; rows from t on are zero."""
+    cdef Py_ssize_t rows = dh.shape[0], d = dh.shape[1], nb = rows // t, tt, b, j
+    with nogil:
+        for tt in prange(dp.shape[0], schedule="static", num_threads=nthreads):
+            for j in range(d):
+                dp[tt, j] = 0
+            if tt < t:
+                for b in range(nb):
+                    for j in range(d):
+                        dp[tt, j] += dh[b * t + tt, j]
+
+
+def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const floating[::1] b,
+                      floating[:, ::1] y, floating[:, ::1] st, double eps, int nthreads=1):
+    """y = (x - mean) / sqrt(var + eps) * g + b per row (biased variance, as torch);
+    st[0, r] = mean, st[1, r] = 1/sqrt(var + eps), kept for backward."""
+    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r
+    with nogil:
+        for r in prange(rows, schedule="static", num_threads=nthreads):
+            if floating is float:
+                attnx_ln_fwd_f32(&x[r, 0], &g[0], &b[0], &y[r, 0], d, <float> eps,
+                                 &st[0, r], &st[1, r])
+            else:
+                attnx_ln_fwd_f64(&x[r, 0], &g[0], &b[0], &y[r, 0], d, eps,
+                                 &st[0, r], &st[1, r])
+
+
+def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
+                       const floating[::1] g, const floating[:, ::1] st,
+                       floating[::1] dg, floating[::1] db, floating[:, ::1] dx,
+                       const floating[:, ::1] add, floating[:, ::1] part, int nthreads=1):
+    """dg = sum_r dy * xhat, db = sum_r dy, and per row
+    dx = rs * (dy g - mean(dy g) - xhat * mean(dy g xhat)) (+ add when given).
+
+    part: scratch (>= nthreads, 2 * d): each thread's share of dg and db over its
+    fixed slice of rows, summed afterwards in thread order.
+    """
+    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r, j, c, lo, hi
+    cdef int nth = nthreads if nthreads <= part.shape[0] else <int> part.shape[0]
+    cdef const floating *ap
+    with nogil:
+        for c in prange(nth, schedule="static", num_threads=nth):
+            lo = rows * c // nth
+            hi = rows * (c + 1) // nth
+            for j in range(2 * d):
+                part[c, j] = 0
+            for r in range(lo, hi):
+                ap = &add[r, 0] if add is not None else NULL
+                if floating is float:
+                    attnx_ln_bwd_f32(&dy[r, 0], &x[r, 0], &g[0], st[0, r], st[1, r], &dx[r, 0],
+                                     ap, &part[c, 0], &part[c, d], d)
+                else:
+                    attnx_ln_bwd_f64(&dy[r, 0], &x[r, 0], &g[0], st[0, r], st[1, r], &dx[r, 0],
+                                     ap, &part[c, 0], &part[c, d], d)
+        for j in range(d):
+            dg[j] = 0
+            db[j] = 0
+        for c in range(nth):
+            for j in range(d):
+                dg[j] += part[c, j]
+                db[j] += part[c, d + j]
+
+
+cdef inline Py_ssize_t last_valid(const uint8_t[:, ::1] km, Py_ssize_t b,
+                                  Py_ssize_t t) noexcept nogil:
+    cdef Py_ssize_t tt = t - 1
+    while tt >= 0 and km[b, tt]:
+        tt -= 1
+    return tt
+
+
+def pool_forward(const floating[:, ::1] h, const uint8_t[:, ::1] km, floating[:, ::1] pooled,
+                 Py_ssize_t nb, Py_ssize_t t, bint last, int nthreads=1):
+    """pooled[b] = mean of the valid rows of sequence b (km[b, tt] == 0, or all rows
+    when km is None), or its last valid row; zeros when it has none."""
+    cdef Py_ssize_t d = h.shape[1], b, tt, j, cnt
+    cdef floating inv
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nthreads):
+            for j in range(d):
+                pooled[b, j] = 0
+            if last:
+                tt = last_valid(km, b, t) if km is not None else t - 1
+                if tt >= 0:
+                    for j in range(d):
+                        pooled[b, j] = h[b * t + tt, j]
+            else:
+                cnt = 0
+                for tt in range(t):
+                    if km is None or not km[b, tt]:
+                        cnt = cnt + 1
+                        for j in range(d):
+                            pooled[b, j] += h[b * t + tt, j]
+                if cnt > 0:
+                    inv = <floating> (1.0 / cnt)
+                    for j in range(d):
+                        pooled[b, j] = pooled[b, j] * inv
+
+
+def pool_backward(const floating[:, ::1] dpooled, const uint8_t[:, ::1] km,
+                  floating[:, ::1] dh, Py_ssize_t nb, Py_ssize_t t, bint last, int nthreads=1):
+    """dh (B*T, d) from dpooled (B, d): spread over the valid rows (mean) or put on the
+    last valid row; zero elsewhere."""
+    cdef Py_ssize_t d = dh.shape[1], b, tt, j, cnt
+    cdef floating inv
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nthreads):
+            for tt in range(t):
+                for j in range(d):
+                    dh[b * t + tt, j] = 0
+            if last:
+                tt = last_valid(km, b, t) if km is not None else t - 1
+                if tt >= 0:
+                    for j in range(d):
+                        dh[b * t + tt, j] = dpooled[b, j]
+            else:
+                cnt = 0
+                for tt in range(t):
+                    if km is None or not km[b, tt]:
+                        cnt = cnt + 1
+                if cnt > 0:
+                    inv = <floating> (1.0 / cnt)
+                    for tt in range(t):
+                        if km is None or not km[b, tt]:
+                            for j in range(d):
+                                dh[b * t + tt, j] = dpooled[b, j] * inv
+
+
+def zero_masked_rows(floating[:, ::1] y, const uint8_t[:, ::1] km, int nthreads=1):
+    """Zero row r of y (B*T, k) where the flat mask km (B, T) is set."""
+    cdef Py_ssize_t rows = y.shape[0], k = y.shape[1], t = km.shape[1], r, j
+    with nogil:
+        for r in range(rows):
+            if km[r // t, r % t]:
+                for j in range(k):
+                    y[r, j] = 0
+
+
+def add_sub(floating[:, ::1] out, const floating[:, ::1] a, const floating[:, ::1] b,
+            int nthreads=1):
+    """out += a - b (a or b may be None)."""
+    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
+    with nogil:
+        for r in prange(rows, schedule="static", num_threads=nthreads):
+            for j in range(k):
+                if a is not None:
+                    out[r, j] += a[r, j]
+                if b is not None:
+                    out[r, j] -= b[r, j]
+
+
+def cross_entropy_rows(const floating[:, ::1] z, const int64_t[::1] lab,
+                       const double[::1] w, double total, floating[:, ::1] dz):
+    """sum_r w_r l_r / total with l_r = logsumexp(z_r) - z_r[lab_r] (row max subtracted);
+    dz = w_r / total * (softmax(z_r) - onehot(lab_r)). w None means every w_r = 1."""
+    cdef Py_ssize_t n = z.shape[0], c = z.shape[1], r, j
+    cdef double mx, se, acc = 0, wr, e
+    with nogil:
+        for r in range(n):
+            mx = z[r, 0]
+            for j in range(1, c):
+                if z[r, j] > mx:
+                    mx = z[r, j]
+            se = 0
+            for j in range(c):
+                e = exp(<double> z[r, j] - mx)
+                dz[r, j] = <floating> e
+                se = se + e
+            wr = w[r] if w is not None else 1.0
+            acc = acc + wr * (log(se) + mx - z[r, lab[r]])
+            wr = wr / total
+            for j in range(c):
+                dz[r, j] = <floating> (dz[r, j] / se * wr)
+            dz[r, lab[r]] -= <floating> wr
+    return acc / total
+
+
+def masked_add(floating[:, ::1] out, const floating[:, ::1] res, const floating[:, ::1] a,
+               const floating[:, ::1] b, const floating[:, ::1] mult, int nthreads=1):
+    """out = res + mult * (a - b), res and b optional (None reads as 0): a dropped-out
+    residual branch (mult holds 0 or 1/(1-p)) and its backward."""
+    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
+    cdef floating v
+    with nogil:
+        for r in prange(rows, schedule="static", num_threads=nthreads):
+            for j in range(k):
+                v = a[r, j]
+                if b is not None:
+                    v = v - b[r, j]
+                v = v * mult[r, j]
+                if res is not None:
+                    v = v + res[r, j]
+                out[r, j] = v
+
+
+def dropout_mask(floating[:, ::1] u, double p, int nthreads=1):
+    """Turn uniform [0, 1) draws u into dropout multipliers in place:
+    0 where u < p (dropped, probability p), 1/(1-p) elsewhere."""
+    cdef Py_ssize_t rows = u.shape[0], k = u.shape[1], r, j
+    cdef floating keep = <floating> (1.0 / (1.0 - p)), pf = <floating> p
+    with nogil:
+        for r in prange(rows, schedule="static", num_threads=nthreads):
+            for j in range(k):
+                u[r, j] = keep if u[r, j] >= pf else 0

@@ -1,0 +1,489 @@
+"""SequenceModel: embedding, positions, transformer blocks, pooling and a linear head.
+
+X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pooled.
+"""
+import numbers
+
+import numpy as np
+
+from . import _mlp, _ops, _seq
+from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
+from ._workspace import WorkspaceCache, check_size, nbytes_of
+from .attention import MultiHeadAttention
+
+LN_EPS = 1e-5
+POSITIONAL = ("none", "sinusoidal", "learned", "rope")
+POOLING = (None, "mean", "last")
+NORM = (None, "pre")
+
+
+def sinusoidal_table(t_len, d_model, dtype):
+    """PE (t_len, d_model): PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same)."""
+    pos = np.arange(t_len, dtype=np.float64)[:, None]
+    i2 = np.arange(0, d_model, 2, dtype=np.float64)
+    ang = pos / 10000.0 ** (i2 / d_model)
+    pe = np.empty((t_len, d_model), dtype=np.float64)
+    pe[:, 0::2] = np.sin(ang)
+    pe[:, 1::2] = np.cos(ang[:, :d_model // 2])
+    return np.ascontiguousarray(pe, dtype=dtype)
+
+
+def _choice(name, value, options):
+    if not any(value is o or (isinstance(value, str) and value == o) for o in options):
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value
+
+
+class _Buffers:
+    """Activations and backward scratch of one (batch, T, store, threads) signature."""
+
+    def __init__(self, m, nb, t):
+        rows, d, dh, L = nb * t, m.d_model, m.d_hidden, m.n_layers
+        e = lambda *shape: np.empty(shape, dtype=m.dtype)  # noqa: E731
+        pre = m.norm == "pre"
+        self.x = e(rows, m.n_features)
+        self.hs = [e(rows, d) for _ in range(L + 1)]     # block inputs; hs[L] the last output
+        self.zt = [e(rows, d) for _ in range(L)]         # Z~ = attention branch + residual
+        self.hid = [e(rows, dh) for _ in range(L)]       # Z W1 + b1
+        self.s = [e(rows, dh) for _ in range(L)]         # silu
+        self.sg = [e(rows, dh) for _ in range(L)]        # sigmoid, for backward
+        # pre-norm: LN outputs and their row statistics (mean, 1/std)
+        self.u1 = [e(rows, d) for _ in range(L)] if pre else None
+        self.u2 = [e(rows, d) for _ in range(L)] if pre else None
+        self.st1 = [e(2, rows) for _ in range(L)] if pre else None
+        self.st2 = [e(2, rows) for _ in range(L)] if pre else None
+        self.hf = e(rows, d) if pre else self.hs[L]      # after the final norm
+        self.stf = e(2, rows) if pre else None
+        self.pooled = e(nb, d) if m.pooling is not None else self.hf
+        self.mask = np.empty((nb, t), dtype=np.uint8)
+        # dropout: a branch's output before it is masked, and the multipliers
+        drop = m.dropout > 0
+        self.branch = e(rows, d) if drop else None
+        self.m1 = [e(rows, d) for _ in range(L)] if drop else None
+        self.m2 = [e(rows, d) for _ in range(L)] if drop else None
+        self.dy = self.dpooled = self.dhf = self.da = self.db = self.dzt = None
+        self.dhid = self.part = self.dbr = None
+
+    def draw_masks(self, m):
+        """New dropout multipliers (0 or 1/(1-p)) from the model's generator."""
+        for buf in self.m1 + self.m2:
+            m.dropout_rng.random(out=buf, dtype=buf.dtype)
+            m._k.dropout_mask(buf, m.dropout)
+
+    def for_backward(self, m, nb, t, threads):
+        if self.dzt is None:
+            rows, d = nb * t, m.d_model
+            e = lambda *shape: np.empty(shape, dtype=m.dtype)  # noqa: E731
+            self.dy = e(nb if m.pooling is not None else rows, m.n_outputs)
+            self.dpooled = e(nb, d) if m.pooling is not None else None
+            self.dhf = e(rows, d)
+            self.da, self.db, self.dzt = e(rows, d), e(rows, d), e(rows, d)
+            self.dbr = e(rows, d) if m.dropout > 0 else None
+            self.dhid = e(rows, m.d_hidden)
+            self.part = e(max(threads, 1), 2 * d)   # per-thread LayerNorm gain sums
+        return self
+
+
+class SequenceModel:
+    """A transformer for sequences with its own width, pooling and output head.
+
+        H0 = X embed.W + embed.b (+ positions)          X: (B, T, n_features)
+        blocks i = 0 .. n_layers-1, with norm=None:
+            Z~ = Attn(H) + H ;       H' = silu(Z~ W1 + b1) W2 + b2 + Z~
+        with norm="pre" (LayerNorm over features, eps 1e-5, affine):
+            Z~ = Attn(LN1(H)) + H ;  H' = MLP(LN2(Z~)) + Z~ ; after the last block LN `norm`
+        pooling None: every position; "mean": the mean of the valid positions of each
+            sequence; "last": each sequence's last valid position
+        head: Y = pooled head.W + head.b
+
+    Parameters
+    ----------
+    n_features, d_model, n_heads, n_layers, n_outputs : ints; n_heads divides d_model.
+    d_hidden : MLP width (None: 4 * d_model).
+    pooling : None (Y is (B, T, n_outputs)), "mean" or "last" (Y is (B, n_outputs)).
+    positional : "none", "sinusoidal" (fixed sin/cos table added to H0), "learned"
+        (`pos.P` (max_len, d_model), rows 0..T-1 added to H0) or "rope" (rotary
+        positions inside every attention layer; needs an even d_model // n_heads).
+    norm : None or "pre" (pre-norm blocks and a final LayerNorm).
+    causal : position t attends to positions <= t only.
+    bias : attention and MLP biases (embed.b and head.b always exist).
+    dropout : probability in [0, 1) (see the dropout section of the docs).
+    max_len : longest sequence; required by positional="learned".
+    dtype : float32 or float64.
+    random_state : seed for numpy.random.default_rng. Initial weights: embed.W
+        uniform in +-1/sqrt(n_features); attention and MLP weights as in
+        Transformer; pos.P normal with std 0.02; head.W uniform in
+        +-1/sqrt(d_model); LayerNorm gains 1; every bias 0.
+
+    forward(x, key_padding_mask) takes a (B, T) bool mask, True = padding:
+    padded positions are never attended to, are left out of the pooling, give
+    zero outputs with pooling=None (their dY is ignored) and receive zero
+    gradient. A sequence with no valid position pools to zeros (Y = head.b).
+    `params` / `grads`: read-only mappings of live views into one flat buffer
+    (names embed.W, embed.b, pos.P, layers.{i}.Wq ... layers.{i}.b2,
+    layers.{i}.ln1.g/.b, layers.{i}.ln2.g/.b, norm.g, norm.b, head.W, head.b).
+    Set `input_grad = False` to skip dL/dX in backward (it then returns None).
+    """
+
+    def __init__(self, n_features, d_model, n_heads, n_layers, n_outputs, *, d_hidden=None,
+                 pooling=None, positional="none", norm=None, causal=False, bias=True,
+                 dropout=0.0, max_len=None, dtype=np.float32, random_state=None):
+        self.n_features = check_positive_int("n_features", n_features)
+        d = self.d_model = check_positive_int("d_model", d_model)
+        h = self.n_heads = check_positive_int("n_heads", n_heads)
+        self.n_layers = check_positive_int("n_layers", n_layers)
+        self.n_outputs = check_positive_int("n_outputs", n_outputs)
+        self.d_hidden = 4 * d if d_hidden is None else check_positive_int("d_hidden", d_hidden)
+        if d % h:
+            raise ValueError(f"n_heads must divide d_model, got d_model={d}, n_heads={h}")
+        self.pooling = _choice("pooling", pooling, POOLING)
+        self.positional = _choice("positional", positional, POSITIONAL)
+        self.norm = _choice("norm", norm, NORM)
+        if self.positional == "rope" and (d // h) % 2:
+            raise ValueError(f"positional='rope' needs an even d_model // n_heads, got {d // h}")
+        self.causal, self.bias = bool(causal), bool(bias)
+        if (isinstance(dropout, bool) or not isinstance(dropout, numbers.Real)
+                or not 0.0 <= float(dropout) < 1.0):
+            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
+        if max_len is not None:
+            max_len = check_positive_int("max_len", max_len)
+        elif self.positional == "learned":
+            raise ValueError("positional='learned' needs max_len (the longest sequence), "
+                             "got max_len=None")
+        self.max_len = max_len
+        self.dtype = check_dtype(dtype)
+        self.input_grad = True
+        self._build(random_state)
+        self._bufs = WorkspaceCache()
+        self._tables = {}
+        self._last = None
+        self._k = _seq   # the kernels (tests swap in their NumPy reference)
+        self._freeze_dropout = False  # tests: keep the last masks (finite differences)
+
+    # ---- storage -------------------------------------------------------
+    def _build(self, random_state):
+        d, dh, L, f, k = self.d_model, self.d_hidden, self.n_layers, self.n_features, self.n_outputs
+        pre = self.norm == "pre"
+        n_att = MultiHeadAttention.n_params(d, self.bias)
+        a = FlatAllocator()
+        spans = {}
+
+        def res(name, *shape):
+            spans[name] = (a.reserve(int(np.prod(shape))), shape)
+
+        res("embed.W", f, d)
+        res("embed.b", d)
+        if self.positional == "learned":
+            res("pos.P", self.max_len, d)
+        att_start = []
+        for i in range(L):
+            att_start.append(a.reserve(n_att))
+            res(f"layers.{i}.W1", d, dh)
+            res(f"layers.{i}.W2", dh, d)
+            if self.bias:
+                res(f"layers.{i}.b1", dh)
+                res(f"layers.{i}.b2", d)
+            if pre:
+                for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b"):
+                    res(f"layers.{i}.{n}", d)
+        if pre:
+            res("norm.g", d)
+            res("norm.b", d)
+        res("head.W", d, k)
+        res("head.b", k)
+        theta = np.zeros(a.size, self.dtype)
+        grad = np.zeros(a.size, self.dtype)
+
+        def view(flat, name):
+            st, shape = spans[name]
+            return flat[st:st + int(np.prod(shape))].reshape(shape)
+
+        w = {n: view(theta, n) for n in spans}
+        g = {n: view(grad, n) for n in spans}
+        rng = np.random.default_rng(random_state)
+        w["embed.W"][...] = rng.uniform(-1 / np.sqrt(f), 1 / np.sqrt(f), size=(f, d))
+        self.attn = []
+        for i in range(L):
+            att = MultiHeadAttention(d, self.n_heads, causal=self.causal, bias=self.bias,
+                                     rope=self.positional == "rope", dtype=self.dtype,
+                                     random_state=rng, attention="auto",
+                                     _storage=(theta, grad, att_start[i]))
+            self.attn.append(att)
+            for n, v in att.params.items():
+                w[f"layers.{i}.{n}"] = v
+                g[f"layers.{i}.{n}"] = att.grads[n]
+            w[f"layers.{i}.W1"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, dh))
+            w[f"layers.{i}.W2"][...] = rng.uniform(-1 / np.sqrt(dh), 1 / np.sqrt(dh), size=(dh, d))
+            if pre:
+                w[f"layers.{i}.ln1.g"][...] = 1
+                w[f"layers.{i}.ln2.g"][...] = 1
+        if pre:
+            w["norm.g"][...] = 1
+        if self.positional == "learned":
+            w["pos.P"][...] = rng.normal(0.0, 0.02, size=(self.max_len, d))
+        w["head.W"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, k))
+        # dropout masks come from their own stream, seeded from the same random_state
+        self.dropout_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+        self._w, self._g = w, g
+        order = self._order()
+        self.params = ParamDict(theta, {n: w[n] for n in order})
+        self.grads = ParamDict(grad, {n: g[n] for n in order})
+
+    def _order(self):
+        names = ["embed.W", "embed.b"] + (["pos.P"] if self.positional == "learned" else [])
+        per = ["Wq", "Wk", "Wv", "Wo", "W1", "W2"]
+        if self.bias:
+            per += ["bq", "bk", "bv", "bo", "b1", "b2"]
+        if self.norm == "pre":
+            per += ["ln1.g", "ln1.b", "ln2.g", "ln2.b"]
+        for i in range(self.n_layers):
+            names += [f"layers.{i}.{n}" for n in per]
+        if self.norm == "pre":
+            names += ["norm.g", "norm.b"]
+        return names + ["head.W", "head.b"]
+
+    @property
+    def n_params(self):
+        """Number of trainable values."""
+        return self.params.flat.size
+
+    # ---- workspaces ----------------------------------------------------
+    def _buffers(self, nb, t, store):
+        threads = _ops.max_threads()
+        key = (nb, t, store, threads)
+
+        def make():
+            rows, d = nb * t, self.d_model
+            per_layer = 6 * d + 3 * self.d_hidden
+            check_size(nbytes_of(self.dtype, rows * (self.n_layers * per_layer + 6 * d
+                                                     + self.n_features + self.d_hidden)),
+                       f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")
+            return _Buffers(self, nb, t)
+
+        return self._bufs.get(key, store, make), threads
+
+    def _table(self, t):
+        tab = self._tables.get(t)
+        if tab is None:
+            self._tables = {t: sinusoidal_table(t, self.d_model, self.dtype)}
+            tab = self._tables[t]
+        return tab
+
+    def _out(self, name, out, shape):
+        if out is None:
+            return np.empty(shape, dtype=self.dtype)
+        if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
+                or not out.flags.c_contiguous or not out.flags.writeable):
+            got = (f"{type(out).__name__} {getattr(out, 'shape', '')} "
+                   f"{getattr(out, 'dtype', '')}").strip()
+            raise ValueError(f"{name} must be a writeable C-contiguous {self.dtype} array "
+                             f"of shape {shape}, got {got}")
+        return out
+
+    def output_shape(self, batch, seq_len):
+        """Shape of Y for an input (batch, seq_len, n_features)."""
+        if self.pooling is None:
+            return (batch, seq_len, self.n_outputs)
+        return (batch, self.n_outputs)
+
+    # ---- public API ----------------------------------------------------
+    def forward(self, x, key_padding_mask=None, *, grad=True, out=None):
+        """Y for x (B, T, n_features): (B, T, n_outputs) with pooling=None, else
+        (B, n_outputs).
+
+        key_padding_mask: (B, T) bool, True = padding (ragged batches right-padded).
+        grad: keep what backward needs (False for inference: no dropout, less state).
+        out: optional C-contiguous array of Y's shape and the model's dtype.
+        """
+        x = as_input("x", x, self.n_features)
+        check_params(self.params)
+        nb, t = x.shape[:2]
+        if self.max_len is not None and t > self.max_len:
+            raise ValueError(f"x has sequence length {t}, longer than max_len={self.max_len} "
+                             f"(shape {x.shape})")
+        mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, t)
+        y = self._out("out", out, self.output_shape(nb, t))
+        b, threads = self._buffers(nb, t, grad)
+        if grad:  # the buffers below may be the last forward's: it can no longer be backed
+            self._last = None
+        rows, d, w = nb * t, self.d_model, self._w
+        cast_into("x", b.x, x.reshape(rows, self.n_features))
+        km = None
+        if mask is not None:
+            np.copyto(b.mask, mask)
+            km = b.mask
+        pre = self.norm == "pre"
+
+        k, nth = self._k, self._nth(rows, threads)
+        drop = grad and self.dropout > 0
+        if drop and not self._freeze_dropout:
+            b.draw_masks(self)
+        h0 = b.hs[0]
+        k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth)
+        if self.positional == "sinusoidal":
+            k.add_positions(h0, self._table(t), t, nth)
+        elif self.positional == "learned":
+            k.add_positions(h0, w["pos.P"], t, nth)
+        for i in range(self.n_layers):
+            self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
+        if pre:
+            k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
+        if self.pooling is not None:
+            k.pool_forward(b.hf, km, b.pooled, nb, t, self.pooling == "last", nth)
+        y2 = y.reshape(-1, self.n_outputs)
+        k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
+        if self.pooling is None and km is not None:
+            k.zero_masked_rows(y2, km)
+        if grad:  # inference leaves the last training forward's state alone (thread safety)
+            self._last = (nb, t, b, threads, km, drop)
+        return y
+
+    __call__ = forward
+
+    def _nth(self, rows, threads):
+        """Threads for the elementwise kernels: one for small work."""
+        return threads if rows * self.d_model >= 16384 else 1
+
+    def _block_forward(self, i, b, km, nb, t, grad, drop, threads, nth):
+        """H_{i+1} from H_i (b.hs[i]); see the class docstring for the formulas."""
+        k, w, p = self._k, self._w, f"layers.{i}."
+        att = self.attn[i]
+        ws, _ = att._workspace(nb, t, t, False, grad)
+        hi, zt = b.hs[i], b.zt[i]
+        if self.norm == "pre":
+            k.layernorm_forward(hi, w[p + "ln1.g"], w[p + "ln1.b"], b.u1[i], b.st1[i],
+                                LN_EPS, nth)
+            ain = b.u1[i]
+        else:
+            ain = hi
+        if drop:  # Z~ = H + mask1 * Attn(.)
+            att._forward_buffers(ain, None, km, b.branch, nb, grad, ws, threads)
+            k.masked_add(zt, hi, b.branch, None, b.m1[i], nth)
+        else:     # the attention kernel adds the residual itself
+            att._forward_buffers(ain, None, km, zt, nb, grad, ws, threads, residual=hi)
+        if self.norm == "pre":
+            k.layernorm_forward(zt, w[p + "ln2.g"], w[p + "ln2.b"], b.u2[i], b.st2[i],
+                                LN_EPS, nth)
+            u2 = b.u2[i]
+        else:
+            u2 = zt
+        # the MLP kernel returns MLP(u2) + u2 (its own residual)
+        out = b.branch if drop else b.hs[i + 1]
+        _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
+                         b.hid[i], b.s[i], b.sg[i], out)
+        if drop:      # H' = Z~ + mask2 * (out - u2)
+            k.masked_add(b.hs[i + 1], zt, b.branch, u2, b.m2[i], nth)
+        elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
+            k.add_sub(b.hs[i + 1], zt, u2, nth)
+
+    def backward(self, dy, *, out=None):
+        """Fill `grads` from dL/dY of the last forward (grad=True); returns dL/dX
+        (B, T, n_features), or None when `input_grad` is False. `out` receives
+        dL/dX without allocating."""
+        if self._last is None:
+            raise RuntimeError("backward needs a forward with grad=True first")
+        nb, t, b, threads, km, drop = self._last
+        if threads != _ops.max_threads():
+            raise RuntimeError("the thread count changed between forward and backward; "
+                               "run forward again")
+        shape = self.output_shape(nb, t)
+        dy = np.asarray(dy) if not isinstance(dy, np.ndarray) else dy
+        if dy.shape != shape:
+            raise ValueError(f"dy must have the shape of the last output {shape}, "
+                             f"got {dy.shape}")
+        if dy.dtype.kind not in "fiu":
+            raise TypeError(f"dy must hold real numbers, got dtype {dy.dtype}")
+        dx = self._out("out", out, (nb, t, self.n_features)) if self.input_grad else None
+        b.for_backward(self, nb, t, threads)
+        rows, w, g = nb * t, self._w, self._g
+        k, nth = self._k, self._nth(rows, threads)
+        cast_into("dy", b.dy, dy.reshape(b.dy.shape))
+        if self.pooling is None and km is not None:
+            k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
+        if self.pooling is None:
+            k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf,
+                              nth)
+        else:
+            k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"],
+                              b.dpooled, nth)
+            k.pool_backward(b.dpooled, km, b.dhf, nb, t, self.pooling == "last", nth)
+        # dcur: dL/d(block output), walking down the stack
+        if self.norm == "pre":
+            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], b.stf, g["norm.g"], g["norm.b"],
+                                 b.da, None, b.part, nth)
+            dcur = b.da
+        else:
+            dcur = b.dhf
+        for i in reversed(range(self.n_layers)):
+            self._block_backward(i, b, dcur, drop, nth)
+        if self.positional == "learned":
+            k.positions_backward(dcur, g["pos.P"], t, nth)
+        k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"],
+                          None if dx is None else dx.reshape(rows, self.n_features), nth)
+        return dx
+
+    def _block_backward(self, i, b, dcur, drop, nth):
+        """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
+        k, w, g, p = self._k, self._w, self._g, f"layers.{i}."
+        pre = self.norm == "pre"
+        u2 = b.u2[i] if pre else b.zt[i]
+        # MLP branch: dbr = dL/d(branch output); the kernel returns dL/du2 + dbr in db
+        if drop:
+            k.masked_add(b.dbr, None, dcur, None, b.m2[i], nth)
+            dbr = b.dbr
+        else:
+            dbr = dcur
+        _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
+                          b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2"),
+                          b.db)
+        if pre:   # dZ~ = LN2'(db - dbr) + dcur
+            k.add_sub(b.db, None, dbr, nth)
+            k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
+                                 g[p + "ln2.b"], b.dzt, dcur, b.part, nth)
+        elif drop:  # dZ~ = (db - dbr) + dcur
+            np.copyto(b.dzt, b.db)
+            k.add_sub(b.dzt, dcur, dbr, nth)
+        else:       # the kernel's residual already is dcur
+            b.dzt, b.db = b.db, b.dzt
+        # attention branch: datt = dL/d(attention output)
+        if drop:
+            k.masked_add(b.dbr, None, b.dzt, None, b.m1[i], nth)
+            datt = b.dbr
+        else:
+            datt = b.dzt
+        if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
+            self.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
+            k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], b.st1[i], g[p + "ln1.g"],
+                                 g[p + "ln1.b"], dcur, b.dzt, b.part, nth)
+        else:     # dH = dZ~ + attention'(datt)
+            np.copyto(dcur, b.dzt)
+            self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
+
+    def dropout_masks(self):
+        """The residual-branch dropout multipliers of the last training forward:
+        name -> (B, T, d_model) copies with values 0 or 1/(1-dropout); names
+        "layers.{i}.res1" (attention branch) and "layers.{i}.res2" (MLP branch).
+        Empty when the last forward used no dropout."""
+        if self._last is None or not self._last[5]:
+            return {}
+        nb, t, b = self._last[:3]
+        out = {}
+        for i in range(self.n_layers):
+            out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, t, -1).copy()
+            out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, t, -1).copy()
+        return out
+
+    def __repr__(self):
+        opts = []
+        for k, default in (("pooling", None), ("positional", "none"), ("norm", None),
+                           ("causal", False), ("bias", True), ("dropout", 0.0),
+                           ("max_len", None)):
+            v = getattr(self, k)
+            if v != default:
+                opts.append(f"{k}={v!r}")
+        return (f"SequenceModel(n_features={self.n_features}, d_model={self.d_model}, "
+                f"n_heads={self.n_heads}, n_layers={self.n_layers}, "
+                f"n_outputs={self.n_outputs}, d_hidden={self.d_hidden}"
+                + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")

@@ -1,0 +1,166 @@
+"""The network of attnx.SequenceModel written in PyTorch (tests, benchmarks and examples only).
+
+    twin = SeqTwin(model)            # copies model's weights; dtype follows the model
+    y = twin(torch.tensor(x), key_padding_mask)
+    y.backward(...); twin.grads()    # name -> numpy gradient, attnx's names
+
+Written from the formulas of the SequenceModel docstring with torch's own ops
+(F.layer_norm is the kernel behind nn.LayerNorm), independent of attnx's kernels.
+Attention is written out (not nn.MultiheadAttention) so that a sequence whose
+keys are all padding gives zeros instead of NaN, as attnx defines it.
+
+Dropout: in training mode with p = model.dropout > 0, the twin drops the
+attention probabilities and each residual branch with torch's F.dropout. Tests
+that need attnx's exact masks pass `masks`, a dict name -> multiplier tensor
+(already scaled by 1/(1-p)); names "layers.{i}.attn" (B, H, T, T) on the
+probabilities, "layers.{i}.res1" (B, T, d) on the attention branch and
+"layers.{i}.res2" (B, T, d) on the MLP branch. A missing name is not dropped.
+"""
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def sinusoidal(t_len, d, dtype):
+    pos = torch.arange(t_len, dtype=torch.float64)[:, None]
+    i2 = torch.arange(0, d, 2, dtype=torch.float64)
+    ang = pos / (10000.0 ** (i2 / d))
+    pe = torch.zeros((t_len, d), dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(ang)
+    pe[:, 1::2] = torch.cos(ang[:, :d // 2])
+    return pe.to(dtype)
+
+
+def rope(t):
+    """Rotate pairs (2i, 2i+1) of t (B, H, T, dh) by angle pos * 10000^(-2i/dh)."""
+    t_len, dh = t.shape[-2], t.shape[-1]
+    i = torch.arange(dh // 2, dtype=torch.float64)
+    ang = torch.arange(t_len, dtype=torch.float64)[:, None] * (10000.0 ** (-2.0 * i / dh))
+    c, s = torch.cos(ang).to(t.dtype), torch.sin(ang).to(t.dtype)
+    a, b = t[..., 0::2], t[..., 1::2]
+    out = torch.stack((a * c - b * s, a * s + b * c), dim=-1)
+    return out.flatten(-2)
+
+
+class SeqTwin(torch.nn.Module):
+    """SequenceModel's network in torch, initialised from an attnx model's weights."""
+
+    def __init__(self, model, dtype=None):
+        super().__init__()
+        if dtype is None:
+            dtype = torch.float32 if model.dtype == np.float32 else torch.float64
+        self.names = list(model.params)
+        self.p = torch.nn.ParameterDict({
+            n.replace(".", "__"): torch.nn.Parameter(torch.tensor(np.array(v), dtype=dtype))
+            for n, v in model.params.items()})
+        self.dtype = dtype
+        for k in ("d_model", "n_heads", "n_layers", "pooling", "positional", "norm",
+                  "causal", "bias", "dropout"):
+            setattr(self, k, getattr(model, k))
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def has(self, name):
+        return name.replace(".", "__") in self.p
+
+    def grads(self):
+        """name -> gradient as a float64 numpy array (zeros where torch has none)."""
+        out = {}
+        for n in self.names:
+            g = self.w(n).grad
+            out[n] = (np.zeros(tuple(self.w(n).shape)) if g is None
+                      else g.detach().to(torch.float64).numpy())
+        return out
+
+    def _drop(self, t, name, masks):
+        if masks is not None:
+            m = masks.get(name)
+            return t if m is None else t * m
+        if self.training and self.dropout > 0:
+            return F.dropout(t, self.dropout, training=True)
+        return t
+
+    def _attention(self, x, i, allowed, masks):
+        nb, t, d = x.shape
+        h = self.n_heads
+        dh = d // h
+        pre = f"layers.{i}."
+
+        def lin(inp, wn, bn):
+            out = inp @ self.w(pre + wn)
+            return out + self.w(pre + bn) if self.has(pre + bn) else out
+
+        def heads(z):
+            return z.reshape(nb, t, h, dh).transpose(1, 2)
+
+        q, k, v = heads(lin(x, "Wq", "bq")), heads(lin(x, "Wk", "bk")), heads(lin(x, "Wv", "bv"))
+        if self.positional == "rope":
+            q, k = rope(q), rope(k)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
+        s = s.masked_fill(~allowed, float("-inf"))
+        m = s.amax(dim=-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+        e = torch.exp(s - m) * allowed
+        den = e.sum(dim=-1, keepdim=True)
+        a = e / torch.where(den > 0, den, torch.ones_like(den))
+        a = self._drop(a, pre + "attn", masks)
+        z = (a @ v).transpose(1, 2).reshape(nb, t, d)
+        return lin(z, "Wo", "bo")
+
+    def _mlp(self, x, i):
+        pre = f"layers.{i}."
+        hid = x @ self.w(pre + "W1")
+        if self.has(pre + "b1"):
+            hid = hid + self.w(pre + "b1")
+        out = F.silu(hid) @ self.w(pre + "W2")
+        return out + self.w(pre + "b2") if self.has(pre + "b2") else out
+
+    def _ln(self, x, name):
+        return F.layer_norm(x, (self.d_model,), self.w(name + ".g"), self.w(name + ".b"),
+                            eps=1e-5)
+
+    def forward(self, x, key_padding_mask=None, masks=None):
+        """x (B, T, n_features) tensor; key_padding_mask (B, T) bool array or tensor,
+        True = padding. Returns Y as SequenceModel.forward does."""
+        x = x.to(self.dtype)
+        nb, t, _ = x.shape
+        pad = (torch.zeros((nb, t), dtype=torch.bool) if key_padding_mask is None
+               else torch.as_tensor(np.asarray(key_padding_mask), dtype=torch.bool))
+        valid = ~pad
+        allowed = valid[:, None, None, :].expand(nb, 1, t, t)
+        if self.causal:
+            allowed = allowed & torch.ones((t, t), dtype=torch.bool).tril()
+        h = x @ self.w("embed.W") + self.w("embed.b")
+        if self.positional == "sinusoidal":
+            h = h + sinusoidal(t, self.d_model, self.dtype)
+        elif self.positional == "learned":
+            h = h + self.w("pos.P")[:t]
+        for i in range(self.n_layers):
+            pre = f"layers.{i}."
+            if self.norm == "pre":
+                z = h + self._drop(self._attention(self._ln(h, pre + "ln1"), i, allowed, masks),
+                                   pre + "res1", masks)
+                h = z + self._drop(self._mlp(self._ln(z, pre + "ln2"), i), pre + "res2", masks)
+            else:
+                z = h + self._drop(self._attention(h, i, allowed, masks), pre + "res1", masks)
+                h = z + self._drop(self._mlp(z, i), pre + "res2", masks)
+        if self.norm == "pre":
+            h = self._ln(h, "norm")
+        vf = valid.to(self.dtype)[:, :, None]
+        if self.pooling == "mean":
+            cnt = vf.sum(dim=1)
+            pooled = (h * vf).sum(dim=1) / torch.clamp(cnt, min=1)
+        elif self.pooling == "last":
+            idx = torch.arange(t)[None, :].expand(nb, t)
+            last = torch.where(valid, idx, torch.full_like(idx, -1)).amax(dim=1)
+            pooled = h[torch.arange(nb), last.clamp(min=0)]
+            pooled = pooled * (last >= 0).to(self.dtype)[:, None]
+        else:
+            pooled = h
+        y = pooled @ self.w("head.W") + self.w("head.b")
+        if self.pooling is None:
+            y = y * vf
+        return y

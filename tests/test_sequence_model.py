@@ -1,0 +1,529 @@
+"""attnx.SequenceModel: PyTorch twin on identical weights, finite differences, contract."""
+import itertools
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx import SequenceModel
+from conftest import rel_err
+from gradcheck import check_grads
+
+TOL = {np.float32: 1e-4, np.float64: 1e-10}
+POOLING = [None, "mean", "last"]
+POSITIONAL = ["none", "sinusoidal", "learned", "rope"]
+NORM = [None, "pre"]
+GRID = list(itertools.product(POOLING, POSITIONAL, NORM, [False, True], [False, True]))
+
+
+def _id(c):
+    pool, pos, norm, causal, mask = c
+    return f"{pool or 'all'}-{pos}-{norm or 'post'}{'-causal' if causal else ''}" \
+           f"{'-mask' if mask else ''}"
+
+
+def ragged_mask(nb, t, rng, full_row=False):
+    """Right-padded (B, T) mask, True = padding: lengths T, T-2, ..., at least 1
+    (or 0 for the last sequence when full_row)."""
+    lengths = [max(t - 2 * b, 1) for b in range(nb)]
+    rng.shuffle(lengths)
+    if full_row:
+        lengths[-1] = 0
+    return np.arange(t)[None, :] >= np.array(lengths)[:, None]
+
+
+def make(dtype, pool, pos, norm, causal, n_layers=2, seed=0, rng=None, **kw):
+    m = SequenceModel(3, 8, 2, n_layers, 4, d_hidden=12, pooling=pool, positional=pos,
+                      norm=norm, causal=causal, max_len=9, dtype=dtype, random_state=seed, **kw)
+    if rng is not None:  # non-trivial biases and LayerNorm affine parameters
+        for n, v in m.params.items():
+            if n.endswith((".b", "bq", "bk", "bv", "bo", "b1", "b2")) or n.endswith(".g"):
+                v[...] = v + rng.normal(size=v.shape) * 0.3
+    return m
+
+
+def check_grads_vs(m, tg, tol):
+    """Every parameter gradient against the twin's; arrays that are zero in exact
+    arithmetic (bk under softmax) are judged on the scale of the other gradients."""
+    overall = max(np.max(np.abs(v)) for v in tg.values())
+    for n in m.params:
+        err = rel_err(m.grads[n], tg[n], floor=1e-3 * overall)
+        assert err < tol, f"{n}: relative error {err:.3g}"
+
+
+def twin_of(torch, m):
+    from seq_torch_twin import SeqTwin
+    return SeqTwin(m)
+
+
+# ---- PyTorch oracle -----------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", GRID, ids=_id)
+def test_matches_torch_twin(torch, dtype, case, rng):
+    pool, pos, norm, causal, use_mask = case
+    m = make(dtype, pool, pos, norm, causal, rng=rng)
+    nb, t = 3, 7
+    x = rng.normal(size=(nb, t, 3)).astype(dtype)
+    kpm = ragged_mask(nb, t, rng) if use_mask else None
+    y = m.forward(x, kpm)
+    g = rng.normal(size=y.shape).astype(dtype)
+    dx = m.backward(g)
+
+    tw = twin_of(torch, m)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tw(xt, kpm)
+    (yt * torch.tensor(g)).sum().backward()
+    tol = TOL[dtype]
+    assert y.shape == tuple(yt.shape)
+    assert rel_err(y, yt.detach().numpy()) < tol
+    assert rel_err(dx, xt.grad.numpy()) < tol, "dX"
+    check_grads_vs(m, tw.grads(), tol)
+    if kpm is not None:
+        assert np.all(dx[kpm] == 0), "padded positions get zero dX"
+        if pool is None:
+            assert np.all(y[kpm] == 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("pool", POOLING)
+def test_fully_padded_sequence_is_finite(torch, dtype, pool, rng):
+    m = make(dtype, pool, "learned", "pre", True, rng=rng)
+    x = rng.normal(size=(3, 6, 3)).astype(dtype)
+    kpm = ragged_mask(3, 6, rng, full_row=True)
+    y = m.forward(x, kpm)
+    dx = m.backward(np.ones_like(y))
+    assert np.isfinite(y).all() and np.isfinite(dx).all()
+    assert np.isfinite(m.grads.flat).all()
+    if pool is not None:  # an empty sequence pools to zeros: Y = head.b
+        np.testing.assert_array_equal(y[-1], m.params["head.b"])
+    tw = twin_of(torch, m)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tw(xt, kpm)
+    yt.sum().backward()
+    assert rel_err(y, yt.detach().numpy()) < TOL[dtype]
+    assert rel_err(dx, xt.grad.numpy()) < TOL[dtype]
+    check_grads_vs(m, tw.grads(), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("pool", [None, "mean"])
+def test_three_adamw_steps_cross_entropy_match_torch(torch, dtype, pool, rng):
+    """Classification with class and sample weights: three AdamW steps in both."""
+    F = torch.nn.functional
+    m = make(dtype, pool, "sinusoidal", "pre", False)
+    nb, t, c = 4, 6, 4
+    x = rng.normal(size=(nb, t, 3)).astype(dtype)
+    kpm = ragged_mask(nb, t, rng)
+    lead = (nb,) if pool else (nb, t)
+    labels = rng.integers(0, c, size=lead)
+    class_w = np.array([1.0, 2.0, 0.5, 1.5])
+    sw = class_w[labels] * rng.uniform(0.5, 2, size=lead)
+    if pool is None:
+        sw = sw * ~kpm   # padding: weight 0
+    tw = twin_of(torch, m)
+    kw = dict(lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.05)
+    opt = attnx.AdamW(m.params, **kw)
+    topt = torch.optim.AdamW(tw.parameters(), **kw)
+    for step in range(3):
+        y = m.forward(x, kpm)
+        loss, dy = attnx.cross_entropy_loss(y, labels, sample_weight=sw)
+        m.backward(dy)
+        opt.step(m.grads)
+        yt = tw(torch.tensor(x), kpm)
+        lt = F.cross_entropy(yt.reshape(-1, c), torch.tensor(labels.reshape(-1)),
+                             reduction="none")
+        swt = torch.tensor(sw.reshape(-1), dtype=yt.dtype)
+        tloss = (lt * swt).sum() / swt.sum()
+        topt.zero_grad()
+        tloss.backward()
+        topt.step()
+        assert abs(loss - tloss.item()) <= TOL[dtype] * max(1.0, abs(loss)), step
+    for n in m.params:
+        if n.endswith(".bk"):
+            # dL/dbk is zero in exact arithmetic (softmax ignores a per-row constant);
+            # Adam normalises the rounding noise to steps of size ~lr in both
+            assert np.abs(m.params[n]).max() <= 3 * kw["lr"]
+            continue
+        err = rel_err(m.params[n], tw.w(n).detach().numpy())
+        assert err < 10 * TOL[dtype], f"{n} after 3 steps: {err:.3g}"
+
+
+# ---- finite differences (float64) ----------------------------------------
+@pytest.mark.parametrize("case", GRID, ids=_id)
+def test_finite_differences(case, rng):
+    pool, pos, norm, causal, use_mask = case
+    m = make(np.float64, pool, pos, norm, causal, rng=rng)
+    nb, t = 3, 6
+    x = rng.normal(size=(nb, t, 3))
+    kpm = ragged_mask(nb, t, rng) if use_mask else None
+    y = m.forward(x, kpm)
+    g = rng.normal(size=y.shape)
+    dx = m.backward(g)
+    analytic = {n: m.grads[n].copy() for n in m.params}
+    analytic["x"] = dx.copy()
+    arrays = dict(m.params)
+    arrays["x"] = x
+
+    def loss():
+        return float(np.sum(m.forward(x, kpm, grad=False) * g))
+
+    check_grads(loss, arrays, analytic, rng, n_probe=5, tol=1e-6)
+
+
+def test_finite_differences_one_layer_every_entry(rng):
+    """Every entry of every parameter of a small pre-norm model with mean pooling."""
+    m = make(np.float64, "mean", "learned", "pre", True, n_layers=1, rng=rng)
+    x = rng.normal(size=(2, 5, 3))
+    kpm = ragged_mask(2, 5, rng)
+    g = rng.normal(size=(2, 4))
+    m.forward(x, kpm)
+    dx = m.backward(g)
+    analytic = {n: m.grads[n].copy() for n in m.params}
+    analytic["x"] = dx.copy()
+    arrays = dict(m.params)
+    arrays["x"] = x
+    check_grads(lambda: float(np.sum(m.forward(x, kpm, grad=False) * g)), arrays, analytic,
+                rng, n_probe=10**6, tol=1e-6)
+
+
+# ---- contract ------------------------------------------------------------
+def test_param_names_and_flat_storage():
+    m = SequenceModel(3, 8, 2, 2, 5, pooling="mean", positional="learned", norm="pre",
+                      max_len=11, random_state=0)
+    names = list(m.params)
+    assert names[:3] == ["embed.W", "embed.b", "pos.P"]
+    assert names[-4:] == ["norm.g", "norm.b", "head.W", "head.b"]
+    for i in range(2):
+        for k in ("Wq", "Wk", "Wv", "Wo", "W1", "W2", "bq", "bk", "bv", "bo", "b1", "b2",
+                  "ln1.g", "ln1.b", "ln2.g", "ln2.b"):
+            assert f"layers.{i}.{k}" in m.params
+    assert m.params["embed.W"].shape == (3, 8)
+    assert m.params["pos.P"].shape == (11, 8)
+    assert m.params["head.W"].shape == (8, 5)
+    assert sum(v.size for v in m.params.values()) == m.params.flat.size == m.n_params
+    for n, v in m.params.items():
+        assert np.shares_memory(v, m.params.flat), n
+        assert np.shares_memory(m.grads[n], m.grads.flat), n
+    with pytest.raises(TypeError):
+        m.params["head.W"] = np.zeros((8, 5))
+    nb = SequenceModel(3, 8, 2, 1, 1, bias=False)
+    assert "layers.0.bq" not in nb.params and "embed.b" in nb.params and "head.b" in nb.params
+    assert "norm.g" not in nb.params and "pos.P" not in nb.params
+
+
+def test_seeded_and_dtypes(rng):
+    a = SequenceModel(3, 8, 2, 1, 2, random_state=5)
+    b = SequenceModel(3, 8, 2, 1, 2, random_state=5)
+    np.testing.assert_array_equal(a.params.flat, b.params.flat)
+    assert a.params.flat.dtype == np.float32
+    c = SequenceModel(3, 8, 2, 1, 2, random_state=5, dtype=np.float64)
+    x = rng.normal(size=(2, 4, 3))
+    assert c.forward(x).dtype == np.float64 and a.forward(x).dtype == np.float32
+    assert a.forward(x).shape == (2, 4, 2)
+    p = SequenceModel(3, 8, 2, 1, 1, pooling="last")
+    assert p.forward(x).shape == (2, 1)
+
+
+@pytest.mark.parametrize("pool", POOLING)
+def test_inference_equals_training_forward_and_reuses_buffers(pool, rng):
+    m = make(np.float64, pool, "sinusoidal", "pre", False, rng=rng)
+    x = rng.normal(size=(2, 5, 3))
+    kpm = ragged_mask(2, 5, rng)
+    y1 = m.forward(x, kpm).copy()
+    out = np.empty(m.output_shape(2, 5))
+    y2 = m.forward(x, kpm, grad=False, out=out)
+    assert y2 is out
+    np.testing.assert_array_equal(y1, y2)
+    # a training step at a fixed shape reuses its buffers
+    m.forward(x, kpm)
+    bufs = m._last[2]
+    dxo = np.empty_like(x)
+    assert m.backward(np.ones_like(y1), out=dxo) is dxo
+    m.forward(x, kpm)
+    assert m._last[2] is bufs
+    # inference does not disturb the state backward needs
+    m.forward(x, kpm)
+    m.backward(np.ones_like(y1))
+    g1 = m.grads.flat.copy()
+    m.forward(x, kpm)
+    m.forward(rng.normal(size=(2, 5, 3)), kpm, grad=False)
+    m.backward(np.ones_like(y1))
+    np.testing.assert_array_equal(m.grads.flat, g1)
+
+
+def test_does_not_modify_inputs(rng):
+    m = make(np.float32, "mean", "none", "pre", False)
+    x = rng.normal(size=(2, 5, 3))
+    kpm = ragged_mask(2, 5, rng)
+    x0, k0 = x.copy(), kpm.copy()
+    y = m.forward(x, kpm)
+    dy = np.ones_like(y)
+    m.backward(dy)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(kpm, k0)
+    np.testing.assert_array_equal(dy, 1)
+
+
+def test_input_grad_false(rng):
+    m = make(np.float64, None, "none", None, False)
+    x = rng.normal(size=(2, 4, 3))
+    y = m.forward(x)
+    m.backward(np.ones_like(y))
+    g = m.grads.flat.copy()
+    m.input_grad = False
+    m.forward(x)
+    assert m.backward(np.ones_like(y)) is None
+    np.testing.assert_array_equal(m.grads.flat, g)
+
+
+def test_errors(rng):
+    with pytest.raises(ValueError, match="max_len"):
+        SequenceModel(3, 8, 2, 1, 1, positional="learned")
+    with pytest.raises(ValueError, match="pooling"):
+        SequenceModel(3, 8, 2, 1, 1, pooling="max")
+    with pytest.raises(ValueError, match="positional"):
+        SequenceModel(3, 8, 2, 1, 1, positional="alibi")
+    with pytest.raises(ValueError, match="norm"):
+        SequenceModel(3, 8, 2, 1, 1, norm="post")
+    with pytest.raises(ValueError, match="n_heads"):
+        SequenceModel(3, 8, 3, 1, 1)
+    with pytest.raises(ValueError, match="rope"):
+        SequenceModel(3, 6, 2, 1, 1, positional="rope")
+    with pytest.raises(ValueError, match="dropout"):
+        SequenceModel(3, 8, 2, 1, 1, dropout=1.0)
+    with pytest.raises(TypeError, match="n_outputs"):
+        SequenceModel(3, 8, 2, 1, 1.5)
+    with pytest.raises(TypeError, match="dtype"):
+        SequenceModel(3, 8, 2, 1, 1, dtype=np.int32)
+    m = SequenceModel(3, 8, 2, 1, 2, positional="learned", max_len=4)
+    with pytest.raises(ValueError, match="max_len=4"):
+        m.forward(np.zeros((1, 5, 3)))
+    with pytest.raises(ValueError, match="x must have 3 features"):
+        m.forward(np.zeros((1, 4, 2)))
+    with pytest.raises(ValueError, match="NaN"):
+        m.forward(np.full((1, 4, 3), np.nan))
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        m.forward(np.zeros((2, 4, 3)), np.zeros((2, 3), bool))
+    with pytest.raises(TypeError, match="key_padding_mask"):
+        m.forward(np.zeros((2, 4, 3)), np.zeros((2, 4)))
+    with pytest.raises(RuntimeError, match="forward"):
+        SequenceModel(3, 8, 2, 1, 2).backward(np.zeros((1, 4, 2)))
+    y = m.forward(np.zeros((2, 4, 3)))
+    with pytest.raises(ValueError, match="dy"):
+        m.backward(np.zeros((2, 4, 3)))
+    with pytest.raises(ValueError, match="out"):
+        m.forward(np.zeros((2, 4, 3)), out=np.zeros((2, 4, 2)))  # float64 vs float32
+    assert y.shape == (2, 4, 2)
+
+
+# ---- the Cython kernels against their NumPy reference -------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_kernels_match_numpy_reference(dtype, nthreads, rng):
+    import seq_numpy_ops as ref
+    from attnx import _seq
+    tol = TOL[dtype]
+    nb, t, d, f = 4, 9, 12, 5
+    rows = nb * t
+    km = ragged_mask(nb, t, rng, full_row=True).astype(np.uint8)
+    a = lambda *s: rng.normal(size=s).astype(dtype)  # noqa: E731
+    x, w, bvec, h = a(rows, f), a(f, d), a(d), a(rows, d)
+    g, dy, add, table = a(d), a(rows, d), a(rows, d), a(t, d)
+    u0 = rng.random((rows, d)).astype(dtype)
+    for mod_out in ("linear", "ln", "pool", "misc"):
+        outs = []
+        for k in (_seq, ref):
+            if mod_out == "linear":
+                y = np.empty((rows, d), dtype)
+                k.linear_forward(x, w, bvec, y, nthreads)
+                dw, db, dx = np.empty_like(w), np.empty_like(bvec), np.empty_like(x)
+                k.linear_backward(h, x, w, dw, db, dx, nthreads)
+                outs.append((y, dw, db, dx))
+            elif mod_out == "ln":
+                y, st = np.empty_like(h), np.empty((2, rows), dtype)
+                k.layernorm_forward(h, g, bvec, y, st, 1e-5, nthreads)
+                dg, db, dx = np.empty_like(g), np.empty_like(g), np.empty_like(h)
+                k.layernorm_backward(dy, h, g, st, dg, db, dx, add, np.empty((2, 2 * d), dtype),
+                                     nthreads)
+                dx2 = np.empty_like(h)
+                k.layernorm_backward(dy, h, g, st, dg, db, dx2, None,
+                                     np.empty((2, 2 * d), dtype), nthreads)
+                outs.append((y, st, dg, db, dx, dx2))
+            elif mod_out == "pool":
+                res = []
+                for last in (False, True):
+                    for m in (km, None):
+                        p = np.empty((nb, d), dtype)
+                        k.pool_forward(h, m, p, nb, t, last, nthreads)
+                        dh = np.empty_like(h)
+                        k.pool_backward(p, m, dh, nb, t, last, nthreads)
+                        res += [p, dh]
+                outs.append(res)
+            else:
+                hh = h.copy()
+                k.add_positions(hh, table, t, nthreads)
+                dp = np.empty((t + 3, d), dtype)
+                k.positions_backward(h, dp, t, nthreads)
+                yy = h.copy()
+                k.zero_masked_rows(yy, km)
+                o1 = np.empty_like(h)
+                k.masked_add(o1, x @ w, h, bvec + h, h * h, nthreads)
+                o2 = np.empty_like(h)
+                k.masked_add(o2, None, h, None, x @ w, nthreads)
+                s1 = h.copy()
+                k.add_sub(s1, x @ w, h * 2, nthreads)
+                u = u0.copy()
+                k.dropout_mask(u, 0.3, nthreads)
+                outs.append((hh, dp, yy, o1, o2, s1, u))
+        for got, want in zip(outs[0], outs[1]):
+            assert got.dtype == dtype
+            assert rel_err(got, want, floor=1e-30) < tol, mod_out
+
+
+def test_dropout_mask_kernel(rng):
+    from attnx import _seq
+    u = rng.random((1000, 50))
+    want = np.where(u >= 0.25, 1 / 0.75, 0.0)
+    _seq.dropout_mask(u, 0.25, 2)
+    np.testing.assert_array_equal(u, want)
+
+
+@pytest.mark.parametrize("case", [(None, "learned", "pre", True, True),
+                                  ("mean", "sinusoidal", None, False, True),
+                                  ("last", "rope", "pre", False, False)], ids=_id)
+def test_model_on_numpy_reference_kernels(case, rng):
+    import seq_numpy_ops as ref
+    pool, pos, norm, causal, use_mask = case
+    a = make(np.float64, pool, pos, norm, causal, rng=rng)
+    b = make(np.float64, pool, pos, norm, causal)
+    b.params.flat[...] = a.params.flat
+    b._k = ref
+    x = rng.normal(size=(3, 6, 3))
+    kpm = ragged_mask(3, 6, rng) if use_mask else None
+    ya, yb = a.forward(x, kpm), b.forward(x, kpm)
+    assert rel_err(ya, yb) < 1e-12
+    g = rng.normal(size=ya.shape)
+    assert rel_err(a.backward(g), b.backward(g)) < 1e-12
+    assert rel_err(a.grads.flat, b.grads.flat) < 1e-12
+
+
+# ---- dropout (residual branches) -----------------------------------------
+@pytest.mark.parametrize("norm", NORM)
+@pytest.mark.parametrize("pool", [None, "mean"])
+def test_dropout_finite_differences_fixed_mask(norm, pool, rng):
+    m = make(np.float64, pool, "learned", norm, True, rng=rng, dropout=0.3)
+    x = rng.normal(size=(3, 6, 3))
+    kpm = ragged_mask(3, 6, rng)
+    y = m.forward(x, kpm)
+    masks = m.dropout_masks()
+    assert set(masks) == {f"layers.{i}.{r}" for i in range(2) for r in ("res1", "res2")}
+    g = rng.normal(size=y.shape)
+    dx = m.backward(g)
+    analytic = {n: m.grads[n].copy() for n in m.params}
+    analytic["x"] = dx.copy()
+    arrays = dict(m.params)
+    arrays["x"] = x
+    m._freeze_dropout = True   # the training forward keeps the last masks
+
+    def loss():
+        out = float(np.sum(m.forward(x, kpm) * g))
+        for n, v in m.dropout_masks().items():
+            np.testing.assert_array_equal(v, masks[n])
+        return out
+
+    check_grads(loss, arrays, analytic, rng, n_probe=8, tol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm", NORM)
+def test_dropout_matches_torch_twin_with_same_masks(torch, dtype, norm, rng):
+    m = make(dtype, "last", "sinusoidal", norm, False, rng=rng, dropout=0.4)
+    x = rng.normal(size=(3, 7, 3)).astype(dtype)
+    kpm = ragged_mask(3, 7, rng)
+    y = m.forward(x, kpm)
+    g = rng.normal(size=y.shape).astype(dtype)
+    dx = m.backward(g)
+    tw = twin_of(torch, m)
+    xt = torch.tensor(x, requires_grad=True)
+    masks = {n: torch.tensor(v) for n, v in m.dropout_masks().items()}
+    yt = tw(xt, kpm, masks=masks)
+    (yt * torch.tensor(g)).sum().backward()
+    assert rel_err(y, yt.detach().numpy()) < TOL[dtype]
+    assert rel_err(dx, xt.grad.numpy()) < TOL[dtype]
+    check_grads_vs(m, tw.grads(), TOL[dtype])
+    # without the masks the outputs differ: dropout really acted
+    assert rel_err(y, tw(torch.tensor(x), kpm, masks={}).detach().numpy()) > 1e-3
+
+
+def test_dropout_mask_statistics_and_reproducibility(rng):
+    p = 0.3
+    m = SequenceModel(3, 32, 4, 2, 2, dropout=p, random_state=7, dtype=np.float64)
+    x = rng.normal(size=(8, 50, 3))
+    m.forward(x)
+    first = m.dropout_masks()
+    vals = np.concatenate([v.ravel() for v in first.values()])
+    assert set(np.unique(vals)) == {0.0, 1 / (1 - p)}
+    frac = np.mean(vals == 0)
+    n = vals.size   # 4 * 8 * 50 * 32 = 51200 draws: 5 sigma is about 0.01
+    assert abs(frac - p) < 5 * np.sqrt(p * (1 - p) / n)
+    assert abs(vals.mean() - 1) < 5 * np.sqrt(p / (1 - p) / n)
+    # the masks of different layers / branches are different draws
+    assert not np.array_equal(first["layers.0.res1"], first["layers.0.res2"])
+    # a new training step draws new masks; the same seed repeats the whole sequence
+    y_second = m.forward(x).copy()
+    second = m.dropout_masks()
+    assert not np.array_equal(first["layers.1.res2"], second["layers.1.res2"])
+    m2 = SequenceModel(3, 32, 4, 2, 2, dropout=p, random_state=7, dtype=np.float64)
+    m2.forward(x)
+    y2 = m2.forward(x)
+    for k in second:
+        np.testing.assert_array_equal(m2.dropout_masks()[k], second[k])
+    np.testing.assert_array_equal(y2, y_second)   # bit-reproducible training forward
+
+
+def test_dropout_off_in_inference(rng):
+    m = SequenceModel(3, 16, 2, 2, 2, dropout=0.5, random_state=1, dtype=np.float64,
+                      norm="pre", pooling="mean")
+    ref = SequenceModel(3, 16, 2, 2, 2, dropout=0.0, random_state=1, dtype=np.float64,
+                        norm="pre", pooling="mean")
+    np.testing.assert_array_equal(m.params.flat, ref.params.flat)
+    x = rng.normal(size=(2, 6, 3))
+    np.testing.assert_array_equal(m.forward(x, grad=False), ref.forward(x, grad=False))
+    assert m.dropout_masks() == {}
+    # a training forward drops
+    yt = m.forward(x)
+    assert not np.allclose(yt, ref.forward(x, grad=False))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_training_step_allocates_no_arrays(dropout, rng):
+    """At a fixed shape a forward/backward/AdamW step reuses every buffer: the
+    traced peak stays far below the size of one activation (B*T*d floats)."""
+    import tracemalloc
+    m = SequenceModel(3, 32, 4, 2, 5, pooling=None, positional="learned", norm="pre",
+                      max_len=64, dropout=dropout, random_state=0)
+    x = rng.normal(size=(8, 64, 3)).astype(np.float32)
+    kpm = ragged_mask(8, 64, rng)
+    labels = rng.integers(0, 5, size=(8, 64))
+    sw = (~kpm).astype(np.float64)
+    y = np.empty(m.output_shape(8, 64), np.float32)
+    dy = np.empty_like(y)
+    dx = np.empty_like(x)
+    opt = attnx.AdamW(m.params)
+
+    def step():
+        m.forward(x, kpm, out=y)
+        attnx.cross_entropy_loss(y, labels, sample_weight=sw, out=dy)
+        m.backward(dy, out=dx)
+        opt.step(m.grads)
+
+    step()
+    step()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    step()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    activation = 8 * 64 * 32 * 4
+    assert peak < activation // 4, f"peak {peak} bytes during a step"
