@@ -32,12 +32,12 @@ def _require(name):
 def _threads_in_worker():
     """Run inside a worker: the thread pools attnx would use there."""
     import attnx
-    from attnx import _ops
+    from attnx._threads import num_threads
     from threadpoolctl import threadpool_info
 
     pools = [(p["internal_api"], p["num_threads"]) for p in threadpool_info()]
     env = {k: os.environ.get(k) for k in ONE_THREAD}
-    return {"pools": pools, "env": env, "attnx_max_threads": _ops.max_threads(),
+    return {"pools": pools, "env": env, "attnx_threads": num_threads(),
             "attnx_file": attnx.__file__}
 
 
@@ -65,7 +65,7 @@ def test_grid_search_on_a_dask_cluster_equals_the_serial_search():
         assert len(info) == 2
         for worker, rep in info.items():
             assert rep["env"] == ONE_THREAD, (worker, rep)
-            assert rep["attnx_max_threads"] == 1, (worker, rep)
+            assert rep["attnx_threads"] == 1, (worker, rep)
             assert rep["pools"] and all(n == 1 for _, n in rep["pools"]), (worker, rep)
             assert Path(rep["attnx_file"]).resolve().parent == ROOT / "attnx"
         with dist.get_task_stream(client) as tasks, joblib.parallel_backend("dask"):
