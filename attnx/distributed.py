@@ -272,11 +272,11 @@ class Communicator(Local):
         return local, parts
 
     def rows(self, parts, bs):
-        """Rows of the batch buffer: this rank's largest share of a global batch
-        in this epoch, rounded up to a multiple of 8 (fewer distinct shapes, so the
-        buffers and the model's workspaces are reused across epochs), at most bs."""
-        most = max((m for _, m, _, _ in parts), default=1)
-        return max(1, min(bs, -(-most // 8) * 8))
+        """Rows of the batch buffer: this rank's largest share of a global batch in
+        this epoch (the shares are random with shuffling; each step computes this
+        many rows, the unused ones padded with zero weight). Fixed within an epoch,
+        so a step allocates nothing; a new value re-makes the buffers once."""
+        return max(1, min(bs, max((m for _, m, _, _ in parts), default=1)))
 
     # ---- per step ----------------------------------------------------------
     def batch_loss(self, loss, weight, guard=None):
