@@ -194,7 +194,7 @@ class Communicator(Local):
         every rank raises the same ValueError. `lengths` (ragged data): this
         rank's sequence lengths; every rank gets all of them (self.lengths, in
         global order) and their maximum (self.t_max)."""
-        sig = None if signature is None else {k: repr(v) for k, v in signature.items()}
+        sig = None if signature is None else {k: _same_repr(v) for k, v in signature.items()}
         rows = self.comm.allgather((int(n_local), tuple(int(s) for s in tail), sig))
         problem = None
         for r, (_, tail, sig) in enumerate(rows):
@@ -352,6 +352,13 @@ class Communicator(Local):
 # ---- helpers ---------------------------------------------------------------
 _REBUILDABLE = (ValueError, TypeError, ArithmeticError, MemoryError, RuntimeError,
                 NotImplementedError, OSError, ImportError)
+
+
+def _same_repr(value):
+    """repr for comparing hyper-parameters across ranks; objects whose repr holds a
+    memory address (a numpy Generator as random_state) compare by type."""
+    r = repr(value)
+    return type(value).__name__ if " at 0x" in r else r
 
 
 def _describe(exc):

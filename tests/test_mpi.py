@@ -72,7 +72,7 @@ def test_ranks_with_uneven_shards_equal_one_process(mpiexec, tmp_path, P):
     res = json.loads(lines[0][len("RESULT "):])
     assert res["P"] == P
     for name in ("attention_val_es", "transformer_noshuffle", "attention_partial_fit",
-                 "random_state_none"):
+                 "random_state_none", "random_state_generator"):
         fig = res[name]
         assert sum(fig["shards"]) > 0 and len(fig["shards"]) == P
         if P > 1:

@@ -144,6 +144,10 @@ def main():
     # random_state=None: every rank must still start from the same (rank 0's) weights
     _, figures["random_state_none"] = run(lambda: attnx.AttentionRegressor(
         1, epochs=2, batch_size=5, random_state=None, dtype=np.float64), 23, compare=False)
+    # a Generator per rank, each in another state: rank 0's seeds still rule
+    _, figures["random_state_generator"] = run(lambda: attnx.AttentionRegressor(
+        1, epochs=2, batch_size=5, random_state=np.random.default_rng(RANK),
+        dtype=np.float64), 23, compare=False)
     figures["checkpoint"] = checkpoint(os.path.join(tmp, "ckpt.npz"))
     if RANK == 0:
         print("RESULT " + json.dumps(dict(P=P, **figures)), flush=True)
