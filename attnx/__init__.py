@@ -25,7 +25,9 @@ __all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_l
            "cross_entropy_loss", "__version__"]
 
 from . import datasets  # noqa: E402
-from .estimators import AttentionRegressor, TransformerRegressor  # noqa: E402
+from .estimators import (AttentionClassifier, AttentionRegressor,  # noqa: E402
+                         TransformerClassifier, TransformerRegressor)
 from .io import load  # noqa: E402
 
-__all__ += ["AttentionRegressor", "TransformerRegressor", "load", "datasets"]
+__all__ += ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
+            "TransformerClassifier", "load", "datasets"]

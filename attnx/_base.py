@@ -10,8 +10,42 @@ import inspect
 import numpy as np
 
 
-class NotFittedError(ValueError, AttributeError):
-    """Raised when predict, score or save needs a fitted estimator (as scikit-learn's)."""
+class _NotFittedError(ValueError, AttributeError):
+    """Raised when predict, score or save needs a fitted estimator (scikit-learn's
+    class takes its place whenever scikit-learn is installed)."""
+
+
+class _ConvergenceWarning(UserWarning):
+    """Training stopped on a plateau of the training loss (scikit-learn's class takes
+    its place whenever scikit-learn is installed)."""
+
+
+_LAZY = {"NotFittedError": ("sklearn.exceptions", "NotFittedError", _NotFittedError),
+         "ConvergenceWarning": ("sklearn.exceptions", "ConvergenceWarning",
+                                _ConvergenceWarning)}
+_RESOLVED = {}
+
+
+def sklearn_class(name):
+    """scikit-learn's NotFittedError / ConvergenceWarning when scikit-learn imports,
+    else attnx's own class of the same bases. Resolved on first use only, so that
+    importing attnx never imports scikit-learn."""
+    cls = _RESOLVED.get(name)
+    if cls is None:
+        module, attr, fallback = _LAZY[name]
+        try:
+            import importlib
+            cls = getattr(importlib.import_module(module), attr)
+        except ImportError:
+            cls = fallback
+        _RESOLVED[name] = cls
+    return cls
+
+
+def __getattr__(name):  # PEP 562: `from attnx._base import NotFittedError` resolves lazily
+    if name in _LAZY:
+        return sklearn_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class EstimatorParams:
@@ -68,6 +102,24 @@ class EstimatorParams:
 
     def _more_tags(self):  # scikit-learn < 1.6
         return {"multioutput": True, "requires_y": True, "X_types": ["3darray"]}
+
+
+class ClassifierParams(EstimatorParams):
+    """EstimatorParams with scikit-learn's classifier tags (is_classifier, stratified CV)."""
+
+    _estimator_type = "classifier"
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        return Tags(estimator_type="classifier",
+                    target_tags=TargetTags(required=True, multi_output=False,
+                                           single_output=True),
+                    classifier_tags=ClassifierTags(),
+                    input_tags=InputTags(two_d_array=False, three_d_array=True))
+
+    def _more_tags(self):  # scikit-learn < 1.6
+        return {"requires_y": True, "X_types": ["3darray"]}
 
 
 def _same(a, b):

@@ -25,22 +25,24 @@ cdef extern from "attnx_seq.h" nogil:
                           Py_ssize_t d)
 
 
-cdef inline void fill_bias(floating *y, const floating *b, Py_ssize_t rows,
-                           Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t r, j
-    for r in range(rows):
-        for j in range(n):
-            y[r * n + j] = b[j]
-
-
 def linear_forward(const floating[:, ::1] x, const floating[:, ::1] w,
-                   const floating[::1] b, floating[:, ::1] y, int nthreads=1):
-    """y (rows, n) = x (rows, k) w (k, n) + b: one GEMM over every row."""
-    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1]
+                   const floating[::1] b, floating[:, ::1] y, int nthreads=1,
+                   const floating[:, ::1] pos=None, Py_ssize_t t=1):
+    """y (rows, n) = x (rows, k) w (k, n) + b (+ pos[r % t] for row r when pos is
+    given: the positional table, added in the same pass that writes the bias),
+    then one GEMM over every row."""
+    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1], r, j, tt
     if rows == 0:
         return
     with nogil:
-        fill_bias(&y[0, 0], &b[0], rows, n)
+        for r in prange(rows, schedule="static", num_threads=nthreads):
+            if pos is not None:
+                tt = r % t
+                for j in range(n):
+                    y[r, j] = b[j] + pos[tt, j]
+            else:
+                for j in range(n):
+                    y[r, j] = b[j]
         gemm(NT, NT, rows, n, k, <floating> 1, &x[0, 0], k, &w[0, 0], n,
              <floating> 1, &y[0, 0], n)
 

@@ -368,6 +368,30 @@ class MultiHeadAttention:
         den = e.sum(axis=1, keepdims=True)
         return np.divide(e, den, out=np.zeros_like(e), where=den > 0)
 
+    # ---- PyTorch weight exchange (attnx._torch_layout) -----------------
+    def torch_state_dict(self):
+        """Weights as a torch.nn.MultiheadAttention(d_model, n_heads, bias=bias,
+        batch_first=True) state dict of NumPy arrays (copies): in_proj_weight
+        (3 d_model, d_model) = [Wq^T; Wk^T; Wv^T], out_proj.weight = Wo^T, and with
+        bias in_proj_bias, out_proj.bias. Convert with torch.from_numpy for
+        module.load_state_dict. (torch's layer has no rope; causal is its attn_mask.)"""
+        from ._torch_layout import attention_to_torch
+
+        return attention_to_torch(self.params, self.d_model, self.bias)
+
+    def load_torch_state_dict(self, state_dict):
+        """Set the weights from a torch.nn.MultiheadAttention(d_model, n_heads,
+        bias=bias, batch_first=True) state dict (torch tensors or NumPy arrays);
+        the keys and shapes must match exactly. All or nothing. Returns self."""
+        from ._torch_layout import (as_arrays, attention_from_torch, attention_torch_shapes,
+                                    check_and_assign)
+
+        sd = as_arrays(state_dict, attention_torch_shapes(self.d_model, self.bias),
+                       f"torch.nn.MultiheadAttention({self.d_model}, {self.n_heads}, "
+                       f"bias={self.bias})")
+        check_and_assign(self.params, attention_from_torch(sd, self.d_model, self.bias))
+        return self
+
     def __repr__(self):
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
         return (f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads}"

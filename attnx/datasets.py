@@ -1,4 +1,5 @@
-"""Synthetic sequence-to-sequence tasks: arrays X, Y of shape (n_samples, seq_len, d_model).
+"""Synthetic sequence-to-sequence tasks (arrays X, Y of shape (n_samples, seq_len, d_model)),
+and sliding_windows, which turns a time series into a forecasting data set.
 
 Values are drawn in float64 from numpy.random.default_rng(random_state) and cast
 to `dtype` at the end, so one seed gives the same data (up to rounding) in
@@ -53,3 +54,40 @@ def mixing_task(n_samples, seq_len=8, d_model=8, noise=0.01, random_state=None,
 def _sizes(n_samples, seq_len, d_model):
     return (check_positive_int("n_samples", n_samples), check_positive_int("seq_len", seq_len),
             check_positive_int("d_model", d_model))
+
+
+def sliding_windows(series, window, horizon=1):
+    """Turn a series into a forecasting data set: windows of the past and the future.
+
+    series: (T,) or (T, f) real values in time order. For every start s in
+    0 .. T - window - horizon, X[s] = series[s : s + window] and y[s] holds the
+    next `horizon` values series[s + window : s + window + horizon].
+
+    Returns (X, y): X (n, window, f) (f = 1 for a 1-D series) and y of shape
+    (n,) when horizon == 1 and the series is 1-D, (n, horizon) for a 1-D series,
+    (n, f) when horizon == 1, else (n, horizon, f); n = T - window - horizon + 1.
+    Both are new arrays of the series' float dtype (float64 for ints); the series is
+    not modified.
+    """
+    window = check_positive_int("window", window)
+    horizon = check_positive_int("horizon", horizon)
+    s = np.asarray(series)
+    if s.dtype.kind not in "fiu":
+        raise TypeError(f"series must hold real numbers, got dtype {s.dtype}")
+    if s.ndim not in (1, 2):
+        raise ValueError(f"series must have shape (T,) or (T, n_features), got {s.shape}")
+    if s.dtype.kind == "f" and not np.isfinite(s).all():
+        raise ValueError("series contains NaN or infinity")
+    flat = s.ndim == 1
+    s2 = s.reshape(len(s), -1)
+    dtype = s.dtype if s.dtype.kind == "f" else np.float64
+    n = s2.shape[0] - window - horizon + 1
+    if n < 1:
+        raise ValueError(f"series of length {s2.shape[0]} is too short for window={window} "
+                         f"and horizon={horizon} (needs at least {window + horizon})")
+    idx = np.arange(n)[:, None]
+    X = s2[idx + np.arange(window)].astype(dtype)               # (n, window, f)
+    y = s2[idx + window + np.arange(horizon)].astype(dtype)     # (n, horizon, f)
+    if flat:
+        y = y[:, :, 0]
+    return X, (y[:, 0] if horizon == 1 else y)

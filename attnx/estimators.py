@@ -1,9 +1,28 @@
-"""scikit-learn style regressors: AttentionRegressor and TransformerRegressor.
+"""scikit-learn style estimators: regressors and classifiers over sequences.
 
-Both learn a map from X (n_samples, seq_len, d) to Y of the same shape by
-minimising the MSE with AdamW over mini-batches; d_model = d comes from the
-data. scikit-learn is not needed at run time (see _base.py), yet clone,
-cross_val_score and GridSearchCV work with them on 3-D arrays.
+X is (n_samples, seq_len, n_features), or a list of 2-D arrays (seq_len_i,
+n_features) of different lengths (ragged input: padded on the right, padded keys
+masked, only valid positions pooled; predict answers in the same ragged form).
+
+- AttentionRegressor / TransformerRegressor: y (n,) or (n, k) gives one prediction
+  per sequence (the model pools its positions); y (n, T, k) (or a list of
+  (T_i, k) arrays) one per position. The loss is the (sample-weighted) MSE.
+- AttentionClassifier / TransformerClassifier: y (n,) labels classify sequences,
+  y (n, T) (or a list of (T_i,) arrays) label every position; softmax
+  cross-entropy, optionally class- and sample-weighted.
+
+The network is attnx.SequenceModel (embedding to d_model, positions, transformer
+blocks, pooling, a linear head). One exception keeps the original regressors
+exactly: with d_model=None, y of X's own shape (n, T, n_features), dense X and none
+of positional / norm / dropout / max_len (nor d_hidden for AttentionRegressor)
+set, the regressors train the bare MultiHeadAttention / Transformer that maps X to
+Y directly, as before, bit for bit.
+
+Canonical spellings: epochs and lr (attnx's and PyTorch's words, used by the
+command line and the model files); scikit-learn's max_iter and learning_rate_init
+are accepted as aliases (None = not given; giving both spellings different values
+is an error). scikit-learn is not needed at run time (see _base.py), yet clone,
+cross_val_score and GridSearchCV work on 3-D arrays.
 """
 import math
 import numbers
@@ -12,44 +31,63 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from . import _sequences as seqs
 from . import distributed
-from ._base import EstimatorParams, NotFittedError
+from . import _state
+from ._base import ClassifierParams, EstimatorParams, sklearn_class
 from ._metrics import r2_score
 from ._params import check_dtype, check_positive_int
-from ._training import (BatchBuffers, EarlyStopping, InterruptGuard, Progress, Snapshot,
-                        TrainingDivergedError)
-from ._validate import as_real_3d, finite
+from ._validate import finite
+from ._training import (Batch, EarlyStopping, InterruptGuard, Progress, Snapshot,
+                        TrainingDivergedError, batch_plan)
 from .attention import MultiHeadAttention
 from .losses import mse_loss
 from .optim import AdamW, _check_hyper
 from .transformer import Transformer
 
-__all__ = ["AttentionRegressor", "TransformerRegressor", "NotFittedError",
-           "TrainingDivergedError"]
+__all__ = ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
+           "TransformerClassifier", "NotFittedError", "TrainingDivergedError"]
 
 # predict and attention_weights run this many rows (samples x positions) per
 # forward: bounded memory for any n, and no relation to the training batch_size
 _PREDICT_ROWS = 8192
 
 # scratch space, rebuilt on demand and never pickled or saved
-_SCRATCH = ("_batch", "_snapshot")
+_SCRATCH = ("_batches", "_snapshot", "_dist")  # _dist: the comm of the running fit
+
+_POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
 
-class _SequenceRegressor(EstimatorParams):
-    """fit / partial_fit / predict / score / save shared by the two regressors."""
+def __getattr__(name):  # NotFittedError is scikit-learn's class, resolved on first use
+    if name == "NotFittedError":
+        return sklearn_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    _model_class = None
+
+def _sequence_model_class():
+    from . import SequenceModel  # the package exports it; imported late (no cycle)
+    return SequenceModel
+
+
+class _SequenceEstimator(EstimatorParams):
+    """fit / partial_fit / predict / save shared by the four estimators."""
+
+    _legacy_class = None    # the bare X -> Y model of the original regressors
+    _classifier = False
 
     # ---- hyper-parameters ----------------------------------------------
     def _config(self):
         """Validated copies of the hyper-parameters; the attributes stay as given."""
         c = SimpleNamespace()
         c.n_heads = check_positive_int("n_heads", self.n_heads)
-        for name in ("causal", "bias", "rope", "shuffle", "early_stopping"):
+        for name in ("causal", "bias", "rope", "shuffle", "early_stopping", "warm_start"):
             setattr(c, name, _bool(name, getattr(self, name)))
-        c.epochs = check_positive_int("epochs", self.epochs)
+        c.epochs = _alias("epochs", self.epochs, 100, "max_iter", self.max_iter,
+                          check_positive_int)
         c.batch_size = check_positive_int("batch_size", self.batch_size)
-        c.lr, c.betas, c.eps, c.weight_decay = _check_hyper(self.lr, self.betas, self.eps,
+        lr = _alias("lr", self.lr, 1e-3, "learning_rate_init", self.learning_rate_init,
+                    lambda name, v: v)
+        c.lr, c.betas, c.eps, c.weight_decay = _check_hyper(lr, self.betas, self.eps,
                                                             self.weight_decay)
         c.validation_fraction = _real("validation_fraction", self.validation_fraction, 0.0, 1.0,
                                       "in [0, 1)")
@@ -57,143 +95,296 @@ class _SequenceRegressor(EstimatorParams):
         c.tol = _real("tol", self.tol, 0.0, math.inf, ">= 0")
         c.verbose = _verbose(self.verbose)
         c.dtype = check_dtype(self.dtype)
+        c.d_model = None if self.d_model is None else check_positive_int("d_model", self.d_model)
+        c.n_layers = self._n_layers()
+        c.d_hidden = (None if self.d_hidden is None
+                      else check_positive_int("d_hidden", self.d_hidden))
+        if self.positional not in _POSITIONAL:
+            raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
+        c.positional = self.positional
+        if c.rope and c.positional not in ("none", "rope"):
+            raise ValueError(f"rope=True is positional='rope'; it cannot be combined with "
+                             f"positional={c.positional!r}")
+        if self.norm not in (None, "pre"):
+            raise ValueError(f"norm must be None or 'pre', got {self.norm!r}")
+        c.norm = self.norm
+        if self.pooling not in ("mean", "last"):
+            raise ValueError(f"pooling must be 'mean' or 'last' (how one output per sequence "
+                             f"is made; per-position targets use no pooling), got "
+                             f"{self.pooling!r}")
+        c.pooling = self.pooling
+        c.dropout = _real("dropout", self.dropout, 0.0, 1.0, "in [0, 1)")
+        c.max_len = None if self.max_len is None else check_positive_int("max_len", self.max_len)
         return c
 
-    def _model_kwargs(self, cfg):
-        return dict(n_heads=cfg.n_heads, causal=cfg.causal, bias=cfg.bias, rope=cfg.rope,
-                    dtype=cfg.dtype)
+    def _n_layers(self):
+        return 1
 
-    def _model_spec(self):
-        """The fitted model's architecture as JSON-able values (for save and pickle)."""
-        m = self.model_
-        return dict(d_model=m.d_model, n_heads=m.n_heads, causal=m.causal, bias=m.bias,
-                    rope=m.rope, dtype=m.dtype.name, attention=m.attention)
+    def _legacy_wanted(self, cfg):
+        """True when the settings ask for nothing the bare X -> Y model lacks."""
+        return (self._legacy_class is not None and cfg.d_model is None
+                and cfg.positional == "none" and cfg.norm is None and cfg.dropout == 0
+                and cfg.max_len is None
+                and (self._legacy_class is Transformer or cfg.d_hidden is None))
+
+    # ---- data ------------------------------------------------------------
+    def _prepare(self, X, y, sample_weight, cfg, fitted, classes=None, partial=False):
+        """Data for training, and whether it is for the bare X -> Y model."""
+        dtype = self.model_.dtype if fitted else cfg.dtype
+        nf = self.n_features_in_ if fitted else None
+        x, lengths, ragged = seqs.sequences("X", X, dtype, nf)
+        n, t = x.shape[:2]
+        w = seqs.sample_weights(sample_weight, n)
+        if self._classifier:
+            return self._prepare_labels(x, lengths, ragged, y, w, cfg, fitted, classes,
+                                        partial)
+        if fitted:
+            legacy = self._is_legacy()
+        else:
+            legacy = (self._legacy_wanted(cfg) and not ragged
+                      and np.shape(y) == x.shape and not seqs.per_position_list(y, ragged))
+        if legacy:
+            yv = seqs._real("y", y)
+            if yv.shape != x.shape:
+                raise ValueError(f"y must have the shape of X {x.shape} (n_samples, seq_len, "
+                                 f"n_features) for this model, got {yv.shape}")
+            return seqs.Data(x, None, seqs.cast("y", yv, dtype), w, True), True
+        yv, per_position, k = seqs.regression_targets(y, x, lengths, ragged, dtype)
+        if fitted:
+            self._check_target(per_position, k)
+        if per_position and ragged:
+            valid = seqs.valid_positions(lengths, t).astype(np.float64)
+            w = valid if w is None else valid * w[:, None]
+        return seqs.Data(x, lengths, yv, w, per_position), False, (per_position, k)
+
+    def _check_target(self, per_position, k):
+        tgt = self._target
+        if per_position != tgt["per_position"]:
+            what = "per position" if tgt["per_position"] else "per sequence"
+            raise ValueError(f"y must hold targets {what}, as at fit")
+        if (k or 1) != self.n_outputs_:
+            raise ValueError(f"y must have {self.n_outputs_} output(s) as at fit, got {k or 1} "
+                             f"(n_outputs mismatch)")
+
+    def _is_legacy(self):
+        return isinstance(self.model_, (MultiHeadAttention, Transformer))
 
     # ---- training ------------------------------------------------------
-    def fit(self, X, Y, comm=None):
-        """Train a new model for `epochs` epochs on X, Y (n_samples, seq_len, d). Returns self.
+    def fit(self, X, y, sample_weight=None, comm=None):
+        """Train for `epochs` epochs on X, y; returns self.
 
-        With validation_fraction > 0 a random part of the samples is held out
-        and scored after every epoch (validation_loss_curve_); early_stopping
-        then stops when that loss has not improved by tol for n_iter_no_change
-        epochs and keeps the best weights (without validation it watches the
-        training loss). Ctrl-C stops after the current step with a warning.
+        A new model each call, unless warm_start=True and the estimator is fitted: then
+        training goes on from the current weights and optimizer state for `epochs`
+        more epochs (same architecture, same kind of targets).
 
-        comm: None, or an mpi4py communicator when this is one rank of a
-        data-parallel fit (``mpiexec -n P``): X, Y are then this rank's shard of
-        the samples and the result is the fit on all shards concatenated in rank
+        sample_weight (n_samples,) scales each sample's loss (weight 2 counts as the
+        sample twice); each batch's loss is the weighted mean over its samples.
+
+        With validation_fraction > 0 a random part of the samples is held out and
+        scored after every epoch (validation_loss_curve_). early_stopping=True stops
+        when that loss (or, without validation, the training loss) has not improved
+        by tol for n_iter_no_change epochs and keeps the best weights. With
+        early_stopping=False the same rule on the training loss ends training with a
+        ConvergenceWarning. Ctrl-C stops after the current step with a warning.
+
+        comm: None, or an mpi4py communicator when this process is one rank of a
+        data-parallel fit (``mpiexec -n P``): X, y, sample_weight are then this rank's
+        shard, and the result is the fit on every rank's shard concatenated in rank
         order (see attnx.distributed).
         """
-        dist = distributed.wrap(comm)
+        dist = self._dist = distributed.wrap(comm)
         with dist.together():  # an error on one rank is raised on every rank
             cfg = self._config()
-            X, Y = _check_xy(X, Y, cfg.dtype)
-        dist.setup(X.shape[0], X.shape[1:], self.get_params())
-        if math.ceil(cfg.validation_fraction * dist.n) >= dist.n:
+            warm = cfg.warm_start and "model_" in self.__dict__
+            prepared = self._prepare(X, y, sample_weight, cfg, fitted=warm)
+            _check_comm_options(dist, cfg)
+        data, legacy = prepared[0], prepared[1]
+        _setup(dist, data, self.get_params())
+        n = dist.n
+        if math.ceil(cfg.validation_fraction * n) >= n:
             raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
-                             f"training sample out of {dist.n}")
-        split_seed = self._initialize(X.shape[2], cfg, dist)
-        Xtr, Ytr, Xva, Yva = _split(X, Y, cfg.validation_fraction, split_seed, dist)
-        if Xva is not None:
+                             f"training sample out of {n}")
+        if warm:
+            split_seed = dist.same(_seeds(self.random_state))[2]
+            self._set_optimizer_hyper(cfg)
+        else:
+            split_seed = self._initialize(data, cfg, legacy, prepared[2:])
+        train, val = _split(data, cfg.validation_fraction, split_seed, dist)
+        if val is not None and not hasattr(self, "validation_loss_curve_"):
             self.validation_loss_curve_ = []
             self.best_validation_loss_ = math.inf
-        self._train(Xtr, Ytr, Xva, Yva, cfg, cfg.epochs, fit=True, dist=dist)
+        self._train(train, val, cfg, cfg.epochs, fit=True)
         return self
 
-    def partial_fit(self, X, Y, comm=None):
-        """One more epoch over X, Y from the current weights and optimizer state. Returns self.
+    def partial_fit(self, X, y, sample_weight=None, comm=None):
+        """One more epoch over X, y from the current weights and optimizer state. Returns self.
 
         The first call builds the model (as fit would, from random_state). Later
         calls keep the architecture and dtype of the model but take lr, betas,
         eps and weight_decay as currently set. No validation split and no early
         stopping here (as in scikit-learn's MLPRegressor.partial_fit). comm: as in fit.
         """
-        dist = distributed.wrap(comm)
-        with dist.together():
+        return self._partial_fit(X, y, sample_weight, None, comm)
+
+    def _partial_fit(self, X, y, sample_weight, classes, comm=None):
+        dist = self._dist = distributed.wrap(comm)
+        with dist.together():  # an error on one rank is raised on every rank
             cfg = self._config()
-            fitted = hasattr(self, "model_")
-            if fitted:
-                X, Y = _check_xy(X, Y, self.model_.dtype, d=self.n_features_in_)
-            else:
-                X, Y = _check_xy(X, Y, cfg.dtype)
-        dist.setup(X.shape[0], X.shape[1:], self.get_params())
+            fitted = "model_" in self.__dict__
+            prepared = self._prepare(X, y, sample_weight, cfg, fitted, classes, partial=True)
+            _check_comm_options(dist, cfg)
+        _setup(dist, prepared[0], self.get_params())
         if fitted:
-            opt = self.optimizer_
-            opt.lr, opt.betas, opt.eps, opt.weight_decay = cfg.lr, cfg.betas, cfg.eps, \
-                cfg.weight_decay
+            self._set_optimizer_hyper(cfg)
         else:
-            self._initialize(X.shape[2], cfg, dist)
-        self._train(X, Y, None, None, cfg, 1, fit=False, dist=dist)
+            self._initialize(prepared[0], cfg, prepared[1], prepared[2:])
+        self._train(prepared[0], None, cfg, 1, fit=False)
         return self
 
-    def _initialize(self, d, cfg, dist=None):
+    def _set_optimizer_hyper(self, cfg):
+        opt = self.optimizer_
+        opt.lr, opt.betas, opt.eps, opt.weight_decay = cfg.lr, cfg.betas, cfg.eps, \
+            cfg.weight_decay
+
+    def _initialize(self, data, cfg, legacy, target):
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
+        keep = {k: self.__dict__[k] for k in ("classes_", "_dist") if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
-        for name in _SCRATCH:
+        for name in _SCRATCH + ("_target", "_spec"):
             self.__dict__.pop(name, None)
-        master = _rng(self.random_state)
-        init_seed, shuffle_seed, split_seed = (int(s) for s in master.integers(0, 2**63 - 1,
-                                                                              size=3))
-        if dist is not None:  # every rank starts from rank 0's seeds
-            init_seed, shuffle_seed, split_seed = dist.same((init_seed, shuffle_seed, split_seed))
-        self.model_ = self._model_class(d, **self._model_kwargs(cfg), random_state=init_seed,
-                                        input_grad=False)  # dL/dX is never needed here
+        self.__dict__.update(keep)
+        # with comm every rank starts from rank 0's seeds (random_state=None differs)
+        init_seed, shuffle_seed, split_seed = self._comm().same(_seeds(self.random_state))
+        f = data.x.shape[2]
+        if legacy:
+            self.model_ = self._legacy_class(f, **self._legacy_kwargs(cfg),
+                                             random_state=init_seed,
+                                             input_grad=False)  # dL/dX is never needed
+            self._target = {"per_position": True, "k": f}
+        else:
+            per_position, k = target[0] if target else (data.per_position, None)
+            n_out = len(self.classes_) if self._classifier else (k or 1)
+            d = f if cfg.d_model is None else cfg.d_model
+            if d % cfg.n_heads:
+                hint = (" (d_model=None means the number of features; set d_model to choose "
+                        "the model's width)" if cfg.d_model is None else "")
+                raise ValueError(f"n_heads={cfg.n_heads} must divide d_model={d}{hint}")
+            positional = "rope" if cfg.rope else cfg.positional
+            max_len = cfg.max_len
+            if positional == "learned" and max_len is None:
+                max_len = int(self._comm().allmax(data.x.shape[1]))  # the longest sequence
+            self._spec = dict(n_features=f, d_model=d, n_heads=cfg.n_heads,
+                              n_layers=cfg.n_layers, n_outputs=n_out, d_hidden=cfg.d_hidden,
+                              pooling=None if per_position else cfg.pooling,
+                              positional=positional, norm=cfg.norm, causal=cfg.causal,
+                              bias=cfg.bias, dropout=cfg.dropout, max_len=max_len,
+                              dtype=cfg.dtype.name)
+            self.model_ = self._build(self._spec, init_seed)
+            self._target = {"per_position": bool(per_position), "k": k}
+            if not self._classifier:
+                self.n_outputs_ = n_out
         self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                 weight_decay=cfg.weight_decay)
         self.shuffle_rng_ = np.random.default_rng(shuffle_seed)
-        self.n_features_in_ = d
+        self.n_features_in_ = f
         self.n_iter_ = 0
         self.loss_curve_ = []
         self.best_loss_ = math.inf
         return split_seed
 
-    def _scratch(self, bs, t, d):
+    def _legacy_kwargs(self, cfg):
+        return dict(n_heads=cfg.n_heads, causal=cfg.causal, bias=cfg.bias, rope=cfg.rope,
+                    dtype=cfg.dtype)
+
+    @staticmethod
+    def _build(spec, seed):
+        spec = dict(spec)
+        args = [spec.pop(k) for k in ("n_features", "d_model", "n_heads", "n_layers",
+                                      "n_outputs")]
+        spec["dtype"] = check_dtype(spec["dtype"])
+        model = _sequence_model_class()(*args, **spec, random_state=seed)
+        model.input_grad = False  # dL/dX is never needed here
+        return model
+
+    def _batch(self, data, bs, t):
+        """The reusable Batch for this data layout and padded length t."""
+        model = self.model_
+        if self._classifier:
+            target_tail, tdtype = ((t,) if data.per_position else ()), np.int64
+            out_tail = target_tail + (len(self.classes_),)
+        else:
+            target_tail = data.y.shape[1:] if not data.per_position else (t,) + data.y.shape[2:]
+            tdtype, out_tail = model.dtype, target_tail
+        w_ndim = None if data.w is None else data.w.ndim
+        if self._classifier:
+            w_ndim = 2 if data.per_position else 1
+        masked = data.lengths is not None
+        cache = self.__dict__.setdefault("_batches", {})
+        key = (bs, t, data.x.shape[2], target_tail, np.dtype(tdtype), out_tail, model.dtype,
+               masked, w_ndim)
+        batch = cache.get(key)
+        if batch is None:
+            if len(cache) > 8:
+                cache.clear()
+            batch = cache[key] = Batch(bs, t, data.x.shape[2], target_tail, tdtype, out_tail,
+                                       model.dtype, masked, w_ndim)
+        return batch
+
+    def _snapshot_for(self):
         model, opt = self.model_, self.optimizer_
-        batch = self.__dict__.get("_batch")
-        if batch is None or not batch.matches(bs, t, d, model.dtype):
-            batch = self._batch = BatchBuffers(bs, t, d, model.dtype)
         snap = self.__dict__.get("_snapshot")
         if snap is None or not snap.fits(model, opt):
             snap = self._snapshot = Snapshot(model, opt)
-        return batch, snap
+        return snap
 
-    def _train(self, X, Y, Xva, Yva, cfg, epochs, fit, dist):
-        """Run `epochs` epochs; X, Y are validated arrays of the model's dtype."""
+    def _train(self, data, val, cfg, epochs, fit):
+        """Run `epochs` epochs over validated Data of the model's dtype."""
         model, opt, rng = self.model_, self.optimizer_, self.shuffle_rng_
-        _, t, d = X.shape
-        dist.setup(X.shape[0])  # the training samples' global count and this rank's offset
+        dist = self._comm()
+        data = _setup(dist, data)  # global sample count, lengths and padded length
         n = dist.n
         bs = min(cfg.batch_size, n)
-        batch, good = self._scratch(bs, t, d)
+        good = self._snapshot_for()
         good.save(model, opt, rng)  # the state to roll back to if training diverges
-        stopper = None
-        if fit and cfg.early_stopping:
+        stopper, plateau = None, False
+        if fit:
             stopper = EarlyStopping(cfg.tol, cfg.n_iter_no_change, model.params.flat,
-                                    keep_best=Xva is not None)
-        bar = Progress(cfg.verbose if dist.is_root else 0, -(-n // bs),
-                       self.n_iter_ + epochs if fit else None)
+                                    keep_best=cfg.early_stopping and val is not None)
+            plateau = not cfg.early_stopping
+        last = self.n_iter_ + epochs
+        bar = Progress(cfg.verbose if dist.is_root else 0, -(-n // bs), last if fit else None)
         with InterruptGuard() as guard:
             try:
                 for _ in range(epochs):
                     epoch = self.n_iter_ + 1
                     bar.start(epoch)
-                    loss = self._epoch(X, Y, batch, cfg.shuffle, epoch, good, guard, bar,
-                                       dist, bs)
+                    loss = self._epoch(data, bs, cfg.shuffle, epoch, good, guard, bar)
                     if loss is None:  # interrupted
                         return
                     self.loss_curve_.append(loss)
                     self.best_loss_ = min(self.best_loss_, loss)
                     self.n_iter_ = epoch
                     vloss = None
-                    if Xva is not None:
-                        vloss = _mean_loss(model, Xva, Yva, batch, dist)
+                    if val is not None:
+                        vloss = self._mean_loss(val, bs)
                         self.validation_loss_curve_.append(vloss)
                         self.best_validation_loss_ = min(self.best_validation_loss_, vloss)
                     dist.check_identical(model.params.flat)
                     good.save(model, opt, rng)
-                    if stopper is not None and stopper.update(loss if vloss is None else vloss):
+                    watched = loss if (vloss is None or plateau) else vloss
+                    if stopper is not None and stopper.update(watched):
+                        if plateau:
+                            bar.end(loss, vloss, " (training loss plateau)")
+                            warnings.warn(
+                                f"the training loss did not improve by more than tol={cfg.tol} "
+                                f"for {cfg.n_iter_no_change} consecutive epochs: stopped after "
+                                f"epoch {epoch} of {last} (early_stopping=True watches the "
+                                f"validation loss instead; n_iter_no_change >= epochs trains "
+                                f"every epoch)",
+                                sklearn_class("ConvergenceWarning"), stacklevel=3)
+                            return
                         bar.end(loss, vloss, " (early stop)")
                         stopper.restore_best()
                         return
@@ -201,44 +392,67 @@ class _SequenceRegressor(EstimatorParams):
             finally:
                 bar.close()
 
-    def _epoch(self, X, Y, batch, shuffle, epoch, good, guard, bar, dist, bs):
-        """One pass over X, Y; returns the mean loss over the samples, or None when
+    def _epoch(self, data, bs, shuffle, epoch, good, guard, bar):
+        """One pass over data; returns the (weighted) mean loss, or None when
         interrupted (after a warning). Rolls back and raises when training diverges."""
         model, opt = self.model_, self.optimizer_
-        n = dist.n
-        n_batches = -(-n // bs)
-        order = self.shuffle_rng_.permutation(n) if shuffle else None
-        plan = [(start, min(bs, n - start), None) for start in range(0, n, bs)]
-        # this process's samples of each global batch (all of them with comm=None)
-        order, parts = dist.batches(order, plan)
-        rows = dist.rows(parts, bs)
-        if batch.shape[0] != rows:
-            batch = self._scratch(rows, X.shape[1], X.shape[2])[0]
-        total, seen = 0.0, 0
-        for k, (start, m, _, m_all) in enumerate(parts):
-            batch.load(X, Y, order, start, m)
+        dist = self._comm()
+        order, plan = batch_plan(dist.n, bs, self.shuffle_rng_ if shuffle else None,
+                                 dist.lengths)
+        # this rank's samples of each global batch (all of them with comm=None)
+        order, plan = dist.batches(order, plan)
+        rows = dist.rows(plan, bs)
+        t_full = data.x.shape[1]
+        total, seen, done = 0.0, 0, 0
+        for k, (start, m, t, _) in enumerate(plan):
+            batch = self._batch(data, rows, t or t_full)
+            batch.load(data, order, start, m)
             try:
-                loss = _step(model, opt, batch, m, dist, guard)
+                loss, weight = _step(model, opt, batch, m, self._loss, dist, guard)
             except KeyboardInterrupt:  # raised outside the guard's reach
                 guard.interrupted = True
                 break
             except _NonFinite as exc:
-                self._diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of {n_batches}",
+                self._diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of {len(plan)}",
                                epoch)
-            total += loss * m_all
-            seen += m_all
-            bar.step(total / seen)
+            total += loss * weight
+            seen += weight
+            done += 1
+            bar.step(total / seen if seen else 0.0)
             if dist.stopping(guard):  # with comm: every rank stops after the same step
                 break
         if guard.interrupted:
             bar.close()
             warnings.warn(
-                f"training interrupted in epoch {epoch} after {-(-seen // bs)} of {n_batches} "
+                f"training interrupted in epoch {epoch} after {done} of {len(plan)} "
                 f"batches; the model keeps the weights of the last completed step "
                 f"({opt.t} optimizer steps in all) and n_iter_ = {self.n_iter_} counts "
                 f"completed epochs only", UserWarning, stacklevel=4)
             return None
-        return total / n
+        return total / seen if seen else 0.0
+
+    def _mean_loss(self, data, bs):
+        """The loss over data (validation), in batches of the training batch shape."""
+        legacy = self._is_legacy()
+        order, plan = batch_plan(data.n, bs, None, data.lengths) if data.n else (None, [])
+        total, seen = 0.0, 0
+        for start, m, t in plan:
+            batch = self._batch(data, bs, t or data.x.shape[1])
+            batch.load(data, order, start, m)
+            kw = {} if batch.mask is None else {"key_padding_mask": batch.mask}
+            # the bare model reuses its training workspace (grad=True); the sequence
+            # model runs its inference path, which also switches dropout off
+            self.model_.forward(batch.x, grad=legacy, out=batch.y, **kw)
+            loss, weight = self._loss(batch, m)
+            total += loss * weight
+            seen += weight
+        dist = self._comm()  # with comm: over every rank's validation samples
+        total, seen = dist.allsum(total), dist.allsum(seen)
+        return total / seen if seen else 0.0
+
+    def _comm(self):
+        """The running fit's distributed hooks (identities without comm)."""
+        return self.__dict__.get("_dist") or distributed.Local()
 
     def _diverged(self, good, where, epoch):
         good.restore(self.model_, self.optimizer_, self.shuffle_rng_)
@@ -250,40 +464,172 @@ class _SequenceRegressor(EstimatorParams):
     # ---- inference -----------------------------------------------------
     def _fitted_model(self):
         if "model_" not in self.__dict__:
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet: "
-                                 f"call fit or partial_fit first")
+            raise sklearn_class("NotFittedError")(
+                f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first")
         return self.model_
 
-    def predict(self, X):
-        """Y (n_samples, seq_len, d) for X (n_samples, seq_len, d), in the model's dtype.
-
-        Runs forward(grad=False) on chunks of samples (about _PREDICT_ROWS rows
-        each); seq_len may differ from the training data's.
-        """
+    def _forward_all(self, X, allow_empty=True):
+        """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
+        ragged X an array of pooled rows or a list of (T_i, ...) arrays."""
         model = self._fitted_model()
-        X = _check_x("X", X, self.n_features_in_, allow_empty=True)
-        n, t, d = X.shape
-        out = np.empty((n, t, d), dtype=model.dtype)
-        step = max(1, _PREDICT_ROWS // max(t, 1))
+        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                            allow_empty=allow_empty)
+        legacy = self._is_legacy()
+        if not legacy and self._spec["positional"] == "learned" \
+                and x.shape[1] > self._spec["max_len"]:
+            raise ValueError(f"X has sequences of length {x.shape[1]}, longer than "
+                             f"max_len={self._spec['max_len']} of the learned positions")
+        n, t = x.shape[:2]
+        tail = (self.n_features_in_,) if legacy else (self._spec["n_outputs"],)
+        per_position = legacy or self._target["per_position"]
+        if not ragged:
+            out = np.empty((n, t) + tail if per_position else (n,) + tail, dtype=model.dtype)
+            step = max(1, _PREDICT_ROWS // max(t, 1))
+            for s in range(0, n, step):
+                model.forward(x[s:s + step], grad=False, out=out[s:s + step])
+            return out, None
+        order = np.argsort(lengths, kind="stable")
+        pooled = np.empty((n,) + tail, dtype=model.dtype) if not per_position else None
+        parts = [None] * n
+        step = max(1, _PREDICT_ROWS // t)
         for s in range(0, n, step):
-            model.forward(X[s:s + step], grad=False, out=out[s:s + step])
-        return out
+            idx = order[s:s + step]
+            tb = int(lengths[idx].max())
+            mask = ~seqs.valid_positions(lengths[idx], tb)
+            y = model.forward(x[idx, :tb], key_padding_mask=mask, grad=False)
+            if per_position:
+                for j, i in enumerate(idx):
+                    parts[i] = y[j, :int(lengths[i])].copy()
+            else:
+                pooled[idx] = y
+        return (parts if per_position else pooled), lengths
 
-    def score(self, X, Y):
-        """R^2 of predict(X) against Y: rows = samples x positions, outputs = features,
-        averaged uniformly over the features (scikit-learn's r2_score)."""
-        self._fitted_model()
-        X = _check_x("X", X, self.n_features_in_)
-        Y = as_real_3d("Y", Y)
-        if Y.shape != X.shape:
-            raise ValueError(f"Y must have the shape of X {X.shape}, got {Y.shape}")
-        return r2_score(Y, self.predict(X))
+    # ---- persistence ---------------------------------------------------
+    def save(self, path):
+        """Write configuration, weights, optimizer and RNG state to exactly `path`, a
+        safetensors file (see attnx.io); attnx.load(path) reads it back."""
+        from .io import save
+
+        save(self, path)
+
+    def _model_spec(self):
+        """The fitted model's architecture as JSON-able values (for save and pickle)."""
+        m = self.model_
+        if not self._is_legacy():
+            return {"kind": "sequence", **self._spec}
+        spec = dict(d_model=m.d_model, n_heads=m.n_heads, causal=m.causal, bias=m.bias,
+                    rope=m.rope, dtype=m.dtype.name, attention=m.attention)
+        if isinstance(m, Transformer):
+            spec.update(n_layers=m.n_layers, d_hidden=m.d_hidden)
+        return spec
+
+    def _restore_model(self, spec, params, opt_hyper, opt_state):
+        """Rebuild model_ and optimizer_ from _model_spec(), params.flat and AdamW state."""
+        spec = dict(spec)
+        params = np.asarray(params)
+        kind = spec.pop("kind", "legacy")
+        # sizes come from a file or a pickle: check them against the weights that
+        # are really there before building (and allocating) a model of that size
+        if kind == "sequence":
+            expected = _sequence_n_params(spec)
+        elif self._legacy_class is Transformer:
+            expected = Transformer.n_params(int(spec["d_model"]), int(spec["n_layers"]),
+                                            int(spec["d_hidden"]), bool(spec["bias"]))
+        elif self._legacy_class is MultiHeadAttention:
+            expected = MultiHeadAttention.n_params(int(spec["d_model"]), bool(spec["bias"]))
+        else:
+            raise ValueError(f"a {type(self).__name__} has no model of kind {kind!r}")
+        if params.ndim != 1 or expected != params.size:
+            raise ValueError(f"the weights ({params.size} values) do not fit the model "
+                             f"(which needs {expected})")
+        if kind == "sequence":
+            self._spec = spec
+            model = self._build(spec, 0)
+        else:
+            d = spec.pop("d_model")
+            spec["dtype"] = check_dtype(spec["dtype"])
+            model = self._legacy_class(d, **spec, random_state=0, input_grad=False)
+        if params.shape != model.params.flat.shape or params.dtype != model.dtype:
+            raise ValueError(f"the weights ({params.dtype} {params.shape}) do not fit the model "
+                             f"({model.dtype} {model.params.flat.shape})")
+        np.copyto(model.params.flat, params)
+        opt = AdamW(model.params, lr=opt_hyper["lr"], betas=tuple(opt_hyper["betas"]),
+                    eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"])
+        opt.load_state_dict(opt_state)
+        self.model_, self.optimizer_ = model, opt
+
+    # the state besides hyper-parameters and public fitted attributes (attnx._state)
+    _state_attributes = ("_target",)
+
+    def __getstate__(self):
+        # the same state as a model file (attnx._state): hyper-parameters, weights,
+        # optimizer and RNG states, fitted attributes; workspaces and batch buffers
+        # are caches, left out
+        return {"attnx_state": _state.get_state(self, portable=False)}
+
+    def __setstate__(self, state):
+        _state.set_state(self, *state["attnx_state"])
+
+
+# ---- regressors ----------------------------------------------------------------
+class _Regressor(_SequenceEstimator):
+
+    @staticmethod
+    def _loss(batch, m):
+        return _regression_loss(batch, m)
+
+    def predict(self, X):
+        """Predictions in the model's dtype, in the form of y at fit: (n,) or (n, k) per
+        sequence, (n, T, k) per position (a list of (T_i, ...) arrays for ragged X).
+
+        Runs forward(grad=False) on chunks of about _PREDICT_ROWS rows (ragged input
+        sorted by length first); seq_len may differ from the training data's.
+        """
+        out, _ = self._forward_all(X)
+        if self._is_legacy() or self._target["k"] is not None:
+            return out
+        if isinstance(out, list):
+            return [o[..., 0] for o in out]
+        return out[..., 0]
+
+    def score(self, X, y, sample_weight=None):
+        """R^2 of predict(X) against y (scikit-learn's r2_score, uniform over outputs):
+        rows are the sequences, or for per-position targets every valid position;
+        sample_weight (n_samples,) weights the rows of each sample."""
+        model = self._fitted_model()
+        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_)
+        n, t = x.shape[:2]
+        w = seqs.sample_weights(sample_weight, n)
+        if self._is_legacy():
+            yv = seqs._real("y", y)
+            if yv.shape != x.shape:
+                raise ValueError(f"y must have the shape of X {x.shape}, got {yv.shape}")
+            pred = self.predict(x)
+            rows_w = None if w is None else np.repeat(w, t)
+            return r2_score(yv, pred, sample_weight=rows_w)
+        yv, per_position, k = seqs.regression_targets(y, x, lengths, ragged, np.float64)
+        self._check_target(per_position, k)
+        raw, _ = self._forward_all(X)
+        if not per_position:
+            return r2_score(yv, raw, sample_weight=w)
+        if isinstance(raw, list):
+            valid = seqs.valid_positions(lengths, t)
+            pred = np.concatenate(raw, axis=0).reshape(-1, yv.shape[2])
+            true = yv[valid]
+            rows_w = None if w is None else np.repeat(w, lengths)
+            return r2_score(true, pred, sample_weight=rows_w)
+        rows_w = None if w is None else np.repeat(w, t)
+        return r2_score(yv.reshape(-1, yv.shape[2]), raw.reshape(-1, raw.shape[2]),
+                        sample_weight=rows_w)
 
     def attention_weights(self, X):
-        """Attention probabilities of the fitted model on X: (n, n_heads, T, T); a
+        """Attention probabilities of the bare model on X: (n, n_heads, T, T); a
         TransformerRegressor gives a list with one such array per layer."""
         model = self._fitted_model()
-        X = _check_x("X", X, self.n_features_in_)
+        if not self._is_legacy():
+            raise ValueError("attention_weights is available for the bare X -> Y model "
+                             "only (d_model=None with y of X's shape)")
+        X = seqs.sequences("X", X, model.dtype, self.n_features_in_)[0]
         n, t, _ = X.shape
         step = max(1, _PREDICT_ROWS // t)
         parts = []
@@ -294,130 +640,271 @@ class _SequenceRegressor(EstimatorParams):
         layers = [np.concatenate(p, axis=0) for p in zip(*parts)]
         return layers if isinstance(model, Transformer) else layers[0]
 
-    # ---- persistence ---------------------------------------------------
-    def save(self, path):
-        """Write configuration, weights, optimizer and RNG state to one .npz file
-        (see attnx.io.save); attnx.load(path) reads it back."""
-        from .io import save
 
-        save(self, path)
-
-    def _restore_model(self, spec, params, opt_hyper, opt_state):
-        """Rebuild model_ and optimizer_ from _model_spec(), params.flat and AdamW state."""
-        spec = dict(spec)
-        d = spec.pop("d_model")
-        spec["dtype"] = check_dtype(spec["dtype"])
-        params = np.asarray(params)
-        # sizes come from a file or a pickle: check them against the weights that
-        # are really there before building (and allocating) a model of that size
-        if self._model_class is Transformer:
-            expected = Transformer.n_params(int(d), int(spec["n_layers"]),
-                                            int(spec["d_hidden"]), bool(spec["bias"]))
-        else:
-            expected = MultiHeadAttention.n_params(int(d), bool(spec["bias"]))
-        if params.ndim != 1 or expected != params.size:
-            raise ValueError(f"the weights ({params.size} values) do not fit the model "
-                             f"(which needs {expected})")
-        model = self._model_class(d, **spec, random_state=0, input_grad=False)
-        if params.shape != model.params.flat.shape or params.dtype != model.dtype:
-            raise ValueError(f"the weights ({params.dtype} {params.shape}) do not fit the model "
-                             f"({model.dtype} {model.params.flat.shape})")
-        np.copyto(model.params.flat, params)
-        opt = AdamW(model.params, lr=opt_hyper["lr"], betas=tuple(opt_hyper["betas"]),
-                    eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"])
-        opt.load_state_dict(opt_state)
-        self.model_, self.optimizer_ = model, opt
-
-    def _optimizer_hyper(self):
-        o = self.optimizer_
-        return dict(lr=o.lr, betas=list(o.betas), eps=o.eps, weight_decay=o.weight_decay)
-
-    def __getstate__(self):
-        # the model's workspaces and the batch buffers are caches: keep only what
-        # rebuilds the model (architecture, flat weights, optimizer state)
-        state = {k: v for k, v in self.__dict__.items() if k not in _SCRATCH}
-        if "model_" in state:
-            state["model_"] = {"spec": self._model_spec(), "params": self.model_.params.flat}
-            state["optimizer_"] = {"hyper": self._optimizer_hyper(),
-                                   "state": self.optimizer_.state_dict()}
-        return state
-
-    def __setstate__(self, state):
-        state = dict(state)
-        model = state.pop("model_", None)
-        opt = state.pop("optimizer_", None)
-        self.__dict__.update(state)
-        if model is not None:
-            self._restore_model(model["spec"], model["params"], opt["hyper"], opt["state"])
-
-
-class AttentionRegressor(_SequenceRegressor):
-    """One MultiHeadAttention layer trained as a regressor: Y = attention(X).
-
-    Parameters
-    ----------
-    n_heads : int, dividing the number of features d of the data.
-    causal, bias, rope : attention options (see MultiHeadAttention); bias
-        defaults to True here, as a regressor usually wants intercepts.
-    epochs : passes over the data in fit.
+_COMMON_DOC = """
+    d_model : None or int. The model's width. None: the number of features of X;
+        with y of X's own shape (and no positional / norm / dropout / max_len) this
+        trains the bare attention model mapping X to Y directly, as attnx always did.
+    positional : "none", "sinusoidal", "learned" (a learned table of max_len rows)
+        or "rope" (rotary, in every attention layer; rope=True is the same).
+    norm : None (post-residual blocks) or "pre" (pre-LayerNorm blocks and a final
+        LayerNorm).
+    pooling : "mean" or "last": how one output per sequence is made (valid
+        positions only); per-position targets are not pooled.
+    d_hidden : MLP width (None: 4 * d_model).
+    dropout : on the attention probabilities and the residual branches in training.
+    max_len : longest sequence for positional="learned" (None: the longest
+        training sequence); longer sequences are refused at predict.
+    n_heads, causal, bias, rope : attention options (see MultiHeadAttention).
+    epochs (alias max_iter) : passes over the data in fit.
     batch_size : samples per AdamW step (a short last batch is padded with
-        zero-weighted rows, so every step sees one batch shape).
-    lr, betas, eps, weight_decay : AdamW settings.
+        zero-weighted rows, so every step sees one batch shape). Ragged input is
+        batched by length: the shuffled samples are cut into windows of 16 batches,
+        each window is sorted by length and cut into batches (padding stays small),
+        and the batches are shuffled.
+    lr (alias learning_rate_init), betas, eps, weight_decay : AdamW settings.
     shuffle : reshuffle the samples every epoch (a numpy Generator seeded from
         random_state; its state is saved with the model).
     validation_fraction : part of the samples fit holds out for
         validation_loss_curve_ (0 = none).
-    early_stopping, n_iter_no_change, tol : stop fit when the validation loss
-        (or the training loss without validation) has not improved by tol for
-        n_iter_no_change epochs.
-    random_state : None, an int, or a numpy Generator: initial weights,
-        shuffling and the validation split.
+    early_stopping, n_iter_no_change, tol : with early_stopping=True fit stops when
+        the validation loss (or the training loss without validation) has not
+        improved by tol for n_iter_no_change epochs, keeping the best weights; with
+        early_stopping=False a plateau of the training loss stops fit with a
+        ConvergenceWarning.
+    warm_start : fit continues from the fitted model instead of starting over.
+    random_state : None, an int, a numpy Generator or RandomState: initial
+        weights, shuffling and the validation split.
     verbose : 0 prints nothing; 1 shows a progress bar per epoch (tqdm, on
         stderr) with the running loss.
     dtype : float32 or float64 for the weights and the computation.
+"""
 
+
+class AttentionRegressor(_Regressor):
+    """One attention layer trained as a regressor.
+
+    With d_model=None and y of X's shape: Y = MultiHeadAttention(X), as before. In
+    every other case (sequence-level y, d_model set, a new option set): a
+    SequenceModel with ONE transformer block (attention and its SiLU MLP, whose
+    width is d_hidden), between the input embedding and the output head.
+
+    Parameters
+    ----------""" + _COMMON_DOC + """
     Fitted attributes: model_, optimizer_, shuffle_rng_, n_features_in_,
-    n_iter_ (completed epochs), loss_curve_ (mean training MSE per epoch),
-    best_loss_, and with validation validation_loss_curve_ and
-    best_validation_loss_.
+    n_outputs_ (sequence model), n_iter_ (completed epochs), loss_curve_ (mean
+    training loss per epoch), best_loss_, and with validation
+    validation_loss_curve_ and best_validation_loss_.
     """
 
-    _model_class = MultiHeadAttention
+    _legacy_class = MultiHeadAttention
 
-    def __init__(self, n_heads=1, *, causal=False, bias=True, rope=False, epochs=100,
-                 batch_size=32, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 shuffle=True, validation_fraction=0.0, early_stopping=False,
-                 n_iter_no_change=10, tol=1e-4, random_state=None, verbose=0, dtype=np.float32):
+    def __init__(self, n_heads=1, *, d_model=None, positional="none", norm=None,
+                 pooling="mean", d_hidden=None, dropout=0.0, max_len=None, causal=False,
+                 bias=True, rope=False, epochs=100, batch_size=32, lr=1e-3, betas=(0.9, 0.999),
+                 eps=1e-8, weight_decay=0.01, shuffle=True, validation_fraction=0.0,
+                 early_stopping=False, n_iter_no_change=10, tol=1e-4, warm_start=False,
+                 max_iter=None, learning_rate_init=None, random_state=None, verbose=0,
+                 dtype=np.float32):
         _store(self, locals())
 
 
-class TransformerRegressor(_SequenceRegressor):
-    """A Transformer (n_layers of attention + SiLU MLP with residuals) trained as a regressor.
+class TransformerRegressor(_Regressor):
+    """A transformer (n_layers blocks of attention + SiLU MLP with residuals) trained
+    as a regressor: the bare Transformer for y of X's shape with d_model=None, else
+    a SequenceModel of n_layers blocks.
 
-    n_layers : number of transformer layers; d_hidden : MLP width (None: 4 d).
-    Every other parameter and fitted attribute as for AttentionRegressor.
+    Parameters
+    ----------
+    n_layers : number of transformer blocks.""" + _COMMON_DOC + """
+    Fitted attributes as for AttentionRegressor.
     """
 
-    _model_class = Transformer
+    _legacy_class = Transformer
 
-    def __init__(self, n_heads=1, n_layers=2, d_hidden=None, *, causal=False, bias=True,
-                 rope=False, epochs=100, batch_size=32, lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
-                 weight_decay=0.01, shuffle=True, validation_fraction=0.0,
-                 early_stopping=False, n_iter_no_change=10, tol=1e-4, random_state=None,
+    def __init__(self, n_heads=1, n_layers=2, d_hidden=None, *, d_model=None,
+                 positional="none", norm=None, pooling="mean", dropout=0.0, max_len=None,
+                 causal=False, bias=True, rope=False, epochs=100, batch_size=32, lr=1e-3,
+                 betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, shuffle=True,
+                 validation_fraction=0.0, early_stopping=False, n_iter_no_change=10, tol=1e-4,
+                 warm_start=False, max_iter=None, learning_rate_init=None, random_state=None,
                  verbose=0, dtype=np.float32):
         _store(self, locals())
 
-    def _model_kwargs(self, cfg):
-        kw = super()._model_kwargs(cfg)
-        kw["n_layers"] = check_positive_int("n_layers", self.n_layers)
-        kw["d_hidden"] = (None if self.d_hidden is None
-                          else check_positive_int("d_hidden", self.d_hidden))
+    def _n_layers(self):
+        return check_positive_int("n_layers", self.n_layers)
+
+    def _legacy_kwargs(self, cfg):
+        kw = super()._legacy_kwargs(cfg)
+        kw["n_layers"] = cfg.n_layers
+        kw["d_hidden"] = cfg.d_hidden
         return kw
 
-    def _model_spec(self):
-        spec = super()._model_spec()
-        spec.update(n_layers=self.model_.n_layers, d_hidden=self.model_.d_hidden)
-        return spec
+
+# ---- classifiers ---------------------------------------------------------------
+class _Classifier(ClassifierParams, _SequenceEstimator):
+    _classifier = True
+
+    @staticmethod
+    def _loss(batch, m):
+        return _cross_entropy(batch, m)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None, comm=None):
+        """One more epoch over X, y (as the regressors' partial_fit). The first call
+        needs `classes`, every label that will ever be seen (as scikit-learn)."""
+        return self._partial_fit(X, y, sample_weight, classes, comm)
+
+    def _prepare_labels(self, x, lengths, ragged, y, w, cfg, fitted, classes, partial):
+        lab, per_position = seqs.labels(y, x, lengths, ragged)
+        seqs.check_labels_finite(lab)
+        n, t = x.shape[:2]
+        valid = seqs.valid_positions(lengths, t) if (ragged and per_position) else None
+        seen = lab[valid] if valid is not None else lab.ravel()
+        if fitted:
+            if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+                raise ValueError(f"classes={list(classes)!r} differ from classes_ "
+                                 f"{list(self.classes_)!r} of the first partial_fit")
+            if per_position != self._target["per_position"]:
+                what = "per position" if self._target["per_position"] else "per sequence"
+                raise ValueError(f"y must hold labels {what}, as at fit")
+        elif partial:
+            if classes is None:
+                raise ValueError("classes must be given to the first partial_fit: every "
+                                 "label that will ever be seen")
+            self.classes_ = _unique("classes", np.asarray(classes))
+        else:
+            self.classes_ = _unique("y", self._comm().union(seen))  # every rank's labels
+        codes = _encode(lab, self.classes_, valid)
+        cw = self._class_weights(seen)
+        if cw is None and w is None and valid is None:
+            weights = None
+        else:
+            weights = np.ones(lab.shape) if w is None else (
+                w[:, None] * np.ones((1, t)) if per_position else w.copy())
+            if cw is not None:
+                weights = weights * cw[codes]
+            if valid is not None:
+                weights = weights * valid
+            if not (weights > 0).any():
+                raise ValueError("sample_weight and class_weight give every label a weight "
+                                 "of zero: nothing to learn from")
+        return seqs.Data(x, lengths, codes, weights, per_position), False, (per_position, None)
+
+    def _class_weights(self, seen):
+        cw = self.class_weight
+        if cw is None:
+            return None
+        c = len(self.classes_)
+        if isinstance(cw, str) and cw == "balanced":
+            # from the labels being fitted: fit's y, or each partial_fit call's own y
+            counts = np.array([np.count_nonzero(seen == k) for k in self.classes_], float)
+            counts = self._comm().allsum(counts)  # with comm: every rank's labels
+            return np.where(counts > 0, counts.sum() / (c * np.maximum(counts, 1)), 0.0)
+        if isinstance(cw, dict):
+            out = np.ones(c)
+            for label, weight in cw.items():
+                hit = np.flatnonzero(self.classes_ == label)
+                if hit.size == 0:
+                    raise ValueError(f"class_weight names the label {label!r}, which is not "
+                                     f"among the classes {list(self.classes_)!r}")
+                if isinstance(weight, bool) or not isinstance(weight, numbers.Real) \
+                        or not math.isfinite(weight) or weight < 0:
+                    raise ValueError(f"class_weight[{label!r}] must be a finite number >= 0, "
+                                     f"got {weight!r}")
+                out[hit[0]] = float(weight)
+            return out
+        raise ValueError(f"class_weight must be None, 'balanced' or a dict label -> weight, "
+                         f"got {cw!r}")
+
+    def predict_log_proba(self, X):
+        """Log-probabilities of the classes (columns in classes_ order): (n, C), or
+        (n, T, C) / a list of (T_i, C) arrays for per-position labels."""
+        raw, _ = self._forward_all(X)
+        if isinstance(raw, list):
+            return [_log_softmax(r) for r in raw]
+        return _log_softmax(raw)
+
+    def predict_proba(self, X):
+        """Class probabilities (rows sum to 1), shaped as predict_log_proba."""
+        lp = self.predict_log_proba(X)
+        if isinstance(lp, list):
+            return [np.exp(a) for a in lp]
+        return np.exp(lp)
+
+    def predict(self, X):
+        """The most probable label: (n,), or (n, T) / a list of (T_i,) arrays."""
+        raw, _ = self._forward_all(X)
+        if isinstance(raw, list):
+            return [self.classes_[np.argmax(r, axis=-1)] for r in raw]
+        return self.classes_[np.argmax(raw, axis=-1)]
+
+    def score(self, X, y, sample_weight=None):
+        """Accuracy of predict(X) against y (over every valid position for per-position
+        labels), weighted by sample_weight (n_samples,) when given."""
+        model = self._fitted_model()
+        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_)
+        n, t = x.shape[:2]
+        w = seqs.sample_weights(sample_weight, n)
+        lab, per_position = seqs.labels(y, x, lengths, ragged)
+        if per_position != self._target["per_position"]:
+            what = "per position" if self._target["per_position"] else "per sequence"
+            raise ValueError(f"y must hold labels {what}, as at fit")
+        pred = self.predict(X)
+        if isinstance(pred, list):
+            valid = seqs.valid_positions(lengths, t)
+            hits = np.concatenate(pred) == lab[valid]
+            rw = None if w is None else np.repeat(w, lengths)
+        else:
+            hits = (pred == lab).reshape(-1)
+            rw = None if w is None else np.repeat(w, hits.size // n)
+        return float(np.average(hits, weights=rw))
+
+
+class AttentionClassifier(_Classifier):
+    """A SequenceModel with one transformer block (attention and its SiLU MLP) trained
+    with softmax cross-entropy: labels per sequence (y (n,), pooled) or per position
+    (y (n, T)). Labels may be any sortable type; classes_ holds them sorted.
+
+    Parameters
+    ----------""" + _COMMON_DOC + """
+    class_weight : None, "balanced" (n_labels / (n_classes * count of the class),
+        counted in fit's y, or in each partial_fit call's y) or a dict label -> weight
+        (missing labels weigh 1); multiplies sample_weight in the loss.
+
+    Fitted attributes: classes_, and those of AttentionRegressor.
+    """
+
+    def __init__(self, n_heads=1, *, d_model=None, positional="none", norm=None,
+                 pooling="mean", d_hidden=None, dropout=0.0, max_len=None, causal=False,
+                 bias=True, rope=False, class_weight=None, epochs=100, batch_size=32, lr=1e-3,
+                 betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, shuffle=True,
+                 validation_fraction=0.0, early_stopping=False, n_iter_no_change=10, tol=1e-4,
+                 warm_start=False, max_iter=None, learning_rate_init=None, random_state=None,
+                 verbose=0, dtype=np.float32):
+        _store(self, locals())
+
+
+class TransformerClassifier(_Classifier):
+    """A SequenceModel of n_layers transformer blocks trained with softmax
+    cross-entropy; otherwise as AttentionClassifier.
+
+    Parameters
+    ----------
+    n_layers : number of transformer blocks.""" + _COMMON_DOC + """
+    class_weight : as for AttentionClassifier.
+    """
+
+    def __init__(self, n_heads=1, n_layers=2, d_hidden=None, *, d_model=None,
+                 positional="none", norm=None, pooling="mean", dropout=0.0, max_len=None,
+                 causal=False, bias=True, rope=False, class_weight=None, epochs=100,
+                 batch_size=32, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                 shuffle=True, validation_fraction=0.0, early_stopping=False,
+                 n_iter_no_change=10, tol=1e-4, warm_start=False, max_iter=None,
+                 learning_rate_init=None, random_state=None, verbose=0, dtype=np.float32):
+        _store(self, locals())
+
+    def _n_layers(self):
+        return check_positive_int("n_layers", self.n_layers)
 
 
 # ---- helpers ---------------------------------------------------------------
@@ -432,21 +919,23 @@ class _NonFinite(Exception):
     """A training step met NaN or infinity (the message says where)."""
 
 
-def _step(model, opt, batch, m, dist, guard=None):
-    """One AdamW step on the first m samples of the batch; returns the batch loss
-    (before the step). Raises _NonFinite when the loss, the gradients or the
-    updated weights are not finite. With comm, the loss and the gradient are the
-    global batch's (summed over the ranks; m may be 0 on a rank)."""
-    loss = 0.0
+def _step(model, opt, batch, m, loss_fn, dist, guard=None):
+    """One AdamW step on the first m samples of the batch; returns (batch loss before
+    the step, its weight). Raises _NonFinite when the loss, the gradients or the
+    updated weights are not finite.
+
+    With comm (dist) the loss, its weight and the gradient are the global batch's:
+    each rank's gradient is weighted by its share of the batch's weight and summed
+    over the ranks (one Allreduce) before the AdamW step; m may be 0 on a rank."""
+    loss, weight = 0.0, 0.0
     with dist.collect_error():  # with comm, a failure here is raised on every rank
         if m:
-            model.forward(batch.x, grad=True, out=batch.y)
-        if m == batch.shape[0]:
-            loss, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
-        elif m:
-            loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
-            batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
-    loss, _ = dist.batch_loss(loss, m, guard)
+            if batch.mask is None:
+                model.forward(batch.x, grad=True, out=batch.y)
+            else:
+                model.forward(batch.x, key_padding_mask=batch.mask, grad=True, out=batch.y)
+            loss, weight = loss_fn(batch, m)
+    loss, weight = dist.batch_loss(loss, weight, guard)
     if not math.isfinite(loss):
         raise _NonFinite(f"the loss became {loss}")
     if m:
@@ -461,68 +950,141 @@ def _step(model, opt, batch, m, dist, guard=None):
     # the next forward would refuse such weights; say so here, naming the epoch
     if not finite(model.params.flat):
         raise _NonFinite("the weights overflowed to infinity")
-    return loss
+    return loss, weight
 
 
-def _mean_loss(model, X, Y, batch, dist):
-    """MSE of the model over X, Y in batches of the training batch shape
-    (forward with grad=True reuses the training workspace: no new buffers);
-    with comm, over every rank's X, Y."""
-    bs, n, sse = batch.shape[0], X.shape[0], 0.0
-    for start in range(0, n, bs):
-        m = min(bs, n - start)
-        batch.load(X, Y, None, start, m)
-        model.forward(batch.x, grad=True, out=batch.y)
-        loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
-        sse += loss * m
-    return dist.allsum(sse) / dist.allsum(n)
+def _regression_loss(batch, m):
+    """(loss, weight) and dL/dY in batch.dy. Unweighted: the MSE over the first m rows
+    (mse_loss); weighted: sum(w * squared error) / (outputs per weight * sum(w))."""
+    if batch.w is None:
+        if m == batch.shape[0]:
+            loss, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
+        else:
+            loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
+            batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
+        return loss, m
+    w = batch.w
+    wb = w.reshape(w.shape + (1,) * (batch.y.ndim - w.ndim))
+    per_weight = batch.y.size // w.size
+    total = float(w.sum())
+    if total == 0:  # a batch of zero-weight samples only: no gradient, no loss
+        batch.dy[...] = 0
+        return 0.0, 0.0
+    diff = batch.y.astype(np.float64) - batch.y_true
+    scale = per_weight * total
+    loss = float((wb * diff * diff).sum()) / scale
+    np.multiply(wb * diff, 2.0 / scale, out=batch.dy, casting="unsafe")
+    return loss, total
 
 
-def _split(X, Y, fraction, seed, dist):
-    """(X_train, Y_train, X_val, Y_val): a random ceil(fraction * n) samples held out
-    (n and the indices global with comm; each rank keeps its own part)."""
+def _cross_entropy(batch, m):
+    """(loss, weight) and dL/dlogits in batch.dy: softmax cross-entropy, the weighted
+    mean over the labels (padding and short-batch rows weigh 0)."""
+    from . import cross_entropy_loss
+
+    total = float(batch.w.sum())
+    if total == 0:
+        batch.dy[...] = 0
+        return 0.0, 0.0
+    loss, dlogits = cross_entropy_loss(batch.y, batch.y_true, sample_weight=batch.w)
+    np.copyto(batch.dy, dlogits, casting="unsafe")
+    return float(loss), total
+
+
+def _log_softmax(z):
+    z = np.asarray(z)
+    shifted = z - z.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _unique(name, labels):
+    try:
+        classes = np.unique(labels)
+    except TypeError as exc:
+        raise TypeError(f"{name} must hold labels of one sortable type, got {exc}") from exc
+    if classes.size < 2 and name == "y":
+        raise ValueError(f"y holds a single class {list(classes)!r}: a classifier needs at "
+                         f"least 2")
+    return classes
+
+
+def _encode(lab, classes, valid):
+    """Class indices (int64) of the labels; ValueError naming y for unseen labels."""
+    codes = np.searchsorted(classes, lab)
+    codes = np.clip(codes, 0, len(classes) - 1)
+    bad = classes[codes] != lab
+    if valid is not None:
+        bad &= valid
+    if np.any(bad):
+        unseen = np.unique(np.asarray(lab)[bad])[:5]
+        raise ValueError(f"y holds labels not among classes_ {list(classes)!r}: "
+                         f"{list(unseen)!r}")
+    return codes.astype(np.int64)
+
+
+def _sequence_n_params(spec):
+    """Weights of a SequenceModel with this spec, computed before building it."""
+    f, d, o = int(spec["n_features"]), int(spec["d_model"]), int(spec["n_outputs"])
+    layers = int(spec["n_layers"])
+    dh = 4 * d if spec["d_hidden"] is None else int(spec["d_hidden"])
+    per_layer = 4 * d * d + 2 * d * dh
+    if spec["bias"]:
+        per_layer += 4 * d + dh + d
+    if spec["norm"] == "pre":
+        per_layer += 4 * d
+    n = f * d + d + layers * per_layer + d * o + o
+    if spec["norm"] == "pre":
+        n += 2 * d
+    if spec["positional"] == "learned":
+        n += int(spec["max_len"]) * d
+    return n
+
+
+def _split(data, fraction, seed, dist):
+    """(train, validation or None): a random ceil(fraction * n) samples held out (n
+    and the draw global with comm; each rank keeps its own part of both)."""
     if fraction == 0:
-        return X, Y, None, None
+        return data, None
     n = dist.n
     n_val = math.ceil(fraction * n)  # fit checked that n_val < n
     perm = np.random.default_rng(seed).permutation(n)
     val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])  # keep the data's order
-    val, train = dist.local_part(val), dist.local_part(train)
-    return X[train], Y[train], X[val], Y[val]
+    return data.take(dist.local_part(train)), data.take(dist.local_part(val))
 
 
-def _check_x(name, x, d, allow_empty=False):
-    x = as_real_3d(name, x)
-    if x.shape[2] != d:
-        raise ValueError(f"{name} must have shape (n_samples, seq_len, {d}) as the data the "
-                         f"model was fitted on, got {x.shape}")
-    if not allow_empty and (x.shape[0] == 0 or x.shape[1] == 0):
-        raise ValueError(f"{name} is empty: shape {x.shape}")
-    if not finite(x):
-        raise ValueError(f"{name} contains NaN or infinity")
-    return x
+def _setup(dist, data, params=None):
+    """dist.setup for Data: global count and lengths; with comm, ragged data padded to
+    the longest sequence of every rank (a global batch may hold it). Returns data."""
+    ragged = data.lengths is not None
+    dist.setup(data.n, data.x.shape[2:] if ragged else data.x.shape[1:], params,
+               lengths=data.lengths)
+    if ragged and dist.distributed and data.x.shape[1] < dist.t_max:
+        data = distributed.pad_positions(data, dist.t_max)
+    return data
 
 
-def _check_xy(X, Y, dtype, d=None):
-    """Validated C-contiguous copies (or the arrays themselves) of X, Y in dtype."""
-    X, Y = as_real_3d("X", X), as_real_3d("Y", Y)
-    if Y.shape != X.shape:
-        raise ValueError(f"Y must have the shape of X {X.shape} (n_samples, seq_len, "
-                         f"n_features), got {Y.shape}")
-    if min(X.shape) == 0:
-        raise ValueError(f"X is empty: shape {X.shape}")
-    if d is not None and X.shape[2] != d:
-        raise ValueError(f"X must have shape (n_samples, seq_len, {d}) as the data the model "
-                         f"was fitted on, got {X.shape}")
-    out = []
-    for name, a in (("X", X), ("Y", Y)):
-        with np.errstate(over="ignore"):  # too large for float32: reported just below
-            c = np.ascontiguousarray(a, dtype=dtype)
-        if not finite(c):
-            where = "" if a.dtype == dtype else f" (after conversion to {dtype})"
-            raise ValueError(f"{name} contains NaN or infinity{where}")
-        out.append(c)
-    return out
+def _check_comm_options(dist, cfg):
+    if dist.distributed and cfg.dropout > 0:
+        raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm: each rank "
+                         f"would draw its own dropout masks, so the fit would differ from a "
+                         f"single-process one; use dropout=0 with comm")
+
+
+def _alias(name, value, default, alias, alias_value, check):
+    """The canonical hyper-parameter, or its scikit-learn alias when that is given."""
+    if alias_value is None:
+        return check(name, value)
+    if not _equal(value, default) and not _equal(value, alias_value):
+        raise ValueError(f"{name}={value!r} and {alias}={alias_value!r} are two spellings of "
+                         f"one setting: give only one ({name} is the canonical one)")
+    return check(alias, alias_value)
+
+
+def _equal(a, b):
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return False
 
 
 def _bool(name, v):
@@ -548,14 +1110,22 @@ def _verbose(v):
 
 
 def _rng(random_state):
+    if isinstance(random_state, np.random.RandomState):
+        # scikit-learn's convention: the RandomState is drawn from (and so advances)
+        return np.random.default_rng(int(random_state.randint(0, 2**63 - 1, dtype=np.int64)))
     ok = (random_state is None
           or (isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool))
           or isinstance(random_state, (np.random.Generator, np.random.SeedSequence)))
     if not ok:
-        raise TypeError(f"random_state must be None, an int >= 0 or a numpy Generator, "
-                        f"got {random_state!r}")
+        raise TypeError(f"random_state must be None, an int >= 0, a numpy Generator or a "
+                        f"RandomState, got {random_state!r}")
     try:
         return np.random.default_rng(random_state)
     except ValueError as exc:
-        raise ValueError(f"random_state must be None, an int >= 0 or a numpy Generator, "
-                         f"got {random_state!r}") from exc
+        raise ValueError(f"random_state must be None, an int >= 0, a numpy Generator or a "
+                         f"RandomState, got {random_state!r}") from exc
+
+
+def _seeds(random_state):
+    """(init, shuffle, split) seeds drawn from random_state."""
+    return tuple(int(s) for s in _rng(random_state).integers(0, 2**63 - 1, size=3))

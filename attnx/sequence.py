@@ -6,10 +6,11 @@ import numbers
 
 import numpy as np
 
-from . import _mlp, _ops, _seq
+from . import _mlp, _seq
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
+from ._validate import as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
+from ._threads import blas_single, num_threads
 from .attention import MultiHeadAttention
 
 LN_EPS = 1e-5
@@ -38,30 +39,42 @@ def _choice(name, value, options):
 class _Buffers:
     """Activations and backward scratch of one (batch, T, store, threads) signature."""
 
-    def __init__(self, m, nb, t):
+    def __init__(self, m, nb, t, store):
         rows, d, dh, L = nb * t, m.d_model, m.d_hidden, m.n_layers
         e = lambda *shape: np.empty(shape, dtype=m.dtype)  # noqa: E731
         pre = m.norm == "pre"
+
+        def per_layer(*shape):
+            # training keeps every layer's activations for backward; inference
+            # reuses one set for all layers
+            if store:
+                return [e(*shape) for _ in range(L)]
+            return [e(*shape)] * L
+
         self.x = e(rows, m.n_features)
-        self.hs = [e(rows, d) for _ in range(L + 1)]     # block inputs; hs[L] the last output
-        self.zt = [e(rows, d) for _ in range(L)]         # Z~ = attention branch + residual
-        self.hid = [e(rows, dh) for _ in range(L)]       # Z W1 + b1
-        self.s = [e(rows, dh) for _ in range(L)]         # silu
-        self.sg = [e(rows, dh) for _ in range(L)]        # sigmoid, for backward
+        if store:   # block inputs; hs[L] the last block's output
+            self.hs = [e(rows, d) for _ in range(L + 1)]
+        else:       # two buffers, alternating (a block never writes its own input)
+            pair = (e(rows, d), e(rows, d))
+            self.hs = [pair[i % 2] for i in range(L + 1)]
+        self.zt = per_layer(rows, d)         # Z~ = attention branch + residual
+        self.hid = per_layer(rows, dh)       # Z W1 + b1
+        self.s = per_layer(rows, dh)         # silu
+        self.sg = per_layer(rows, dh)        # sigmoid, for backward
         # pre-norm: LN outputs and their row statistics (mean, 1/std)
-        self.u1 = [e(rows, d) for _ in range(L)] if pre else None
-        self.u2 = [e(rows, d) for _ in range(L)] if pre else None
-        self.st1 = [e(2, rows) for _ in range(L)] if pre else None
-        self.st2 = [e(2, rows) for _ in range(L)] if pre else None
+        self.u1 = per_layer(rows, d) if pre else None
+        self.u2 = per_layer(rows, d) if pre else None
+        self.st1 = per_layer(2, rows) if pre else None
+        self.st2 = per_layer(2, rows) if pre else None
         self.hf = e(rows, d) if pre else self.hs[L]      # after the final norm
         self.stf = e(2, rows) if pre else None
         self.pooled = e(nb, d) if m.pooling is not None else self.hf
         self.mask = np.empty((nb, t), dtype=np.uint8)
         # dropout: a branch's output before it is masked, and the multipliers
         drop = m.dropout > 0
-        self.branch = e(rows, d) if drop else None
-        self.m1 = [e(rows, d) for _ in range(L)] if drop else None
-        self.m2 = [e(rows, d) for _ in range(L)] if drop else None
+        self.branch = e(rows, d) if drop and store else None
+        self.m1 = [e(rows, d) for _ in range(L)] if drop and store else None
+        self.m2 = [e(rows, d) for _ in range(L)] if drop and store else None
         self.dy = self.dpooled = self.dhf = self.da = self.db = self.dzt = None
         self.dhid = self.part = self.dbr = None
 
@@ -108,7 +121,14 @@ class SequenceModel:
     norm : None or "pre" (pre-norm blocks and a final LayerNorm).
     causal : position t attends to positions <= t only.
     bias : attention and MLP biases (embed.b and head.b always exist).
-    dropout : probability in [0, 1) (see the dropout section of the docs).
+    dropout : probability p in [0, 1) of zeroing an element of each residual branch
+        (the attention output and the MLP output, before they are added to the
+        residual stream), the kept ones scaled by 1/(1-p), as torch's dropout.
+        Only in training forwards (grad=True); off with grad=False. The masks come
+        from `dropout_rng`, a numpy Generator seeded from random_state, so a
+        seeded fit is bit-reproducible; backward uses the forward's masks
+        (dropout_masks() returns them). The attention probabilities themselves
+        are not dropped.
     max_len : longest sequence; required by positional="learned".
     dtype : float32 or float64.
     random_state : seed for numpy.random.default_rng. Initial weights: embed.W
@@ -251,16 +271,19 @@ class SequenceModel:
 
     # ---- workspaces ----------------------------------------------------
     def _buffers(self, nb, t, store):
-        threads = _ops.max_threads()
-        key = (nb, t, store, threads)
+        threads = num_threads()
+        # the cache keeps the entries whose first three fields match the newest
+        # key's: the shape, so that training and inference buffers live side by side
+        key = (nb, t, self.n_features, store, threads)
 
         def make():
             rows, d = nb * t, self.d_model
-            per_layer = 6 * d + 3 * self.d_hidden
-            check_size(nbytes_of(self.dtype, rows * (self.n_layers * per_layer + 6 * d
+            per_layer = 6 * d + 3 * self.d_hidden + (2 * d if self.dropout > 0 else 0)
+            layers = self.n_layers if store else 1
+            check_size(nbytes_of(self.dtype, rows * (layers * per_layer + 8 * d
                                                      + self.n_features + self.d_hidden)),
                        f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")
-            return _Buffers(self, nb, t)
+            return _Buffers(self, nb, t, store)
 
         return self._bufs.get(key, store, make), threads
 
@@ -321,11 +344,9 @@ class SequenceModel:
         if drop and not self._freeze_dropout:
             b.draw_masks(self)
         h0 = b.hs[0]
-        k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth)
-        if self.positional == "sinusoidal":
-            k.add_positions(h0, self._table(t), t, nth)
-        elif self.positional == "learned":
-            k.add_positions(h0, w["pos.P"], t, nth)
+        pos = (self._table(t) if self.positional == "sinusoidal" else
+               w["pos.P"] if self.positional == "learned" else None)
+        k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth, pos, t)
         for i in range(self.n_layers):
             self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
         if pre:
@@ -371,8 +392,9 @@ class SequenceModel:
             u2 = zt
         # the MLP kernel returns MLP(u2) + u2 (its own residual)
         out = b.branch if drop else b.hs[i + 1]
-        _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                         b.hid[i], b.s[i], b.sg[i], out)
+        with blas_single(threads):
+            _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
+                             b.hid[i], b.s[i], b.sg[i], out, nthreads=threads)
         if drop:      # H' = Z~ + mask2 * (out - u2)
             k.masked_add(b.hs[i + 1], zt, b.branch, u2, b.m2[i], nth)
         elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
@@ -385,7 +407,7 @@ class SequenceModel:
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
         nb, t, b, threads, km, drop = self._last
-        if threads != _ops.max_threads():
+        if threads != num_threads():
             raise RuntimeError("the thread count changed between forward and backward; "
                                "run forward again")
         shape = self.output_shape(nb, t)
@@ -417,14 +439,14 @@ class SequenceModel:
         else:
             dcur = b.dhf
         for i in reversed(range(self.n_layers)):
-            self._block_backward(i, b, dcur, drop, nth)
+            self._block_backward(i, b, dcur, drop, nth, threads)
         if self.positional == "learned":
             k.positions_backward(dcur, g["pos.P"], t, nth)
         k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"],
                           None if dx is None else dx.reshape(rows, self.n_features), nth)
         return dx
 
-    def _block_backward(self, i, b, dcur, drop, nth):
+    def _block_backward(self, i, b, dcur, drop, nth, threads):
         """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
         k, w, g, p = self._k, self._w, self._g, f"layers.{i}."
         pre = self.norm == "pre"
@@ -435,9 +457,10 @@ class SequenceModel:
             dbr = b.dbr
         else:
             dbr = dcur
-        _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
-                          b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2"),
-                          b.db)
+        with blas_single(threads):
+            _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
+                              b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"],
+                              g.get(p + "b2"), b.db, nthreads=threads)
         if pre:   # dZ~ = LN2'(db - dbr) + dcur
             k.add_sub(b.db, None, dbr, nth)
             k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
@@ -460,6 +483,19 @@ class SequenceModel:
         else:     # dH = dZ~ + attention'(datt)
             np.copyto(dcur, b.dzt)
             self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
+
+    def attention_weights(self, layer=None, sample=None, head=None):
+        """Attention probabilities of the last training forward (grad=True): a list
+        with one array per layer, or that of one `layer`; sample/head select as in
+        MultiHeadAttention.attention_weights."""
+        if self._last is None:
+            raise RuntimeError("no attention weights kept: call forward(x) with grad=True "
+                               "first")
+        if layer is not None:
+            from .attention import _index
+            return self.attn[_index("layer", layer, self.n_layers)].attention_weights(
+                sample, head)
+        return [a.attention_weights(sample, head) for a in self.attn]
 
     def dropout_masks(self):
         """The residual-branch dropout multipliers of the last training forward:

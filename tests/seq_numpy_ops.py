@@ -4,10 +4,12 @@ runs on them after `model._k = seq_numpy_ops`."""
 import numpy as np
 
 
-def linear_forward(x, w, b, y, nthreads=1):
-    """y = x w + b; x (rows, k), w (k, n), b (n,), y (rows, n)."""
+def linear_forward(x, w, b, y, nthreads=1, pos=None, t=1):
+    """y = x w + b (+ pos[r % t] on row r); x (rows, k), w (k, n), b (n,), y (rows, n)."""
     np.matmul(x, w, out=y)
     y += b
+    if pos is not None:
+        add_positions(y, pos, t)
 
 
 def linear_backward(dy, x, w, dw, db, dx, nthreads=1):

@@ -9,12 +9,14 @@ Written from the formulas of the SequenceModel docstring with torch's own ops
 Attention is written out (not nn.MultiheadAttention) so that a sequence whose
 keys are all padding gives zeros instead of NaN, as attnx defines it.
 
-Dropout: in training mode with p = model.dropout > 0, the twin drops the
-attention probabilities and each residual branch with torch's F.dropout. Tests
-that need attnx's exact masks pass `masks`, a dict name -> multiplier tensor
-(already scaled by 1/(1-p)); names "layers.{i}.attn" (B, H, T, T) on the
-probabilities, "layers.{i}.res1" (B, T, d) on the attention branch and
-"layers.{i}.res2" (B, T, d) on the MLP branch. A missing name is not dropped.
+Dropout, as attnx applies it: in training mode (twin.train()) with
+p = model.dropout > 0, each residual branch (the attention output and the MLP
+output, before they are added to the residual stream) goes through torch's
+F.dropout; the attention probabilities are not dropped. Tests that need attnx's
+exact masks pass `masks`, a dict name -> multiplier tensor (0 or 1/(1-p)), as
+returned by SequenceModel.dropout_masks(): "layers.{i}.res1" (B, T, d) on the
+attention branch and "layers.{i}.res2" (B, T, d) on the MLP branch; a name
+missing from `masks` is not dropped. Call twin.eval() for predictions.
 """
 import math
 
@@ -83,7 +85,7 @@ class SeqTwin(torch.nn.Module):
             return F.dropout(t, self.dropout, training=True)
         return t
 
-    def _attention(self, x, i, allowed, masks):
+    def _attention(self, x, i, allowed):
         nb, t, d = x.shape
         h = self.n_heads
         dh = d // h
@@ -106,7 +108,6 @@ class SeqTwin(torch.nn.Module):
         e = torch.exp(s - m) * allowed
         den = e.sum(dim=-1, keepdim=True)
         a = e / torch.where(den > 0, den, torch.ones_like(den))
-        a = self._drop(a, pre + "attn", masks)
         z = (a @ v).transpose(1, 2).reshape(nb, t, d)
         return lin(z, "Wo", "bo")
 
@@ -141,11 +142,11 @@ class SeqTwin(torch.nn.Module):
         for i in range(self.n_layers):
             pre = f"layers.{i}."
             if self.norm == "pre":
-                z = h + self._drop(self._attention(self._ln(h, pre + "ln1"), i, allowed, masks),
+                z = h + self._drop(self._attention(self._ln(h, pre + "ln1"), i, allowed),
                                    pre + "res1", masks)
                 h = z + self._drop(self._mlp(self._ln(z, pre + "ln2"), i), pre + "res2", masks)
             else:
-                z = h + self._drop(self._attention(h, i, allowed, masks), pre + "res1", masks)
+                z = h + self._drop(self._attention(h, i, allowed), pre + "res1", masks)
                 h = z + self._drop(self._mlp(z, i), pre + "res2", masks)
         if self.norm == "pre":
             h = self._ln(h, "norm")

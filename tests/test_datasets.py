@@ -54,3 +54,47 @@ def test_dataset_arguments_are_checked():
         datasets.mixing_task(5, noise=-1.0)
     with pytest.raises(TypeError, match="dtype"):
         datasets.max_position_task(5, dtype=np.int32)
+
+
+# ---- sliding_windows -------------------------------------------------------------
+def test_sliding_windows_of_a_1d_series():
+    s = np.arange(10)
+    X, y = datasets.sliding_windows(s, window=3)
+    assert X.shape == (7, 3, 1) and y.shape == (7,) and X.dtype == np.float64
+    np.testing.assert_array_equal(X[0, :, 0], [0, 1, 2])
+    np.testing.assert_array_equal(X[-1, :, 0], [6, 7, 8])
+    np.testing.assert_array_equal(y, np.arange(3, 10))
+    X2, y2 = datasets.sliding_windows(s.astype(np.float32), window=4, horizon=3)
+    assert X2.shape == (4, 4, 1) and y2.shape == (4, 3) and X2.dtype == np.float32
+    np.testing.assert_array_equal(y2[1], [5, 6, 7])
+    for i in range(4):  # every window is followed by its own future
+        np.testing.assert_array_equal(np.concatenate([X2[i, :, 0], y2[i]]), s[i:i + 7])
+
+
+def test_sliding_windows_of_a_multivariate_series_leaves_it_alone():
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(20, 3))
+    before = s.copy()
+    X, y = datasets.sliding_windows(s, window=5)
+    assert X.shape == (15, 5, 3) and y.shape == (15, 3)
+    np.testing.assert_array_equal(y[2], s[7])
+    X[:] = 0  # new arrays, not views of the series
+    np.testing.assert_array_equal(s, before)
+    _, yh = datasets.sliding_windows(s, window=5, horizon=2)
+    assert yh.shape == (14, 2, 3)
+    np.testing.assert_array_equal(yh[0], s[5:7])
+
+
+def test_sliding_windows_checks_its_arguments():
+    with pytest.raises(ValueError, match=r"too short for window=8 and horizon=3.*11"):
+        datasets.sliding_windows(np.arange(10.0), 8, horizon=3)
+    with pytest.raises(ValueError, match="window"):
+        datasets.sliding_windows(np.arange(10.0), 0)
+    with pytest.raises(TypeError, match="horizon"):
+        datasets.sliding_windows(np.arange(10.0), 2, horizon=1.5)
+    with pytest.raises(ValueError, match="NaN"):
+        datasets.sliding_windows(np.array([1.0, np.nan, 2.0, 3.0]), 2)
+    with pytest.raises(ValueError, match=r"\(T,\) or \(T, n_features\)"):
+        datasets.sliding_windows(np.zeros((4, 2, 2)), 2)
+    with pytest.raises(TypeError, match="series must hold real numbers"):
+        datasets.sliding_windows(np.array(["a", "b", "c"]), 1)

@@ -46,9 +46,10 @@ def test_constructor_stores_hyperparameters_unchanged():
     assert set(p) == {"n_heads", "causal", "bias", "rope", "epochs", "batch_size", "lr",
                       "betas", "eps", "weight_decay", "shuffle", "validation_fraction",
                       "early_stopping", "n_iter_no_change", "tol", "random_state", "verbose",
-                      "dtype"}
+                      "dtype", "d_model", "positional", "norm", "pooling", "d_hidden",
+                      "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init"}
     tp = attnx.TransformerRegressor().get_params()
-    assert set(tp) == set(p) | {"n_layers", "d_hidden"}
+    assert set(tp) == set(p) | {"n_layers"}
     with pytest.raises(ValueError, match="epochs"):
         est.fit(*max_position_task(8, 3, 3, random_state=0))
 
@@ -169,7 +170,7 @@ def test_partial_fit_builds_then_continues(task):
     # the first partial_fit equals fit with epochs=1
     fit1 = small(epochs=1).fit(X, Y)
     np.testing.assert_array_equal(fit1.model_.params.flat, w1)
-    with pytest.raises(ValueError, match=r"\(n_samples, seq_len, 4\).*\(5, 6, 3\)"):
+    with pytest.raises(ValueError, match=r"X must have 4 features.*\(5, 6, 3\)"):
         est.partial_fit(np.zeros((5, 6, 3)), np.zeros((5, 6, 3)))
 
 
@@ -312,18 +313,18 @@ def test_input_validation_names_the_argument(task):
         est.predict(X)
     with pytest.raises(ValueError, match=r"X must be a 3-D array .* got shape \(256, 24\)"):
         est.fit(X.reshape(256, 24), Y)
-    with pytest.raises(ValueError, match=r"Y must have the shape of X \(256, 6, 4\).*"
-                                         r"\(255, 6, 4\)"):
+    with pytest.raises(ValueError, match=r"y must have 256 rows, one per sequence of X, got "
+                                         r"shape \(255, 6, 4\)"):
         est.fit(X, Y[:255])
-    with pytest.raises(ValueError, match="Y must have the shape of X"):
+    with pytest.raises(ValueError, match=r"y must have the sequence length of X \(6\)"):
         est.fit(X, Y[:, :5])
     bad = X.copy()
     bad[3, 2, 1] = np.nan
     with pytest.raises(ValueError, match="X contains NaN"):
         est.fit(bad, Y)
-    with pytest.raises(ValueError, match="Y contains NaN or infinity \\(after conversion"):
+    with pytest.raises(ValueError, match="y contains NaN or infinity \\(after conversion"):
         est.fit(X, np.full(Y.shape, 1e300))
-    with pytest.raises(TypeError, match="Y must hold real numbers"):
+    with pytest.raises(TypeError, match="y must hold real numbers"):
         est.fit(X, Y.astype(np.complex64))
     with pytest.raises(TypeError, match="X must hold real numbers"):
         est.fit(np.full(X.shape, "a"), Y)
@@ -332,9 +333,9 @@ def test_input_validation_names_the_argument(task):
     with pytest.raises(ValueError, match="validation_fraction=0.5 leaves no training sample"):
         small(validation_fraction=0.5).fit(X[:1], Y[:1])
     est.fit(X.astype(np.float64).tolist(), Y.astype(np.int64))  # lists and ints are fine
-    with pytest.raises(ValueError, match=r"\(n_samples, seq_len, 4\).*\(2, 6, 5\)"):
+    with pytest.raises(ValueError, match=r"X must have 4 features.*\(2, 6, 5\)"):
         est.predict(np.zeros((2, 6, 5)))
-    with pytest.raises(ValueError, match="Y must have the shape of X"):
+    with pytest.raises(ValueError, match="y must have the shape of X"):
         est.score(X, Y[:10])
 
 
@@ -430,3 +431,117 @@ def test_no_warnings_in_a_normal_fit(task):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         small(validation_fraction=0.2, early_stopping=True).fit(X, Y).predict(X)
+
+
+# ---- sequence-level and per-position targets (SequenceModel) -------------------------
+def three_feature_task(n, seed, t=10):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, t, 3)).astype(np.float32)
+    y = X[:, :, 0].mean(axis=1) * 2 + (X[:, :, 1] * X[:, :, 2]).mean(axis=1)
+    return X, y
+
+
+def test_a_three_feature_series_trains_a_64_wide_model_in_two_lines():
+    X, y = three_feature_task(400, 0)
+    Xt, yt = three_feature_task(200, 1)
+    est = attnx.TransformerRegressor(n_heads=4, d_model=64, epochs=15, lr=2e-3,
+                                     random_state=0).fit(X, y)
+    assert isinstance(est.model_, attnx.SequenceModel)
+    assert est.model_.d_model == 64 and est.model_.n_features == 3 and est.n_outputs_ == 1
+    assert est.model_.pooling == "mean" and est.model_.input_grad is False
+    p = est.predict(Xt)
+    assert p.shape == (200,) and p.dtype == np.float32
+    # held-out error well below the best constant prediction (the training mean)
+    mse, base = np.mean((p - yt) ** 2), np.mean((y.mean() - yt) ** 2)
+    assert mse < 0.5 * base, (mse, base)
+    assert est.score(Xt, yt) == pytest.approx(1 - mse * len(yt) / np.sum((yt - yt.mean()) ** 2),
+                                              rel=1e-4)
+
+
+@pytest.mark.parametrize("cls", REGRESSORS)
+def test_target_shapes_choose_the_output(cls):
+    X, y = three_feature_task(60, 2, t=6)
+    kw = dict(n_heads=1, epochs=2, random_state=0)
+    two = cls(**kw).fit(X, np.stack([y, -y], axis=1))
+    assert two.predict(X).shape == (60, 2) and two.n_outputs_ == 2
+    assert two.model_.d_model == 3            # d_model=None: the number of features
+    per_pos = cls(**kw, pooling="last").fit(X, np.cumsum(X[:, :, :2], axis=1))
+    assert per_pos.predict(X).shape == (60, 6, 2) and per_pos.model_.pooling is None
+    assert per_pos.predict(X[:4, :3]).shape == (4, 3, 2)   # other lengths too
+    # the bare X -> Y model unless a new option asks for more
+    assert not isinstance(cls(**kw).fit(X, X).model_, attnx.SequenceModel)
+    seq = cls(**kw, norm="pre").fit(X, X)
+    assert isinstance(seq.model_, attnx.SequenceModel) and seq.predict(X).shape == X.shape
+    if cls is attnx.AttentionRegressor:   # one block: attention and its MLP
+        assert seq.model_.n_layers == 1 and seq.model_.d_hidden == 12
+    with pytest.raises(ValueError, match=r"n_heads=2 must divide d_model=3 \(d_model=None "
+                                         r"means the number of features"):
+        cls(n_heads=2, epochs=1).fit(X, y)
+    bad = y.copy()
+    bad[4] = np.nan
+    with pytest.raises(ValueError, match="y contains NaN"):
+        cls(**kw).fit(X, bad)
+    with pytest.raises(ValueError, match=r"y must have 2 output\(s\) as at fit, got 3"):
+        two.partial_fit(X, np.zeros((60, 3)))
+    with pytest.raises(ValueError, match="pooling must be 'mean' or 'last'"):
+        cls(**kw, pooling=None).fit(X, y)
+
+
+def test_sequence_regression_matches_pytorch_with_sample_weights(torch):
+    """Three full-batch AdamW steps == the torch twin trained on the weighted MSE."""
+    from seq_torch_twin import SeqTwin
+
+    X, y = three_feature_task(16, 3, t=5)
+    X, y = X.astype(np.float64), np.stack([y, y ** 2], axis=1)
+    sw = np.linspace(0.2, 2.0, 16)
+    kw = dict(n_heads=2, n_layers=2, d_model=8, positional="learned", pooling="last",
+              causal=True, batch_size=16, shuffle=False, random_state=1, dtype=np.float64)
+    init = attnx.TransformerRegressor(**kw, epochs=1, lr=0.0).fit(X, y, sample_weight=sw)
+    est = attnx.TransformerRegressor(**kw, epochs=3, lr=0.01).fit(X, y, sample_weight=sw)
+    twin = SeqTwin(init.model_)
+    opt = torch.optim.AdamW(twin.parameters(), lr=0.01, weight_decay=0.01)
+    w = torch.tensor(sw)[:, None]
+    for _ in range(3):
+        opt.zero_grad()
+        loss = (w * (twin(torch.tensor(X)) - torch.tensor(y)) ** 2).sum() / (2 * w.sum())
+        loss.backward()
+        opt.step()
+    for name in est.model_.params:
+        np.testing.assert_allclose(est.model_.params[name], twin.w(name).detach().numpy(),
+                                   rtol=1e-9, atol=1e-11, err_msg=name)
+
+
+def test_dropout_trains_reproducibly_and_predicts_deterministically():
+    X, y = three_feature_task(64, 4, t=6)
+    kw = dict(n_heads=2, d_model=8, epochs=3, dropout=0.3, random_state=0)
+    a = attnx.AttentionRegressor(**kw).fit(X, y)
+    b = attnx.AttentionRegressor(**kw).fit(X, y)
+    np.testing.assert_array_equal(a.model_.params.flat, b.model_.params.flat)
+    c = attnx.AttentionRegressor(**{**kw, "dropout": 0.0}).fit(X, y)
+    assert not np.array_equal(a.model_.params.flat, c.model_.params.flat)
+    np.testing.assert_array_equal(a.predict(X), a.predict(X))   # no dropout at predict
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        attnx.AttentionRegressor(dropout=1.0).fit(X, y)
+
+
+@pytest.mark.parametrize("cls", REGRESSORS)
+def test_bare_model_sample_weight_two_equals_a_duplicate(cls):
+    X, Y = mixing_task(12, 4, 4, random_state=5, dtype=np.float64)
+    kw = dict(n_heads=2, epochs=3, batch_size=64, lr=0.01, random_state=0, dtype=np.float64)
+    if cls is attnx.TransformerRegressor:
+        kw.update(n_layers=1, d_hidden=8)
+    w = np.ones(12)
+    w[4] = 2.0
+    a = cls(**kw).fit(X, Y, sample_weight=w)
+    keep = list(range(12)) + [4]
+    b = cls(**kw).fit(X[keep], Y[keep])
+    assert not isinstance(a.model_, attnx.SequenceModel)
+    # atol: the key bias has a zero gradient in exact arithmetic; AdamW scales its
+    # rounding noise up to ~1e-12
+    np.testing.assert_allclose(a.model_.params.flat, b.model_.params.flat, rtol=1e-9,
+                               atol=1e-10)
+    sw = np.linspace(0.1, 1, 12)
+    from sklearn.metrics import r2_score
+
+    assert a.score(X, Y, sample_weight=sw) == pytest.approx(
+        r2_score(Y.reshape(-1, 4), a.predict(X).reshape(-1, 4), sample_weight=np.repeat(sw, 4)))

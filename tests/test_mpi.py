@@ -87,12 +87,32 @@ def test_ranks_with_uneven_shards_equal_one_process(mpiexec, tmp_path, P):
     assert ck["resume_rel"] <= 1e-10
 
 
+@pytest.mark.parametrize("P", [2, 3])
+def test_weights_classifiers_and_ragged_input_equal_one_process(mpiexec, tmp_path, P):
+    """Sample weights (some 0), sequence-level targets through d_model, a balanced
+    classifier whose first shards lack classes, ragged per-position regression with
+    learned positions, ragged per-position classification by partial_fit."""
+    r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "fit_equal_seq.py")], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert len(lines) == 1, r.stdout
+    res = json.loads(lines[0][len("RESULT "):])
+    names = ("weighted_sequence_regression", "balanced_classifier", "ragged_per_position",
+             "ragged_classifier_partial_fit")
+    for name in names:
+        fig = res[name]
+        assert len(fig["shards"]) == P and fig["steps"] > 0
+        assert fig["params_rel"] <= 1e-10 and fig["loss_rel"] <= 1e-10, (name, fig)
+    assert res["weighted_sequence_regression"]["val_rel"] <= 1e-10
+
+
 # ---- faults ---------------------------------------------------------------------------
 FAULTS = {
     "bad_input": ("ValueError", "X contains NaN"),
     "mismatch": ("ValueError", "every rank must use the same hyper-parameters"),
     "step_error": ("MemoryError", "simulated failure inside the loss"),
     "diverge": ("TrainingDivergedError", "training diverged in epoch 1"),
+    "dropout": ("ValueError", "cannot be combined with comm"),
 }
 
 
@@ -139,7 +159,7 @@ def test_ctrl_c_on_one_rank_stops_every_rank_after_the_same_step(mpiexec, tmp_pa
     r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "interrupt"],
                tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    stopped = re.findall(r"STOPPED (t=\d+ [0-9a-f]+ warned=\w+)", r.stdout)
+    stopped = re.findall(r"STOPPED (t=\d+ [0-9a-f]+ warned=(?:True|False))", r.stdout)
     assert len(stopped) == 3 and len(set(stopped)) == 1, r.stdout  # same step, same weights
     assert stopped[0].endswith("warned=True")
     assert stopped[0].startswith("t=20 ")  # the step in which it came

@@ -1,0 +1,236 @@
+"""Estimator inputs: dense or ragged sequences, regression targets, class labels, weights.
+
+A dense X is an array (n, T, n_features). A ragged X is a list of 2-D arrays
+(T_i, n_features) of different lengths; it is padded on the right to the longest
+T_i and described by `lengths`, and the model masks the padded keys.
+"""
+import numbers
+
+import numpy as np
+
+from ._validate import finite
+
+
+class Data:
+    """Validated training data in the model's dtype.
+
+    x: (n, T, f) C-contiguous (ragged input right-padded with zeros); lengths: (n,)
+    int64 for ragged input, else None; y: targets, (n, k) / (n, T, k) floats or (n,) /
+    (n, T) int64 class indices; w: float64 loss weights of y's leading shape
+    ((n,) or (n, T), zero on padding), or None when all are 1; per_position: whether
+    y has a position axis.
+    """
+
+    def __init__(self, x, lengths, y, w, per_position):
+        self.x, self.lengths, self.y, self.w = x, lengths, y, w
+        self.per_position = per_position
+
+    @property
+    def n(self):
+        return self.x.shape[0]
+
+    def take(self, idx):
+        """The samples idx (sorted), for the validation split."""
+        lengths = None if self.lengths is None else self.lengths[idx]
+        return Data(self.x[idx], lengths, self.y[idx],
+                    None if self.w is None else self.w[idx], self.per_position)
+
+
+def is_ragged(X):
+    """True for a list/tuple of arrays (the ragged form), False for anything array-like."""
+    if not isinstance(X, (list, tuple)) or len(X) == 0:
+        return False
+    if all(isinstance(e, np.ndarray) for e in X):
+        return True
+    try:
+        shapes = {np.shape(e) for e in X}
+    except ValueError:  # elements of inhomogeneous shapes themselves
+        return True
+    return len(shapes) > 1
+
+
+def _real(name, a):
+    if not isinstance(a, np.ndarray):
+        try:
+            a = np.asarray(a)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be an array of real numbers, got "
+                            f"{type(a).__name__} ({exc})") from exc
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers (float32 or float64), got dtype "
+                        f"{a.dtype}")
+    return a
+
+
+def cast(name, a, dtype):
+    """a as a C-contiguous array of dtype; ValueError naming `name` on NaN or infinity."""
+    with np.errstate(over="ignore"):  # too large for float32: reported just below
+        c = np.ascontiguousarray(a, dtype=dtype)
+    if not finite(c):
+        where = "" if a.dtype == dtype else f" (after conversion to {np.dtype(dtype)})"
+        raise ValueError(f"{name} contains NaN or infinity{where}")
+    return c
+
+
+def sequences(name, X, dtype, n_features=None, allow_empty=False):
+    """(x, lengths, ragged): X as a padded (n, T, f) array of dtype (a copy only when
+    needed: the caller's arrays are never written), lengths (n,) for ragged X."""
+    if is_ragged(X):
+        seqs = []
+        for i, s in enumerate(X):
+            s = _real(f"{name}[{i}]", s)
+            if s.ndim != 2:
+                raise ValueError(f"{name}[{i}] must be a 2-D array (seq_len, n_features), "
+                                 f"got shape {s.shape}")
+            if s.shape[0] == 0:
+                raise ValueError(f"{name}[{i}] is an empty sequence (shape {s.shape}): every "
+                                 f"sequence needs at least one position")
+            f = seqs[0].shape[1] if seqs else s.shape[1]
+            if s.shape[1] != f:
+                raise ValueError(f"{name}[{i}] has {s.shape[1]} features, {name}[0] has {f}: "
+                                 f"every sequence needs the same n_features")
+            seqs.append(s)
+        lengths = np.array([s.shape[0] for s in seqs], dtype=np.int64)
+        x = np.zeros((len(seqs), int(lengths.max()), seqs[0].shape[1]), dtype)
+        for i, s in enumerate(seqs):
+            with np.errstate(over="ignore"):
+                x[i, :s.shape[0]] = s
+        if not finite(x):
+            raise ValueError(f"{name} contains NaN or infinity")
+        _check_features(name, x, n_features)
+        return x, lengths, True
+    x = _real(name, X)
+    if x.ndim != 3:
+        raise ValueError(f"{name} must be a 3-D array (n_samples, seq_len, n_features) or a "
+                         f"list of 2-D arrays (seq_len, n_features), got shape {x.shape}")
+    _check_features(name, x, n_features)
+    if not allow_empty and min(x.shape) == 0:
+        raise ValueError(f"{name} is empty: shape {x.shape}")
+    return cast(name, x, dtype), None, False
+
+
+def _check_features(name, x, n_features):
+    if n_features is not None and x.shape[2] != n_features:
+        raise ValueError(f"{name} must have {n_features} features (n_samples, seq_len, "
+                         f"{n_features}) as the data the model was fitted on, got "
+                         f"{x.shape[2]} (shape {x.shape})")
+
+
+def per_position_list(y, ragged):
+    """True when y is the ragged form of per-position targets: a list of arrays."""
+    return ragged and isinstance(y, (list, tuple)) and len(y) > 0 and np.ndim(y[0]) >= 1
+
+
+def regression_targets(y, x, lengths, ragged, dtype):
+    """(y array, per_position, k or None): y (n,) or (n, k) per sequence, (n, T, k) per
+    position, or for ragged X a list of (T_i,) / (T_i, k) arrays. k is None when y has
+    no output axis (predict then returns that shape too)."""
+    n, t = x.shape[:2]
+    if per_position_list(y, ragged):
+        if len(y) != n:
+            raise ValueError(f"y must hold one target array per sequence of X ({n}), got "
+                             f"{len(y)}")
+        parts = [_real(f"y[{i}]", a) for i, a in enumerate(y)]
+        nd = parts[0].ndim
+        k = None if nd == 1 else parts[0].shape[1]
+        out = np.zeros((n, t, k or 1), dtype)
+        for i, a in enumerate(parts):
+            want = (int(lengths[i]),) if k is None else (int(lengths[i]), k)
+            if a.shape != want:
+                raise ValueError(f"y[{i}] must have shape {want} (the length of X[{i}]"
+                                 f"{'' if k is None else ', n_outputs'}), got {a.shape}")
+            out[i, :a.shape[0]] = cast(f"y[{i}]", a.reshape(want[0], -1), dtype)
+        return out, True, k
+    y = _real("y", y)
+    if y.ndim not in (1, 2, 3):
+        raise ValueError(f"y must have shape (n_samples,), (n_samples, n_outputs) or "
+                         f"(n_samples, seq_len, n_outputs), got {y.shape}")
+    if y.shape[0] != n:
+        raise ValueError(f"y must have {n} rows, one per sequence of X, got shape {y.shape}")
+    if y.ndim == 3:
+        if ragged:
+            raise ValueError("per-position targets of ragged X must be a list of arrays "
+                             "(seq_len_i, n_outputs), one per sequence")
+        if y.shape[1] != t:
+            raise ValueError(f"y must have the sequence length of X ({t}) for per-position "
+                             f"targets, got shape {y.shape}")
+        return cast("y", y, dtype), True, y.shape[2]
+    if y.ndim == 2 and y.shape[1] == 0:
+        raise ValueError(f"y has no outputs: shape {y.shape}")
+    k = None if y.ndim == 1 else y.shape[1]
+    return cast("y", y.reshape(n, -1), dtype), False, k
+
+
+def labels(y, x, lengths, ragged):
+    """(labels array, per_position): (n,) per sequence, (n, T) per position (padded
+    positions hold the first valid label of their row, with weight 0 later)."""
+    n, t = x.shape[:2]
+    if per_position_list(y, ragged):
+        if len(y) != n:
+            raise ValueError(f"y must hold one label array per sequence of X ({n}), got "
+                             f"{len(y)}")
+        parts = [np.asarray(a) for a in y]
+        for i, a in enumerate(parts):
+            if a.shape != (int(lengths[i]),):
+                raise ValueError(f"y[{i}] must have shape ({int(lengths[i])},) (one label per "
+                                 f"position of X[{i}]), got {a.shape}")
+        kinds = {a.dtype.kind for a in parts}
+        dtype = np.result_type(*parts) if kinds <= set("biuf") else \
+            np.concatenate(parts).dtype
+        out = np.empty((n, t), dtype)
+        for i, a in enumerate(parts):
+            out[i, :a.size] = a
+            out[i, a.size:] = a[0]
+        return out, True
+    y = np.asarray(y)
+    if y.ndim not in (1, 2) or y.shape[0] != n:
+        raise ValueError(f"y must have shape ({n},) (one label per sequence) or ({n}, {t}) "
+                         f"(one label per position), got {y.shape}")
+    if y.ndim == 2:
+        if ragged:
+            raise ValueError("per-position labels of ragged X must be a list of arrays, "
+                             "one per sequence")
+        if y.shape[1] != t:
+            raise ValueError(f"y must have the sequence length of X ({t}) for per-position "
+                             f"labels, got shape {y.shape}")
+    return y, y.ndim == 2
+
+
+def check_labels_finite(y):
+    if y.dtype.kind == "f" and not np.isfinite(y).all():
+        raise ValueError("y contains NaN or infinity")
+    if y.dtype.kind == "O":
+        for v in y.ravel():
+            if isinstance(v, float) and not np.isfinite(v):
+                raise ValueError("y contains NaN or infinity")
+
+
+def sample_weights(sample_weight, n):
+    """(n,) float64 weights, or None. Negative, non-finite or all-zero weights raise."""
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
+        w = np.full(n, float(sample_weight))
+    else:
+        w = _real("sample_weight", sample_weight)
+        if w.shape != (n,):
+            raise ValueError(f"sample_weight must have shape ({n},), one weight per sample, "
+                             f"got {w.shape}")
+        w = w.astype(np.float64)
+    if not np.isfinite(w).all():
+        raise ValueError("sample_weight contains NaN or infinity")
+    if (w < 0).any():
+        raise ValueError(f"sample_weight must be >= 0, got a minimum of {w.min()}")
+    if not (w > 0).any():
+        raise ValueError("sample_weight is zero for every sample: nothing to learn from")
+    return w
+
+
+def valid_positions(lengths, t):
+    """(n, T) bool, True where a position holds data."""
+    return np.arange(t)[None, :] < lengths[:, None]
+
+
+def unpad(y, lengths):
+    """A list of y[i, :lengths[i]] copies (the ragged form of per-position output)."""
+    return [y[i, :int(n)].copy() for i, n in enumerate(lengths)]

@@ -1,0 +1,92 @@
+"""Shared by the examples: one-thread timing, and the same network trained in PyTorch.
+
+The PyTorch twin is tests/seq_torch_twin.py (the SequenceModel network written with
+torch ops). It starts from attnx's initial weights and trains with torch.optim.AdamW
+and the same batch size, epochs and AdamW settings; its batches are shuffled and
+padded per batch (with a key padding mask), as attnx pads ragged input.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # seq_torch_twin
+
+
+def one_thread():
+    """Pin attnx (OpenMP + BLAS) and torch to one thread, for comparable timings."""
+    from threadpoolctl import threadpool_limits
+
+    limits = threadpool_limits(1)
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    return limits
+
+
+def timed(fn, *args, **kw):
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, time.perf_counter() - t0
+
+
+def initial_model(est, X, y):
+    """The estimator's initial SequenceModel: a fit with lr=0 changes no weight
+    (AdamW with lr=0 neither steps nor decays)."""
+    probe = type(est)(**{**est.get_params(), "lr": 0.0, "epochs": 1, "verbose": 0})
+    return probe.fit(X, y).model_
+
+
+def _pad(seqs, dtype):
+    t = max(len(s) for s in seqs)
+    x = np.zeros((len(seqs), t, seqs[0].shape[1]), dtype)
+    pad = np.ones((len(seqs), t), bool)
+    for i, s in enumerate(seqs):
+        x[i, :len(s)] = s
+        pad[i, :len(s)] = False
+    return x, pad
+
+
+def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.999), eps=1e-8,
+                   weight_decay=0.01, seed=0):
+    """Train the torch twin of `model` (an attnx SequenceModel, its initial weights) on
+    X (array or list of (T_i, f) arrays) and y (class indices for task="classify",
+    else values (n,) or (n, k)). Returns a predict function (X -> numpy output)."""
+    import torch
+    import torch.nn.functional as F
+    from seq_torch_twin import SeqTwin
+
+    twin = SeqTwin(model)
+    dtype = np.float32 if model.dtype == np.float32 else np.float64
+    seqs = [np.asarray(s, dtype) for s in X]
+    y = np.asarray(y)
+    target = torch.tensor(y if task == "classify" else y.reshape(len(y), -1).astype(dtype))
+    opt = torch.optim.AdamW(twin.parameters(), lr=lr, betas=betas, eps=eps,
+                            weight_decay=weight_decay)
+    rng = np.random.default_rng(seed)
+    twin.train()
+    for _ in range(epochs):
+        order = rng.permutation(len(seqs))
+        for s in range(0, len(seqs), batch_size):
+            idx = order[s:s + batch_size]
+            x, pad = _pad([seqs[i] for i in idx], dtype)
+            opt.zero_grad()
+            out = twin(torch.from_numpy(x), pad)
+            if task == "classify":
+                loss = F.cross_entropy(out, target[idx])
+            else:
+                loss = F.mse_loss(out, target[idx])
+            loss.backward()
+            opt.step()
+    twin.eval()
+
+    def predict(Xp):
+        x, pad = _pad([np.asarray(s, dtype) for s in Xp], dtype)
+        with torch.no_grad():
+            return twin(torch.from_numpy(x), pad).numpy()
+
+    return predict
