@@ -132,7 +132,7 @@ def main():
     tmp = sys.argv[1]
     figures = {}
     _, figures["attention_val_es"] = run(lambda: attnx.AttentionRegressor(
-        2, epochs=8, batch_size=8, lr=0.02, validation_fraction=0.2, early_stopping=True,
+        2, epochs=8, batch_size=8, lr=0.01, validation_fraction=0.2, early_stopping=True,
         n_iter_no_change=2, tol=0.05, random_state=1, dtype=np.float64), 45)
     assert RANK != 0 or figures["attention_val_es"]["n_iter"] < 8  # early stopping acted
     _, figures["transformer_noshuffle"] = run(lambda: attnx.TransformerRegressor(
