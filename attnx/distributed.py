@@ -82,10 +82,11 @@ class Local:
     def union(self, labels):
         return labels
 
-    def together(self):
+    def together(self, params=None):
         return contextlib.nullcontext()
 
-    collect_error = together
+    def collect_error(self):
+        return contextlib.nullcontext()
 
     def same(self, value):
         return value
@@ -153,17 +154,38 @@ class Communicator(Local):
 
     # ---- agreement on errors -------------------------------------------
     @contextlib.contextmanager
-    def together(self):
+    def together(self, params=None):
         """Run a block on every rank; if it raised on any rank, every rank raises the
         same error when leaving the block (one allgather, so use it outside the
-        step loop)."""
+        step loop). With `params` (the hyper-parameters) every rank first checks
+        that all ranks have the same ones, so that all take the same branches.
+
+        Collectives inside the block (union, allsum of arrays, allmax) start with
+        the same exchange of errors (_sync): a rank that failed earlier in the
+        block meets them there, and every rank raises at that point instead of
+        the failed rank's exchange being matched with another collective."""
+        if params is not None:
+            self._check_params(params)
         err = None
         try:
             yield
         except Exception as exc:
+            if getattr(exc, "_attnx_agreed", False):  # every rank raises it already
+                raise
             err = exc
-        infos = self.comm.allgather(None if err is None else _describe(err))
-        self._raise_first(infos, err)
+        self._sync(err)
+
+    def _sync(self, err=None):
+        self._raise_first(self.comm.allgather(None if err is None else _describe(err)), err)
+
+    def _check_params(self, params):
+        sig = {k: _same_repr(v) for k, v in params.items()}
+        every = self.comm.allgather(sig)
+        for r, other in enumerate(every):
+            if other != every[0]:
+                k = next(k for k in other if other[k] != every[0].get(k))
+                raise ValueError(f"every rank must use the same hyper-parameters: rank 0 has "
+                                 f"{k}={every[0].get(k)}, rank {r} has {k}={other[k]}")
 
     @contextlib.contextmanager
     def collect_error(self):
@@ -182,6 +204,7 @@ class Communicator(Local):
         more = f"; {len(failed) - 1} other rank(s) failed too" if len(failed) > 1 else ""
         text = f"{text} [rank {r} of {self.size}{more}]"
         exc = _rebuild(cls, text)
+        exc._attnx_agreed = True
         self._error = None
         if err is not None:
             raise exc from err
@@ -218,10 +241,12 @@ class Communicator(Local):
 
     def allmax(self, value):
         """The largest of the ranks' values."""
+        self._sync()
         return self.comm.allreduce(value, op=self._MPI.MAX)
 
     def union(self, labels):
         """Every rank's labels, concatenated (for classes_)."""
+        self._sync()
         return np.concatenate(self.comm.allgather(np.unique(labels)))
 
     def same(self, value):
@@ -332,6 +357,7 @@ class Communicator(Local):
         """Sum over the ranks of a number (a float) or an array (float64)."""
         if np.ndim(value) == 0:
             return self.comm.allreduce(float(value), op=self._MPI.SUM)
+        self._sync()
         a = np.ascontiguousarray(value, dtype=np.float64)
         out = np.empty_like(a)
         self.comm.Allreduce(a, out, op=self._MPI.SUM)

@@ -113,6 +113,7 @@ FAULTS = {
     "step_error": ("MemoryError", "simulated failure inside the loss"),
     "diverge": ("TrainingDivergedError", "training diverged in epoch 1"),
     "dropout": ("ValueError", "cannot be combined with comm"),
+    "classifier_bad_input": ("ValueError", "X contains NaN"),
 }
 
 
@@ -126,7 +127,7 @@ def test_one_failing_rank_makes_every_rank_raise_the_same_error(mpiexec, tmp_pat
     assert len(set(raised)) == 1, raised  # the same class and message on every rank
     cls, text = raised[0]
     assert cls == FAULTS[mode][0] and FAULTS[mode][1] in text, raised[0]
-    if mode in ("bad_input", "step_error"):
+    if mode in ("bad_input", "step_error", "classifier_bad_input"):
         assert f"[rank {P - 1} of {P}]" in text  # names the rank that failed
     assert "FINISHED" not in r.stdout
     assert r.returncode != 0

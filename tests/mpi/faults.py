@@ -6,6 +6,8 @@ Modes (the failing rank is the last one):
   step_error  its loss computation raises in the 4th training step;
   diverge     its shard holds huge targets, so the global loss overflows;
   dropout     every rank asks for dropout, which comm does not support;
+  classifier_bad_input   a balanced classifier; its shard holds a NaN, so it fails
+              before the others exchange their labels (classes_ from every rank);
   kill        it kills itself (SIGKILL) in the 20th step of a long fit;
   hang        it sleeps forever inside a step (run with MPIEXEC_TIMEOUT);
   interrupt   it gets a Ctrl-C (SIGINT) in the 20th step of a long fit: every rank must stop
@@ -40,7 +42,7 @@ def main(mode):
     if mode in ("kill", "hang", "interrupt"):
         params["epochs"] = 10**6  # would run for hours: the fault must end it
     if RANK == LAST:
-        if mode == "bad_input":
+        if mode in ("bad_input", "classifier_bad_input"):
             X[3, 2, 1] = np.nan
         elif mode == "mismatch":
             params["lr"] = 0.02
@@ -78,6 +80,9 @@ def main(mode):
 
             attnx.estimators.mse_loss = hanging
     est = attnx.AttentionRegressor(2, **params)
+    if mode == "classifier_bad_input":
+        est = attnx.AttentionClassifier(2, class_weight="balanced", **params)
+        Y = (X[:, :, 0].sum(axis=1) > 0).astype(int)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
