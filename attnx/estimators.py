@@ -193,13 +193,13 @@ class _SequenceEstimator(EstimatorParams):
         order (see attnx.distributed).
         """
         dist = self._dist = distributed.wrap(comm)
-        with dist.together():  # an error on one rank is raised on every rank
+        with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
             warm = cfg.warm_start and "model_" in self.__dict__
             prepared = self._prepare(X, y, sample_weight, cfg, fitted=warm)
             _check_comm_options(dist, cfg)
         data, legacy = prepared[0], prepared[1]
-        _setup(dist, data, self.get_params())
+        _setup(dist, data)
         n = dist.n
         if math.ceil(cfg.validation_fraction * n) >= n:
             raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
@@ -228,12 +228,12 @@ class _SequenceEstimator(EstimatorParams):
 
     def _partial_fit(self, X, y, sample_weight, classes, comm=None):
         dist = self._dist = distributed.wrap(comm)
-        with dist.together():  # an error on one rank is raised on every rank
+        with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
             fitted = "model_" in self.__dict__
             prepared = self._prepare(X, y, sample_weight, cfg, fitted, classes, partial=True)
             _check_comm_options(dist, cfg)
-        _setup(dist, prepared[0], self.get_params())
+        _setup(dist, prepared[0])
         if fitted:
             self._set_optimizer_hyper(cfg)
         else:
