@@ -80,8 +80,10 @@ def worker(args):
         mine = dict(epoch=float(np.median(times)), allreduce=dist.allreduce_seconds / args.epochs,
                     steps=dist.steps / args.epochs,
                     bytes_per_step=dist.allreduce_bytes / max(dist.steps, 1), alone=alone,
-                    rows=est._batch.shape[0])
+                    rows=max(b.shape[0] for b in est.__dict__["_batches"].values()))
         every = comm.gather(mine, root=0)
+        if rank == 0 and args.params_out:
+            np.save(f"{args.params_out}-{name}-P{size}.npy", est.model_.params.flat)
         if rank == 0:
             epoch = max(r["epoch"] for r in every)
             out[name] = dict(
@@ -102,11 +104,15 @@ def run_all(args):
         sys.exit("mpiexec not found: pip install 'attnx[mpi]'")
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    import tempfile
+
     results = []
+    tmp = tempfile.mkdtemp(prefix="attnx-mpi-epoch-")
     for p in args.ranks:
         cmd = [mpiexec, "-n", str(p), sys.executable, os.fspath(Path(__file__).resolve()),
                "--worker", "--samples", str(args.samples), "--epochs", str(args.epochs),
-               "--dtype", args.dtype, "--models", *args.models]
+               "--dtype", args.dtype, "--params-out", os.path.join(tmp, "w"),
+               "--models", *args.models]
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         if r.returncode != 0:
             sys.exit(f"mpiexec -n {p} failed:\n{r.stdout}\n{r.stderr}")
@@ -125,6 +131,15 @@ def run_all(args):
                      f"| {r['epoch_s']:.3f} | {speed:.2f}x | {100 * r['allreduce_share']:.1f}% "
                      f"| {r['allreduce_alone_us']:.0f} | {r['bytes_per_step']} "
                      f"| {'/'.join(map(str, r['rows_per_rank']))} |")
+    # the same global batches: the P-rank weights equal the 1-rank ones to rounding
+    for name in args.models:
+        ref = np.load(os.path.join(tmp, f"w-{name}-P{args.ranks[0]}.npy"))
+        for p in args.ranks[1:]:
+            w = np.load(os.path.join(tmp, f"w-{name}-P{p}.npy"))
+            diff = float(np.max(np.abs(w.astype(np.float64) - ref)) / np.max(np.abs(ref)))
+            lines.append(f"{name}: weights after {args.epochs + 1} epochs, P={p} vs "
+                         f"P={args.ranks[0]}: max relative difference {diff:.1e} ({args.dtype})")
+    shutil.rmtree(tmp, ignore_errors=True)
     text = "\n".join(lines)
     print(text)
     if args.save:
@@ -194,6 +209,7 @@ def main():
                    help="write benchmarks/results/mpi_epoch.{json,txt}")
     p.add_argument("--plan", action="store_true", help="print the multi-machine model")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--params-out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         worker(args)
