@@ -1,32 +1,38 @@
 """Data-parallel training over MPI (mpi4py): the estimators' `comm=` argument.
 
-Started as ``mpiexec -n P python train.py``, every rank calls
-``est.fit(X_shard, Y_shard, comm=MPI.COMM_WORLD)`` with its own shard of the
-samples. The *global* data set is the shards concatenated in rank order, and
-everything that depends on the sample order is defined over it:
+Started as ``mpiexec -n P python -m mpi4py train.py``, every rank calls
+``est.fit(X_shard, y_shard, sample_weight=w_shard, comm=MPI.COMM_WORLD)`` with its
+own shard of the samples. The *global* data set is the shards concatenated in rank
+order, and everything that depends on the samples is defined over it:
 
-- shuffling: every rank draws the same permutation of the global indices from
-  the estimator's shuffling generator (same seed on every rank), so global
-  batch k holds the same samples as in a single process with all the data;
-  each rank computes the part of the batch it holds (possibly none of it);
-- the gradient: each rank's loss is the mean over its own samples of the batch;
-  its gradient is scaled by (its samples / the batch's samples) and one
-  ``Allreduce`` (sum) over the flat gradient buffer gives every rank the
-  gradient of the global batch. Every rank then applies the same AdamW step,
-  so the weights stay identical without ever being broadcast (checked after
-  every epoch with a hash of the weights);
-- the validation split, the epoch losses and early stopping use global counts.
+- batches: every rank draws the same permutation of the global indices from the
+  estimator's shuffling generator (same seed on every rank; rank 0's seeds when
+  random_state is None) and builds the same global batch plan (for ragged input
+  the length-sorted windows over every rank's lengths), so global batch k holds
+  the samples it holds in one process with all the data; each rank computes its
+  own samples of the batch (possibly none), padded to its largest share;
+- the gradient: each rank's loss is the (weighted) mean over its own samples of
+  the batch; its gradient is scaled by its share of the batch's weight (sample
+  count, or sum of sample and class weights) and one ``Allreduce`` (sum) over
+  the flat gradient buffer gives every rank the gradient of the global batch.
+  Every rank then applies the same AdamW step, so the weights stay identical
+  without ever being broadcast (checked after every epoch with a hash);
+- the validation split, classes_, class_weight="balanced", the longest sequence
+  (learned positions), the epoch losses and early stopping use every rank's data.
 
 Errors: a rank that fails (bad input on its shard, a NaN loss) must not leave
-the others waiting in a collective. Before the gradient is summed, every step
-sums a small vector [error flag, stop flag, sample count, loss]; when any rank
-flagged an error, all ranks exchange the messages and raise the same exception
-(same class and text, naming the first failing rank). A rank that dies (killed,
-segfault) cannot take part in any exchange: MPICH's launcher (hydra) sees the
-process end and terminates the other ranks ("BAD TERMINATION ... KILLED BY
-SIGNAL"), so mpiexec returns within about a second. A rank that hangs without
+the others waiting in a collective. Data preparation runs in an agreed block
+(together: one exchange of errors at its end and before any collective inside);
+every step sums a small vector [error flag, stop flag, weight, loss] before the
+gradient. When any rank flagged an error, all ranks exchange the messages and
+raise the same exception (same class and text, naming the first failing rank).
+Ctrl-C on any rank stops every rank after the same step. A rank that dies
+(killed, segfault) cannot take part in any exchange: MPICH's launcher (hydra)
+sees the process end and terminates the other ranks ("BAD TERMINATION ...
+signal 9"), so mpiexec returns within about a second. A rank that hangs without
 dying is only caught by a launcher timeout: ``mpiexec -timeout SECONDS`` or the
-environment variable MPIEXEC_TIMEOUT.
+environment variable MPIEXEC_TIMEOUT. An exception outside attnx ends the job
+only under ``python -m mpi4py`` (which calls MPI_Abort).
 
 mpi4py is imported only when a communicator is given.
 """
