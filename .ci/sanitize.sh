@@ -44,6 +44,7 @@ from attnx import _ops; print('sanitized attnx from', attnx.__file__, '- SIMD', 
 
 T="$ROOT/tests"
 SUBSET="$T/test_kernels.py $T/test_blas.py $T/test_blocked.py $T/test_attention.py
+        $T/test_flash.py $T/test_optim.py $T/test_cross_entropy.py
         $T/test_transformer.py $T/test_concurrency.py $T/test_simd_levels.py"
 # test_transformer's float32 comparison with torch after 3 AdamW steps has a margin
 # of about 2x at -O3; the -O1 sanitizer build rounds a few operations differently
@@ -55,5 +56,5 @@ echo "== subset at the CPU's best SIMD level"
 $PY -m pytest -q -p no:cacheprovider $SUBSET $DESELECT "$@"
 echo "== kernel tests again at the portable level"
 ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/test_kernels.py" "$T/test_blocked.py" \
-    "$T/test_transformer.py" $DESELECT "$@"
+    "$T/test_flash.py" "$T/test_optim.py" "$T/test_transformer.py" $DESELECT "$@"
 echo "== sanitizer run passed: no ASan/UBSan report"

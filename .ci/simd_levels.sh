@@ -8,7 +8,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
 T="$ROOT/tests"
 FILES="$T/test_kernels.py $T/test_simd_levels.py $T/test_attention.py $T/test_blocked.py
-       $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py"
+       $T/test_flash.py $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py
+       $T/test_optim.py $T/test_cross_entropy.py $T/test_sequence_model.py"
 # run outside the checkout: `python -m` puts the working directory first on sys.path,
 # and an unbuilt attnx/ source folder must not shadow the attnx under test
 RUN=$(mktemp -d)

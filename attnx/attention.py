@@ -1,7 +1,9 @@
 """Multi-head attention layer: weights, workspaces and the calls into the kernels."""
+import functools
+
 import numpy as np
 
-from . import _attention
+from . import _attention, _flash
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
@@ -39,14 +41,21 @@ class _Workspace:
     linear in T.
     """
 
-    def __init__(self, nb, tq, tk, d, n_heads, cross, store, blocked, threads, dtype):
+    def __init__(self, nb, tq, tk, d, n_heads, cross, store, blocked, threads, dtype,
+                 fused=False):
         e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
         self.x = self.ctx = None  # copies of the public forward's inputs, made there
         self.q = e(nb * tq, d if cross else 3 * d)
         self.kv = e(nb * tk, 2 * d) if cross else None
         self.zcat = e(nb * tq, d)
         self.blocked = blocked
-        if blocked:
+        self.fused = fused
+        if fused:  # probs is the fused kernels' per-thread scratch (forward and backward)
+            self.probs = e(threads * _flash.scratch_elements(tk, d // n_heads, dtype))
+            self.lse = e(nb * n_heads * tq)
+            self.tbuf = None
+            self._bwd_per_thread = 0
+        elif blocked:
             fwd, self._bwd_per_thread = _attention.blocked_scratch_sizes(tq, d // n_heads)
             self.probs = e(threads * fwd)
             self.lse = e(nb * n_heads * tq)
@@ -72,6 +81,36 @@ class _Workspace:
 # "auto" switches to the blocked path at this many scores per (sample, head):
 # measured on 2 cores (see benchmarks/): below it the dense path is faster.
 BLOCKED_MIN_SCORES = 512 * 512
+
+# "auto" and the fused small-head kernels (attnx._flash). Measured with one
+# thread on a 2-core AMD EPYC (AVX-512), training step, fused vs the best of
+# dense/blocked: B1 T2048 d256 H8 (d_head 32) 1.11-1.18x (causal or not, both
+# dtypes); B8 T512 d256 H8 1.04x float32, 1.07x float64; B32 T128 d64 with
+# d_head 8 / 16 / 32: float64 1.08x / 1.08x / 0.95x, float32 0.93x / 0.96x /
+# 0.92x, because OpenBLAS's SkylakeX kernels (AVX-512 CPUs) have a small-matrix
+# path that the dense path's per-head GEMMs use; with OpenBLAS's Haswell
+# kernels (AVX2 CPUs: no small-matrix path; OPENBLAS_CORETYPE=Haswell,
+# ATTNX_SIMD=1) the same shapes give 1.20x / 1.11x / 1.04x float32 and
+# 1.23x / 1.15x / 0.99x float64. d_head 64 is about even (0.96-1.04x), so it
+# stays on dense/blocked. Rule: fused when d_head <= FUSED_MAX_D_HEAD and
+# (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix kernels, or float64
+# with d_head <= 16).
+FUSED_MAX_D_HEAD = 32
+FUSED_MIN_SCORES = 256 * 256
+# OpenBLAS cores (threadpoolctl's "architecture") with small-matrix GEMM kernels
+_SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+@functools.lru_cache(maxsize=1)
+def _blas_small_gemm():
+    """Whether scipy's OpenBLAS runs kernels with a small-matrix path (False when
+    it cannot be told: the fused path is then preferred for small heads)."""
+    try:
+        from ._threads import _scipy_openblas
+        lib = _scipy_openblas()
+    except Exception:  # threadpoolctl could not inspect this process
+        return False
+    return lib is not None and str(lib.architecture).lower() in _SMALL_GEMM_CORES
 
 
 def _index(name, i, n):
@@ -99,11 +138,15 @@ class MultiHeadAttention:
     random_state : seed for numpy.random.default_rng; weights are uniform in
         +-1/sqrt(d_model), biases start at zero.
     input_grad : bool, whether backward computes dL/dX (else it returns None).
-    attention : "auto" (default), "dense" or "blocked". Dense keeps the
+    attention : "auto" (default), "dense", "blocked" or "fused". Dense keeps the
         (B, heads, Tq, Tk) probabilities for backward; blocked streams key blocks
         with an online softmax and keeps only a log-sum-exp per row (memory linear
-        in T, probabilities recomputed in backward). Auto picks blocked from
-        BLOCKED_MIN_SCORES = Tq * Tk on. Both give the same results to rounding.
+        in T, probabilities recomputed in backward). Fused is blocked attention
+        in register-tiled C kernels (no per-head BLAS call), for small heads.
+        Auto picks fused for small heads (d_head <= FUSED_MAX_D_HEAD, by the
+        measured rule next to that constant), else blocked from
+        BLOCKED_MIN_SCORES = Tq * Tk on, else dense. All give the same results
+        to rounding.
 
     Weights are laid out so that Y = X @ W: Wq, Wk, Wv, Wo are (d_model, d_model).
     `params` and `grads` map names to live views of the layer's storage.
@@ -122,8 +165,9 @@ class MultiHeadAttention:
         self.causal, self.bias, self.rope = bool(causal), bool(bias), bool(rope)
         self.dtype = check_dtype(dtype)
         self.input_grad = bool(input_grad)
-        if attention not in ("auto", "dense", "blocked"):
-            raise ValueError(f"attention must be 'auto', 'dense' or 'blocked', got {attention!r}")
+        if attention not in ("auto", "dense", "blocked", "fused"):
+            raise ValueError("attention must be 'auto', 'dense', 'blocked' or 'fused', "
+                             f"got {attention!r}")
         self.attention = attention
 
         if _storage is None:
@@ -180,28 +224,40 @@ class MultiHeadAttention:
                 self.params[name][...] = 0
 
     # ---- workspaces ----------------------------------------------------
+    def _path(self, tq, tk):
+        """'dense', 'blocked' or 'fused' for this shape (see `attention`)."""
+        if self.attention != "auto":
+            return self.attention
+        if self.d_head <= FUSED_MAX_D_HEAD and (
+                tq * tk >= FUSED_MIN_SCORES or not _blas_small_gemm()
+                or (self.dtype == np.float64 and self.d_head <= 16)):
+            return "fused"
+        return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
+
     def _use_blocked(self, tq, tk):
-        if self.attention == "auto":
-            return tq * tk >= BLOCKED_MIN_SCORES
-        return self.attention == "blocked"
+        return self._path(tq, tk) == "blocked"
 
     def _workspace(self, nb, tq, tk, cross, store, threads=None):
         threads = num_threads() if threads is None else threads
-        blocked = self._use_blocked(tq, tk)
+        path = self._path(tq, tk)
+        blocked = path == "blocked"
         _attention.check_sizes(nb, tq, tk, self.d_model)   # BLAS int limits, before allocating
         # the blocked scratch is sized by the block sizes: they are part of the key
-        key = (nb, tq, tk, cross, store, blocked, threads,
+        key = (nb, tq, tk, cross, store, path, threads,
                _attention.block_sizes() if blocked else None)
 
         def make():
             d, h = self.d_model, self.n_heads
-            if blocked:
+            if path == "fused":
+                att = threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
+            elif blocked:
                 att = threads * sum(_attention.blocked_scratch_sizes(tq, d // h))
             else:
                 att = (nb * h if store else threads) * tq * tk + threads * tq * tk
             check_size(nbytes_of(self.dtype, att, 10 * nb * max(tq, tk) * d),
                        f"attention over batch={nb}, Tq={tq}, Tk={tk}")
-            return _Workspace(nb, tq, tk, d, h, cross, store, blocked, threads, self.dtype)
+            return _Workspace(nb, tq, tk, d, h, cross, store, blocked, threads, self.dtype,
+                              fused=path == "fused")
 
         return self._ws.get(key, store, make), threads
 
@@ -224,11 +280,17 @@ class MultiHeadAttention:
             rc, rs = self._rope_tables(max(tq, tk))
         w = self._w
         with blas_single(threads):
-            _attention.attention_forward(
-                x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
-                ws.q, ws.kv, ws.zcat, ws.probs, y2,
-                nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse, ws.tbuf,
-                nthreads=threads)
+            if ws.fused:
+                _flash.attention_forward(
+                    x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"], ws.q, ws.kv, ws.zcat,
+                    ws.lse, ws.probs, y2, nb, self.n_heads, self.causal, mask, rc, rs,
+                    residual, threads)
+            else:
+                _attention.attention_forward(
+                    x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
+                    ws.q, ws.kv, ws.zcat, ws.probs, y2,
+                    nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse,
+                    ws.tbuf, nthreads=threads)
         if store:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
@@ -240,6 +302,13 @@ class MultiHeadAttention:
         ws.for_backward(threads)
         w, g = self._w, self._g
         with blas_single(threads):
+            if ws.fused:
+                _flash.attention_backward(
+                    x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,
+                    ws.dq, ws.dkv, ws.probs, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
+                    nb, self.n_heads, self.causal, mask, rc, rs, dx_accumulate,
+                    dctx_accumulate, threads)
+                return
             _attention.attention_backward(
                 x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
                 dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,

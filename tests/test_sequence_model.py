@@ -543,12 +543,13 @@ def test_training_step_allocates_no_arrays(dropout, rng):
 @pytest.mark.parametrize("pool", POOLING)
 def test_edge_shapes_match_torch(torch, dtype, shape, pool, rng):
     """T = 1, one feature, d_head = 1, and T long enough for attention='auto' to take
-    the blocked (linear-memory) attention path, with causal attention and padding."""
+    a linear-memory attention path (blocked, or fused for small heads), with causal
+    attention and padding."""
     nb, t, f, d, h, k = shape
     m = SequenceModel(f, d, h, 2, k, d_hidden=5, pooling=pool, norm="pre", causal=True,
                       positional="sinusoidal", dtype=dtype, random_state=2)
     if t >= 512:
-        assert m.attn[0]._use_blocked(t, t)
+        assert m.attn[0]._path(t, t) in ("blocked", "fused")
     x = rng.normal(size=(nb, t, f)).astype(dtype)
     kpm = np.zeros((nb, t), bool)
     kpm[:, max(1, t - 7):] = True

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _attention, _mlp, _ops
+from attnx import _attention, _flash, _mlp, _ops, _optim
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMES = {0: "portable", 1: "avx2", 2: "avx512"}
@@ -44,14 +44,14 @@ CHILD = r"""
 import json, sys
 import numpy as np
 import attnx
-from attnx import _attention, _mlp, _ops
+from attnx import _attention, _flash, _mlp, _ops, _optim
 
 out = {}
 rng = np.random.default_rng(7)
 _attention.set_block_sizes(32, 24)   # several query and key blocks at these lengths
 for dt in (np.float32, np.float64):
     tag = np.dtype(dt).name
-    for path in ("dense", "blocked"):
+    for path in ("dense", "blocked", "fused"):
         cases = {
             "self": dict(layer=dict(causal=True, rope=True, bias=True), t=70, tk=None),
             "cross": dict(layer=dict(bias=True), t=37, tk=45),
@@ -80,6 +80,15 @@ for dt in (np.float32, np.float64):
         out[f"{tag}_{path}_transformer_y"] = y
         out[f"{tag}_{path}_transformer_dx"] = model.backward(rng.normal(size=y.shape).astype(dt))
         out[f"{tag}_{path}_transformer_grads"] = model.grads.flat.copy()
+    # the vectorised AdamW over one flat buffer (a length that leaves vector tails), on
+    # gradients of one scale: model gradients near zero would let the m / sqrt(v)
+    # normalisation amplify rounding differences to whole steps
+    layer = attnx.MultiHeadAttention(12, 2, bias=True, dtype=dt, random_state=0)
+    opt = attnx.AdamW(layer.params, lr=1e-2, weight_decay=0.1)
+    for _ in range(3):
+        layer.grads.flat[...] = rng.normal(size=layer.grads.flat.shape) + 2.0
+        opt.step(layer.grads)
+    out[f"{tag}_adamw_params"] = layer.params.flat.copy()
 
 # special values at every lane position and in the ragged tails
 special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.0, 1.0],
@@ -90,7 +99,7 @@ out["exp_f64"] = _ops.exp_f64(np.concatenate([f64, [800.0, 709.7, -708.5]]))
 out["exp_f32"] = _ops.exp_f32(f64.astype(np.float32))
 
 # float32 score overflow: huge queries and keys make scores of +-inf
-for path in ("dense", "blocked"):
+for path in ("dense", "blocked", "fused"):
     layer = attnx.MultiHeadAttention(16, 2, random_state=1, attention=path)
     x = np.random.default_rng(2).normal(size=(2, 40, 16)).astype(np.float32)
     x[:, ::3] *= np.float32(1e20)
@@ -100,7 +109,8 @@ np.savez(sys.argv[1], **out)
 print(json.dumps({"level": _ops.simd_level(), "name": _ops.simd_level_name(),
                   "modules": {"_ops": _ops.dispatch_state(),
                               "_attention": _attention.dispatch_state(),
-                              "_mlp": _mlp.dispatch_state()}}))
+                              "_mlp": _mlp.dispatch_state()},
+                  "own_dispatch": {"_flash": _flash.cpu_level(), "_optim": _optim.cpu_level()}}))
 """
 
 
@@ -134,6 +144,9 @@ def test_requested_level_is_reached(level, levels):
     for module, (attached, ran) in state["modules"].items():
         assert attached == expect, (module, state)
         assert ran == 1 << expect, f"{module} ran levels mask {ran:#b}, expected only {expect}"
+    # the fused attention and AdamW kernels keep their own dispatch, set from _ops's level
+    for module, level_used in state["own_dispatch"].items():
+        assert level_used == expect, (module, state)
 
 
 TOL = {"float32": 5e-5, "float64": 1e-12}
@@ -141,8 +154,9 @@ TOL = {"float32": 5e-5, "float64": 1e-12}
 
 @pytest.mark.parametrize("level", [1, 2])
 def test_levels_agree_with_portable(level, levels):
-    """Forward, dL/dX (and dL/dcontext) and every weight gradient, both dtypes, dense
-    and blocked, attention and transformer (SiLU MLP): level vs portable C."""
+    """Forward, dL/dX (and dL/dcontext) and every weight gradient, both dtypes, dense,
+    blocked and fused, attention and transformer (SiLU MLP), and AdamW: level vs
+    portable C."""
     _, ref = levels(0)
     _, got = levels(level)
     assert set(ref) == set(got)
@@ -155,7 +169,8 @@ def test_levels_agree_with_portable(level, levels):
         err = np.abs(g.astype(np.float64) - r).max() / np.abs(r).max()
         assert err < TOL[key.split("_")[0]], (key, err)
         checked += 1
-    assert checked == 2 * 2 * (3 + 4 + 3)   # dtypes * paths * (self, cross, transformer)
+    # dtypes * (paths * (self, cross, transformer) + AdamW)
+    assert checked == 2 * (3 * (3 + 4 + 3) + 1)
 
 
 @pytest.mark.parametrize("level", [1, 2])
@@ -212,14 +227,16 @@ def test_level_of_this_process():
     want = 0 if os.environ.get("ATTNX_NO_SIMD") else int(raw or 2)
     expect = min(want, cpu_max_level())
     assert _ops.simd_level() == expect
-    layer = attnx.Transformer(8, 2, n_layers=1, random_state=0)
     for dt in (np.float32, np.float64):
         x = np.random.default_rng(0).normal(size=(1, 20, 8)).astype(dt)
-        layer = attnx.Transformer(8, 2, n_layers=1, random_state=0, dtype=dt)
-        layer.backward(layer.forward(x))
+        for path in ("dense", "fused"):
+            layer = attnx.Transformer(8, 2, n_layers=1, random_state=0, dtype=dt,
+                                      attention=path)
+            layer.backward(layer.forward(x))
     for mod in (_ops, _attention, _mlp):
         attached, ran = mod.dispatch_state()
         assert attached == expect, mod.__name__
     for mod in (_attention, _mlp):
         assert mod.dispatch_state()[1] == 1 << expect, mod.__name__
+    assert _flash.cpu_level() == _optim.cpu_level() == expect
     print(f"SIMD level in this process: {expect} ({NAMES[expect]})")
