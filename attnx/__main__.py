@@ -2,6 +2,7 @@
 
   python -m attnx [--plot FILE.png] [demo options]
   python -m attnx train DATA.npz -o MODEL.npz [model and training options]
+  mpiexec -n P python -m attnx train DATA.npz -o MODEL.npz --distributed [...]
   python -m attnx predict MODEL.npz DATA.npz -o OUT.npz
   python -m attnx bench [benchmarks/run.py options]
 """
@@ -28,15 +29,40 @@ def main(argv=None):
         # (argparse's REMAINDER would reject a leading --option)
         return _bench(argparse.Namespace(command="bench", args=argv[1:]))
     args = parser.parse_args(argv)
+    comm = None
     try:
         if args.command is None:
             return _demo(args)
-        return args.run(args)
+        if getattr(args, "distributed", False):
+            comm = _world()
+        return args.run(args) if comm is None else args.run(args, comm)
     except (ValueError, TypeError, OSError, ImportError, KeyError, ArithmeticError,
-            MemoryError) as exc:
-        name = "attnx" + (f" {args.command}" if args.command else "")
-        print(f"{name}: error: {exc}", file=sys.stderr)
+            MemoryError, RuntimeError) as exc:
+        # with --distributed every rank raises the same error (attnx.distributed):
+        # rank 0 reports it
+        if comm is None or comm.Get_rank() == 0:
+            name = "attnx" + (f" {args.command}" if args.command else "")
+            print(f"{name}: error: {exc}", file=sys.stderr)
         return 1
+    except BaseException:
+        if comm is not None and comm.Get_size() > 1:
+            # an error the ranks did not agree on: the others may wait in a collective
+            # for this rank forever, so end the whole job
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
+            comm.Abort(1)
+        raise
+
+
+def _world():
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise ImportError("--distributed needs mpi4py and an MPI library: "
+                          "pip install 'attnx[mpi]', then start with mpiexec -n P") from exc
+    return MPI.COMM_WORLD
 
 
 # ---- argument parsing ------------------------------------------------------
@@ -115,6 +141,11 @@ def _parser():
                    help="precision of the weights and the computation")
     t.add_argument("-v", "--verbose", action="store_true",
                    help="show a progress bar per epoch with the running loss (on stderr)")
+    t.add_argument("--distributed", action="store_true",
+                   help="data-parallel training over MPI: start with `mpiexec -n P`; each rank "
+                        "reads DATA and trains on its 1/P of the samples (in order), the "
+                        "result equals a single-process run with the same batch size; rank 0 "
+                        "prints and writes the model (needs attnx[mpi])")
     t.set_defaults(run=_train, command="train")
 
     pr = sub.add_parser("predict", formatter_class=fmt,
@@ -218,11 +249,22 @@ def _load_arrays(path, *keys, optional=()):
         raise ValueError(f"cannot read {path}: {exc}") from exc
 
 
-def _train(args):
-    from . import AttentionRegressor, TransformerRegressor
-    from ._metrics import r2_score
+def _train(args, comm=None):
+    from . import AttentionRegressor, TransformerRegressor, distributed
 
-    X, Y = _load_arrays(args.data, args.x_key, args.y_key)
+    dist = distributed.wrap(comm)
+    with dist.together():  # a rank that cannot read the file stops every rank
+        X, Y = _load_arrays(args.data, args.x_key, args.y_key)
+        if comm is not None:
+            if X.ndim < 1 or Y.ndim < 1 or X.shape[0] != Y.shape[0]:
+                raise ValueError(f"X and Y of {args.data} must have one first dimension, "
+                                 f"got {X.shape} and {Y.shape}")
+            if X.shape[0] < dist.size:
+                raise ValueError(f"{args.data} holds {X.shape[0]} samples, fewer than the "
+                                 f"{dist.size} ranks")
+            part = distributed.shard(X.shape[0], dist.rank, dist.size)
+            X, Y = X[part], Y[part]  # this rank's samples; the rest is freed
+    dist.setup(X.shape[0])
     common = dict(causal=args.causal, bias=args.bias, rope=args.rope, epochs=args.epochs,
                   batch_size=args.batch_size, lr=args.lr, betas=tuple(args.betas),
                   eps=args.eps, weight_decay=args.weight_decay, shuffle=args.shuffle,
@@ -235,17 +277,21 @@ def _train(args):
     else:
         est = AttentionRegressor(args.n_heads, **common)
     start = time.perf_counter()
-    est.fit(X, Y)
+    est.fit(X, Y, comm=comm)
     seconds = time.perf_counter() - start
-    line = f"trained {est!r} on X {X.shape}: {est.n_iter_} epochs in {seconds:.1f} s"
+    shape = (dist.n,) + X.shape[1:]  # every rank's samples with --distributed
+    ranks = f" over {dist.size} MPI ranks" if comm is not None else ""
+    line = f"trained {est!r} on X {shape}{ranks}: {est.n_iter_} epochs in {seconds:.1f} s"
     if est.loss_curve_:  # empty when Ctrl-C came during the first epoch
         line += f", final loss {est.loss_curve_[-1]:.6g}"
     if getattr(est, "validation_loss_curve_", None):
         line += f", best validation loss {est.best_validation_loss_:.6g}"
-    print(line)
-    print(f"R^2 on the training data: {r2_score(Y, est.predict(X)):.4f}")
-    est.save(args.output)
-    print(f"wrote {args.output}")
+    r2 = distributed.global_r2(comm, Y, est.predict(X))  # from every rank's samples
+    if dist.is_root:  # the ranks hold identical models: one prints and writes
+        print(line)
+        print(f"R^2 on the training data: {r2:.4f}")
+        est.save(args.output)
+        print(f"wrote {args.output}")
     return 0
 
 

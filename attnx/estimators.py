@@ -32,6 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import _sequences as seqs
+from . import distributed
 from . import _state
 from ._base import ClassifierParams, EstimatorParams, sklearn_class
 from ._metrics import r2_score
@@ -52,7 +53,7 @@ __all__ = ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
 _PREDICT_ROWS = 8192
 
 # scratch space, rebuilt on demand and never pickled or saved
-_SCRATCH = ("_batches", "_snapshot")
+_SCRATCH = ("_batches", "_snapshot", "_dist")  # _dist: the comm of the running fit
 
 _POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
@@ -169,7 +170,7 @@ class _SequenceEstimator(EstimatorParams):
         return isinstance(self.model_, (MultiHeadAttention, Transformer))
 
     # ---- training ------------------------------------------------------
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, comm=None):
         """Train for `epochs` epochs on X, y; returns self.
 
         A new model each call, unless warm_start=True and the estimator is fitted: then
@@ -185,41 +186,54 @@ class _SequenceEstimator(EstimatorParams):
         by tol for n_iter_no_change epochs and keeps the best weights. With
         early_stopping=False the same rule on the training loss ends training with a
         ConvergenceWarning. Ctrl-C stops after the current step with a warning.
+
+        comm: None, or an mpi4py communicator when this process is one rank of a
+        data-parallel fit (``mpiexec -n P``): X, y, sample_weight are then this rank's
+        shard, and the result is the fit on every rank's shard concatenated in rank
+        order (see attnx.distributed).
         """
-        cfg = self._config()
-        warm = cfg.warm_start and "model_" in self.__dict__
-        prepared = self._prepare(X, y, sample_weight, cfg, fitted=warm)
+        dist = self._dist = distributed.wrap(comm)
+        with dist.together(self.get_params()):  # an error on one rank: on every rank
+            cfg = self._config()
+            warm = cfg.warm_start and "model_" in self.__dict__
+            prepared = self._prepare(X, y, sample_weight, cfg, fitted=warm)
+            _check_comm_options(dist, cfg)
         data, legacy = prepared[0], prepared[1]
-        n = data.n
+        _setup(dist, data)
+        n = dist.n
         if math.ceil(cfg.validation_fraction * n) >= n:
             raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
                              f"training sample out of {n}")
         if warm:
-            split_seed = _seeds(self.random_state)[2]
+            split_seed = dist.same(_seeds(self.random_state))[2]
             self._set_optimizer_hyper(cfg)
         else:
             split_seed = self._initialize(data, cfg, legacy, prepared[2:])
-        train, val = _split(data, cfg.validation_fraction, split_seed)
+        train, val = _split(data, cfg.validation_fraction, split_seed, dist)
         if val is not None and not hasattr(self, "validation_loss_curve_"):
             self.validation_loss_curve_ = []
             self.best_validation_loss_ = math.inf
         self._train(train, val, cfg, cfg.epochs, fit=True)
         return self
 
-    def partial_fit(self, X, y, sample_weight=None):
+    def partial_fit(self, X, y, sample_weight=None, comm=None):
         """One more epoch over X, y from the current weights and optimizer state. Returns self.
 
         The first call builds the model (as fit would, from random_state). Later
         calls keep the architecture and dtype of the model but take lr, betas,
         eps and weight_decay as currently set. No validation split and no early
-        stopping here (as in scikit-learn's MLPRegressor.partial_fit).
+        stopping here (as in scikit-learn's MLPRegressor.partial_fit). comm: as in fit.
         """
-        return self._partial_fit(X, y, sample_weight, None)
+        return self._partial_fit(X, y, sample_weight, None, comm)
 
-    def _partial_fit(self, X, y, sample_weight, classes):
-        cfg = self._config()
-        fitted = "model_" in self.__dict__
-        prepared = self._prepare(X, y, sample_weight, cfg, fitted, classes, partial=True)
+    def _partial_fit(self, X, y, sample_weight, classes, comm=None):
+        dist = self._dist = distributed.wrap(comm)
+        with dist.together(self.get_params()):  # an error on one rank: on every rank
+            cfg = self._config()
+            fitted = "model_" in self.__dict__
+            prepared = self._prepare(X, y, sample_weight, cfg, fitted, classes, partial=True)
+            _check_comm_options(dist, cfg)
+        _setup(dist, prepared[0])
         if fitted:
             self._set_optimizer_hyper(cfg)
         else:
@@ -235,13 +249,14 @@ class _SequenceEstimator(EstimatorParams):
     def _initialize(self, data, cfg, legacy, target):
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
-        keep = {k: self.__dict__[k] for k in ("classes_",) if k in self.__dict__}
+        keep = {k: self.__dict__[k] for k in ("classes_", "_dist") if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
         for name in _SCRATCH + ("_target", "_spec"):
             self.__dict__.pop(name, None)
         self.__dict__.update(keep)
-        init_seed, shuffle_seed, split_seed = _seeds(self.random_state)
+        # with comm every rank starts from rank 0's seeds (random_state=None differs)
+        init_seed, shuffle_seed, split_seed = self._comm().same(_seeds(self.random_state))
         f = data.x.shape[2]
         if legacy:
             self.model_ = self._legacy_class(f, **self._legacy_kwargs(cfg),
@@ -259,7 +274,7 @@ class _SequenceEstimator(EstimatorParams):
             positional = "rope" if cfg.rope else cfg.positional
             max_len = cfg.max_len
             if positional == "learned" and max_len is None:
-                max_len = int(data.x.shape[1])  # the longest training sequence
+                max_len = int(self._comm().allmax(data.x.shape[1]))  # the longest sequence
             self._spec = dict(n_features=f, d_model=d, n_heads=cfg.n_heads,
                               n_layers=cfg.n_layers, n_outputs=n_out, d_hidden=cfg.d_hidden,
                               pooling=None if per_position else cfg.pooling,
@@ -327,7 +342,9 @@ class _SequenceEstimator(EstimatorParams):
     def _train(self, data, val, cfg, epochs, fit):
         """Run `epochs` epochs over validated Data of the model's dtype."""
         model, opt, rng = self.model_, self.optimizer_, self.shuffle_rng_
-        n = data.n
+        dist = self._comm()
+        data = _setup(dist, data)  # global sample count, lengths and padded length
+        n = dist.n
         bs = min(cfg.batch_size, n)
         good = self._snapshot_for()
         good.save(model, opt, rng)  # the state to roll back to if training diverges
@@ -337,7 +354,7 @@ class _SequenceEstimator(EstimatorParams):
                                     keep_best=cfg.early_stopping and val is not None)
             plateau = not cfg.early_stopping
         last = self.n_iter_ + epochs
-        bar = Progress(cfg.verbose, -(-n // bs), last if fit else None)
+        bar = Progress(cfg.verbose if dist.is_root else 0, -(-n // bs), last if fit else None)
         with InterruptGuard() as guard:
             try:
                 for _ in range(epochs):
@@ -354,6 +371,7 @@ class _SequenceEstimator(EstimatorParams):
                         vloss = self._mean_loss(val, bs)
                         self.validation_loss_curve_.append(vloss)
                         self.best_validation_loss_ = min(self.best_validation_loss_, vloss)
+                    dist.check_identical(model.params.flat)
                     good.save(model, opt, rng)
                     watched = loss if (vloss is None or plateau) else vloss
                     if stopper is not None and stopper.update(watched):
@@ -378,15 +396,19 @@ class _SequenceEstimator(EstimatorParams):
         """One pass over data; returns the (weighted) mean loss, or None when
         interrupted (after a warning). Rolls back and raises when training diverges."""
         model, opt = self.model_, self.optimizer_
-        order, plan = batch_plan(data.n, bs, self.shuffle_rng_ if shuffle else None,
-                                 data.lengths)
+        dist = self._comm()
+        order, plan = batch_plan(dist.n, bs, self.shuffle_rng_ if shuffle else None,
+                                 dist.lengths)
+        # this rank's samples of each global batch (all of them with comm=None)
+        order, plan = dist.batches(order, plan)
+        rows = dist.rows(plan, bs)
         t_full = data.x.shape[1]
         total, seen, done = 0.0, 0, 0
-        for k, (start, m, t) in enumerate(plan):
-            batch = self._batch(data, bs, t or t_full)
+        for k, (start, m, t, _) in enumerate(plan):
+            batch = self._batch(data, rows, t or t_full)
             batch.load(data, order, start, m)
             try:
-                loss, weight = _step(model, opt, batch, m, self._loss)
+                loss, weight = _step(model, opt, batch, m, self._loss, dist, guard)
             except KeyboardInterrupt:  # raised outside the guard's reach
                 guard.interrupted = True
                 break
@@ -397,7 +419,7 @@ class _SequenceEstimator(EstimatorParams):
             seen += weight
             done += 1
             bar.step(total / seen if seen else 0.0)
-            if guard.interrupted:
+            if dist.stopping(guard):  # with comm: every rank stops after the same step
                 break
         if guard.interrupted:
             bar.close()
@@ -412,7 +434,7 @@ class _SequenceEstimator(EstimatorParams):
     def _mean_loss(self, data, bs):
         """The loss over data (validation), in batches of the training batch shape."""
         legacy = self._is_legacy()
-        order, plan = batch_plan(data.n, bs, None, data.lengths)
+        order, plan = batch_plan(data.n, bs, None, data.lengths) if data.n else (None, [])
         total, seen = 0.0, 0
         for start, m, t in plan:
             batch = self._batch(data, bs, t or data.x.shape[1])
@@ -424,7 +446,13 @@ class _SequenceEstimator(EstimatorParams):
             loss, weight = self._loss(batch, m)
             total += loss * weight
             seen += weight
+        dist = self._comm()  # with comm: over every rank's validation samples
+        total, seen = dist.allsum(total), dist.allsum(seen)
         return total / seen if seen else 0.0
+
+    def _comm(self):
+        """The running fit's distributed hooks (identities without comm)."""
+        return self.__dict__.get("_dist") or distributed.Local()
 
     def _diverged(self, good, where, epoch):
         good.restore(self.model_, self.optimizer_, self.shuffle_rng_)
@@ -721,10 +749,10 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
     def _loss(batch, m):
         return _cross_entropy(batch, m)
 
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
+    def partial_fit(self, X, y, classes=None, sample_weight=None, comm=None):
         """One more epoch over X, y (as the regressors' partial_fit). The first call
         needs `classes`, every label that will ever be seen (as scikit-learn)."""
-        return self._partial_fit(X, y, sample_weight, classes)
+        return self._partial_fit(X, y, sample_weight, classes, comm)
 
     def _prepare_labels(self, x, lengths, ragged, y, w, cfg, fitted, classes, partial):
         lab, per_position = seqs.labels(y, x, lengths, ragged)
@@ -745,7 +773,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
                                  "label that will ever be seen")
             self.classes_ = _unique("classes", np.asarray(classes))
         else:
-            self.classes_ = _unique("y", seen)
+            self.classes_ = _unique("y", self._comm().union(seen))  # every rank's labels
         codes = _encode(lab, self.classes_, valid)
         cw = self._class_weights(seen)
         if cw is None and w is None and valid is None:
@@ -770,7 +798,8 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
         if isinstance(cw, str) and cw == "balanced":
             # from the labels being fitted: fit's y, or each partial_fit call's own y
             counts = np.array([np.count_nonzero(seen == k) for k in self.classes_], float)
-            return np.where(counts > 0, seen.size / (c * np.maximum(counts, 1)), 0.0)
+            counts = self._comm().allsum(counts)  # with comm: every rank's labels
+            return np.where(counts > 0, counts.sum() / (c * np.maximum(counts, 1)), 0.0)
         if isinstance(cw, dict):
             out = np.ones(c)
             for label, weight in cw.items():
@@ -890,22 +919,30 @@ class _NonFinite(Exception):
     """A training step met NaN or infinity (the message says where)."""
 
 
-def _step(model, opt, batch, m, loss_fn):
+def _step(model, opt, batch, m, loss_fn, dist, guard=None):
     """One AdamW step on the first m samples of the batch; returns (batch loss before
     the step, its weight). Raises _NonFinite when the loss, the gradients or the
     updated weights are not finite.
 
-    This is the one place where gradients become an update: a data-parallel fit
-    would all-reduce model.grads (weighted by the batch weights) between
-    backward and opt.step, here."""
-    if batch.mask is None:
-        model.forward(batch.x, grad=True, out=batch.y)
-    else:
-        model.forward(batch.x, key_padding_mask=batch.mask, grad=True, out=batch.y)
-    loss, weight = loss_fn(batch, m)
+    With comm (dist) the loss, its weight and the gradient are the global batch's:
+    each rank's gradient is weighted by its share of the batch's weight and summed
+    over the ranks (one Allreduce) before the AdamW step; m may be 0 on a rank."""
+    loss, weight = 0.0, 0.0
+    with dist.collect_error():  # with comm, a failure here is raised on every rank
+        if m:
+            if batch.mask is None:
+                model.forward(batch.x, grad=True, out=batch.y)
+            else:
+                model.forward(batch.x, key_padding_mask=batch.mask, grad=True, out=batch.y)
+            loss, weight = loss_fn(batch, m)
+    loss, weight = dist.batch_loss(loss, weight, guard)
     if not math.isfinite(loss):
         raise _NonFinite(f"the loss became {loss}")
-    model.backward(batch.dy)
+    if m:
+        model.backward(batch.dy)
+    else:
+        model.grads.flat.fill(0)
+    dist.reduce_gradient(model.grads.flat)  # the global batch's gradient, on every rank
     try:
         opt.step(model.grads)
     except FloatingPointError:  # AdamW refused the step and left everything unchanged
@@ -1003,15 +1040,34 @@ def _sequence_n_params(spec):
     return n
 
 
-def _split(data, fraction, seed):
-    """(train, validation or None): a random ceil(fraction * n) samples held out."""
+def _split(data, fraction, seed, dist):
+    """(train, validation or None): a random ceil(fraction * n) samples held out (n
+    and the draw global with comm; each rank keeps its own part of both)."""
     if fraction == 0:
         return data, None
-    n = data.n
+    n = dist.n
     n_val = math.ceil(fraction * n)  # fit checked that n_val < n
     perm = np.random.default_rng(seed).permutation(n)
     val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])  # keep the data's order
-    return data.take(train), data.take(val)
+    return data.take(dist.local_part(train)), data.take(dist.local_part(val))
+
+
+def _setup(dist, data, params=None):
+    """dist.setup for Data: global count and lengths; with comm, ragged data padded to
+    the longest sequence of every rank (a global batch may hold it). Returns data."""
+    ragged = data.lengths is not None
+    dist.setup(data.n, data.x.shape[2:] if ragged else data.x.shape[1:], params,
+               lengths=data.lengths)
+    if ragged and dist.distributed and data.x.shape[1] < dist.t_max:
+        data = distributed.pad_positions(data, dist.t_max)
+    return data
+
+
+def _check_comm_options(dist, cfg):
+    if dist.distributed and cfg.dropout > 0:
+        raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm: each rank "
+                         f"would draw its own dropout masks, so the fit would differ from a "
+                         f"single-process one; use dropout=0 with comm")
 
 
 def _alias(name, value, default, alias, alias_value, check):

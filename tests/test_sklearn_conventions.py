@@ -148,10 +148,12 @@ def test_keyword_names_are_sklearns(cls):
     def names(f):
         return list(inspect.signature(f).parameters)
 
-    assert names(cls.fit) == ["self", "X", "y", "sample_weight"]
+    # comm: attnx's own extra (an MPI communicator for data-parallel training)
+    assert names(cls.fit) == ["self", "X", "y", "sample_weight", "comm"]
     assert names(cls.score) == ["self", "X", "y", "sample_weight"]
-    assert names(cls.partial_fit) == (["self", "X", "y", "classes", "sample_weight"]
-                                      if is_clf(cls) else ["self", "X", "y", "sample_weight"])
+    assert names(cls.partial_fit) == (["self", "X", "y", "classes", "sample_weight", "comm"]
+                                      if is_clf(cls) else
+                                      ["self", "X", "y", "sample_weight", "comm"])
 
 
 @pytest.mark.parametrize("cls", ALL)

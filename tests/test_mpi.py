@@ -1,0 +1,252 @@
+"""Data-parallel fit over MPI: real `mpiexec -n P` jobs started from pytest.
+
+The scripts in tests/mpi/ run under mpiexec (as `python -m mpi4py SCRIPT`, which
+aborts the whole job on an uncaught exception instead of leaving the other
+ranks waiting). Each job has a timeout: a hang is a failure, never a stuck suite.
+Without mpi4py or mpiexec these tests skip, unless ATTNX_REQUIRE_MPI=1 (CI),
+where that is a failure.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx import distributed
+
+HERE = Path(__file__).resolve().parent
+ROOT = Path(attnx.__file__).resolve().parent.parent  # the attnx being tested
+TIMEOUT = 120  # seconds per job; a healthy job takes a few seconds
+
+
+def _mpiexec():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        path = None
+    else:
+        # the MPICH wheel installs mpiexec next to this Python; use that one, not
+        # another MPI's launcher found first on PATH
+        near = Path(sys.executable).parent / "mpiexec"
+        path = str(near) if near.exists() else shutil.which("mpiexec")
+    if path is None:
+        if os.environ.get("ATTNX_REQUIRE_MPI") == "1":
+            pytest.fail("ATTNX_REQUIRE_MPI=1 but mpi4py or mpiexec is missing "
+                        "(pip install 'attnx[mpi]')")
+        pytest.skip("mpi4py / mpiexec not installed (pip install 'attnx[mpi]')")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mpiexec():
+    return _mpiexec()
+
+
+def mpirun(mpiexec, n, args, cwd, timeout=TIMEOUT):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    # one BLAS thread per rank: P ranks share the machine's cores
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    start = time.monotonic()
+    r = subprocess.run([mpiexec, "-n", str(n), sys.executable, *args], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    r.seconds = time.monotonic() - start
+    return r
+
+
+# ---- equality with one process ------------------------------------------------------
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_ranks_with_uneven_shards_equal_one_process(mpiexec, tmp_path, P):
+    r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "fit_equal.py"),
+                            str(tmp_path)], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert len(lines) == 1, r.stdout  # only rank 0 reports
+    res = json.loads(lines[0][len("RESULT "):])
+    assert res["P"] == P
+    for name in ("attention_val_es", "transformer_noshuffle", "attention_partial_fit",
+                 "random_state_none", "random_state_generator"):
+        fig = res[name]
+        assert sum(fig["shards"]) > 0 and len(fig["shards"]) == P
+        if P > 1:
+            assert len(set(fig["shards"])) > 1  # uneven
+        for key in ("params_rel", "loss_rel", "val_rel"):
+            assert fig.get(key, 0.0) <= 1e-10, (name, fig)
+        assert fig["steps"] > 0
+    assert "params_rel" in res["attention_val_es"] and "val_rel" in res["attention_val_es"]
+    assert res["attention_val_es"]["n_iter"] < 8  # early stopping stopped the fit
+    ck = res["checkpoint"]
+    assert ck["resume_from"] == P and ck["resume_on"] == max(1, P - 1)
+    assert ck["resume_rel"] <= 1e-10
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_weights_classifiers_and_ragged_input_equal_one_process(mpiexec, tmp_path, P):
+    """Sample weights (some 0), sequence-level targets through d_model, a balanced
+    classifier whose first shards lack classes, ragged per-position regression with
+    learned positions, ragged per-position classification by partial_fit."""
+    r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "fit_equal_seq.py")], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert len(lines) == 1, r.stdout
+    res = json.loads(lines[0][len("RESULT "):])
+    names = ("weighted_sequence_regression", "balanced_classifier", "ragged_per_position",
+             "ragged_classifier_partial_fit")
+    for name in names:
+        fig = res[name]
+        assert len(fig["shards"]) == P and fig["steps"] > 0
+        assert fig["params_rel"] <= 1e-10 and fig["loss_rel"] <= 1e-10, (name, fig)
+    assert res["weighted_sequence_regression"]["val_rel"] <= 1e-10
+
+
+# ---- faults ---------------------------------------------------------------------------
+FAULTS = {
+    "bad_input": ("ValueError", "X contains NaN"),
+    "mismatch": ("ValueError", "every rank must use the same hyper-parameters"),
+    "step_error": ("MemoryError", "simulated failure inside the loss"),
+    "diverge": ("TrainingDivergedError", "training diverged in epoch 1"),
+    "dropout": ("ValueError", "cannot be combined with comm"),
+    "classifier_bad_input": ("ValueError", "X contains NaN"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(FAULTS))
+def test_one_failing_rank_makes_every_rank_raise_the_same_error(mpiexec, tmp_path, mode):
+    P = 3
+    r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), mode], tmp_path)
+    # mpiexec may join the ranks' lines: find each report, not each line
+    raised = re.findall(r"RAISED ([A-Za-z]+): (.*?)(?=RAISED |\n|$)", r.stdout)
+    assert len(raised) == P, r.stdout + r.stderr
+    assert len(set(raised)) == 1, raised  # the same class and message on every rank
+    cls, text = raised[0]
+    assert cls == FAULTS[mode][0] and FAULTS[mode][1] in text, raised[0]
+    if mode in ("bad_input", "step_error", "classifier_bad_input"):
+        assert f"[rank {P - 1} of {P}]" in text  # names the rank that failed
+    assert "FINISHED" not in r.stdout
+    assert r.returncode != 0
+
+
+def test_a_killed_rank_ends_the_job(mpiexec, tmp_path):
+    """The last rank SIGKILLs itself in the 20th step of a fit of 10^6 epochs. MPICH's launcher
+    sees the process die and terminates the other ranks ("BAD TERMINATION ...
+    Killed (signal 9)"); mpiexec returns non-zero within seconds instead of the
+    other ranks waiting in the Allreduce forever (TIMEOUT bounds it here)."""
+    r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "kill"],
+               tmp_path)
+    assert r.returncode != 0
+    assert "FINISHED" not in r.stdout and "RAISED" not in r.stdout
+    assert "signal 9" in r.stdout + r.stderr or "KILLED" in (r.stdout + r.stderr).upper()
+
+
+def test_a_hanging_rank_is_ended_by_the_launcher_timeout(mpiexec, tmp_path, monkeypatch):
+    """A rank that hangs without dying (here: sleeping inside a step) leaves the
+    others waiting in the Allreduce; MPICH's MPIEXEC_TIMEOUT (or mpiexec -timeout)
+    ends the whole job ("APPLICATION TIMED OUT")."""
+    monkeypatch.setenv("MPIEXEC_TIMEOUT", "5")
+    r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "hang"], tmp_path)
+    assert r.returncode != 0
+    assert "FINISHED" not in r.stdout
+    assert "TIMED OUT" in (r.stdout + r.stderr).upper()
+
+
+def test_ctrl_c_on_one_rank_stops_every_rank_after_the_same_step(mpiexec, tmp_path):
+    r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "interrupt"],
+               tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stopped = re.findall(r"STOPPED (t=\d+ [0-9a-f]+ warned=(?:True|False))", r.stdout)
+    assert len(stopped) == 3 and len(set(stopped)) == 1, r.stdout  # same step, same weights
+    assert stopped[0].endswith("warned=True")
+    assert stopped[0].startswith("t=20 ")  # the step in which it came
+
+
+# ---- command line -----------------------------------------------------------------
+def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path):
+    X, Y = attnx.datasets.max_position_task(101, 6, 4, random_state=0)
+    np.savez(tmp_path / "data.npz", X=X, Y=Y)
+    opts = ["train", "data.npz", "--model", "transformer", "--n-layers", "1", "--n-heads", "2",
+            "--epochs", "3", "--batch-size", "16", "--lr", "0.01", "--dtype", "float64",
+            "--validation-fraction", "0.2"]
+    r = mpirun(mpiexec, 2, ["-m", "attnx", *opts, "-o", "dist.npz", "--distributed"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("wrote dist.npz") == 1  # rank 0 alone prints and writes
+    assert "over 2 MPI ranks" in r.stdout and "X (101, 6, 4)" in r.stdout
+    one = subprocess.run([sys.executable, "-m", "attnx", *opts, "-o", "one.npz"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=TIMEOUT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert one.returncode == 0, one.stderr
+    a, b = attnx.load(tmp_path / "dist.npz"), attnx.load(tmp_path / "one.npz")
+    pa, pb = a.model_.params.flat, b.model_.params.flat
+    assert np.max(np.abs(pa - pb)) <= 1e-10 * np.max(np.abs(pb))
+    np.testing.assert_allclose(a.validation_loss_curve_, b.validation_loss_curve_, rtol=1e-10)
+    # the R^2 line is computed from every rank's samples: the same as one process's
+    r2 = [re.search(r"R\^2 on the training data: (\S+)", s).group(1)
+          for s in (r.stdout, one.stdout)]
+    assert r2[0] == r2[1]
+
+
+def test_cli_distributed_reports_a_bad_file_once_and_fails(mpiexec, tmp_path):
+    r = mpirun(mpiexec, 2, ["-m", "attnx", "train", "missing.npz", "--distributed"], tmp_path)
+    assert r.returncode != 0
+    assert r.stderr.count("attnx train: error: cannot read missing.npz") == 1
+
+
+# ---- pieces that need no mpiexec ------------------------------------------------------
+def test_shard_splits_in_rank_order():
+    for n in (1, 7, 10, 33):
+        for size in (1, 2, 3, 5):
+            parts = [distributed.shard(n, r, size) for r in range(size)]
+            idx = np.concatenate([np.arange(n)[p] for p in parts])
+            np.testing.assert_array_equal(idx, np.arange(n))
+            lens = [p.stop - p.start for p in parts]
+            assert max(lens) - min(lens) <= 1
+
+
+def _fake_ranks(counts):
+    ranks = []
+    for r in range(len(counts)):
+        c = distributed.Communicator.__new__(distributed.Communicator)
+        c.counts, c.n = list(counts), sum(counts)
+        c.n_local, c.offset = counts[r], sum(counts[:r])
+        ranks.append(c)
+    return ranks
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_the_ranks_parts_make_up_each_global_batch(rng, shuffle):
+    for counts in ([5], [1, 9, 4], [3, 0, 12, 2], [10, 10]):
+        n, bs = sum(counts), 4
+        order = rng.permutation(n) if shuffle else None
+        plan = [(s, min(bs, n - s), None) for s in range(0, n, bs)]
+        if shuffle:  # batches in any order, as for ragged data
+            plan = [plan[i] for i in rng.permutation(len(plan))]
+        ranks = _fake_ranks(counts)
+        parts = [c.batches(order, plan) for c in ranks]
+        whole = np.arange(n) if order is None else order
+        for k, (start, m, t) in enumerate(plan):
+            got = []
+            for c, (local, p) in zip(ranks, parts):
+                s, ml, tl, mg = p[k]
+                assert mg == m and tl == t
+                rows = np.arange(s, s + ml) if local is None else local[s:s + ml]
+                assert np.all((rows >= 0) & (rows < c.n_local))
+                got.append(rows + c.offset)
+            np.testing.assert_array_equal(np.sort(np.concatenate(got)),
+                                          np.sort(whole[start:start + m]))
+            assert sum(p[k][1] for _, p in parts) == m
+        for c, (_, p) in zip(ranks, parts):
+            rows = c.rows(p, bs)
+            assert max(ml for _, ml, _, _ in p) <= rows <= bs
+
+
+def test_comm_must_be_an_mpi_communicator():
+    pytest.importorskip("mpi4py")
+    X = np.zeros((4, 3, 2))
+    with pytest.raises(TypeError, match="comm must be an mpi4py intracommunicator"):
+        attnx.AttentionRegressor(epochs=1).fit(X, X, comm="world")
