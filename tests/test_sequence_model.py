@@ -632,3 +632,35 @@ def test_three_adamw_steps_regression_match_torch(torch, dtype, pool, rng):
             continue
         err = rel_err(m.params[n], tw.w(n).detach().numpy())
         assert err < 10 * TOL[dtype], f"{n} after 3 steps: {err:.3g}"
+
+
+def test_kernels_reject_mismatched_buffers():
+    """The private kernels check their buffers before touching memory."""
+    from attnx import _seq
+    f = np.float64
+    x, w, b = np.zeros((6, 3)), np.zeros((3, 4)), np.zeros(4)
+    with pytest.raises(ValueError, match="y must be"):
+        _seq.linear_forward(x, w, b, np.zeros((5, 4)), 1)
+    with pytest.raises(ValueError, match="pos must be"):
+        _seq.linear_forward(x, w, b, np.zeros((6, 4)), 1, np.zeros((2, 4)), 3)
+    with pytest.raises(ValueError, match="dx must be"):
+        _seq.linear_backward(np.zeros((6, 4)), x, w, np.zeros((3, 4)), b, np.zeros((6, 2)), 1)
+    with pytest.raises(ValueError, match="nthreads"):
+        _seq.layernorm_forward(np.zeros((6, 4)), b, b, np.zeros((6, 4)), np.zeros((2, 6)),
+                               1e-5, 0)
+    with pytest.raises(ValueError, match="st must be"):
+        _seq.layernorm_forward(np.zeros((6, 4)), b, b, np.zeros((6, 4)), np.zeros((2, 5)),
+                               1e-5, 1)
+    with pytest.raises(ValueError, match="part must be"):
+        _seq.layernorm_backward(np.zeros((6, 4)), np.zeros((6, 4)), b, np.zeros((2, 6)),
+                                b.copy(), b.copy(), np.zeros((6, 4)), None, np.zeros((1, 7)), 1)
+    with pytest.raises(ValueError, match="key mask must be"):
+        _seq.pool_forward(np.zeros((6, 4)), np.zeros((2, 2), np.uint8), np.zeros((2, 4)),
+                          2, 3, False, 1)
+    with pytest.raises(ValueError, match="whole sequences"):
+        _seq.positions_backward(np.zeros((6, 4)), np.zeros((4, 4)), 4, 1)
+    with pytest.raises(ValueError, match="label 3 at row 1"):
+        _seq.cross_entropy_rows(np.zeros((2, 3), f), np.array([0, 3]), None, 2.0,
+                                np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="p must lie"):
+        _seq.dropout_mask(np.zeros((2, 3)), 1.0, 1)
