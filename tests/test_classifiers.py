@@ -58,7 +58,7 @@ def test_integer_labels_and_more_classes():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(240, 6, 2))
     y = np.argmax(X.mean(axis=1) @ np.array([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]]), axis=1) * 10
-    est = small(epochs=25, dtype=np.float64).fit(X, y)
+    est = small(epochs=25, n_iter_no_change=25, dtype=np.float64).fit(X, y)
     assert est.classes_.tolist() == [0, 10, 20] and est.classes_.dtype.kind == "i"
     assert est.predict_proba(X).shape == (240, 3) and est.predict_proba(X).dtype == np.float64
     chance = np.bincount(y // 10).max() / len(y)
