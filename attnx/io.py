@@ -3,12 +3,16 @@
 Arrays in the file (written with numpy.savez, read with allow_pickle=False):
   format          "attnx-estimator"
   version         the format version (FORMAT_VERSION), checked on load
-  meta            JSON: class name, get_params() (dtype as a string), the
-                  model architecture, fitted scalars (n_iter_, ...), the
-                  optimizer's step count and settings, the shuffling RNG state
+  meta            JSON: class name, get_params() (dtype as a string, class_weight
+                  as label/weight pairs), the model architecture, the kind of
+                  target, fitted scalars (n_iter_, ...), the optimizer's step count
+                  and settings, the shuffling and dropout RNG states
   params          the model's flat weight buffer (model_.params.flat)
   opt_m_<i>, opt_v_<i>   AdamW moment buffers
   loss_curve, validation_loss_curve   float64 per-epoch losses
+  classes         a classifier's classes_ (numbers or strings)
+The fitted part comes from the estimator's own serialiser (_fitted_state /
+_set_fitted_state), which pickling uses too; this module only writes the file.
 The estimator's scratch buffers and the model's workspaces are not stored.
 """
 import json
