@@ -3,6 +3,9 @@
 Environment switches:
   ATTNX_DEBUG_CHECKS=1  compile with Cython bounds/wraparound checks on (used once in CI).
   ATTNX_NO_OPENMP=1     build without OpenMP even when the compiler supports it.
+  ATTNX_SANITIZE=1      AddressSanitizer + UndefinedBehaviorSanitizer build (GCC/Clang):
+                        -O1 -g, frame pointers, OpenMP kept; run it with the ASan runtime
+                        preloaded, see .ci/sanitize.sh.
 """
 import glob
 import os
@@ -17,7 +20,7 @@ from setuptools import Extension, setup
 from Cython.Build import cythonize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODULES = ["_blas", "_ops", "_attention", "_mlp", "_seq"]
+MODULES = ["_blas", "_ops", "_attention", "_mlp", "_seq", "_flash", "_optim"]
 # a change to a C helper or a .pxd must rebuild every extension that includes it
 HEADERS = sorted(glob.glob(os.path.join("csrc", "*.h")) + glob.glob(os.path.join("attnx", "*.pxd")))
 
@@ -49,6 +52,13 @@ def extensions():
     debug = bool(os.environ.get("ATTNX_DEBUG_CHECKS"))
     omp_c, omp_l = _openmp_flags()
     extra_c = ["-O3", "-fopenmp-simd"] if sys.platform != "win32" else ["/O2"]
+    extra_l = []
+    if os.environ.get("ATTNX_SANITIZE"):
+        if sys.platform == "win32":
+            raise SystemExit("ATTNX_SANITIZE=1 needs GCC or Clang")
+        san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+        extra_c = ["-O1", "-g", "-fno-omit-frame-pointer", "-fopenmp-simd"] + san
+        extra_l = san
     exts = [
         Extension(
             f"attnx.{m}",
@@ -58,7 +68,7 @@ def extensions():
                            ("ATTNX_OMP_SIMD", "1")],
             depends=HEADERS,
             extra_compile_args=extra_c + omp_c,
-            extra_link_args=omp_l,
+            extra_link_args=omp_l + extra_l,
         )
         for m in MODULES
     ]

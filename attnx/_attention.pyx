@@ -36,7 +36,8 @@ def dispatch_state():
     return attnx_get_level(), attnx_dispatched_levels()
 
 
-cdef inline void softmax_rows(floating *s, Py_ssize_t row0, Py_ssize_t rows, Py_ssize_t tk, bint causal,
+cdef inline void softmax_rows(floating *s, Py_ssize_t row0, Py_ssize_t rows, Py_ssize_t tk,
+                              bint causal,
                               const uint8_t *keymask) noexcept nogil:
     """Row softmax of a (rows, tk) score block whose first row is query row0;
     causal keeps keys j <= query index."""
@@ -55,9 +56,9 @@ cdef inline void softmax_bwd_rows(const floating *a, floating *da, Py_ssize_t ro
     for i in range(rows):
         n_valid = (row0 + i + 1 if row0 + i + 1 < tk else tk) if causal else tk
         if floating is float:
-            attnx_softmax_bwd_row_f32(a + <Py_ssize_t> i * tk, da + <Py_ssize_t> i * tk, tk, n_valid)
+            attnx_softmax_bwd_row_f32(a + i * tk, da + i * tk, tk, n_valid)
         else:
-            attnx_softmax_bwd_row_f64(a + <Py_ssize_t> i * tk, da + <Py_ssize_t> i * tk, tk, n_valid)
+            attnx_softmax_bwd_row_f64(a + i * tk, da + i * tk, tk, n_valid)
 
 
 # Causal attention works in row blocks of this many queries: block [i0, i1) only
@@ -81,7 +82,8 @@ cdef inline void transpose_head(const floating *x, Py_ssize_t ld, Py_ssize_t row
 
 cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k, const floating *v,
                         Py_ssize_t ldkv, floating *z, Py_ssize_t ldz, floating *probs, bint store,
-                        floating *tbuf, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
+                        floating *tbuf, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk,
+                        Py_ssize_t n_heads, Py_ssize_t d_head,
                         floating scale, bint causal, const uint8_t *keymask,
                         int nthreads) noexcept nogil:
     """Per (batch, head): P = softmax(scale Q K^T + mask), Z = P V.
@@ -93,7 +95,7 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k, co
     GEMM's tq*tk*d_head multiply-adds.
     """
     cdef Py_ssize_t bh, b, h, tid
-    cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
+    cdef Py_ssize_t blk = tq * tk
     cdef Py_ssize_t r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
     cdef floating *p
     cdef floating *kt
@@ -126,7 +128,8 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k, co
 cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k, const floating *v,
                          Py_ssize_t ldkv, const floating *dz, Py_ssize_t ldz, const floating *probs,
                          floating *scratch, floating *tbuf, floating *dq, floating *dk,
-                         floating *dv, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
+                         floating *dv, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk,
+                         Py_ssize_t n_heads, Py_ssize_t d_head,
                          floating scale, bint causal, int nthreads) noexcept nogil:
     """Per (batch, head): dV = P^T dZ, dP = dZ V^T, dS = P*(dP - rowsum(dP*P)),
     dQ = scale dS K, dK = scale dS^T Q. dq shares ldq, dk/dv share ldkv.
@@ -134,7 +137,7 @@ cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k, c
     Causal row blocks run last to first: the last block touches every key and
     writes dK/dV (beta 0); earlier blocks, with fewer keys, add onto them."""
     cdef Py_ssize_t bh, b, h, tid
-    cdef Py_ssize_t blk = <Py_ssize_t> tq * tk
+    cdef Py_ssize_t blk = tq * tk
     cdef Py_ssize_t r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
     cdef floating acc
     cdef const floating *p
@@ -180,7 +183,8 @@ cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k, c
                  qh + i0 * ldq, ldq, acc, dkh, ldkv)
 
 
-cdef inline void zero_rows(floating *x, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld) noexcept nogil:
+cdef inline void zero_rows(floating *x, Py_ssize_t rows, Py_ssize_t cols,
+                           Py_ssize_t ld) noexcept nogil:
     cdef Py_ssize_t r, j
     for r in range(rows):
         for j in range(cols):
@@ -257,7 +261,8 @@ cdef inline floating expsub_sum(floating *s, Py_ssize_t n, floating mx) noexcept
         return attnx_expsub_sum_f64(s, n, mx)
 
 
-cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t i0, Py_ssize_t j0, bint causal,
+cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t i0,
+                            Py_ssize_t j0, bint causal,
                             const uint8_t *km) noexcept nogil:
     """-inf where key j0+j is padding or, causal, lies after query i0+r."""
     cdef Py_ssize_t r, j, nv
@@ -275,7 +280,9 @@ cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ss
 cdef void heads_forward_blocked(const floating *q, Py_ssize_t ldq, const floating *k,
                                 const floating *v, Py_ssize_t ldkv, floating *z, Py_ssize_t ldz,
                                 floating *lse, floating *scratch, Py_ssize_t per_thread,
-                                Py_ssize_t blk_q, Py_ssize_t blk_k, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
+                                Py_ssize_t blk_q, Py_ssize_t blk_k, Py_ssize_t nb,
+                                Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads,
+                                Py_ssize_t d_head,
                                 floating scale, bint causal, const uint8_t *keymask,
                                 int nthreads) noexcept nogil:
     """Per (batch, head), per query block: running max m, running sum l and an
@@ -360,8 +367,9 @@ cdef void heads_backward_blocked(const floating *q, Py_ssize_t ldq, const floati
                                  const floating *v, Py_ssize_t ldkv, const floating *z,
                                  const floating *dz, Py_ssize_t ldz, const floating *lse,
                                  floating *scratch, Py_ssize_t per_thread,
-                                 Py_ssize_t blk_q, Py_ssize_t blk_k, floating *dq, floating *dk, floating *dv,
-                                 Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
+                                 Py_ssize_t blk_q, Py_ssize_t blk_k, floating *dq,
+                                 floating *dk, floating *dv, Py_ssize_t nb, Py_ssize_t tq,
+                                 Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
                                  floating scale, bint causal, const uint8_t *keymask,
                                  int nthreads) noexcept nogil:
     """P = exp(scale Q K^T - lse) recomputed per block; with D = rowsum(dZ * Z):

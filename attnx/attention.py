@@ -1,7 +1,7 @@
 """Multi-head attention layer: weights, workspaces and the calls into the kernels."""
 import numpy as np
 
-from . import _attention
+from . import _attention, _flash
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
@@ -39,14 +39,21 @@ class _Workspace:
     linear in T.
     """
 
-    def __init__(self, nb, tq, tk, d, n_heads, cross, store, blocked, threads, dtype):
+    def __init__(self, nb, tq, tk, d, n_heads, cross, store, blocked, threads, dtype,
+                 fused=False):
         e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
         self.x = self.ctx = None  # copies of the public forward's inputs, made there
         self.q = e(nb * tq, d if cross else 3 * d)
         self.kv = e(nb * tk, 2 * d) if cross else None
         self.zcat = e(nb * tq, d)
         self.blocked = blocked
-        if blocked:
+        self.fused = fused
+        if fused:  # probs is the fused kernels' per-thread scratch (forward and backward)
+            self.probs = e(threads * _flash.scratch_elements(tk, d // n_heads, dtype))
+            self.lse = e(nb * n_heads * tq)
+            self.tbuf = None
+            self._bwd_per_thread = 0
+        elif blocked:
             fwd, self._bwd_per_thread = _attention.blocked_scratch_sizes(tq, d // n_heads)
             self.probs = e(threads * fwd)
             self.lse = e(nb * n_heads * tq)
@@ -72,6 +79,12 @@ class _Workspace:
 # "auto" switches to the blocked path at this many scores per (sample, head):
 # measured on 2 cores (see benchmarks/): below it the dense path is faster.
 BLOCKED_MIN_SCORES = 512 * 512
+
+# "auto" runs the fused small-head kernels (attnx._flash) when d_head is at most
+# this: measured on an AVX-512 EPYC (benchmarks/), the fused tiles beat the
+# per-head BLAS calls of the dense and blocked paths up to here, where BLAS's
+# inner dimension is too short to run near its peak.
+FUSED_MAX_D_HEAD = 32
 
 
 def _index(name, i, n):
@@ -99,11 +112,14 @@ class MultiHeadAttention:
     random_state : seed for numpy.random.default_rng; weights are uniform in
         +-1/sqrt(d_model), biases start at zero.
     input_grad : bool, whether backward computes dL/dX (else it returns None).
-    attention : "auto" (default), "dense" or "blocked". Dense keeps the
+    attention : "auto" (default), "dense", "blocked" or "fused". Dense keeps the
         (B, heads, Tq, Tk) probabilities for backward; blocked streams key blocks
         with an online softmax and keeps only a log-sum-exp per row (memory linear
-        in T, probabilities recomputed in backward). Auto picks blocked from
-        BLOCKED_MIN_SCORES = Tq * Tk on. Both give the same results to rounding.
+        in T, probabilities recomputed in backward). Fused is blocked attention
+        in register-tiled C kernels (no per-head BLAS call), for small heads.
+        Auto picks fused when d_head <= FUSED_MAX_D_HEAD, else blocked from
+        BLOCKED_MIN_SCORES = Tq * Tk on, else dense. All give the same results
+        to rounding.
 
     Weights are laid out so that Y = X @ W: Wq, Wk, Wv, Wo are (d_model, d_model).
     `params` and `grads` map names to live views of the layer's storage.
@@ -122,8 +138,9 @@ class MultiHeadAttention:
         self.causal, self.bias, self.rope = bool(causal), bool(bias), bool(rope)
         self.dtype = check_dtype(dtype)
         self.input_grad = bool(input_grad)
-        if attention not in ("auto", "dense", "blocked"):
-            raise ValueError(f"attention must be 'auto', 'dense' or 'blocked', got {attention!r}")
+        if attention not in ("auto", "dense", "blocked", "fused"):
+            raise ValueError("attention must be 'auto', 'dense', 'blocked' or 'fused', "
+                             f"got {attention!r}")
         self.attention = attention
 
         if _storage is None:
@@ -180,28 +197,38 @@ class MultiHeadAttention:
                 self.params[name][...] = 0
 
     # ---- workspaces ----------------------------------------------------
+    def _path(self, tq, tk):
+        """'dense', 'blocked' or 'fused' for this shape (see `attention`)."""
+        if self.attention != "auto":
+            return self.attention
+        if self.d_head <= FUSED_MAX_D_HEAD:
+            return "fused"
+        return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
+
     def _use_blocked(self, tq, tk):
-        if self.attention == "auto":
-            return tq * tk >= BLOCKED_MIN_SCORES
-        return self.attention == "blocked"
+        return self._path(tq, tk) == "blocked"
 
     def _workspace(self, nb, tq, tk, cross, store, threads=None):
         threads = num_threads() if threads is None else threads
-        blocked = self._use_blocked(tq, tk)
+        path = self._path(tq, tk)
+        blocked = path == "blocked"
         _attention.check_sizes(nb, tq, tk, self.d_model)   # BLAS int limits, before allocating
         # the blocked scratch is sized by the block sizes: they are part of the key
-        key = (nb, tq, tk, cross, store, blocked, threads,
+        key = (nb, tq, tk, cross, store, path, threads,
                _attention.block_sizes() if blocked else None)
 
         def make():
             d, h = self.d_model, self.n_heads
-            if blocked:
+            if path == "fused":
+                att = threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
+            elif blocked:
                 att = threads * sum(_attention.blocked_scratch_sizes(tq, d // h))
             else:
                 att = (nb * h if store else threads) * tq * tk + threads * tq * tk
             check_size(nbytes_of(self.dtype, att, 10 * nb * max(tq, tk) * d),
                        f"attention over batch={nb}, Tq={tq}, Tk={tk}")
-            return _Workspace(nb, tq, tk, d, h, cross, store, blocked, threads, self.dtype)
+            return _Workspace(nb, tq, tk, d, h, cross, store, blocked, threads, self.dtype,
+                              fused=path == "fused")
 
         return self._ws.get(key, store, make), threads
 
@@ -224,11 +251,17 @@ class MultiHeadAttention:
             rc, rs = self._rope_tables(max(tq, tk))
         w = self._w
         with blas_single(threads):
-            _attention.attention_forward(
-                x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
-                ws.q, ws.kv, ws.zcat, ws.probs, y2,
-                nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse, ws.tbuf,
-                nthreads=threads)
+            if ws.fused:
+                _flash.attention_forward(
+                    x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"], ws.q, ws.kv, ws.zcat,
+                    ws.lse, ws.probs, y2, nb, self.n_heads, self.causal, mask, rc, rs,
+                    residual, threads)
+            else:
+                _attention.attention_forward(
+                    x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
+                    ws.q, ws.kv, ws.zcat, ws.probs, y2,
+                    nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse,
+                    ws.tbuf, nthreads=threads)
         if store:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
@@ -240,6 +273,13 @@ class MultiHeadAttention:
         ws.for_backward(threads)
         w, g = self._w, self._g
         with blas_single(threads):
+            if ws.fused:
+                _flash.attention_backward(
+                    x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,
+                    ws.dq, ws.dkv, ws.probs, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
+                    nb, self.n_heads, self.causal, mask, rc, rs, dx_accumulate,
+                    dctx_accumulate, threads)
+                return
             _attention.attention_backward(
                 x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
                 dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
@@ -367,6 +407,30 @@ class MultiHeadAttention:
         e = np.exp(s - mx)
         den = e.sum(axis=1, keepdims=True)
         return np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+
+    # ---- PyTorch weight exchange (attnx._torch_layout) -----------------
+    def torch_state_dict(self):
+        """Weights as a torch.nn.MultiheadAttention(d_model, n_heads, bias=bias,
+        batch_first=True) state dict of NumPy arrays (copies): in_proj_weight
+        (3 d_model, d_model) = [Wq^T; Wk^T; Wv^T], out_proj.weight = Wo^T, and with
+        bias in_proj_bias, out_proj.bias. Convert with torch.from_numpy for
+        module.load_state_dict. (torch's layer has no rope; causal is its attn_mask.)"""
+        from ._torch_layout import attention_to_torch
+
+        return attention_to_torch(self.params, self.d_model, self.bias)
+
+    def load_torch_state_dict(self, state_dict):
+        """Set the weights from a torch.nn.MultiheadAttention(d_model, n_heads,
+        bias=bias, batch_first=True) state dict (torch tensors or NumPy arrays);
+        the keys and shapes must match exactly. All or nothing. Returns self."""
+        from ._torch_layout import (as_arrays, attention_from_torch, attention_torch_shapes,
+                                    check_and_assign)
+
+        sd = as_arrays(state_dict, attention_torch_shapes(self.d_model, self.bias),
+                       f"torch.nn.MultiheadAttention({self.d_model}, {self.n_heads}, "
+                       f"bias={self.bias})")
+        check_and_assign(self.params, attention_from_torch(sd, self.d_model, self.bias))
+        return self
 
     def __repr__(self):
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]

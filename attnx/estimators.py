@@ -32,6 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import _sequences as seqs
+from . import _state
 from ._base import ClassifierParams, EstimatorParams, sklearn_class
 from ._metrics import r2_score
 from ._params import check_dtype, check_positive_int
@@ -54,8 +55,6 @@ _PREDICT_ROWS = 8192
 _SCRATCH = ("_batches", "_snapshot")
 
 _POSITIONAL = ("none", "sinusoidal", "learned", "rope")
-_SCALARS = ("n_features_in_", "n_outputs_", "n_iter_", "best_loss_", "best_validation_loss_")
-_CURVES = ("loss_curve_", "validation_loss_curve_")
 
 
 def __getattr__(name):  # NotFittedError is scikit-learn's class, resolved on first use
@@ -479,8 +478,8 @@ class _SequenceEstimator(EstimatorParams):
 
     # ---- persistence ---------------------------------------------------
     def save(self, path):
-        """Write configuration, weights, optimizer and RNG state to one file
-        (see attnx.io.save); attnx.load(path) reads it back."""
+        """Write configuration, weights, optimizer and RNG state to exactly `path`, a
+        safetensors file (see attnx.io); attnx.load(path) reads it back."""
         from .io import save
 
         save(self, path)
@@ -495,64 +494,6 @@ class _SequenceEstimator(EstimatorParams):
         if isinstance(m, Transformer):
             spec.update(n_layers=m.n_layers, d_hidden=m.d_hidden)
         return spec
-
-    def _fitted_state(self):
-        """(meta, arrays): everything fit learned, as JSON-able values and named arrays.
-
-        The one serialiser of fitted state: pickling (__getstate__) and model files
-        (attnx.io) both use it and its inverse _set_fitted_state.
-        """
-        opt = self.optimizer_
-        meta = {"model": self._model_spec(),
-                "optimizer": {"t": opt.t, "n_buffers": len(opt.m),
-                              **_optimizer_hyper(opt)},
-                "rng": self.shuffle_rng_.bit_generator.state,
-                "target": dict(self._target),
-                # dropout masks come from the model's own generator: exact resume needs it
-                "dropout_rng": (self.model_.dropout_rng.bit_generator.state
-                                if hasattr(self.model_, "dropout_rng") else None),
-                "fitted_attributes": {k: float(getattr(self, k)) if k.startswith("best") else
-                                      int(getattr(self, k)) for k in _SCALARS
-                                      if hasattr(self, k)}}
-        arrays = {"params": self.model_.params.flat}
-        for i, (m, v) in enumerate(zip(opt.m, opt.v)):
-            arrays[f"opt_m_{i}"], arrays[f"opt_v_{i}"] = m, v
-        for k in _CURVES:
-            if hasattr(self, k):
-                arrays[k[:-1]] = np.asarray(getattr(self, k), dtype=np.float64)
-        if "classes_" in self.__dict__:
-            arrays["classes"] = self.classes_
-        return meta, arrays
-
-    def _set_fitted_state(self, meta, arrays):
-        """Rebuild model_, optimizer_, shuffle_rng_ and the fitted attributes."""
-        opt = meta["optimizer"]
-        nbuf = int(opt["n_buffers"])
-        state = {"t": int(opt["t"]), "m": [arrays[f"opt_m_{i}"] for i in range(nbuf)],
-                 "v": [arrays[f"opt_v_{i}"] for i in range(nbuf)]}
-        self._restore_model(meta["model"], arrays["params"], opt, state)
-        tgt = meta.get("target") or {"per_position": True, "k": None}
-        self._target = {"per_position": bool(tgt["per_position"]),
-                        "k": None if tgt["k"] is None else int(tgt["k"])}
-        for k, v in meta["fitted_attributes"].items():
-            if k not in _SCALARS:
-                raise ValueError(f"unknown fitted attribute {k!r}")
-            setattr(self, k, v)
-        for k in _CURVES:
-            if k[:-1] in arrays:
-                setattr(self, k, [float(x) for x in arrays[k[:-1]]])
-        if "classes" in arrays:
-            self.classes_ = np.asarray(arrays["classes"])
-        rng = np.random.default_rng()
-        if meta["rng"].get("bit_generator") != type(rng.bit_generator).__name__:
-            raise ValueError(f"unsupported RNG {meta['rng'].get('bit_generator')!r}")
-        rng.bit_generator.state = meta["rng"]
-        self.shuffle_rng_ = rng
-        drop = meta.get("dropout_rng")
-        if drop is not None and hasattr(self.model_, "dropout_rng"):
-            if drop.get("bit_generator") != type(rng.bit_generator).__name__:
-                raise ValueError(f"unsupported RNG {drop.get('bit_generator')!r}")
-            self.model_.dropout_rng.bit_generator.state = drop
 
     def _restore_model(self, spec, params, opt_hyper, opt_state):
         """Rebuild model_ and optimizer_ from _model_spec(), params.flat and AdamW state."""
@@ -589,25 +530,17 @@ class _SequenceEstimator(EstimatorParams):
         opt.load_state_dict(opt_state)
         self.model_, self.optimizer_ = model, opt
 
+    # the state besides hyper-parameters and public fitted attributes (attnx._state)
+    _state_attributes = ("_target",)
+
     def __getstate__(self):
-        # the model's workspaces and the batch buffers are caches: keep only what
-        # rebuilds the model (architecture, flat weights, optimizer state)
-        fitted = "model_" in self.__dict__
-        covered = set(_SCRATCH) | {"model_", "optimizer_", "shuffle_rng_", "_target", "_spec",
-                                   "classes_"} | set(_SCALARS) | set(_CURVES)
-        state = {k: v for k, v in self.__dict__.items() if not (fitted and k in covered)
-                 and k not in _SCRATCH}
-        if fitted:
-            meta, arrays = self._fitted_state()
-            state["__attnx_fitted__"] = (meta, arrays)
-        return state
+        # the same state as a model file (attnx._state): hyper-parameters, weights,
+        # optimizer and RNG states, fitted attributes; workspaces and batch buffers
+        # are caches, left out
+        return {"attnx_state": _state.get_state(self, portable=False)}
 
     def __setstate__(self, state):
-        state = dict(state)
-        fitted = state.pop("__attnx_fitted__", None)
-        self.__dict__.update(state)
-        if fitted is not None:
-            self._set_fitted_state(*fitted)
+        _state.set_state(self, *state["attnx_state"])
 
 
 # ---- regressors ----------------------------------------------------------------
@@ -1050,10 +983,6 @@ def _encode(lab, classes, valid):
         raise ValueError(f"y holds labels not among classes_ {list(classes)!r}: "
                          f"{list(unseen)!r}")
     return codes.astype(np.int64)
-
-
-def _optimizer_hyper(o):
-    return dict(lr=o.lr, betas=list(o.betas), eps=o.eps, weight_decay=o.weight_decay)
 
 
 def _sequence_n_params(spec):

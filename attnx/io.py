@@ -1,45 +1,62 @@
-"""Save and load estimators: one .npz file, readable without pickle.
+"""Model files: one safetensors file per estimator, readable without pickle.
 
-Arrays in the file (written with numpy.savez, read with allow_pickle=False):
-  format          "attnx-estimator"
-  version         the format version (FORMAT_VERSION), checked on load
-  meta            JSON: class name, get_params() (dtype as a string, class_weight
-                  as label/weight pairs), the model architecture, the kind of
-                  target, fitted scalars (n_iter_, ...), the optimizer's step count
-                  and settings, the shuffling and dropout RNG states
-  params          the model's flat weight buffer (model_.params.flat)
-  opt_m_<i>, opt_v_<i>   AdamW moment buffers
-  loss_curve, validation_loss_curve   float64 per-epoch losses
-  classes         a classifier's classes_ (numbers or strings)
-The fitted part comes from the estimator's own serialiser (_fitted_state /
-_set_fitted_state), which pickling uses too; this module only writes the file.
-The estimator's scratch buffers and the model's workspaces are not stored.
+The file is a plain safetensors file (https://github.com/huggingface/safetensors),
+written and read with the ``safetensors`` package's NumPy API:
+
+* tensors: the model's weights under their ``params`` names (``Wq``, ...,
+  ``layers.0.W1``; attnx's layout, Y = X @ W), the AdamW moments as
+  ``optimizer.exp_avg.<name>`` / ``optimizer.exp_avg_sq.<name>``, and
+  array-valued fitted attributes as ``attribute.<name>`` (``loss_curve_``, ...);
+* header metadata (strings): ``format`` = "attnx-estimator", ``format_version``,
+  ``attnx_version``, ``config`` (JSON: class, get_params(), model architecture,
+  optimizer step and settings, shuffling RNG state, fitted scalars) and
+  ``checksum``: SHA-256 over the config and every tensor's name, dtype, shape
+  and bytes, so that any change to a stored value is detected.
+
+The state itself comes from attnx._state (shared with pickling); this module only
+handles the file. Loading checks the header (its length, every tensor's dtype,
+shape and offsets against the file's size) before handing the bytes to
+safetensors, so that a damaged or hostile file never makes attnx allocate more
+than the file holds, and never runs code.
 """
+from __future__ import annotations
+
+import hashlib
 import json
 import math
 import os
 import secrets
-import zipfile
+import struct
+from typing import Any
 
 import numpy as np
+import safetensors.numpy
 
-from .estimators import (AttentionClassifier, AttentionRegressor, TransformerClassifier,
-                         TransformerRegressor)
+from . import _state
+
+__all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "attnx-estimator"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 1 was the .npz layout of attnx 0.1 (no longer read)
 
-_CLASSES = {c.__name__: c for c in (AttentionRegressor, TransformerRegressor,
-                                     AttentionClassifier, TransformerClassifier)}
+# a header larger than this is not one attnx wrote (its own are a few kB)
+MAX_HEADER_BYTES = 1 << 20
+_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8,
+           "I16": np.int16, "I32": np.int32, "I64": np.int64, "U8": np.uint8,
+           "U16": np.uint16, "U32": np.uint32, "U64": np.uint64, "BOOL": np.bool_}
 
 
-def save(est, path):
-    """Write est (an attnx regressor or classifier, fitted or not) to path.
+def save(est: Any, path: str | os.PathLike[str]) -> None:
+    """Write `est` (an attnx estimator, fitted or not) to exactly `path`.
 
     The file is written next to path under a temporary name, then renamed over
     path, so a failed save leaves any previous file there intact.
     """
-    arrays = _to_arrays(est)
+    if type(est) not in _classes().values():
+        raise TypeError(f"save needs an attnx estimator ({', '.join(sorted(_classes()))}), "
+                        f"got {type(est).__name__}")
+    arrays, config = _state.get_state(est, portable=True)
+    data = _serialise(arrays, config)
     path = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(path))
     tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
@@ -47,7 +64,7 @@ def save(est, path):
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -59,160 +76,128 @@ def save(est, path):
         raise
 
 
-def load(path):
-    """Read an estimator written by save (or est.save); raises ValueError naming the
-    file when it is truncated, corrupted, of another format version or not one."""
+def _serialise(arrays: dict[str, np.ndarray], config: dict[str, Any]) -> bytes:
+    from . import __version__
+
+    text = json.dumps(config, allow_nan=False, sort_keys=True, separators=(",", ":"))
+    meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION),
+            "attnx_version": __version__, "config": text,
+            "checksum": _checksum(text, arrays)}
+    return safetensors.numpy.save({k: np.ascontiguousarray(v) for k, v in arrays.items()},
+                                  metadata=meta)
+
+
+def _checksum(config_text: str, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    h.update(config_text.encode())
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"\0{k}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(a.data.cast("B") if a.size else b"")
+    return "sha256:" + h.hexdigest()
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read an estimator written by save (or est.save).
+
+    Raises ValueError naming the file when it is truncated, corrupted, of another
+    format version or not an attnx model file (FileNotFoundError and the like as
+    themselves).
+    """
     path = os.fspath(path)
-    _check_archive(path)
-    # any failure to parse the archive means a damaged or foreign file; zipfile and
-    # numpy report those with many exception types (BadZipFile, EOFError,
-    # NotImplementedError for a flipped compression method, ...)
+    with open(path, "rb") as f:  # a missing file or a folder raises here, as itself
+        raw = f.read()
     try:
-        data = np.load(path, allow_pickle=False)
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        raise
-    except Exception as exc:
-        raise ValueError(f"{path} is not a readable attnx model file (truncated, corrupted "
-                         f"or of another format): {exc}") from exc
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path} is not an attnx model file: it holds one array, "
-                         f"not an .npz archive")
-    try:
-        with data:
-            # read every member now: zipfile checks each member's CRC as it is read
-            arrays = {k: data[k] for k in data.files}
-    except Exception as exc:
-        raise ValueError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from exc
-    try:
-        return _from_arrays(arrays)
+        header = _check_header(raw)
+        meta = header.get("__metadata__")
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise _FormatError("is not an attnx model file (a safetensors file without attnx's "
+                               "metadata)")
+        if meta.get("format_version") != str(FORMAT_VERSION):
+            raise _FormatError(f"has model file format version {meta.get('format_version')!r}, "
+                               f"which is not supported (this attnx reads version "
+                               f"{FORMAT_VERSION})")
+        text = meta.get("config")
+        if not isinstance(text, str):
+            raise _FormatError("is not a valid attnx model file (no configuration)")
     except _FormatError as exc:
+        raise ValueError(f"{path} {exc}") from None
+    try:
+        arrays = safetensors.numpy.load(raw)
+    except Exception as exc:  # safetensors' own checks (SafetensorError and others)
+        raise ValueError(f"{path} is corrupted: {type(exc).__name__}: {exc}") from None
+    if meta.get("checksum") != _checksum(text, arrays):
+        raise ValueError(f"{path} is corrupted: its checksum does not match its contents")
+    try:
+        config = json.loads(text)
+        return _state.new_from_state(arrays, config, _classes())
+    except _state.StateError as exc:
         raise ValueError(f"{path}: {exc}") from None
     except Exception as exc:  # a field of the wrong type or shape: the file was altered
         raise ValueError(f"{path} is not a valid attnx model file ({type(exc).__name__}: "
-                         f"{exc})") from exc
+                         f"{exc})") from None
 
 
-def _check_archive(path):
-    """Before numpy reads anything: every member must be stored uncompressed, fit in
-    the file, and be an .npy whose header promises no more bytes than the member
-    holds. So a hostile file cannot make load allocate more than its own size."""
-    try:
-        with open(path, "rb") as f:  # a missing file or a folder raises here, as itself
-            is_zip = zipfile.is_zipfile(f)
-        if not is_zip:
-            # never hand anything else to numpy: a lone .npy's header alone would make
-            # it allocate whatever shape the header declares
-            raise _FormatError("not an .npz archive")
-        size = os.path.getsize(path)
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()
-            if len(infos) > 64 or sum(i.file_size for i in infos) > size:
-                raise ValueError("its members do not fit in the file")
-            for info in infos:
-                if info.compress_type != zipfile.ZIP_STORED:
-                    raise ValueError(f"member {info.filename!r} is compressed")
-                with zf.open(info) as f:
-                    version = np.lib.format.read_magic(f)
-                    if version == (1, 0):
-                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-                    else:
-                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-                    if dtype.hasobject:
-                        raise ValueError(f"member {info.filename!r} holds Python objects")
-                    need = math.prod(shape) * dtype.itemsize
-                    if need > info.file_size:
-                        raise ValueError(f"member {info.filename!r} claims {need} bytes, "
-                                         f"holds {info.file_size}")
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        raise
-    except _FormatError as exc:
-        raise ValueError(f"{path} is not an attnx model file: {exc}") from None
-    except Exception as exc:
-        raise ValueError(f"{path} is corrupted or not an attnx model file: "
-                         f"{type(exc).__name__}: {exc}") from exc
+def _classes() -> dict[str, type]:
+    """The estimator classes attnx exports (what a file may name)."""
+    import attnx
+    from ._base import EstimatorParams
+
+    out = {}
+    for name in getattr(attnx, "__all__", []):
+        obj = getattr(attnx, name, None)
+        if isinstance(obj, type) and issubclass(obj, EstimatorParams):
+            out[name] = obj
+    return out
 
 
 class _FormatError(Exception):
     """A clear reason why a file is not readable, reported as is."""
 
 
-# ---- estimator -> arrays ---------------------------------------------------
-def _to_arrays(est):
-    from . import __version__
-
-    cls = type(est).__name__
-    if _CLASSES.get(cls) is not type(est):
-        raise TypeError(f"save needs an AttentionRegressor, TransformerRegressor, "
-                        f"AttentionClassifier or TransformerClassifier, got {cls}")
-    fitted = "model_" in vars(est)
-    meta = {"class": cls, "attnx_version": __version__, "params": _params_json(est),
-            "fitted": fitted,
-            # dtype goes in as a string; remember its form so that load gives it back
-            "dtype_given_as": ("str" if isinstance(est.dtype, str) else
-                               "dtype" if isinstance(est.dtype, np.dtype) else "type")}
-    arrays = {"format": np.array(FORMAT), "version": np.array(FORMAT_VERSION)}
-    if fitted:
-        state_meta, state_arrays = est._fitted_state()  # the estimator's one serialiser
-        meta.update(state_meta)
-        for k, v in state_arrays.items():
-            v = np.asarray(v)
-            if v.dtype.hasobject:
-                raise TypeError(f"{k} holds Python objects ({v.dtype}), which a model file "
-                                f"cannot store: use int or str labels, or pickle the "
-                                f"estimator")
-            arrays[k] = v
-    arrays["meta"] = np.array(json.dumps(meta))
-    return arrays
-
-
-def _plain(v):
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _params_json(est):
-    out = {}
-    for k, v in est.get_params().items():
-        if k == "dtype":
-            v = np.dtype(v).name
-        elif k == "class_weight" and isinstance(v, dict):
-            # JSON object keys are strings: keep the labels' types as a list of pairs
-            v = {"items": [[_plain(a), _plain(b)] for a, b in v.items()]}
-        elif isinstance(v, tuple):
-            v = list(v)
-        elif isinstance(v, np.generic):
-            v = v.item()
-        if k == "random_state" and not (v is None or isinstance(v, int)):
-            # a Generator cannot go into JSON; the shuffling state is saved anyway,
-            # so only a later fit() from scratch is affected
-            v = None
-        out[k] = v
-    json.dumps(out)  # fail here, before anything is written, on an exotic value
-    return out
+def _check_header(raw: bytes) -> dict[str, Any]:
+    """The parsed safetensors header after checking that it describes tensors lying
+    exactly in the rest of the file: known dtypes, sizes matching shapes, offsets
+    contiguous, non-overlapping and ending at the end of the file."""
+    if len(raw) < 8:
+        raise _FormatError(f"is not an attnx model file (only {len(raw)} bytes)")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > len(raw) - 8 or n > MAX_HEADER_BYTES:
+        raise _FormatError(f"is not an attnx model file (its first 8 bytes declare a "
+                           f"{n}-byte header in a {len(raw)}-byte file)")
+    try:
+        header = json.loads(raw[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _FormatError(f"is not an attnx model file (the header is not JSON: {exc})") from None
+    if not isinstance(header, dict):
+        raise _FormatError("is not an attnx model file (the header is not a JSON object)")
+    body = len(raw) - 8 - n
+    spans = []
+    for name, t in header.items():
+        if name == "__metadata__":
+            if not isinstance(t, dict) or not all(isinstance(v, str) for v in t.values()):
+                raise _FormatError("is corrupted (invalid metadata)")
+            continue
+        if (not isinstance(t, dict) or set(t) != {"dtype", "shape", "data_offsets"}
+                or t["dtype"] not in _DTYPES or not isinstance(t["shape"], list)
+                or not isinstance(t["data_offsets"], list) or len(t["data_offsets"]) != 2
+                or not all(_is_index(v) for v in t["shape"] + t["data_offsets"])):
+            raise _FormatError(f"is corrupted (invalid entry for tensor {name!r})")
+        begin, end = t["data_offsets"]
+        need = math.prod(t["shape"]) * np.dtype(_DTYPES[t["dtype"]]).itemsize
+        if not begin <= end <= body or end - begin != need:
+            raise _FormatError(f"is corrupted (tensor {name!r} declares {need} bytes at "
+                               f"[{begin}, {end}) of a {body}-byte data section)")
+        spans.append((begin, end))
+    pos = 0
+    for begin, end in sorted(spans):
+        if begin != pos:
+            raise _FormatError("is corrupted (tensor data overlaps or leaves gaps)")
+        pos = end
+    if pos != body:
+        raise _FormatError(f"is corrupted (the tensors cover {pos} of {body} data bytes)")
+    return header
 
 
-# ---- arrays -> estimator ---------------------------------------------------
-def _from_arrays(a):
-    fmt = a.get("format")
-    if fmt is None or fmt.shape != () or fmt.dtype.kind != "U" or str(fmt) != FORMAT:
-        raise _FormatError(f"not an attnx model file (an .npz holding {sorted(a)})")
-    version = int(a["version"])
-    if version != FORMAT_VERSION:
-        raise _FormatError(f"model file format version {version} is not supported "
-                           f"(this attnx reads version {FORMAT_VERSION})")
-    meta = json.loads(str(a["meta"]))
-    cls = _CLASSES.get(meta["class"])
-    if cls is None:
-        raise _FormatError(f"unknown estimator class {meta['class']!r}")
-    params = dict(meta["params"])
-    form = meta.get("dtype_given_as", "type")
-    dt = np.dtype(params["dtype"])
-    params["dtype"] = params["dtype"] if form == "str" else dt if form == "dtype" else dt.type
-    params["betas"] = tuple(params["betas"])
-    cw = params.get("class_weight")
-    if isinstance(cw, dict):
-        params["class_weight"] = {label: w for label, w in cw["items"]}
-    est = cls(**params)
-    if not meta["fitted"]:
-        return est
-    est._set_fitted_state(meta, a)
-    return est
+def _is_index(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._ops import adamw_step
+from ._optim import adamw_step
 from ._threads import num_threads
 from ._params import ParamDict
 from ._validate import finite
@@ -80,8 +80,9 @@ class AdamW:
         b1, b2 = self.betas
         nthreads = num_threads()
         for p, g, m, v in zip(self._bufs, gbufs, self.m, self.v):
-            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t,
-                       nthreads)
+            # threads only for buffers worth splitting (slabs of 2**16 elements)
+            nth = nthreads if p.shape[0] >= 1 << 17 else 1
+            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t, nth)
 
     def state_dict(self):
         """Step count and moment buffers (copies), for saving."""

@@ -517,6 +517,20 @@ class SequenceModel:
             out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, t, -1).copy()
         return out
 
+    def get_config(self):
+        """The constructor arguments (without random_state) that rebuild this model."""
+        return dict(n_features=self.n_features, d_model=self.d_model, n_heads=self.n_heads,
+                    n_layers=self.n_layers, n_outputs=self.n_outputs, d_hidden=self.d_hidden,
+                    pooling=self.pooling, positional=self.positional, norm=self.norm,
+                    causal=self.causal, bias=self.bias, dropout=self.dropout,
+                    max_len=self.max_len, dtype=self.dtype.name)
+
+    def __reduce__(self):
+        # pickles the weights, the dropout generator and input_grad; workspaces,
+        # gradients and the last forward's state start afresh
+        return (_rebuild, (self.get_config(), self.params.flat.copy(),
+                           self.dropout_rng.bit_generator.state, self.input_grad))
+
     def __repr__(self):
         opts = []
         for k, default in (("pooling", None), ("positional", "none"), ("norm", None),
@@ -529,3 +543,11 @@ class SequenceModel:
                 f"n_heads={self.n_heads}, n_layers={self.n_layers}, "
                 f"n_outputs={self.n_outputs}, d_hidden={self.d_hidden}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
+
+
+def _rebuild(config, flat, rng_state, input_grad):
+    m = SequenceModel(**config, random_state=0)
+    m.params.flat[...] = flat
+    m.dropout_rng.bit_generator.state = rng_state
+    m.input_grad = input_grad
+    return m

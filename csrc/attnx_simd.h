@@ -137,7 +137,10 @@ ATTNX_AVX2 static void attnx_softmax_bwd_row_f32_avx2(const float *a, float *da,
 #define ATTNX_LN2_HI 6.93147180369123816490e-01
 #define ATTNX_LN2_LO 1.90821492927058770002e-10
 
-#define ATTNX_EXP_LO (-708.0)
+/* Range as libm's exp: below -745.2 the result rounds to 0; between there and
+ * -708.4 it is subnormal, which the two-factor scaling below produces with one
+ * rounding. Above 709.8: +inf. */
+#define ATTNX_EXP_LO (-745.2)
 #define ATTNX_EXP_HI 709.8
 ATTNX_AVX2 static inline __m256d attnx_exp4d(__m256d x)
 {
@@ -150,7 +153,7 @@ ATTNX_AVX2 static inline __m256d attnx_exp4d(__m256d x)
     r = _mm256_fnmadd_pd(fn, _mm256_set1_pd(ATTNX_LN2_LO), r);
     __m256d p = _mm256_set1_pd(c[0]);
     for (int i = 1; i < 14; i++) p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c[i]));
-    /* 2^n in two normal factors, n in [-1021, 1024] */
+    /* 2^n in two normal factors, n in [-1075, 1024] */
     const __m256i bias = _mm256_set1_epi64x(1023);
     __m128i n = _mm256_cvtpd_epi32(fn);
     __m128i n1 = _mm_srai_epi32(n, 1);

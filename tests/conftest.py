@@ -13,7 +13,8 @@ def torch():
         if os.environ.get("ATTNX_REQUIRE_TORCH") == "1":
             pytest.fail("ATTNX_REQUIRE_TORCH=1 but torch does not import")
         pytest.skip("torch is not installed")
-    _torch.set_num_threads(1)
+    # no torch.set_num_threads here: torch shares the OpenMP runtime with attnx's kernels,
+    # and a count of 1 set through torch would silently serialise every threaded test
     return _torch
 
 

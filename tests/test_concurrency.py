@@ -43,11 +43,30 @@ def _inputs(rng):
     }
 
 
+@pytest.fixture(autouse=True)
+def two_omp_threads():
+    """Two OpenMP threads in the main thread, whatever earlier tests left (torch's
+    set_num_threads(1) also sets the OpenMP limit of the thread that calls it)."""
+    with threadpool_limits(limits=2, user_api="openmp"):
+        yield
+
+
+def _check_threads(errors):
+    """Worker threads start from OpenMP's process default: it must be >= 2 here, or
+    the parallel regions this file is about would not run."""
+    n = _threads.num_threads()
+    if n < 2:
+        errors.append(AssertionError(f"OpenMP gives this thread {n} thread(s): set "
+                                     "OMP_NUM_THREADS>=2 to exercise the parallel regions"))
+
+
 def test_parallel_regions_are_entered():
-    """The shapes above really take the threaded paths on this machine."""
-    if _threads.num_threads() < 2:
-        pytest.fail("OpenMP gives attnx one thread here: the concurrency test would not "
-                    "exercise the parallel regions (set OMP_NUM_THREADS>=2)")
+    assert _threads.num_threads() >= 2
+    errors = []
+    t = threading.Thread(target=_check_threads, args=(errors,))
+    t.start()
+    t.join()
+    assert not errors, errors
 
 
 def test_predict_from_threads_beside_scipy_is_bit_identical(rng):
@@ -62,6 +81,7 @@ def test_predict_from_threads_beside_scipy_is_bit_identical(rng):
     results = [dict() for _ in range(4)]
 
     def work(w):
+        _check_threads(errors)
         try:
             for rep in range(3):
                 for k, xs in inputs.items():

@@ -40,13 +40,52 @@ def test_fit_2_save_load_2_partial_fits_equals_fit_4(cls, shuffle, data, tmp_pat
     X, Y = data   # 90 samples in batches of 16: the last batch is short
     full = _est(cls, epochs=4, shuffle=shuffle).fit(X, Y)
     half = _est(cls, epochs=2, shuffle=shuffle).fit(X, Y)
-    half.save(tmp_path / "half.npz")
-    resumed = attnx.load(tmp_path / "half.npz")
+    half.save(tmp_path / "half.safetensors")
+    resumed = attnx.load(tmp_path / "half.safetensors")
     _same_state(resumed, half)
     resumed.partial_fit(X, Y)
     resumed.partial_fit(X, Y)
     _same_state(resumed, full)
     np.testing.assert_array_equal(resumed.predict(X), full.predict(X))
+
+
+SEQUENCE_CASES = [
+    (attnx.TransformerClassifier, dict(n_layers=1, d_model=8, d_hidden=16, norm="pre",
+                                       positional="learned", dropout=0.1, pooling="last",
+                                       class_weight={"b": 2.0, "a": 1.0})),
+    (attnx.AttentionClassifier, dict(d_model=8, positional="rope", causal=True)),
+    (attnx.TransformerRegressor, dict(n_layers=2, d_model=8, norm="pre", dropout=0.2,
+                                      positional="sinusoidal", dtype=np.float64)),
+    (attnx.AttentionRegressor, dict(d_model=6, pooling="mean")),
+]
+
+
+@pytest.mark.parametrize("cls,kw", SEQUENCE_CASES, ids=lambda c: getattr(c, "__name__", ""))
+def test_sequence_estimators_resume_exactly_from_a_file_and_a_pickle(cls, kw, tmp_path):
+    """Classifiers (string labels, class weights) and sequence models with dropout,
+    LayerNorm and learned positions: fit 2 + save + load + 2 partial_fit == fit 4."""
+    import pickle
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 6, 4))
+    if cls._estimator_type == "classifier":
+        y = np.where(X[:, :, 0].sum(axis=1) > 0, "a", "b")
+    else:
+        y = X[:, :, :2].mean(axis=1)
+    opts = dict(n_heads=2, batch_size=16, lr=0.02, random_state=3, **kw)
+    full = cls(epochs=4, **opts).fit(X, y)
+    half = cls(epochs=2, **opts).fit(X, y)
+    half.save(tmp_path / "h.safetensors")
+    for resumed in (attnx.load(tmp_path / "h.safetensors"), pickle.loads(pickle.dumps(half))):
+        assert resumed.get_params() == half.get_params()
+        np.testing.assert_array_equal(resumed.predict(X), half.predict(X))
+        resumed.partial_fit(X, y)
+        resumed.partial_fit(X, y)
+        _same_state(resumed, full)
+        np.testing.assert_array_equal(resumed.predict(X), full.predict(X))
+        if cls._estimator_type == "classifier":
+            assert list(resumed.classes_) == ["a", "b"]
+            np.testing.assert_array_equal(resumed.predict_proba(X), full.predict_proba(X))
 
 
 def test_load_restores_configuration_and_fitted_attributes(data, tmp_path):
@@ -72,8 +111,8 @@ def test_load_restores_configuration_and_fitted_attributes(data, tmp_path):
 @pytest.mark.parametrize("dtype", [np.float64, "float64", np.dtype("float32")])
 def test_dtype_comes_back_in_the_form_it_was_given(dtype, tmp_path):
     est = attnx.AttentionRegressor(dtype=dtype)
-    est.save(tmp_path / "d.npz")
-    back = attnx.load(tmp_path / "d.npz").dtype
+    est.save(tmp_path / "d.safetensors")
+    back = attnx.load(tmp_path / "d.safetensors").dtype
     assert back == dtype and type(back) is type(dtype)
 
 
@@ -81,24 +120,43 @@ def test_unfitted_estimator_round_trips(tmp_path):
     est = attnx.AttentionRegressor(4, lr=0.5, random_state=np.random.default_rng(1))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        est.save(tmp_path / "u.npz")
-    back = attnx.load(tmp_path / "u.npz")
+        est.save(tmp_path / "u.safetensors")
+    back = attnx.load(tmp_path / "u.safetensors")
     assert not hasattr(back, "model_")
     # a Generator cannot be stored as JSON: it is saved as None (see attnx.io)
     assert back.get_params() == {**est.get_params(), "random_state": None}
 
 
-def test_file_holds_no_pickle_and_a_format_version(data, tmp_path):
+def test_file_is_plain_safetensors_with_params_names_and_metadata(data, tmp_path):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
     X, Y = data
-    path = tmp_path / "m.npz"
-    _est().fit(X, Y).save(path)
-    with np.load(path, allow_pickle=False) as f:
-        assert str(f["format"]) == "attnx-estimator"
-        assert int(f["version"]) == aio.FORMAT_VERSION
-        assert all(f[k].dtype != object for k in f.files)
-        meta = json.loads(str(f["meta"]))
-    assert meta["class"] == "AttentionRegressor" and meta["params"]["dtype"] == "float32"
-    assert meta["rng"]["bit_generator"] == "PCG64"
+    est = _est(attnx.TransformerRegressor).fit(X, Y)
+    path = tmp_path / "m.safetensors"
+    est.save(path)
+    tensors = load_file(path)
+    params = est.model_.params
+    for name, w in params.items():                  # weights under their params names
+        np.testing.assert_array_equal(tensors[name], w)
+        m = tensors[f"optimizer.exp_avg.{name}"]
+        assert m.shape == w.shape and m.dtype == w.dtype
+    # the moments by name are the optimizer's flat buffers, every value once
+    flat_m = np.concatenate([tensors[f"optimizer.exp_avg.{k}"].ravel() for k in params])
+    assert np.sort(flat_m).tobytes() == np.sort(est.optimizer_.m[0]).tobytes()
+    np.testing.assert_array_equal(tensors["attribute.loss_curve_"], est.loss_curve_)
+    assert len(tensors) == 3 * len(params) + 1
+    with safe_open(path, framework="np") as f:
+        meta = f.metadata()
+    assert meta["format"] == "attnx-estimator"
+    assert meta["format_version"] == str(aio.FORMAT_VERSION) == "2"
+    assert meta["checksum"].startswith("sha256:")
+    config = json.loads(meta["config"])
+    assert config["class"] == "TransformerRegressor"
+    assert config["params"]["dtype"] == {"dtype": "float32", "given_as": "type"}
+    assert config["optimizer"]["t"] == est.optimizer_.t
+    assert config["attributes"]["shuffle_rng_"]["state"]["bit_generator"] == "PCG64"
+    assert config["model"] == est._model_spec()
 
 
 # ---- damaged and foreign files ---------------------------------------------------------
@@ -106,7 +164,7 @@ def test_file_holds_no_pickle_and_a_format_version(data, tmp_path):
 def saved(data, tmp_path):
     X, Y = data
     est = _est(validation_fraction=0.2).fit(X, Y)
-    path = tmp_path / "good.npz"
+    path = tmp_path / "good.safetensors"
     est.save(path)
     return est, path, path.read_bytes()
 
@@ -121,16 +179,16 @@ def _write(tmp_path, name, content):
 def test_truncated_file_raises_naming_the_file(saved, tmp_path, keep):
     _, _, raw = saved
     n = int(len(raw) * keep) if isinstance(keep, float) else keep % len(raw)
-    p = _write(tmp_path, "cut.npz", raw[:n])
-    with pytest.raises(ValueError, match="cut.npz"):
+    p = _write(tmp_path, "cut.safetensors", raw[:n])
+    with pytest.raises(ValueError, match="cut.safetensors"):
         attnx.load(p)
 
 
 def test_bit_flips_raise_or_change_nothing(saved, tmp_path):
-    """Every 7th byte flipped in turn: either a ValueError naming the file, or (a flip in
-    zip metadata nobody reads, such as a time stamp) the very same estimator."""
+    """Every 7th byte flipped in turn: either a ValueError naming the file, or (a space
+    of the header's padding turned into other JSON whitespace) the very same estimator."""
     est, _, raw = saved
-    p = tmp_path / "flip.npz"
+    p = tmp_path / "flip.safetensors"
     errors = 0
     for off in range(0, len(raw), 7):
         b = bytearray(raw)
@@ -139,7 +197,7 @@ def test_bit_flips_raise_or_change_nothing(saved, tmp_path):
         try:
             back = attnx.load(p)
         except ValueError as exc:
-            assert "flip.npz" in str(exc)
+            assert "flip.safetensors" in str(exc)
             errors += 1
             continue
         _same_state(back, est)
@@ -150,91 +208,131 @@ def test_bit_flips_raise_or_change_nothing(saved, tmp_path):
 
 def test_flip_inside_the_weights_is_caught(saved, tmp_path):
     est, _, raw = saved
-    needle = est.model_.params.flat[5:9].tobytes()
+    needle = est.model_.params["Wo"].ravel()[5:9].tobytes()
     off = raw.find(needle)
     assert off > 0
     b = bytearray(raw)
     b[off + 1] ^= 0x01
-    p = _write(tmp_path, "w.npz", bytes(b))
-    with pytest.raises(ValueError, match="w.npz is corrupted"):
+    p = _write(tmp_path, "w.safetensors", bytes(b))
+    with pytest.raises(ValueError, match="w.safetensors is corrupted: its checksum"):
         attnx.load(p)
 
 
-def test_wrong_version_foreign_npz_and_other_files(saved, tmp_path):
+def _rewrite(src, dst, change_meta=None, change_arrays=None, fix_checksum=True):
+    """A copy of the file src with its metadata / tensors changed (and, with
+    fix_checksum, a checksum matching the change: what a deliberate edit gives)."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    arrays = load_file(src)
+    with safe_open(src, framework="np") as f:
+        meta = dict(f.metadata())
+    if change_arrays:
+        arrays = change_arrays(arrays)
+    if change_meta:
+        meta = change_meta(meta)
+    if fix_checksum and "config" in meta:
+        meta["checksum"] = aio._checksum(meta["config"], arrays)
+    save_file(arrays, dst, metadata=meta)
+    return dst
+
+
+def _config(change):
+    def f(meta):
+        c = json.loads(meta["config"])
+        change(c)
+        return {**meta, "config": json.dumps(c)}
+    return f
+
+
+def test_wrong_version_foreign_and_altered_files(saved, tmp_path):
+    from safetensors.numpy import save_file
+
     _, path, _ = saved
-    with np.load(path, allow_pickle=False) as f:
-        arrays = {k: f[k] for k in f.files}
-    p = tmp_path / "v99.npz"
-    np.savez(p, **{**arrays, "version": np.array(99)})
-    with pytest.raises(ValueError, match=r"v99.npz: model file format version 99 is not "
-                                         r"supported"):
+    p = _rewrite(path, tmp_path / "v99.st", lambda m: {**m, "format_version": "99"})
+    with pytest.raises(ValueError, match=r"v99.st has model file format version '99', which is "
+                                         r"not supported"):
         attnx.load(p)
-    p = tmp_path / "foreign.npz"
-    np.savez(p, X=np.zeros((2, 3)), Y=np.ones(4))
-    with pytest.raises(ValueError, match="foreign.npz: not an attnx model file"):
+    p = tmp_path / "foreign.st"
+    save_file({"X": np.zeros((2, 3)), "Y": np.ones(4)}, p)
+    with pytest.raises(ValueError, match="foreign.st is not an attnx model file"):
         attnx.load(p)
-    p = tmp_path / "nometa.npz"
-    np.savez(p, **{k: v for k, v in arrays.items() if k != "meta"})
-    with pytest.raises(ValueError, match="nometa.npz is not a valid attnx model file"):
+    p = _rewrite(path, tmp_path / "noconf.st",
+                 lambda m: {k: v for k, v in m.items() if k != "config"})
+    with pytest.raises(ValueError, match=r"noconf.st is not a valid attnx model file "
+                                         r"\(no configuration\)"):
         attnx.load(p)
-    p = tmp_path / "badjson.npz"
-    np.savez(p, **{**arrays, "meta": np.array("{not json")})
-    with pytest.raises(ValueError, match="badjson.npz"):
+    p = _rewrite(path, tmp_path / "badjson.st", lambda m: {**m, "config": "{not json"})
+    with pytest.raises(ValueError, match="badjson.st is not a valid attnx model file"):
         attnx.load(p)
-    p = tmp_path / "short.npz"
-    np.savez(p, **{**arrays, "params": arrays["params"][:-1]})
-    with pytest.raises(ValueError, match="short.npz.*do not fit the model"):
+    p = _rewrite(path, tmp_path / "short.st",
+                 change_arrays=lambda a: {**a, "Wq": a["Wq"][:-1]})
+    with pytest.raises(ValueError, match="short.st .*the weights .* do not fit the model"):
         attnx.load(p)
-    p = tmp_path / "one.npy"
-    np.save(p, np.arange(3))
-    with pytest.raises(ValueError, match="one.npy is not an attnx model file"):
+    p = _rewrite(path, tmp_path / "extra.st",
+                 change_arrays=lambda a: {**a, "attribute.evil_": np.zeros(3)})
+    with pytest.raises(ValueError, match="extra.st: unexpected arrays"):
         attnx.load(p)
-    p = _write(tmp_path, "text.npz", b"hello, I am not a zip file\n" * 10)
-    with pytest.raises(ValueError, match="text.npz is not an attnx model file"):
+    p = _rewrite(path, tmp_path / "cls.st", _config(lambda c: c.update({"class": "os"})))
+    with pytest.raises(ValueError, match="cls.st: unknown estimator class 'os'"):
         attnx.load(p)
-    p = tmp_path / "pickled.npz"
-    np.savez(p, format=np.array(["attnx-estimator", None], dtype=object))
-    with pytest.raises(ValueError, match="pickled.npz"):
+    p = _rewrite(path, tmp_path / "big.st",
+                 _config(lambda c: c["model"].update(d_model=10**6)))
+    with pytest.raises(ValueError, match="big.st .*the weights .* do not fit the model"):
+        attnx.load(p)
+    p = _rewrite(path, tmp_path / "rng.st", _config(
+        lambda c: c["attributes"]["shuffle_rng_"]["state"].update(bit_generator="os")))
+    with pytest.raises(ValueError, match="rng.st: unsupported random generator"):
+        attnx.load(p)
+    p = _rewrite(path, tmp_path / "nosum.st", lambda m: {**m, "config": m["config"] + " "},
+                 fix_checksum=False)
+    with pytest.raises(ValueError, match="nosum.st is corrupted: its checksum"):
+        attnx.load(p)
+    p = tmp_path / "old.npz"       # the format of attnx 0.1 is no longer read
+    np.savez(p, format=np.array("attnx-estimator"), version=np.array(1))
+    with pytest.raises(ValueError, match="old.npz is not an attnx model file"):
+        attnx.load(p)
+    p = _write(tmp_path, "text.st", b"hello, I am not a model file\n" * 10)
+    with pytest.raises(ValueError, match="text.st is not an attnx model file"):
         attnx.load(p)
     with pytest.raises(FileNotFoundError):
-        attnx.load(tmp_path / "missing.npz")
+        attnx.load(tmp_path / "missing.st")
 
 
 def test_failed_save_leaves_the_previous_file_intact(saved, data, tmp_path, monkeypatch):
     est, path, raw = saved
     X, Y = data
     other = _est(random_state=99, epochs=1).fit(X, Y)
-    real_savez = np.savez
+    real_fsync = os.fsync
 
-    def broken(file, **arrays):
-        real_savez(file, **arrays)   # writes everything, then "the disk fills up"
-        file.truncate(100)
+    def broken(fd):
+        os.ftruncate(fd, 100)        # everything written, then "the disk fills up"
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(np, "savez", broken)
+    monkeypatch.setattr(os, "fsync", broken)
     with pytest.raises(OSError, match="No space left"):
         other.save(path)
-    monkeypatch.undo()
+    monkeypatch.setattr(os, "fsync", real_fsync)
     assert path.read_bytes() == raw
-    assert sorted(os.listdir(tmp_path)) == ["good.npz"]   # no temporary file left behind
+    assert sorted(os.listdir(tmp_path)) == ["good.safetensors"]   # no temporary file left
     _same_state(attnx.load(path), est)
     other.save(path)                                       # a working save replaces it
     _same_state(attnx.load(path), other)
-    assert sorted(os.listdir(tmp_path)) == ["good.npz"]
+    assert sorted(os.listdir(tmp_path)) == ["good.safetensors"]
 
 
 def test_save_refuses_other_objects(tmp_path):
-    with pytest.raises(TypeError, match="AttentionRegressor, TransformerRegressor, AttentionClassifier or "
-                                        "TransformerClassifier, got MultiHeadAttention"):
-        aio.save(attnx.MultiHeadAttention(4, 2), tmp_path / "x.npz")
+    with pytest.raises(TypeError, match="save needs an attnx estimator .*AttentionRegressor"
+                                        ".*got MultiHeadAttention"):
+        aio.save(attnx.MultiHeadAttention(4, 2), tmp_path / "x.safetensors")
     assert not os.listdir(tmp_path)
 
 
 def test_saved_model_predicts_the_max_position_task(tmp_path):
     X, Y = max_position_task(256, 6, 4, random_state=0)
     est = attnx.AttentionRegressor(2, epochs=10, lr=0.02, random_state=0).fit(X, Y)
-    est.save(tmp_path / "m.npz")
-    assert attnx.load(tmp_path / "m.npz").score(X, Y) == est.score(X, Y) > 0.7  # 0.86 here
+    est.save(tmp_path / "m.safetensors")
+    assert attnx.load(tmp_path / "m.safetensors").score(X, Y) == est.score(X, Y) > 0.7  # 0.86 here
 
 
 # ---- the sequence model's options, classifiers and ragged data -----------------------
@@ -266,8 +364,8 @@ def test_new_options_resume_exactly(cls, opts, ragged, tmp_path):
         kw.update(n_layers=2)
     full = cls(**kw, epochs=4).fit(X, y)
     half = cls(**kw, epochs=2).fit(X, y)
-    half.save(tmp_path / "m.npz")
-    back = attnx.load(tmp_path / "m.npz")
+    half.save(tmp_path / "m.safetensors")
+    back = attnx.load(tmp_path / "m.safetensors")
     assert back.get_params() == half.get_params()
     assert back.model_.positional == half.model_.positional
     assert back.model_.dropout == half.model_.dropout and back.model_.norm == half.model_.norm
@@ -279,16 +377,3 @@ def test_new_options_resume_exactly(cls, opts, ragged, tmp_path):
     pa, pb = full.predict(X), back.predict(X)
     for a, b in zip(pa, pb):
         np.testing.assert_array_equal(a, b)
-
-
-def test_a_file_with_a_mismatched_sequence_model_is_refused(data, tmp_path):
-    X, _ = data
-    est = attnx.TransformerRegressor(2, d_model=8, epochs=1).fit(X, X[:, :, 0].sum(axis=1))
-    est.save(tmp_path / "s.npz")
-    with np.load(tmp_path / "s.npz", allow_pickle=False) as f:
-        arrays = {k: f[k] for k in f.files}
-    meta = json.loads(str(arrays["meta"]))
-    meta["model"]["d_model"] = 10_000      # would need 100s of MB: refused before building
-    np.savez(tmp_path / "big.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
-    with pytest.raises(ValueError, match="big.npz.*do not fit the model"):
-        attnx.load(tmp_path / "big.npz")

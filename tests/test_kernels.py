@@ -96,3 +96,113 @@ def test_threads_agree_with_one_thread(dtype, causal, rng):
 def test_cpu_level_reported():
     assert _ops.cpu_level() in (0, 1, 2)
     assert _ops.max_threads() >= 1
+
+
+# ---------------------------------------------------------------- 32-bit BLAS sizes
+def test_blas_int_limit_is_a_clear_error():
+    """BLAS takes 32-bit ints: a GEMM dimension or leading dimension beyond 2**31 - 1
+    is a ValueError naming it, raised before any allocation or work (checked with
+    sizes only, nothing this large is allocated)."""
+    from attnx import _attention, _blas
+    _blas.check_blas_int("x", m=2**31 - 1, n=5)          # the largest that fits
+    with pytest.raises(ValueError, match=r"m = 2147483648 exceeds 2147483647"):
+        _blas.check_blas_int("x", m=2**31)
+    with pytest.raises(ValueError, match=r"batch\*Tq = 4294967296"):
+        _attention.check_sizes(65536, 65536, 16, 8)
+    with pytest.raises(ValueError, match=r"batch\*Tk"):
+        _attention.check_sizes(2, 16, 2**31, 8)
+    with pytest.raises(ValueError, match=r"3\*d_model"):
+        _attention.check_sizes(1, 16, 16, 2**30)
+    # the layer checks before it sizes (or allocates) any workspace
+    layer = attnx.MultiHeadAttention(8, 2, attention="blocked")
+    with pytest.raises(ValueError, match=r"batch\*Tq"):
+        layer._workspace(2**16, 2**16, 2**16, False, False)
+
+
+# ---------------------------------------------------------------- blocked-path block sizes
+def test_block_sizes_changed_after_a_forward(rng):
+    """set_block_sizes after a forward: the next forward gets scratch of the new size
+    (block sizes are in the workspace key) and the results stay right."""
+    from attnx import _attention
+    layer = attnx.MultiHeadAttention(16, 2, causal=True, attention="blocked", random_state=0)
+    x = rng.normal(size=(3, 300, 16)).astype(np.float32)
+    ref = mha_numpy(layer.params, x, 2, causal=True)
+    old = _attention.block_sizes()
+    try:
+        y1 = layer.forward(x)
+        _attention.set_block_sizes(256, 512)        # larger than the scratch made above
+        y2 = layer.forward(x)
+        dx2 = layer.backward(np.ones_like(y2))
+        _attention.set_block_sizes(16, 8)           # smaller, ragged against T = 300
+        y3 = layer.forward(x)
+        dx3 = layer.backward(np.ones_like(y3))
+    finally:
+        _attention.set_block_sizes(*old)
+    for y in (y1, y2, y3):
+        assert rel_err(y, ref) < 2e-5
+    assert rel_err(dx3, dx2) < 1e-4
+
+
+def _kernel_args(nb=2, t=40, d=8, h=2, store=True, blocked=False, threads=1,
+                 probs=None, tbuf=None, lse=None):
+    f = np.float32
+    x = np.ones((nb * t, d), f)
+    w_qkv = np.ones((d, 3 * d), f) * 0.1
+    w_o = np.ones((d, d), f) * 0.1
+    qbuf = np.empty((nb * t, 3 * d), f)
+    zcat = np.empty((nb * t, d), f)
+    y = np.empty((nb * t, d), f)
+    if probs is None:
+        probs = np.empty((nb * h if store else threads) * t * t, f)
+    if tbuf is None and not blocked:
+        tbuf = np.empty(threads * (d // h) * t, f)
+    return (x, None, w_qkv, None, w_o, None, qbuf, None, zcat, probs, y, nb, h, False,
+            store, None, None, None), dict(lse=lse, tbuf=tbuf, nthreads=threads)
+
+
+def test_kernels_check_their_scratch_before_work():
+    """Handed scratch too small for the sizes, block sizes or thread count, a kernel
+    raises ValueError before touching memory (before, it wrote past the buffer)."""
+    from attnx import _attention
+    args, kw = _kernel_args()
+    _attention.attention_forward(*args, **kw)       # right sizes: runs
+    args, kw = _kernel_args(probs=np.empty(10, np.float32))
+    with pytest.raises(ValueError, match="probs"):
+        _attention.attention_forward(*args, **kw)
+    args, kw = _kernel_args(store=False, threads=1)
+    kw["nthreads"] = 4                               # scratch made for one thread
+    with pytest.raises(ValueError, match="probs|tbuf"):
+        _attention.attention_forward(*args, **kw)
+    args, kw = _kernel_args(tbuf=np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="tbuf"):
+        _attention.attention_forward(*args, **kw)
+    args, kw = _kernel_args()
+    kw["nthreads"] = 0
+    with pytest.raises(ValueError, match="nthreads"):
+        _attention.attention_forward(*args, **kw)
+    # blocked: scratch sized for 128x128 blocks, then the block sizes grow
+    old = _attention.block_sizes()
+    fwd, _ = _attention.blocked_scratch_sizes(40, 4)
+    args, kw = _kernel_args(blocked=True, probs=np.empty(fwd, np.float32),
+                            lse=np.empty(2 * 2 * 40, np.float32))
+    _attention.attention_forward(*args, **kw)
+    try:
+        _attention.set_block_sizes(256, 256)
+        with pytest.raises(ValueError, match="blocked scratch"):
+            _attention.attention_forward(*args, **kw)
+    finally:
+        _attention.set_block_sizes(*old)
+
+
+def test_mlp_kernel_checks_shapes():
+    from attnx import _mlp
+    f = np.float32
+    z = np.ones((4, 8), f)
+    w1, w2 = np.ones((8, 16), f), np.ones((16, 8), f)
+    h, s, sg = (np.empty((4, 16), f) for _ in range(3))
+    out = np.empty((4, 8), f)
+    _mlp.mlp_forward(z, w1, None, w2, None, h, s, sg, out, nthreads=1)
+    with pytest.raises(ValueError, match="sg"):
+        _mlp.mlp_forward(z, w1, None, w2, None, h, s, np.empty((3, 16), f), out, nthreads=1)
+    with pytest.raises(ValueError, match="nthreads"):
+        _mlp.mlp_forward(z, w1, None, w2, None, h, s, sg, out)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run the kernel-level tests once per SIMD level this machine supports
+# (0 portable C, 1 AVX2+FMA, 2 AVX-512F; ATTNX_SIMD caps the level at import)
+# and say which levels ran. Uses the attnx importable from here (installed, or
+# PYTHONPATH=. for an in-place build). Usage: .ci/simd_levels.sh [pytest args]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python}
+T="$ROOT/tests"
+FILES="$T/test_kernels.py $T/test_simd_levels.py $T/test_attention.py $T/test_blocked.py
+       $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py"
+# run outside the checkout: `python -m` puts the working directory first on sys.path,
+# and an unbuilt attnx/ source folder must not shadow the attnx under test
+RUN=$(mktemp -d)
+trap 'rm -rf "$RUN"' EXIT
+cd "$RUN"
+
+# what the CPU supports, from the kernel's flags (independent of attnx's own detection)
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+max=0
+if [[ " $flags " == *" avx2 "* && " $flags " == *" fma "* ]]; then
+    max=1
+    [[ " $flags " == *" avx512f "* ]] && max=2
+fi
+names=(portable avx2 avx512)
+ran=()
+for level in $(seq 0 "$max"); do
+    echo "== SIMD level $level (${names[$level]}): kernel-level tests"
+    got=$(ATTNX_SIMD=$level $PY -c "from attnx import _ops; print(_ops.simd_level())")
+    if [[ "$got" != "$level" ]]; then
+        echo "ATTNX_SIMD=$level asked, but attnx dispatches to level $got on a CPU that has it" >&2
+        exit 1
+    fi
+    ATTNX_SIMD=$level $PY -m pytest -q -p no:cacheprovider $FILES "$@"
+    ran+=("$level (${names[$level]})")
+done
+echo "== SIMD levels run: ${ran[*]}"
+[[ $max -lt 2 ]] && echo "== not run (CPU lacks them): ${names[*]:$((max + 1))}"
+exit 0

@@ -1,0 +1,367 @@
+"""Fused attention layer for small heads: BLAS projections around fused head kernels.
+
+The Q/K/V and output projections (and their weight gradients) are full-width
+GEMMs through scipy's BLAS, as on the dense path. Between them, every
+(sample, head) runs the fused tile kernels of csrc/attnx_flash.h: scores,
+online softmax and P V in one pass over L1-sized blocks (forward, per query
+block of ATTNX_FL_BQ rows), and dQ/dK/dV with P recomputed from the kept
+per-row log-sum-exp (backward, per head). Nothing of size Tq*Tk is stored.
+
+Buffers are those of the dense path: row-major (B*T, w) matrices, Q, K and V
+side by side in projection buffers and addressed per head by offset and
+leading dimension. Thread policy is the caller's: `nthreads` OpenMP threads, with
+attnx._threads.blas_single() held around the call (the projections split their
+GEMMs over those threads); BLAS is never called inside a prange over heads.
+"""
+from cython.parallel cimport prange, threadid
+from libc.stdint cimport uint8_t
+
+import numpy as np
+
+from attnx._blas cimport floating, gemm, NT, TR
+from attnx._ops cimport add_rows, colsum, fill_rows, pgemm
+
+cdef extern from "attnx_flash.h" nogil:
+    enum:
+        ATTNX_FL_BQ
+        ATTNX_FL_BK
+        FL_NRN_f32
+        FL_NRN_f64
+    int attnx_flash_set_level(int want)
+    Py_ssize_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
+    Py_ssize_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
+    void attnx_flash_forward_rows_f32(
+        const float *q, Py_ssize_t ldq, const float *k, const float *v, Py_ssize_t ldkv,
+        float *z, Py_ssize_t ldz, float *lse, int i0, int nq, int tk, int dh, float scale,
+        int causal, const uint8_t *km, float *ws)
+    void attnx_flash_forward_rows_f64(
+        const double *q, Py_ssize_t ldq, const double *k, const double *v, Py_ssize_t ldkv,
+        double *z, Py_ssize_t ldz, double *lse, int i0, int nq, int tk, int dh, double scale,
+        int causal, const uint8_t *km, double *ws)
+    void attnx_flash_backward_head_f32(
+        const float *q, Py_ssize_t ldq, const float *k, const float *v, Py_ssize_t ldkv,
+        const float *z, const float *dz, Py_ssize_t ldz, const float *lse,
+        float *dq, float *dk, float *dv, int tq, int tk, int dh, float scale, int causal,
+        const uint8_t *km, float *ws)
+    void attnx_flash_backward_head_f64(
+        const double *q, Py_ssize_t ldq, const double *k, const double *v, Py_ssize_t ldkv,
+        const double *z, const double *dz, Py_ssize_t ldz, const double *lse,
+        double *dq, double *dk, double *dv, int tq, int tk, int dh, double scale, int causal,
+        const uint8_t *km, double *ws)
+    void attnx_flash_exp_f32(const float *x, float *y, Py_ssize_t n)
+    void attnx_flash_exp_f64(const double *x, double *y, Py_ssize_t n)
+
+
+# ---------------------------------------------------------------- CPU level
+def _detected_level():
+    """The level attnx._ops chose (CPUID capped by ATTNX_SIMD / ATTNX_NO_SIMD)."""
+    from attnx import _ops
+    return int(_ops.cpu_level())
+
+
+_LEVEL = attnx_flash_set_level(_detected_level())
+
+
+def cpu_level():
+    """Level of the fused kernels in use: 0 portable C, 1 AVX2+FMA, 2 AVX-512F."""
+    return _LEVEL
+
+
+# ---------------------------------------------------------------- sizes
+def scratch_elements(int tk, int d_head, dtype):
+    """Per-thread scratch elements for forward and backward at this key length and
+    head width, rounded up to 64 elements so threads never share a cache line."""
+    nrn = FL_NRN_f32 if np.dtype(dtype) == np.float32 else FL_NRN_f64
+    n = max(attnx_flash_fwd_scratch(tk, d_head, nrn), attnx_flash_bwd_scratch(tk, d_head, nrn))
+    return (n + 63) // 64 * 64
+
+
+def block_sizes():
+    """(query rows, keys) per block of the fused kernels."""
+    return ATTNX_FL_BQ, ATTNX_FL_BK
+
+
+# ---------------------------------------------------------------- row helpers
+cdef void rope(floating *x, Py_ssize_t ldx, Py_ssize_t rows, Py_ssize_t t_len, int n_heads,
+               int d_head, const floating *cos_t, const floating *sin_t,
+               bint inverse) noexcept nogil:
+    """Rotate pairs (2i, 2i+1) of every head of row r by angle (r % t_len) * theta_i;
+    inverse rotates back (the backward: a rotation's transpose is its inverse)."""
+    cdef Py_ssize_t r, t
+    cdef int h, i, half = d_head // 2
+    cdef floating c, s, a, b
+    cdef floating *row
+    for r in range(rows):
+        t = r % t_len
+        for h in range(n_heads):
+            row = x + r * ldx + h * d_head
+            for i in range(half):
+                c = cos_t[t * half + i]
+                s = -sin_t[t * half + i] if inverse else sin_t[t * half + i]
+                a = row[2 * i]
+                b = row[2 * i + 1]
+                row[2 * i] = a * c - b * s
+                row[2 * i + 1] = a * s + b * c
+
+
+# ---------------------------------------------------------------- heads
+cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k,
+                        const floating *v, Py_ssize_t ldkv, floating *z, Py_ssize_t ldz,
+                        floating *lse, floating *scratch, Py_ssize_t per_thread,
+                        Py_ssize_t nb, int tq, int tk, int n_heads, int d_head,
+                        floating scale, bint causal, const uint8_t *keymask,
+                        int nthreads) noexcept nogil:
+    """Z and lse in parallel over (sample, head, query chunk). A chunk is as many
+    query blocks as leave at least 8 work items per thread (whole heads when
+    there are enough of them): each item packs its head's K^T and V once."""
+    cdef Py_ssize_t nblk = (tq + ATTNX_FL_BQ - 1) // ATTNX_FL_BQ
+    cdef Py_ssize_t want = (8 * nthreads + nb * n_heads - 1) // (nb * n_heads)
+    cdef Py_ssize_t nchunk, rows, it, bh, b, h, i0
+    cdef int nq
+    cdef const uint8_t *km
+    cdef floating *ws
+    if <double> nb * n_heads * tq * tk * d_head < 2.0e5:
+        nthreads = 1  # too little work to pay for waking threads
+    if nthreads == 1:
+        want = 1
+    nchunk = want if want < nblk else nblk
+    rows = (nblk + nchunk - 1) // nchunk * ATTNX_FL_BQ
+    nchunk = (tq + rows - 1) // rows
+    for it in prange(nb * n_heads * nchunk, schedule="dynamic", num_threads=nthreads):
+        bh = it // nchunk
+        i0 = (it % nchunk) * rows
+        b = bh // n_heads
+        h = bh % n_heads
+        nq = <int> (tq - i0 if tq - i0 < rows else rows)
+        km = (keymask + b * tk) if keymask != NULL else NULL
+        ws = scratch + threadid() * per_thread
+        if floating is float:
+            attnx_flash_forward_rows_f32(
+                q + (b * tq + i0) * ldq + h * d_head, ldq,
+                k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
+                z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
+                <int> i0, nq, tk, d_head, scale, causal, km, ws)
+        else:
+            attnx_flash_forward_rows_f64(
+                q + (b * tq + i0) * ldq + h * d_head, ldq,
+                k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
+                z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
+                <int> i0, nq, tk, d_head, scale, causal, km, ws)
+
+
+cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,
+                         const floating *v, Py_ssize_t ldkv, const floating *z,
+                         const floating *dz, Py_ssize_t ldz, const floating *lse,
+                         floating *dq, floating *dk, floating *dv,
+                         floating *scratch, Py_ssize_t per_thread,
+                         Py_ssize_t nb, int tq, int tk, int n_heads, int d_head,
+                         floating scale, bint causal, const uint8_t *keymask,
+                         int nthreads) noexcept nogil:
+    """dQ, dK, dV per (sample, head) in parallel: each head's dK and dV belong to
+    one thread, so no reduction across threads is needed."""
+    cdef Py_ssize_t bh, b, h
+    cdef const uint8_t *km
+    cdef floating *ws
+    if <double> nb * n_heads * tq * tk * d_head < 1.0e5:
+        nthreads = 1
+    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
+        b = bh // n_heads
+        h = bh % n_heads
+        km = (keymask + b * tk) if keymask != NULL else NULL
+        ws = scratch + threadid() * per_thread
+        if floating is float:
+            attnx_flash_backward_head_f32(
+                q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
+                v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
+                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq,
+                dq + b * tq * ldq + h * d_head, dk + b * tk * ldkv + h * d_head,
+                dv + b * tk * ldkv + h * d_head, tq, tk, d_head, scale, causal, km, ws)
+        else:
+            attnx_flash_backward_head_f64(
+                q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
+                v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
+                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq,
+                dq + b * tq * ldq + h * d_head, dk + b * tk * ldkv + h * d_head,
+                dv + b * tk * ldkv + h * d_head, tq, tk, d_head, scale, causal, km, ws)
+
+
+# ---------------------------------------------------------------- layer
+def attention_forward(
+    const floating[:, ::1] x,        # (B*Tq, d) query input
+    const floating[:, ::1] ctx,      # (B*Tk, d) key/value input, or None for self-attention
+    const floating[:, ::1] w_qkv,    # (d, 3d) = [Wq | Wk | Wv]
+    const floating[::1] b_qkv,       # (3d,) or None
+    const floating[:, ::1] w_o,      # (d, d)
+    const floating[::1] b_o,         # (d,) or None
+    floating[:, ::1] qbuf,           # self: (B*Tq, 3d); cross: (B*Tq, d)
+    floating[:, ::1] kvbuf,          # self: None; cross: (B*Tk, 2d)
+    floating[:, ::1] zcat,           # (B*Tq, d) concatenated head outputs
+    floating[::1] lse,               # (B*H*Tq) per-row log-sum-exp, kept for backward
+    floating[::1] scratch,           # (nthreads * scratch_elements(Tk, d_head, dtype))
+    floating[:, ::1] y,              # (B*Tq, d) output
+    Py_ssize_t nb, int n_heads, bint causal,
+    const uint8_t[:, ::1] key_padding_mask,   # (B, Tk) nonzero = ignored, or None
+    const floating[:, ::1] rope_cos,          # (max(Tq, Tk), d_head/2) or None
+    const floating[:, ::1] rope_sin,
+    const floating[:, ::1] residual,          # (B*Tq, d) added to Y, or None
+    int nthreads,
+):
+    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo."""
+    cdef Py_ssize_t d = w_o.shape[0]
+    cdef int d_head = <int> (d // n_heads)
+    cdef int tq = <int> (x.shape[0] // nb)
+    cdef bint cross = ctx is not None
+    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
+    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
+    cdef floating *qp = &qbuf[0, 0]
+    cdef floating *kp
+    cdef floating *vp
+    cdef Py_ssize_t ldq, ldkv
+    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
+    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
+    cdef Py_ssize_t per_thread = scratch_elements(tk, d_head, np.float32 if floating is float
+                                                  else np.float64)
+    if nthreads < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    if scratch.shape[0] < nthreads * per_thread or lse.shape[0] < nb * n_heads * tq:
+        raise ValueError("scratch or lse too small for this shape and thread count")
+    with nogil:
+        if not cross:
+            ldq = 3 * d
+            ldkv = 3 * d
+            kp = qp + d
+            vp = qp + 2 * d
+            if b_qkv is not None:
+                fill_rows(qp, &b_qkv[0], rq, 3 * d, ldq)
+            pgemm(NT, NT, rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nthreads)
+        else:
+            ldq = d
+            ldkv = 2 * d
+            kp = &kvbuf[0, 0]
+            vp = kp + d
+            if b_qkv is not None:
+                fill_rows(qp, &b_qkv[0], rq, d, ldq)
+                fill_rows(kp, &b_qkv[d], rk, 2 * d, ldkv)
+            pgemm(NT, NT, rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
+                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nthreads)
+            pgemm(NT, NT, rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
+                  <floating> (1 if b_qkv is not None else 0), kp, ldkv, nthreads)
+        if rope_cos is not None:
+            rope(qp, ldq, rq, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
+            rope(kp, ldkv, rk, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
+        heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &lse[0], &scratch[0], per_thread,
+                      nb, tq, tk, n_heads, d_head, scale, causal, km, nthreads)
+        # y starts as bo + residual (or zero) and the projection GEMM adds onto it
+        if residual is not None:
+            add_rows(&y[0, 0], &residual[0, 0], &b_o[0] if b_o is not None else NULL, rq, d)
+        elif b_o is not None:
+            fill_rows(&y[0, 0], &b_o[0], rq, d, d)
+        pgemm(NT, NT, rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
+              <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d,
+              nthreads)
+
+
+def attention_backward(
+    const floating[:, ::1] x, const floating[:, ::1] ctx,
+    const floating[:, ::1] w_qkv, const floating[:, ::1] w_o,
+    const floating[:, ::1] qbuf, const floating[:, ::1] kvbuf,
+    const floating[:, ::1] zcat, const floating[::1] lse,
+    const floating[:, ::1] dy,       # (B*Tq, d)
+    floating[:, ::1] dzcat,          # (B*Tq, d) workspace
+    floating[:, ::1] dqbuf,          # shaped like qbuf
+    floating[:, ::1] dkvbuf,         # shaped like kvbuf (cross) or None
+    floating[::1] scratch,           # as in the forward
+    floating[:, ::1] dw_qkv, floating[::1] db_qkv,   # db_* None without bias
+    floating[:, ::1] dw_o, floating[::1] db_o,
+    floating[:, ::1] dx,             # (B*Tq, d) or None when not needed
+    floating[:, ::1] dctx,           # (B*Tk, d) or None
+    Py_ssize_t nb, int n_heads, bint causal,
+    const uint8_t[:, ::1] key_padding_mask,
+    const floating[:, ::1] rope_cos, const floating[:, ::1] rope_sin,
+    bint dx_accumulate, bint dctx_accumulate, int nthreads,
+):
+    """Fill dWqkv, dWo (and biases) from dY; write (or add, when *_accumulate)
+    dL/dx and dL/dctx when given."""
+    cdef floating bx = 1 if dx_accumulate else 0
+    cdef floating bc = 1 if dctx_accumulate else 0
+    cdef Py_ssize_t d = w_o.shape[0]
+    cdef int d_head = <int> (d // n_heads)
+    cdef int tq = <int> (x.shape[0] // nb)
+    cdef bint cross = ctx is not None
+    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
+    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
+    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
+    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
+    cdef const floating *qp = &qbuf[0, 0]
+    cdef const floating *kp
+    cdef const floating *vp
+    cdef floating *dqp = &dqbuf[0, 0]
+    cdef floating *dkp
+    cdef floating *dvp
+    cdef Py_ssize_t ldq, ldkv
+    cdef Py_ssize_t per_thread = scratch_elements(tk, d_head, np.float32 if floating is float
+                                                  else np.float64)
+    if nthreads < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    if scratch.shape[0] < nthreads * per_thread or lse.shape[0] < nb * n_heads * tq:
+        raise ValueError("scratch or lse too small for this shape and thread count")
+    if cross:
+        ldq, ldkv = d, 2 * d
+        kp = &kvbuf[0, 0]
+        dkp = &dkvbuf[0, 0]
+    else:
+        ldq, ldkv = 3 * d, 3 * d
+        kp = qp + d
+        dkp = dqp + d
+    vp = kp + d
+    dvp = dkp + d
+    with nogil:
+        # output projection: dWo = Zcat^T dY, dZcat = dY Wo^T
+        pgemm(TR, NT, d, d, rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
+              <floating> 0, &dw_o[0, 0], d, nthreads)
+        if db_o is not None:
+            colsum(&dy[0, 0], rq, d, d, &db_o[0])
+        pgemm(NT, TR, rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
+              <floating> 0, &dzcat[0, 0], d, nthreads)
+        heads_backward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d, &lse[0],
+                       dqp, dkp, dvp, &scratch[0], per_thread, nb, tq, tk, n_heads, d_head,
+                       scale, causal, km, nthreads)
+        if rope_cos is not None:
+            rope(dqp, ldq, rq, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
+            rope(dkp, ldkv, rk, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
+        if not cross:
+            pgemm(TR, NT, d, 3 * d, rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
+                  <floating> 0, &dw_qkv[0, 0], 3 * d, nthreads)
+            if db_qkv is not None:
+                colsum(dqp, rq, 3 * d, 3 * d, &db_qkv[0])
+            if dx is not None:
+                pgemm(NT, TR, rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
+                      bx, &dx[0, 0], d, nthreads)
+        else:
+            pgemm(TR, NT, d, d, rq, <floating> 1, &x[0, 0], d, dqp, d,
+                  <floating> 0, &dw_qkv[0, 0], 3 * d, nthreads)
+            pgemm(TR, NT, d, 2 * d, rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
+                  <floating> 0, &dw_qkv[0, d], 3 * d, nthreads)
+            if db_qkv is not None:
+                colsum(dqp, rq, d, d, &db_qkv[0])
+                colsum(dkp, rk, 2 * d, 2 * d, &db_qkv[d])
+            if dx is not None:
+                pgemm(NT, TR, rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
+                      bx, &dx[0, 0], d, nthreads)
+            if dctx is not None:
+                pgemm(NT, TR, rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
+                      bc, &dctx[0, 0], d, nthreads)
+
+
+def exp_array(const floating[::1] x):
+    """The fused kernels' exp over an array, at the level in use (accuracy tests)."""
+    out = np.empty(x.shape[0], dtype=np.float32 if floating is float else np.float64)
+    cdef floating[::1] o = out
+    if x.shape[0]:
+        with nogil:
+            if floating is float:
+                attnx_flash_exp_f32(&x[0], &o[0], x.shape[0])
+            else:
+                attnx_flash_exp_f64(&x[0], &o[0], x.shape[0])
+    return out

@@ -1,0 +1,425 @@
+"""Export attnx models and fitted estimators to ONNX (needs the ``onnx`` package:
+``pip install attnx[onnx]``).
+
+``export(obj, path)`` writes a graph that any ONNX runtime can serve:
+
+* input ``x``: (batch, seq_len, n_features) in the model's dtype (float32 or
+  float64); batch and seq_len are dynamic axes;
+* input ``key_padding_mask``: (batch, seq_len) bool, True = padding (leave it
+  out with ``key_padding_mask=False``: every position is then valid);
+* output ``y`` for models and regressors, in the shape ``predict`` gives for a
+  3-D ``X``, or ``probabilities`` (batch, n_classes) / (batch, seq_len, n_classes)
+  for classifiers (columns in ``classes_`` order, which is also stored in the
+  model's metadata as JSON under ``classes``).
+
+The graph is built from standard operators only (MatMul, Softmax, Reshape,
+Transpose, Sigmoid, Where, LayerNormalization, ...): attention with its heads,
+causal and padding masks and rotary positions; the SiLU MLP and residuals;
+and for a SequenceModel the embedding, sinusoidal or learned positions,
+pre-norm LayerNorms, mean / last pooling and the head. Rotary and sinusoidal
+tables are computed inside the graph in float64 from the positions, so any
+sequence length works (up to max_len for learned positions, as in predict).
+Neither torch nor anything else beyond ``onnx`` and NumPy is imported.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["export", "DEFAULT_OPSET"]
+
+DEFAULT_OPSET = 17
+_MIN_OPSET, _MAX_OPSET = 17, 21
+
+
+def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET,
+           key_padding_mask: bool = True) -> Any:
+    """Write `obj` as an ONNX model to exactly `path`; returns the onnx.ModelProto.
+
+    Parameters
+    ----------
+    obj : MultiHeadAttention, Transformer, SequenceModel, or a fitted attnx
+        estimator (regressor or classifier).
+    path : str or path-like
+        The file to write.
+    opset : int
+        ONNX opset version, from 17 (LayerNormalization) to 21.
+    key_padding_mask : bool
+        Whether the graph takes a ``key_padding_mask`` input (B, T) bool.
+
+    Returns
+    -------
+    onnx.ModelProto
+        The exported model (already checked with onnx.checker).
+    """
+    import onnx
+
+    if isinstance(opset, bool) or not isinstance(opset, int) or not \
+            _MIN_OPSET <= opset <= _MAX_OPSET:
+        raise ValueError(f"opset must be an int in [{_MIN_OPSET}, {_MAX_OPSET}], got {opset!r}")
+    model, output, meta = _unwrap(obj)
+    g = _Graph(model.dtype, opset)
+    x = g.input("x", ["batch", "seq_len", _n_in(model)])
+    mask = g.input("key_padding_mask", ["batch", "seq_len"], bool) if key_padding_mask \
+        else None
+    y = _forward(g, model, x, mask)
+    shape = _output_shape(model)
+    if output == "probabilities":
+        y = g.op("Softmax", [y], axis=-1)
+    elif output == "squeeze":
+        y = g.op("Squeeze", [y, g.const_i64([-1])])
+        output, shape = "y", shape[:-1]
+    g.output(g.op("Identity", [y], name=output), shape)
+    proto = g.build(meta)
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save_model(proto, os.fspath(path))
+    return proto
+
+
+# ---- what is exported --------------------------------------------------------------
+def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str]]:
+    """(model, output kind, metadata) for a model or a fitted estimator."""
+    from . import __version__
+    from .attention import MultiHeadAttention
+    from .transformer import Transformer
+
+    meta = {"attnx_version": __version__}
+    models: tuple[type, ...] = (MultiHeadAttention, Transformer, _sequence_model_class())
+    if isinstance(obj, models):
+        meta["attnx_model"] = type(obj).__name__
+        return obj, "y", meta
+    model = getattr(obj, "__dict__", {}).get("model_")
+    if model is None:
+        if hasattr(obj, "get_params"):
+            raise ValueError(f"this {type(obj).__name__} is not fitted yet: call fit first")
+        raise TypeError(f"export needs a MultiHeadAttention, Transformer, SequenceModel or a "
+                        f"fitted attnx estimator, got {type(obj).__name__}")
+    meta["attnx_model"] = type(obj).__name__
+    if "classes_" in obj.__dict__:
+        meta["classes"] = json.dumps(np.asarray(obj.classes_).tolist())
+        return model, "probabilities", meta
+    target = obj.__dict__.get("_target") or {}
+    squeeze = isinstance(model, _sequence_model_class()) and target.get("k", 0) is None
+    return model, "squeeze" if squeeze else "y", meta
+
+
+def _sequence_model_class() -> type:
+    try:
+        from .sequence import SequenceModel
+    except ImportError:  # pragma: no cover - an attnx without SequenceModel
+        return type("_NoSequenceModel", (), {})
+    return SequenceModel
+
+
+def _output_shape(model: Any) -> list[Any]:
+    if hasattr(model, "n_outputs"):   # SequenceModel
+        tail = [model.n_outputs]
+        return ["batch"] + tail if model.pooling is not None else ["batch", "seq_len"] + tail
+    return ["batch", "seq_len", model.d_model]
+
+
+def _n_in(model: Any) -> int:
+    return int(getattr(model, "n_features", model.d_model))
+
+
+def _forward(g: _Graph, model: Any, x: str, mask: str | None) -> str:
+    from .attention import MultiHeadAttention
+    from .transformer import Transformer
+
+    if isinstance(model, MultiHeadAttention):
+        return _attention(g, model, model.params, "", x, mask)
+    if isinstance(model, Transformer):
+        h = x
+        for i, att in enumerate(model.attn):
+            h = _block(g, model.params, f"layers.{i}.", att, h, mask, pre=False)
+        return h
+    return _sequence(g, model, x, mask)
+
+
+# ---- pieces ------------------------------------------------------------------------
+def _attention(g: _Graph, att: Any, params: Any, p: str, x: str, mask: str | None) -> str:
+    """Multi-head self-attention of x (B, T, d): heads by Reshape/Transpose, masks as
+    a `disallowed` (B|1, 1, T, T) boolean, fully masked rows give zeros."""
+    d, h, dh = att.d_model, att.n_heads, att.d_head
+
+    def proj(name: str, bias: str) -> str:
+        y = g.op("MatMul", [x, g.const(params[p + name])])
+        if att.bias:
+            y = g.op("Add", [y, g.const(params[p + bias])])
+        # (B, T, d) -> (B, T, h, dh) -> (B, h, T, dh)
+        y = g.op("Reshape", [y, g.const_i64([0, 0, h, dh])])
+        return g.op("Transpose", [y], perm=[0, 2, 1, 3])
+
+    q, k, v = proj("Wq", "bq"), proj("Wk", "bk"), proj("Wv", "bv")
+    if att.rope:
+        cos, sin = g.rope_tables(x, dh)
+        q, k = _rotate(g, q, cos, sin, dh), _rotate(g, k, cos, sin, dh)
+    s = g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    s = g.op("Mul", [s, g.scalar(1.0 / np.sqrt(dh))])
+    disallowed = None
+    if att.causal:
+        disallowed = g.causal(x)                                   # (T, T)
+    if mask is not None:
+        pad = g.op("Unsqueeze", [mask, g.const_i64([1, 2])])       # (B, 1, 1, T)
+        disallowed = pad if disallowed is None else g.op("Or", [disallowed, pad])
+    if disallowed is not None:
+        s = g.op("Where", [disallowed, g.scalar(np.finfo(g.dtype).min), s])
+    prob = g.op("Softmax", [s], axis=-1)
+    if mask is not None and disallowed is not None:
+        # a row with every key masked: softmax is uniform there, make it 0
+        prob = g.op("Where", [disallowed, g.scalar(0.0), prob])
+    z = g.op("MatMul", [prob, v])                                  # (B, h, T, dh)
+    z = g.op("Transpose", [z], perm=[0, 2, 1, 3])
+    z = g.op("Reshape", [z, g.const_i64([0, 0, d])])
+    y = g.op("MatMul", [z, g.const(params[p + "Wo"])])
+    if att.bias:
+        y = g.op("Add", [y, g.const(params[p + "bo"])])
+    return y
+
+
+def _rotate(g: _Graph, t: str, cos: str, sin: str, dh: int) -> str:
+    """Rotate pairs (2i, 2i+1) of t (B, h, T, dh) by the angles of cos/sin (T, dh/2)."""
+    a = g.op("Slice", [t, g.const_i64([0]), g.const_i64([dh]), g.const_i64([3]),
+                       g.const_i64([2])])
+    b = g.op("Slice", [t, g.const_i64([1]), g.const_i64([dh]), g.const_i64([3]),
+                       g.const_i64([2])])
+    even = g.op("Sub", [g.op("Mul", [a, cos]), g.op("Mul", [b, sin])])
+    odd = g.op("Add", [g.op("Mul", [a, sin]), g.op("Mul", [b, cos])])
+    both = g.op("Concat", [even, odd], axis=3)         # [even..., odd...]
+    return g.op("Gather", [both, g.const_i64(_interleave(dh // 2, dh // 2))], axis=3)
+
+
+def _interleave(n_even: int, n_odd: int) -> list[int]:
+    """Gather indices turning [e0.., o0..] into e0, o0, e1, o1, ..."""
+    out = []
+    for i in range(n_even):
+        out.append(i)
+        if i < n_odd:
+            out.append(n_even + i)
+    return out
+
+
+def _mlp(g: _Graph, params: Any, p: str, bias: bool, u: str) -> str:
+    hid = g.op("MatMul", [u, g.const(params[p + "W1"])])
+    if bias:
+        hid = g.op("Add", [hid, g.const(params[p + "b1"])])
+    act = g.op("Mul", [hid, g.op("Sigmoid", [hid])])              # SiLU
+    y = g.op("MatMul", [act, g.const(params[p + "W2"])])
+    if bias:
+        y = g.op("Add", [y, g.const(params[p + "b2"])])
+    return y
+
+
+def _block(g: _Graph, params: Any, p: str, att: Any, h: str, mask: str | None,
+           pre: bool) -> str:
+    """One transformer block: post-residual (Transformer) or pre-norm (SequenceModel)."""
+    if pre:
+        u1 = g.layernorm(h, params[p + "ln1.g"], params[p + "ln1.b"])
+        zt = g.op("Add", [_attention(g, att, params, p, u1, mask), h])
+        u2 = g.layernorm(zt, params[p + "ln2.g"], params[p + "ln2.b"])
+    else:
+        zt = g.op("Add", [_attention(g, att, params, p, h, mask), h])
+        u2 = zt
+    return g.op("Add", [_mlp(g, params, p, att.bias, u2), zt])
+
+
+def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
+    w = m.params
+    h = g.op("Add", [g.op("MatMul", [x, g.const(w["embed.W"])]), g.const(w["embed.b"])])
+    if m.positional == "sinusoidal":
+        h = g.op("Add", [h, g.sinusoidal(x, m.d_model)])
+    elif m.positional == "learned":
+        t = g.seq_len(x)
+        table = g.op("Slice", [g.const(w["pos.P"]), g.const_i64([0]), t, g.const_i64([0])])
+        h = g.op("Add", [h, table])
+    pre = m.norm == "pre"
+    for i, att in enumerate(m.attn):
+        h = _block(g, w, f"layers.{i}.", att, h, mask, pre)
+    if pre:
+        h = g.layernorm(h, w["norm.g"], w["norm.b"])
+    if m.pooling is not None:
+        h = _pool(g, h, mask, m.pooling == "last")
+    y = g.op("Add", [g.op("MatMul", [h, g.const(w["head.W"])]), g.const(w["head.b"])])
+    if m.pooling is None and mask is not None:   # padded positions output zeros
+        y = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]), g.scalar(0.0), y])
+    return y
+
+
+def _pool(g: _Graph, h: str, mask: str | None, last: bool) -> str:
+    """(B, T, d) -> (B, d): mean of the valid positions, or the last valid one; zeros
+    for a sequence without valid positions."""
+    if mask is None:
+        valid = g.op("ConstantOfShape", [g.op("Shape", [h], start=0, end=2)],
+                     value=_tensor_attr(np.array([True])))
+    else:
+        valid = g.op("Not", [mask])
+    vf = g.op("Cast", [valid], to=g.onnx_dtype)                    # (B, T)
+    if last:
+        pos = g.op("Add", [g.positions(h, g.dtype), g.scalar(1.0)])   # 1..T
+        idx = g.op("ReduceMax", [g.op("Mul", [vf, pos])] + g.axes_input([1]),
+                   keepdims=1, **g.axes_attr([1]))               # (B, 1), 0 = none
+        onehot = g.op("Cast", [g.op("Equal", [pos, idx])], to=g.onnx_dtype)
+        return g.op("ReduceSum", [g.op("Mul", [h, g.op("Unsqueeze", [onehot,
+                                                                      g.const_i64([2])])]),
+                                  g.const_i64([1])], keepdims=0)
+    total = g.op("ReduceSum", [g.op("Mul", [h, g.op("Unsqueeze", [vf, g.const_i64([2])])]),
+                               g.const_i64([1])], keepdims=0)      # (B, d)
+    count = g.op("ReduceSum", [vf, g.const_i64([1])], keepdims=1)  # (B, 1)
+    return g.op("Div", [total, g.op("Max", [count, g.scalar(1.0)])])
+
+
+def _tensor_attr(a: np.ndarray) -> Any:
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(a)
+
+
+# ---- graph building ----------------------------------------------------------------
+class _Graph:
+    """Nodes, initializers and unique names for one exported model."""
+
+    def __init__(self, dtype: np.dtype, opset: int) -> None:
+        from onnx import helper
+
+        self.dtype = np.dtype(dtype)
+        self.opset = opset
+        self.onnx_dtype = helper.np_dtype_to_tensor_dtype(self.dtype)
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self.inputs: list[Any] = []
+        self.outputs: list[Any] = []
+        self._n = 0
+        self._cache: dict[Any, str] = {}
+        self._tables: dict[Any, tuple[str, str]] = {}
+
+    def _name(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint}_{self._n}"
+
+    def op(self, op_type: str, inputs: list[str], name: str | None = None,
+           **attrs: Any) -> str:
+        from onnx import helper
+
+        out = name or self._name(op_type)
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        return out
+
+    def const(self, a: np.ndarray, dtype: Any = None) -> str:
+        from onnx import numpy_helper
+
+        arr = np.ascontiguousarray(a, dtype=dtype or self.dtype)
+        name = self._name("w")
+        self.inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def const_i64(self, values: list[int]) -> str:
+        key = ("i64", tuple(values))
+        if key not in self._cache:
+            self._cache[key] = self.const(np.array(values, dtype=np.int64), np.int64)
+        return self._cache[key]
+
+    def scalar(self, v: float, dtype: Any = None) -> str:
+        dt = np.dtype(dtype or self.dtype)
+        key = ("scalar", dt.str, float(v))
+        if key not in self._cache:
+            self._cache[key] = self.const(np.array(v, dtype=dt), dt)
+        return self._cache[key]
+
+    def input(self, name: str, shape: list[Any], dtype: Any = None) -> str:
+        from onnx import helper
+
+        t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype or self.dtype))
+        self.inputs.append(helper.make_tensor_value_info(name, t, shape))
+        return name
+
+    def output(self, name: str, shape: list[Any]) -> None:
+        from onnx import helper
+
+        self.outputs.append(helper.make_tensor_value_info(name, self.onnx_dtype, shape))
+
+    # opset differences: ReduceMax / ReduceMean take axes as an input from opset 18
+    def axes_input(self, axes: list[int]) -> list[str]:
+        return [self.const_i64(axes)] if self.opset >= 18 else []
+
+    def axes_attr(self, axes: list[int]) -> dict[str, Any]:
+        return {} if self.opset >= 18 else {"axes": axes}
+
+    # shapes and positions, computed from x at run time
+    def seq_len(self, x: str) -> str:
+        """(1,) int64: the T of x (B, T, ...)."""
+        key = ("T", x)
+        if key not in self._cache:
+            self._cache[key] = self.op("Shape", [x], start=1, end=2)
+        return self._cache[key]
+
+    def positions(self, x: str, dtype: Any) -> str:
+        """(T,) 0, 1, ..., T-1 in dtype."""
+        dt = np.dtype(dtype)
+        key = ("pos", x, dt.str)
+        if key not in self._cache:
+            t = self.op("Squeeze", [self.seq_len(x), self.const_i64([0])])
+            self._cache[key] = self.op("Range", [self.scalar(0, dt), self.op(
+                "Cast", [t], to=_onnx_type(dt)), self.scalar(1, dt)])
+        return self._cache[key]
+
+    def causal(self, x: str) -> str:
+        """(T, T) bool: True where key j > query i."""
+        key = ("causal", x)
+        if key not in self._cache:
+            pos = self.positions(x, np.int64)
+            rows = self.op("Unsqueeze", [pos, self.const_i64([1])])
+            self._cache[key] = self.op("Greater", [pos, rows])
+        return self._cache[key]
+
+    def _angles(self, x: str, freqs: np.ndarray) -> str:
+        pos = self.op("Unsqueeze", [self.positions(x, np.float64), self.const_i64([1])])
+        return self.op("Mul", [pos, self.const(freqs[None, :], np.float64)])
+
+    def _cos_sin(self, ang: str) -> tuple[str, str]:
+        # computed in float64 and rounded once, as attnx's own tables
+        return (self.op("Cast", [self.op("Cos", [ang])], to=self.onnx_dtype),
+                self.op("Cast", [self.op("Sin", [ang])], to=self.onnx_dtype))
+
+    def rope_tables(self, x: str, d_head: int) -> tuple[str, str]:
+        """cos, sin (T, d_head/2) of t * 10000^(-2i/d_head), as attention.rope_tables."""
+        key = ("rope", x, d_head)
+        if key not in self._tables:
+            i = np.arange(d_head // 2, dtype=np.float64)
+            self._tables[key] = self._cos_sin(self._angles(x, 10000.0 ** (-2.0 * i / d_head)))
+        return self._tables[key]
+
+    def sinusoidal(self, x: str, d: int) -> str:
+        """(T, d): sin(t / 10000^(2i/d)) at column 2i, cos of the same at 2i + 1."""
+        i2 = np.arange(0, d, 2, dtype=np.float64)
+        cos, sin = self._cos_sin(self._angles(x, 1.0 / 10000.0 ** (i2 / d)))
+        n_even, n_odd = len(i2), d // 2
+        if n_odd < n_even:
+            cos = self.op("Slice", [cos, self.const_i64([0]), self.const_i64([n_odd]),
+                                    self.const_i64([1])])
+        both = self.op("Concat", [sin, cos], axis=1)
+        return self.op("Gather", [both, self.const_i64(_interleave(n_even, n_odd))], axis=1)
+
+    def layernorm(self, x: str, gain: np.ndarray, bias: np.ndarray) -> str:
+        from .sequence import LN_EPS
+
+        return self.op("LayerNormalization", [x, self.const(gain), self.const(bias)],
+                       axis=-1, epsilon=float(LN_EPS))
+
+    def build(self, meta: dict[str, str]) -> Any:
+        from onnx import helper
+
+        graph = helper.make_graph(self.nodes, "attnx", self.inputs, self.outputs,
+                                  initializer=self.inits)
+        model = helper.make_model(graph, producer_name="attnx",
+                                  opset_imports=[helper.make_opsetid("", self.opset)])
+        helper.set_model_props(model, meta)
+        return model
+
+
+def _onnx_type(dt: np.dtype) -> int:
+    from onnx import helper
+
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dt)))

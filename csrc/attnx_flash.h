@@ -1,0 +1,303 @@
+/* Fused ("flash") attention for small heads: scores, online softmax and the
+ * products with V (and the backward's dP, dS, dQ, dK, dV) one tile at a time,
+ * without the (Tq, Tk) score block ever leaving a per-thread L1-sized scratch.
+ *
+ * Why: at d_head = 8..32 a per-head BLAS call multiplies with an inner
+ * dimension of 8..32, where OpenBLAS spends most of its time packing and the
+ * score block makes a round trip to memory between the two GEMMs and the
+ * softmax. Here each product is a register-tiled loop over a block small
+ * enough for L1, and the softmax (scale, max, exp, sum) runs on the block
+ * while it is there.
+ *
+ * Three builds of the same code (attnx_flash_impl.h): portable C loops
+ * (level 0), AVX2+FMA (level 1) and AVX-512F (level 2), the last two through
+ * per-function target attributes so the extension needs no -march flag and
+ * loads on any x86-64. attnx_flash_set_level() picks one at import; the
+ * callers pass the level attnx._ops detected (ATTNX_SIMD caps it).
+ */
+#ifndef ATTNX_FLASH_H
+#define ATTNX_FLASH_H
+#define FL_PAIR 0   /* key-pair tiles: float32 AVX-512 only (redefined there) */
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Query rows and keys per block. BK must be a multiple of the tile widths. */
+#define ATTNX_FL_BQ 32
+#define ATTNX_FL_BK 128
+#define ATTNX_FL_PAD(n, w) (((n) + (w) - 1) / (w) * (w))
+
+#if defined(_OPENMP) || defined(ATTNX_OMP_SIMD)
+#define FL_PRAGMA(x) _Pragma(#x)
+#define FL_SIMD_RED(op, v) FL_PRAGMA(omp simd reduction(op:v))
+#define FL_SIMD _Pragma("omp simd")
+#else
+#define FL_SIMD_RED(op, v)
+#define FL_SIMD
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define ATTNX_FL_X86 1
+#endif
+
+/* ---- per-type constants (the narrow tile is 32 bytes wide for both types,
+ * so padding does not depend on the level) */
+#define FL_NRN_f32 8
+#define FL_NRN_f64 4
+
+/* ================================================================ float32 */
+#define FL_T float
+#define FL_UINT uint32_t
+#define FL_EXPLO (-87.0f)
+#define FL_EXPHI 88.0f
+#define FL_MAGIC 12582912.0f             /* 1.5 * 2^23 */
+#define FL_LN2HI 0.693359375f
+#define FL_LN2LO (-2.12194440e-4f)
+#define FL_BIAS 127u
+#define FL_MANT 23
+#define FL_POLY(r) ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r)               \
+                     + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r)                 \
+                     + 1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (r) * (r) + (r) + 1.0f)
+#define FL_NRN FL_NRN_f32
+
+#define FL_NAME(x) x##_f32_c
+#define FL_ATTR
+#define FL_VEC 0
+#define FL_MRW 4
+#define FL_NRW 16
+#define FL_MRN 4
+#include "attnx_flash_impl.h"
+#undef FL_NAME
+#undef FL_ATTR
+#undef FL_VEC
+#undef FL_MRW
+#undef FL_NRW
+#undef FL_MRN
+
+#ifdef ATTNX_FL_X86
+#define FL_NAME(x) x##_f32_avx2
+#define FL_ATTR __attribute__((target("avx2,fma")))
+#define FL_VWBYTES 32
+#define FL_VEC 1
+#define FL_MRW 4
+#define FL_NRW 16
+#define FL_MRN 8
+#include "attnx_flash_impl.h"
+#undef FL_NAME
+#undef FL_ATTR
+#undef FL_VEC
+#undef FL_MRW
+#undef FL_NRW
+#undef FL_MRN
+#undef FL_VWBYTES
+
+#undef FL_PAIR
+#define FL_NAME(x) x##_f32_avx512
+#define FL_PAIR 1
+#define FL_ATTR __attribute__((target("avx512f,avx2,fma")))
+#define FL_VWBYTES 64
+#define FL_VEC 1
+#define FL_MRW 8
+#define FL_NRW 32
+#define FL_MRN 8
+#include "attnx_flash_impl.h"
+#undef FL_NAME
+#undef FL_ATTR
+#undef FL_VEC
+#undef FL_MRW
+#undef FL_NRW
+#undef FL_MRN
+#undef FL_VWBYTES
+#undef FL_PAIR
+#define FL_PAIR 0
+#endif
+
+#undef FL_T
+#undef FL_UINT
+#undef FL_EXPLO
+#undef FL_EXPHI
+#undef FL_MAGIC
+#undef FL_LN2HI
+#undef FL_LN2LO
+#undef FL_BIAS
+#undef FL_MANT
+#undef FL_POLY
+#undef FL_NRN
+
+/* ================================================================ float64 */
+#define FL_T double
+#define FL_UINT uint64_t
+#define FL_EXPLO (-708.0)
+#define FL_EXPHI 709.0
+#define FL_MAGIC 6755399441055744.0      /* 1.5 * 2^52 */
+#define FL_LN2HI 6.93147180369123816490e-01
+#define FL_LN2LO 1.90821492927058770002e-10
+#define FL_BIAS 1023u
+#define FL_MANT 52
+/* Taylor series to r^12: |r| <= ln2/2 leaves a relative error below 2e-16 */
+#define FL_POLY(r) (1.0 + (r) * (1.0 + (r) * (1.0 / 2 + (r) * (1.0 / 6 + (r) * (1.0 / 24       \
+    + (r) * (1.0 / 120 + (r) * (1.0 / 720 + (r) * (1.0 / 5040 + (r) * (1.0 / 40320          \
+    + (r) * (1.0 / 362880 + (r) * (1.0 / 3628800 + (r) * (1.0 / 39916800                    \
+    + (r) * (1.0 / 479001600)))))))))))))
+#define FL_NRN FL_NRN_f64
+
+#define FL_NAME(x) x##_f64_c
+#define FL_ATTR
+#define FL_VEC 0
+#define FL_MRW 4
+#define FL_NRW 8
+#define FL_MRN 4
+#include "attnx_flash_impl.h"
+#undef FL_NAME
+#undef FL_ATTR
+#undef FL_VEC
+#undef FL_MRW
+#undef FL_NRW
+#undef FL_MRN
+
+#ifdef ATTNX_FL_X86
+#define FL_NAME(x) x##_f64_avx2
+#define FL_ATTR __attribute__((target("avx2,fma")))
+#define FL_VWBYTES 32
+#define FL_VEC 1
+#define FL_MRW 4
+#define FL_NRW 8
+#define FL_MRN 8
+#include "attnx_flash_impl.h"
+#undef FL_NAME
+#undef FL_ATTR
+#undef FL_VEC
+#undef FL_MRW
+#undef FL_NRW
+#undef FL_MRN
+#undef FL_VWBYTES
+
+#define FL_NAME(x) x##_f64_avx512
+#define FL_ATTR __attribute__((target("avx512f,avx2,fma")))
+#define FL_VWBYTES 64
+#define FL_VEC 1
+#define FL_MRW 8
+#define FL_NRW 16
+#define FL_MRN 8
+#include "attnx_flash_impl.h"
+#undef FL_NAME
+#undef FL_ATTR
+#undef FL_VEC
+#undef FL_MRW
+#undef FL_NRW
+#undef FL_MRN
+#undef FL_VWBYTES
+#endif
+
+#undef FL_T
+#undef FL_UINT
+#undef FL_EXPLO
+#undef FL_EXPHI
+#undef FL_MAGIC
+#undef FL_LN2HI
+#undef FL_LN2LO
+#undef FL_BIAS
+#undef FL_MANT
+#undef FL_POLY
+#undef FL_NRN
+
+/* ================================================================ dispatch */
+
+/* 0 = portable C, 1 = AVX2+FMA, 2 = AVX-512F; set once at import. */
+static int attnx_flash_level = 0;
+
+/* Use level `want` (what attnx._ops detected, capped by ATTNX_SIMD) if this CPU
+ * and this build have it; returns the level in use. */
+static int attnx_flash_set_level(int want)
+{
+    int lvl = 0;
+#ifdef ATTNX_FL_X86
+    __builtin_cpu_init();
+    if (want >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        lvl = 1;
+    if (want >= 2 && lvl == 1 && __builtin_cpu_supports("avx512f"))
+        lvl = 2;
+#else
+    (void) want;
+#endif
+    attnx_flash_level = lvl;
+    return lvl;
+}
+
+/* Scratch elements per thread (nrn: the narrow tile width of the type). */
+static inline ptrdiff_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
+{
+    ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk > 0 ? tk : 1, nrn);
+    return (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + ATTNX_FL_BQ * dhp + 2 * ATTNX_FL_BQ
+           + (ptrdiff_t) dh * tkp + tkp * dhp;
+}
+
+static inline ptrdiff_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
+{
+    ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk, nrn);
+    return 2 * (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK + ATTNX_FL_BQ * dhp + ATTNX_FL_BQ
+           + 4 * (ptrdiff_t) dh * tkp + tkp * dhp;
+}
+
+#ifdef ATTNX_FL_X86
+#define FL_DISPATCH(fn, sfx, args)                                                    \
+    do {                                                                              \
+        if (attnx_flash_level == 2) fn##_##sfx##_avx512 args;                         \
+        else if (attnx_flash_level == 1) fn##_##sfx##_avx2 args;                      \
+        else fn##_##sfx##_c args;                                                     \
+    } while (0)
+#else
+#define FL_DISPATCH(fn, sfx, args) fn##_##sfx##_c args
+#endif
+
+#define FL_FWD_PROTO(T, sfx)                                                          \
+static void attnx_flash_forward_rows_##sfx(                                           \
+        const T *q, ptrdiff_t ldq, const T *k, const T *v, ptrdiff_t ldkv,            \
+        T *z, ptrdiff_t ldz, T *lse, int i0, int nq, int tk, int dh, T scale,         \
+        int causal, const uint8_t *km, T *ws)                                         \
+{                                                                                     \
+    FL_DISPATCH(fl_forward_rows, sfx,                                                 \
+                (q, ldq, k, v, ldkv, z, ldz, lse, i0, nq, tk, dh, scale, causal, km, ws)); \
+}
+
+#define FL_BWD_PROTO(T, sfx)                                                          \
+static void attnx_flash_backward_head_##sfx(                                          \
+        const T *q, ptrdiff_t ldq, const T *k, const T *v, ptrdiff_t ldkv,            \
+        const T *z, const T *dz, ptrdiff_t ldz, const T *lse,                         \
+        T *dq, T *dk, T *dv, int tq, int tk, int dh, T scale, int causal,             \
+        const uint8_t *km, T *ws)                                                     \
+{                                                                                     \
+    FL_DISPATCH(fl_backward_head, sfx,                                                \
+                (q, ldq, k, v, ldkv, z, dz, ldz, lse, dq, dk, dv, tq, tk, dh, scale,  \
+                 causal, km, ws));                                                    \
+}
+
+FL_FWD_PROTO(float, f32)
+FL_FWD_PROTO(double, f64)
+FL_BWD_PROTO(float, f32)
+FL_BWD_PROTO(double, f64)
+
+/* The exp of the level in use over an array (accuracy tests). */
+static void attnx_flash_exp_f32(const float *x, float *y, ptrdiff_t n)
+{
+    ptrdiff_t i, c;
+    memcpy(y, x, sizeof(float) * n);
+    for (i = 0; i < n; i += c) {
+        c = n - i < (1 << 20) ? n - i : (1 << 20);
+        FL_DISPATCH(fl_expsub, f32, (y + i, (int) c, 0.0f));
+    }
+}
+
+static void attnx_flash_exp_f64(const double *x, double *y, ptrdiff_t n)
+{
+    ptrdiff_t i, c;
+    memcpy(y, x, sizeof(double) * n);
+    for (i = 0; i < n; i += c) {
+        c = n - i < (1 << 20) ? n - i : (1 << 20);
+        FL_DISPATCH(fl_expsub, f64, (y + i, (int) c, 0.0));
+    }
+}
+
+#endif /* ATTNX_FLASH_H */

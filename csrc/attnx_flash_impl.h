@@ -1,0 +1,619 @@
+/* Fused attention tile kernels for one element type and one instruction-set level.
+ *
+ * Included several times by attnx_flash.h, once per (type, level), with:
+ *   FL_T       float or double
+ *   FL_NAME(x) x with the (type, level) suffix appended
+ *   FL_ATTR    the function attribute of the level (target("avx2,fma"), ...)
+ *   FL_VEC     1: register tiles as GCC/Clang vector types; 0: plain C loops
+ *              (the portable path, any C99 compiler)
+ *   FL_MAXARG  -> FL_EXPLO/FL_EXPHI etc. (set by attnx_flash.h per type)
+ *
+ * Layout conventions. Every "B" operand of the small products is packed into
+ * per-thread scratch with rows padded to a multiple of the narrow tile width
+ * (FL_NRN elements, 32 bytes) and zero padding, so the tiles never need a
+ * column remainder; "A" operands are read one element at a time (broadcast)
+ * through a row stride and a k stride, so A may be any strided view (a
+ * transposed P or dS block costs nothing). C tiles are padded the same way.
+ */
+
+/* ---------------------------------------------------------------- exp */
+
+/* exp(x) as a polynomial after range reduction x = n ln2 + r, |r| <= ln2/2,
+ * written branch-free so the loops around it vectorise. NaN in gives NaN out;
+ * x below FL_EXPLO (-inf, a masked score) gives exactly 0. */
+FL_ATTR static inline FL_T FL_NAME(fl_exp)(FL_T x)
+{
+    FL_T xc = x < FL_EXPLO ? FL_EXPLO : x;
+    xc = xc > FL_EXPHI ? FL_EXPHI : xc;
+    xc = (x != x) ? (FL_T) 0 : xc;          /* keep NaN out of the integer part */
+    FL_T t = xc * (FL_T) 1.44269504088896340735992468100189214;   /* x / ln2 */
+    FL_T big = t + FL_MAGIC;                /* round to nearest, n in the low bits */
+    FL_T fn = big - FL_MAGIC;
+    FL_T r = xc - fn * FL_LN2HI;
+    r = r - fn * FL_LN2LO;
+    FL_T p = FL_POLY(r);
+    FL_UINT bits;
+    memcpy(&bits, &big, sizeof bits);
+    bits = (bits + FL_BIAS) << FL_MANT;     /* 2^n: the high bits of big shift out */
+    FL_T two_n;
+    memcpy(&two_n, &bits, sizeof bits);
+    FL_T out = p * two_n;
+    out = x < FL_EXPLO ? (FL_T) 0 : out;
+    return (x != x) ? x : out;
+}
+
+#if FL_VEC
+/* native vectors: 32 bytes (AVX2, and the narrow tile), FL_VWBYTES for the wide tile */
+typedef FL_T FL_NAME(v32) __attribute__((vector_size(32), aligned(sizeof(FL_T)), may_alias));
+typedef FL_T FL_NAME(vwide) __attribute__((vector_size(FL_VWBYTES), aligned(sizeof(FL_T)),
+                                           may_alias));
+#define FL_SEL(m, a, b) ((__typeof__(a)) (((m) & (__typeof__(m)) (a)) | (~(m) & (__typeof__(m)) (b))))
+
+/* fl_exp on a whole vector, the same steps with lane masks for the selects. A NaN
+ * lane needs no select here: it stays NaN through the polynomial and the final
+ * product (the integer part only ever reinterprets bits, never converts). */
+#define FL_VEXP(NAME, VT)                                                             \
+FL_ATTR static inline VT FL_NAME(NAME)(VT x)                                          \
+{                                                                                     \
+    const VT lo = (VT) {0} + FL_EXPLO, zero = (VT) {0};                               \
+    __typeof__(x < x) below = x < lo;                                                 \
+    VT xc = FL_SEL(below, lo, x);                                                     \
+    xc = FL_SEL(xc > FL_EXPHI, zero + FL_EXPHI, xc);                                  \
+    VT t = xc * (FL_T) 1.44269504088896340735992468100189214;                         \
+    VT big = t + FL_MAGIC;                                                            \
+    VT fn = big - FL_MAGIC;                                                           \
+    VT r = xc - fn * FL_LN2HI;                                                        \
+    r = r - fn * FL_LN2LO;                                                            \
+    VT p = FL_POLY(r);                                                                \
+    __typeof__(x < x) bits = (__typeof__(x < x)) big + (int) FL_BIAS;                 \
+    bits = bits << FL_MANT;                                                           \
+    VT out = p * (VT) bits;                                                           \
+    return FL_SEL(below, zero, out);                                                  \
+}
+FL_VEXP(fl_vexp, FL_NAME(v32))
+FL_VEXP(fl_vexpw, FL_NAME(vwide))
+
+typedef FL_T FL_NAME(v16) __attribute__((vector_size(16)));
+
+/* sum of the lanes by folding halves (a few shuffles, not one extract per lane) */
+FL_ATTR static inline FL_T FL_NAME(fl_hsum32)(FL_NAME(v32) v)
+{
+    FL_NAME(v16) lo, hi;
+    memcpy(&lo, &v, 16);
+    memcpy(&hi, (char *) &v + 16, 16);
+    lo += hi;
+    FL_T out = 0;
+    for (int u = 0; u < (int) (16 / sizeof(FL_T)); u++)
+        out += lo[u];
+    return out;
+}
+
+FL_ATTR static inline FL_T FL_NAME(fl_hsumw)(FL_NAME(vwide) v)
+{
+    FL_NAME(v32) lo, hi;
+    if (sizeof(v) == 32) {
+        memcpy(&lo, &v, 32);
+        return FL_NAME(fl_hsum32)(lo);
+    }
+    memcpy(&lo, &v, 32);
+    memcpy(&hi, (char *) &v + 32, 32);
+    return FL_NAME(fl_hsum32)(lo + hi);
+}
+#endif
+
+/* max over s[0:n], NaN-propagating (a NaN score must poison its row, not vanish). */
+FL_ATTR static inline FL_T FL_NAME(fl_rowmax)(const FL_T *s, int n, FL_T m)
+{
+    int j;
+    int nan = 0;
+    FL_SIMD_RED(max, m)
+    for (j = 0; j < n; j++)
+        m = s[j] > m ? s[j] : m;
+    FL_SIMD_RED(|, nan)
+    for (j = 0; j < n; j++)
+        nan |= (s[j] != s[j]);
+    return nan ? (FL_T) NAN : m;
+}
+
+/* s[j] = exp(s[j] - m) in place, returns the sum (exp and sum in one pass). */
+FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
+{
+    int j = 0;
+    FL_T sum = 0;
+#if FL_VEC
+    typedef FL_NAME(v32) V;
+    typedef FL_NAME(vwide) W;
+    const int vl = (int) (sizeof(V) / sizeof(FL_T)), wl = (int) (sizeof(W) / sizeof(FL_T));
+    V acc = (V) {0};
+    if (wl > vl) {
+        W accw = (W) {0};
+        for (; j + wl <= n; j += wl) {
+            W e = FL_NAME(fl_vexpw)(*(W *) (s + j) - m);
+            *(W *) (s + j) = e;
+            accw += e;
+        }
+        sum += FL_NAME(fl_hsumw)(accw);
+    }
+    for (; j + vl <= n; j += vl) {
+        V e = FL_NAME(fl_vexp)(*(V *) (s + j) - m);
+        *(V *) (s + j) = e;
+        acc += e;
+    }
+    sum += FL_NAME(fl_hsum32)(acc);
+#endif
+    for (; j < n; j++) {
+        FL_T e = FL_NAME(fl_exp)(s[j] - m);
+        s[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+/* s[j] = exp(s[j] - m) in place. */
+FL_ATTR static inline void FL_NAME(fl_expsub)(FL_T *s, int n, FL_T m)
+{
+    int j = 0;
+#if FL_VEC
+    typedef FL_NAME(v32) V;
+    typedef FL_NAME(vwide) W;
+    const int vl = (int) (sizeof(V) / sizeof(FL_T)), wl = (int) (sizeof(W) / sizeof(FL_T));
+    if (wl > vl)
+        for (; j + wl <= n; j += wl)
+            *(W *) (s + j) = FL_NAME(fl_vexpw)(*(W *) (s + j) - m);
+    for (; j + vl <= n; j += vl)
+        *(V *) (s + j) = FL_NAME(fl_vexp)(*(V *) (s + j) - m);
+#endif
+    for (; j < n; j++)
+        s[j] = FL_NAME(fl_exp)(s[j] - m);
+}
+
+/* ---------------------------------------------------------------- tiles */
+
+#define FL_UNROLL _Pragma("GCC unroll 16")
+
+/* C[0:mr, 0:NV*len(VT)] (=|+=) alpha * A[0:mr, 0:kd] B[0:kd, :] for one register
+ * tile of MR rows by NV vectors. A(r, k) = a[r*ar + k*ak]; B rows contiguous
+ * (ldb); mr <= MR rows are valid (the missing rows re-read row 0, not stored). */
+#define FL_TILE(NAME, MR, NV, VT)                                                     \
+FL_ATTR static inline void FL_NAME(NAME)(int kd, const FL_T *restrict a, ptrdiff_t ar,  \
+        ptrdiff_t ak, int mr, const FL_T *restrict b, ptrdiff_t ldb,                  \
+        FL_T *restrict c, ptrdiff_t ldc, FL_T alpha, int accumulate)                  \
+{                                                                                     \
+    const int vl = (int) (sizeof(VT) / sizeof(FL_T));                                 \
+    VT acc[MR][NV];                                                                   \
+    const FL_T *ap[MR];                                                               \
+    int r, k, u;                                                                      \
+    FL_UNROLL                                                                         \
+    for (r = 0; r < MR; r++) {                                                        \
+        ap[r] = a + (r < mr ? r : 0) * ar;                                            \
+        FL_UNROLL                                                                     \
+        for (u = 0; u < NV; u++)                                                      \
+            acc[r][u] = (VT) {0};                                                     \
+    }                                                                                 \
+    for (k = 0; k < kd; k++) {                                                        \
+        VT bv[NV];                                                                    \
+        FL_UNROLL                                                                     \
+        for (u = 0; u < NV; u++)                                                      \
+            bv[u] = *(const VT *) (b + k * ldb + u * vl);                             \
+        FL_UNROLL                                                                     \
+        for (r = 0; r < MR; r++) {                                                    \
+            FL_T av = ap[r][k * ak];                                                  \
+            FL_UNROLL                                                                 \
+            for (u = 0; u < NV; u++)                                                  \
+                acc[r][u] += av * bv[u];                                              \
+        }                                                                             \
+    }                                                                                 \
+    FL_UNROLL                                                                         \
+    for (r = 0; r < MR; r++) {                                                        \
+        if (r < mr) {                                                                 \
+            FL_UNROLL                                                                 \
+            for (u = 0; u < NV; u++) {                                                \
+                VT *cr = (VT *) (c + r * ldc + u * vl);                               \
+                *cr = accumulate ? *cr + alpha * acc[r][u] : alpha * acc[r][u];       \
+            }                                                                         \
+        }                                                                             \
+    }                                                                                 \
+}
+
+#if FL_VEC
+FL_TILE(fl_tile_w, FL_MRW, FL_NRW * (int) sizeof(FL_T) / FL_VWBYTES, FL_NAME(vwide))
+FL_TILE(fl_tile_n, FL_MRN, 1, FL_NAME(v32))
+#else
+/* Portable: the same tiles as plain arrays (the compiler may vectorise them). */
+#define FL_TILE_C(NAME, MR, NR)                                                       \
+static inline void FL_NAME(NAME)(int kd, const FL_T *restrict a, ptrdiff_t ar,          \
+        ptrdiff_t ak, int mr, const FL_T *restrict b, ptrdiff_t ldb,                  \
+        FL_T *restrict c, ptrdiff_t ldc, FL_T alpha, int accumulate)                  \
+{                                                                                     \
+    FL_T acc[MR][NR];                                                                 \
+    ptrdiff_t ro[MR];                                                                 \
+    int r, k, n;                                                                      \
+    for (r = 0; r < MR; r++) {                                                        \
+        ro[r] = (r < mr ? r : 0) * ar;                                                \
+        for (n = 0; n < NR; n++) acc[r][n] = 0;                                       \
+    }                                                                                 \
+    for (k = 0; k < kd; k++) {                                                        \
+        const FL_T *bk = b + k * ldb;                                                 \
+        const FL_T *ak_ = a + k * ak;                                                 \
+        for (r = 0; r < MR; r++) {                                                    \
+            FL_T av = ak_[ro[r]];                                                     \
+            for (n = 0; n < NR; n++) acc[r][n] += av * bk[n];                         \
+        }                                                                             \
+    }                                                                                 \
+    for (r = 0; r < mr; r++)                                                          \
+        for (n = 0; n < NR; n++)                                                      \
+            c[r * ldc + n] = accumulate ? c[r * ldc + n] + alpha * acc[r][n]          \
+                                        : alpha * acc[r][n];                          \
+}
+FL_TILE_C(fl_tile_w, FL_MRW, FL_NRW)
+FL_TILE_C(fl_tile_n, FL_MRN, FL_NRN)
+#endif
+
+/* C (m, n) (=|+=) alpha * A (m, kd) B (kd, n), n a multiple of FL_NRN, B and C
+ * padded accordingly. Wide tiles over column chunks of FL_NRW, one narrow
+ * tile for a remaining FL_NRN chunk; row blocks of the tile heights. */
+FL_ATTR static void FL_NAME(fl_gemm)(int m, int n, int kd, const FL_T *a, ptrdiff_t ar,
+                                     ptrdiff_t ak, const FL_T *b, ptrdiff_t ldb,
+                                     FL_T *c, ptrdiff_t ldc, FL_T alpha, int accumulate)
+{
+    int i, j;
+    for (j = 0; j + FL_NRW <= n; j += FL_NRW)
+        for (i = 0; i < m; i += FL_MRW)
+            FL_NAME(fl_tile_w)(kd, a + i * ar, ar, ak, m - i < FL_MRW ? m - i : FL_MRW,
+                               b + j, ldb, c + i * ldc + j, ldc, alpha, accumulate);
+    for (; j < n; j += FL_NRN)
+        for (i = 0; i < m; i += FL_MRN)
+            FL_NAME(fl_tile_n)(kd, a + i * ar, ar, ak, m - i < FL_MRN ? m - i : FL_MRN,
+                               b + j, ldb, c + i * ldc + j, ldc, alpha, accumulate);
+}
+
+#if FL_PAIR
+/* Key pairs for d_head <= 8 in a 16-lane float vector (AVX-512): a (keys, 8)
+ * operand B is packed so that row kk holds keys 2kk and 2kk+1 interleaved,
+ * [B(2kk,0), B(2kk+1,0), B(2kk,1), B(2kk+1,1), ...], and A's two elements
+ * (r, 2kk), (r, 2kk+1) are broadcast together as one 64-bit pair. Each FMA then
+ * does two keys' worth of work on all 16 lanes instead of one key on 8 lanes;
+ * the even and odd lanes are added at the end. A's rows must be contiguous in
+ * k (ak = 1) and kd even (the caller pads A and B with zeros). */
+typedef uint64_t FL_NAME(vu64) __attribute__((vector_size(64)));
+typedef int32_t FL_NAME(vi32) __attribute__((vector_size(64)));
+
+FL_ATTR static inline void FL_NAME(fl_tile_pair)(int kd, const FL_T *restrict a, ptrdiff_t ar,
+        int mr, const FL_T *restrict bp, FL_T *restrict c, ptrdiff_t ldc, FL_T alpha,
+        int accumulate)
+{
+    typedef FL_NAME(vwide) W;
+    W acc[FL_MRN];
+    const FL_T *ap[FL_MRN];
+    int r, k;
+    FL_UNROLL
+    for (r = 0; r < FL_MRN; r++) {
+        ap[r] = a + (r < mr ? r : 0) * ar;
+        acc[r] = (W) {0};
+    }
+    for (k = 0; k < kd; k += 2) {
+        W bv = *(const W *) (bp + (ptrdiff_t) k * 8);
+        FL_UNROLL
+        for (r = 0; r < FL_MRN; r++) {
+            uint64_t pr;
+            memcpy(&pr, ap[r] + k, sizeof pr);
+            acc[r] += (W) ((FL_NAME(vu64)) {0} + pr) * bv;
+        }
+    }
+    const FL_NAME(vi32) even = {0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14};
+    const FL_NAME(vi32) odd = {1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15};
+    FL_UNROLL
+    for (r = 0; r < FL_MRN; r++) {
+        if (r < mr) {
+            W sum = __builtin_shuffle(acc[r], even) + __builtin_shuffle(acc[r], odd);
+            FL_NAME(v32) lo, *cr = (FL_NAME(v32) *) (c + r * ldc);
+            memcpy(&lo, &sum, sizeof lo);
+            *cr = accumulate ? *cr + alpha * lo : alpha * lo;
+        }
+    }
+}
+
+/* C (m, 8) (=|+=) alpha * A (m, kd) B with B packed in key pairs (fl_pack_pairs). */
+FL_ATTR static void FL_NAME(fl_gemm_pair)(int m, int kd, const FL_T *a, ptrdiff_t ar,
+                                          const FL_T *bp, FL_T *c, ptrdiff_t ldc, FL_T alpha,
+                                          int accumulate)
+{
+    int i;
+    kd += kd & 1;
+    for (i = 0; i < m; i += FL_MRN)
+        FL_NAME(fl_tile_pair)(kd, a + i * ar, ar, m - i < FL_MRN ? m - i : FL_MRN, bp,
+                              c + i * ldc, ldc, alpha, accumulate);
+}
+
+/* out[(k/2)*16 + 2c + (k&1)] = x[k, c] for k < rows, c < cols <= 8; zero elsewhere
+ * up to an even number of rows. */
+FL_ATTR static void FL_NAME(fl_pack_pairs)(const FL_T *x, ptrdiff_t ldx, int rows, int cols,
+                                           FL_T *out)
+{
+    int k, c;
+    int rows2 = rows + (rows & 1);
+    memset(out, 0, sizeof(FL_T) * (ptrdiff_t) rows2 * 8);
+    for (k = 0; k < rows; k++)
+        for (c = 0; c < cols; c++)
+            out[(ptrdiff_t) (k >> 1) * 16 + 2 * c + (k & 1)] = x[(ptrdiff_t) k * ldx + c];
+}
+#endif
+
+/* ---------------------------------------------------------------- packing */
+
+/* out (cols, ldo) = x[0:rows, 0:cols]^T, columns rows..ldo zeroed. */
+FL_ATTR static void FL_NAME(fl_pack_t)(const FL_T *x, ptrdiff_t ldx, int rows, int cols,
+                                       FL_T *out, ptrdiff_t ldo)
+{
+    int r, c;
+    for (c = 0; c < cols; c++) {
+        FL_T *o = out + c * ldo;
+        for (r = 0; r < rows; r++)
+            o[r] = x[r * ldx + c];
+        for (; r < ldo; r++)
+            o[r] = 0;
+    }
+}
+
+/* out (rows, ldo) = x[0:rows, 0:cols], columns cols..ldo zeroed. */
+FL_ATTR static void FL_NAME(fl_pack)(const FL_T *x, ptrdiff_t ldx, int rows, int cols,
+                                     FL_T *out, ptrdiff_t ldo)
+{
+    int r, c;
+    for (r = 0; r < rows; r++) {
+        FL_T *o = out + r * ldo;
+        const FL_T *xr = x + r * ldx;
+        for (c = 0; c < cols; c++)
+            o[c] = xr[c];
+        for (; c < ldo; c++)
+            o[c] = 0;
+    }
+}
+
+/* -inf where key j0+j is padding (km[j0+j] != 0) or, causal, after query i0+r. */
+FL_ATTR static void FL_NAME(fl_mask)(FL_T *s, ptrdiff_t lds, int rows, int cols, int i0,
+                                     int j0, int causal, const uint8_t *km)
+{
+    int r, j;
+    for (r = 0; r < rows; r++) {
+        FL_T *sr = s + r * lds;
+        if (causal) {
+            int nv = i0 + r + 1 - j0;
+            for (j = nv > 0 ? nv : 0; j < cols; j++)
+                sr[j] = -INFINITY;
+        }
+        if (km != NULL)
+            for (j = 0; j < cols; j++)
+                if (km[j0 + j])
+                    sr[j] = -INFINITY;
+    }
+}
+
+/* -inf in the padding columns [cols, ncols) of each row, so that exp makes them 0
+ * and the row operations can run over whole vectors. */
+FL_ATTR static inline void FL_NAME(fl_pad_inf)(FL_T *s, ptrdiff_t lds, int rows, int cols,
+                                               int ncols)
+{
+    int r, j;
+    if (cols == ncols)
+        return;
+    for (r = 0; r < rows; r++)
+        for (j = cols; j < ncols; j++)
+            s[r * lds + j] = -INFINITY;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Query rows [i0, i0+nq) of one (sample, head) against every allowed key: K^T
+ * and V packed once, then query blocks of ATTNX_FL_BQ rows, each streaming key
+ * blocks of ATTNX_FL_BK with an online softmax (running max, running sum and
+ * an accumulator rescaled when the max grows).
+ *   q: row i0 of the head (ldq); k, v: row 0 of the head (ldkv); z: row i0 (ldz)
+ *   lse: nq per-row log-sum-exp (-inf for a row with no allowed key)
+ *   km: the sample's key padding mask (nonzero = ignored) or NULL
+ *   ws: attnx_flash_fwd_scratch(tk, dh) elements of scratch
+ * A row with no allowed key gets Z = 0; a NaN score makes its row NaN. */
+FL_ATTR static void FL_NAME(fl_forward_rows)(
+        const FL_T *q, ptrdiff_t ldq, const FL_T *k, const FL_T *v, ptrdiff_t ldkv,
+        FL_T *z, ptrdiff_t ldz, FL_T *lse, int i0, int nq, int tk, int dh, FL_T scale,
+        int causal, const uint8_t *km, FL_T *ws)
+{
+    const int dhp = ATTNX_FL_PAD(dh, FL_NRN);
+    const int bkp = ATTNX_FL_BK;
+    const int kall = causal ? (i0 + nq < tk ? i0 + nq : tk) : tk;   /* keys any row sees */
+    const int tkp = ATTNX_FL_PAD(kall > 0 ? kall : 1, FL_NRN);
+    FL_T *s = ws;                                   /* (BQ, BK) scores, then P */
+    FL_T *acc = s + ATTNX_FL_BQ * bkp;              /* (BQ, dhp) unnormalised Z */
+    FL_T *mrow = acc + ATTNX_FL_BQ * dhp;           /* running max */
+    FL_T *lrow = mrow + ATTNX_FL_BQ;                /* running sum */
+    FL_T *kt = lrow + ATTNX_FL_BQ;                  /* (dh, tkp) K^T */
+    FL_T *vp = kt + (ptrdiff_t) dh * tkp;           /* (tkp, dhp) V, when padding is needed */
+    const FL_T *vb = v;                             /* V as the B operand of P V */
+    ptrdiff_t ldv = ldkv;
+    int r, c, j0, bk, nk, ib, bq, jend;
+
+    FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, tkp);
+#if FL_PAIR
+    const int pair = dhp == 8;
+    if (pair)
+        FL_NAME(fl_pack_pairs)(v, ldkv, kall, dh, vp);
+    else
+#endif
+    if (dh != dhp) {                    /* else V's rows are whole vectors already */
+        FL_NAME(fl_pack)(v, ldkv, kall, dh, vp, dhp);
+        vb = vp;
+        ldv = dhp;
+    }
+    for (ib = 0; ib < nq; ib += bq) {
+        const int qi = i0 + ib;                     /* first query row of the block */
+        const FL_T *qb = q + (ptrdiff_t) ib * ldq;
+        bq = nq - ib < ATTNX_FL_BQ ? nq - ib : ATTNX_FL_BQ;
+        jend = causal ? (qi + bq < tk ? qi + bq : tk) : tk;
+        for (r = 0; r < bq; r++) {
+            mrow[r] = -INFINITY;
+            lrow[r] = 0;
+        }
+        memset(acc, 0, sizeof(FL_T) * bq * dhp);
+        for (j0 = 0; j0 < jend; j0 += bk) {
+            bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
+            nk = ATTNX_FL_PAD(bk, FL_NRN);
+            /* S = scale Q K^T for the block */
+            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, tkp, s, bkp, scale, 0);
+            if (causal || km != NULL)
+                FL_NAME(fl_mask)(s, bkp, bq, bk, qi, j0, causal, km);
+            FL_NAME(fl_pad_inf)(s, bkp, bq, bk, nk);
+            for (r = 0; r < bq; r++) {
+                FL_T *sr = s + r * bkp;
+                FL_T mold = mrow[r];
+                FL_T mx = FL_NAME(fl_rowmax)(sr, nk, mold);
+                if (mx == -INFINITY) {              /* every key so far is masked */
+                    memset(sr, 0, sizeof(FL_T) * nk);
+                    continue;
+                }
+                FL_T alpha = FL_NAME(fl_exp)(mold - mx);
+                FL_T sum = FL_NAME(fl_expsum)(sr, nk, mx);
+                lrow[r] = lrow[r] * alpha + sum;
+                mrow[r] = mx;
+                if (alpha != 1) {
+                    FL_T *ar = acc + r * dhp;
+                    for (c = 0; c < dhp; c++)
+                        ar[c] *= alpha;
+                }
+            }
+            /* acc += P V */
+#if FL_PAIR
+            if (pair)
+                FL_NAME(fl_gemm_pair)(bq, bk, s, bkp, vp + (ptrdiff_t) j0 * 8, acc, dhp, 1, 1);
+            else
+#endif
+            FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vb + (ptrdiff_t) j0 * ldv, ldv, acc, dhp,
+                             1, 1);
+        }
+        for (r = 0; r < bq; r++) {
+            FL_T l = lrow[r];
+            FL_T *zr = z + (ptrdiff_t) (ib + r) * ldz;
+            if (l > 0 || l != l) {
+                FL_T inv = 1 / l;
+                for (c = 0; c < dh; c++)
+                    zr[c] = acc[r * dhp + c] * inv;
+                lse[ib + r] = mrow[r] + (FL_T) log(l);
+            } else {
+                for (c = 0; c < dh; c++)
+                    zr[c] = 0;
+                lse[ib + r] = -INFINITY;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* dQ, dK, dV of one (sample, head) from dZ, with P recomputed block by block
+ * from the forward's per-row log-sum-exp:
+ *   D = rowsum(dZ * Z); per (query block, key block):
+ *   P = exp(scale Q K^T - lse), dV += P^T dZ, dS = P * (dZ V^T - D),
+ *   dQ += scale dS K, dK += scale dS^T Q (dK and dV kept transposed while they accumulate).
+ * Pointers as in the forward (all at row 0 of the head); dq shares ldq, dk/dv
+ * share ldkv, z/dz share ldz. ws: attnx_flash_bwd_scratch(tk, dh) elements. */
+FL_ATTR static void FL_NAME(fl_backward_head)(
+        const FL_T *q, ptrdiff_t ldq, const FL_T *k, const FL_T *v, ptrdiff_t ldkv,
+        const FL_T *z, const FL_T *dz, ptrdiff_t ldz, const FL_T *lse,
+        FL_T *dq, FL_T *dk, FL_T *dv, int tq, int tk, int dh, FL_T scale, int causal,
+        const uint8_t *km, FL_T *ws)
+{
+    const int dhp = ATTNX_FL_PAD(dh, FL_NRN);
+    const int tkp = ATTNX_FL_PAD(tk, FL_NRN);
+    const int bkp = ATTNX_FL_BK;
+    FL_T *p = ws;                                    /* (BQ, BK) P */
+    FL_T *dp = p + ATTNX_FL_BQ * bkp;                /* (BQ, BK) dP, then dS */
+    FL_T *dqa = dp + ATTNX_FL_BQ * bkp;              /* (BQ, dhp) dQ block */
+    FL_T *dvec = dqa + ATTNX_FL_BQ * dhp;            /* (BQ) D */
+    FL_T *kt = dvec + ATTNX_FL_BQ;                   /* (dh, tkp) K^T */
+    FL_T *vt = kt + (ptrdiff_t) dh * tkp;            /* (dh, tkp) V^T */
+    FL_T *dkt = vt + (ptrdiff_t) dh * tkp;           /* (dh, tkp) dK^T */
+    FL_T *dvt = dkt + (ptrdiff_t) dh * tkp;          /* (dh, tkp) dV^T */
+    FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tkp, dhp) K, when padding is needed */
+    const FL_T *kb = k;                              /* K as the B operand of dS K */
+    ptrdiff_t ldkb = ldkv;
+    int i0, bq, j0, bk, nk, jend, r, c, kmax;
+
+    FL_NAME(fl_pack_t)(k, ldkv, tk, dh, kt, tkp);
+    FL_NAME(fl_pack_t)(v, ldkv, tk, dh, vt, tkp);
+#if FL_PAIR
+    const int pair = dhp == 8;
+    if (pair)
+        FL_NAME(fl_pack_pairs)(k, ldkv, tk, dh, kp);
+    else
+#endif
+    if (dh != dhp) {
+        FL_NAME(fl_pack)(k, ldkv, tk, dh, kp, dhp);
+        kb = kp;
+        ldkb = dhp;
+    }
+    memset(dkt, 0, sizeof(FL_T) * dh * tkp);
+    memset(dvt, 0, sizeof(FL_T) * dh * tkp);
+    for (i0 = 0; i0 < tq; i0 += bq) {
+        bq = tq - i0 < ATTNX_FL_BQ ? tq - i0 : ATTNX_FL_BQ;
+        /* Q and dZ are only ever broadcast from (A operands): read in place */
+        const FL_T *qb = q + (ptrdiff_t) i0 * ldq;
+        const FL_T *dzb = dz + (ptrdiff_t) i0 * ldz;
+        memset(dqa, 0, sizeof(FL_T) * bq * dhp);
+        for (r = 0; r < bq; r++) {
+            FL_T dd = 0;
+            const FL_T *zr = z + (ptrdiff_t) (i0 + r) * ldz;
+            const FL_T *dzr = dzb + (ptrdiff_t) r * ldz;
+            for (c = 0; c < dh; c++)
+                dd += dzr[c] * zr[c];
+            dvec[r] = dd;
+        }
+        jend = causal ? (i0 + bq < tk ? i0 + bq : tk) : tk;
+        for (j0 = 0; j0 < jend; j0 += bk) {
+            bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
+            nk = ATTNX_FL_PAD(bk, FL_NRN);
+            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, tkp, p, bkp, scale, 0);
+            if (causal || km != NULL)
+                FL_NAME(fl_mask)(p, bkp, bq, bk, i0, j0, causal, km);
+            FL_NAME(fl_pad_inf)(p, bkp, bq, bk, nk);
+            for (r = 0; r < bq; r++) {
+                FL_T L = lse[i0 + r];
+                if (L == -INFINITY)
+                    memset(p + r * bkp, 0, sizeof(FL_T) * nk);
+                else
+                    FL_NAME(fl_expsub)(p + r * bkp, nk, L);
+            }
+            /* dV^T[:, j0:] += dZ^T P: keys along the vector lanes, as in S (a small
+             * d_head would leave most lanes of a (keys, d_head) tile empty) */
+            FL_NAME(fl_gemm)(dh, nk, bq, dzb, 1, ldz, p, bkp, dvt + j0, tkp, 1, 1);
+            /* dP = dZ V^T */
+            FL_NAME(fl_gemm)(bq, nk, dh, dzb, ldz, 1, vt + j0, tkp, dp, bkp, 1, 0);
+            for (r = 0; r < bq; r++) {
+                FL_T dd = dvec[r];
+                FL_T *pr = p + r * bkp;
+                FL_T *dr = dp + r * bkp;
+                FL_SIMD
+                for (c = 0; c < nk; c++)
+                    dr[c] = pr[c] * (dr[c] - dd);
+            }
+            /* dQ += scale dS K ; dK[j0:] += scale dS^T Q */
+#if FL_PAIR
+            if (pair)
+                FL_NAME(fl_gemm_pair)(bq, bk, dp, bkp, kp + (ptrdiff_t) j0 * 8, dqa, dhp, scale, 1);
+            else
+#endif
+            FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kb + (ptrdiff_t) j0 * ldkb, ldkb, dqa, dhp,
+                             scale, 1);
+            FL_NAME(fl_gemm)(dh, nk, bq, qb, 1, ldq, dp, bkp, dkt + j0, tkp, scale, 1);
+        }
+        for (r = 0; r < bq; r++)
+            for (c = 0; c < dh; c++)
+                dq[(i0 + r) * ldq + c] = dqa[r * dhp + c];
+    }
+    /* (causal keys past the last query never get a gradient: their rows stay 0) */
+    kmax = tk;
+    for (r = 0; r < kmax; r++)
+        for (c = 0; c < dh; c++) {
+            dk[r * ldkv + c] = dkt[c * tkp + r];
+            dv[r * ldkv + c] = dvt[c * tkp + r];
+        }
+}
+

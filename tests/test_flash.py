@@ -1,0 +1,278 @@
+"""The fused small-head attention kernels (attnx._flash, csrc/attnx_flash*.h).
+
+Against PyTorch autograd on identical weights (forward and every gradient),
+against the dense path, against central finite differences, at every SIMD
+level the CPU has (subprocesses with ATTNX_SIMD), on shapes that are not
+multiples of the tile and block sizes, and with NaN inputs.
+"""
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx import _flash, _ops
+from attnx.attention import FUSED_MAX_D_HEAD
+from conftest import rel_err
+from gradcheck import check_grads
+from reference import mha_torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOL = {np.float32: 1e-4, np.float64: 1e-10}
+
+
+def _layer(d, h, dtype, path="fused", bias=True, rng=None, **kw):
+    layer = attnx.MultiHeadAttention(d, h, dtype=dtype, random_state=3, bias=bias,
+                                     attention=path, **kw)
+    if bias and rng is not None:
+        for k in ("bq", "bk", "bv", "bo"):
+            layer.params[k][...] = rng.normal(size=d) * 0.5
+    return layer
+
+
+def _inputs(rng, dtype, nb, tq, tk, d, cross, mask):
+    x = rng.normal(size=(nb, tq, d)).astype(dtype)
+    c = rng.normal(size=(nb, tk, d)).astype(dtype) if cross else None
+    kpm = None
+    if mask:
+        kpm = rng.random((nb, tk)) < 0.3
+        kpm[0, 0] = False          # the first sample attends to something
+        if nb > 1:
+            kpm[-1, :] = True      # the last ignores every key: zero rows
+    return x, c, kpm
+
+
+def _run(layer, x, c, kpm, dy):
+    y = layer.forward(x, c, kpm)
+    out = layer.backward(dy)
+    dx, dc = out if c is not None else (out, None)
+    return y, dx, dc, {k: v.copy() for k, v in layer.grads.items()}
+
+
+# d_head 2, 6, 8, 24, 64 and T 1, 7, 129 (not multiples of the 32-row query block,
+# the 128-key block or the 8/16-wide register tiles); 300 keys span three key blocks.
+SHAPES = [  # (batch, Tq, Tk for cross, d_model, heads)
+    (2, 1, 3, 4, 2),
+    (2, 7, 5, 12, 2),
+    (3, 7, 9, 16, 2),
+    (1, 129, 129, 48, 2),
+    (2, 33, 300, 64, 1),
+    (1, 129, 40, 128, 2),
+]
+OPTS = [dict(), dict(causal=True), dict(mask=True), dict(cross=True), dict(rope=True),
+        dict(causal=True, mask=True, cross=True, rope=True)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("opts", OPTS, ids=lambda o: "-".join(o) or "plain")
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_fused_matches_torch(torch, dtype, opts, shape, rng):
+    nb, tq, tk, d, h = shape
+    opts = dict(opts)
+    cross, mask = opts.pop("cross", False), opts.pop("mask", False)
+    tk = tk if cross else tq
+    tdt = torch.float32 if dtype == np.float32 else torch.float64
+    layer = _layer(d, h, dtype, rng=rng, **opts)
+    x, c, kpm = _inputs(rng, dtype, nb, tq, tk, d, cross, mask)
+    dy = rng.normal(size=(nb, tq, d)).astype(dtype)
+    y, dx, dc, grads = _run(layer, x, c, kpm, dy)
+
+    tp = {k: torch.tensor(np.array(v), dtype=tdt, requires_grad=True)
+          for k, v in layer.params.items()}
+    xt = torch.tensor(x, requires_grad=True)
+    ct = torch.tensor(c, requires_grad=True) if cross else None
+    yt = mha_torch(torch, tp, xt, h, causal=opts.get("causal", False), context=ct,
+                   key_padding_mask=kpm, rope=opts.get("rope", False))
+    (yt * torch.tensor(dy)).sum().backward()
+
+    tol = TOL[dtype]
+    assert rel_err(y, yt.detach().numpy()) < tol
+    assert rel_err(dx, xt.grad.numpy()) < tol
+    if cross:
+        assert rel_err(dc, ct.grad.numpy()) < tol
+    wscale = max(np.abs(tp[w].grad.numpy()).max() for w in ("Wq", "Wk", "Wv", "Wo"))
+    for k, v in tp.items():
+        # bk's gradient is zero in exact arithmetic without rope: judge it on dW's scale
+        assert rel_err(grads[k], v.grad.numpy(), floor=wscale) < tol, k
+    if mask and nb > 1:  # the sample with every key ignored outputs bo only
+        np.testing.assert_allclose(y[-1], np.broadcast_to(layer.params["bo"], y[-1].shape),
+                                   rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_fused_equals_dense_and_blocked(dtype, rng):
+    """The three paths agree to rounding on a shape with several query and key blocks."""
+    nb, tq, tk, d, h = 2, 70, 260, 24, 3
+    outs = {}
+    for path in ("dense", "blocked", "fused"):
+        r = np.random.default_rng(7)
+        layer = _layer(d, h, dtype, path, rng=r, causal=True, rope=True)
+        x, c, kpm = _inputs(r, dtype, nb, tq, tk, d, True, True)
+        dy = r.normal(size=(nb, tq, d)).astype(dtype)
+        outs[path] = _run(layer, x, c, kpm, dy)
+    for path in ("dense", "blocked"):
+        a, b = outs["fused"], outs[path]
+        for u, v in zip(a[:3], b[:3]):
+            assert rel_err(u, v) < TOL[dtype], path
+        for k in a[3]:
+            assert rel_err(a[3][k], b[3][k], floor=np.abs(b[3]["Wq"]).max()) < TOL[dtype], k
+
+
+def test_fused_finite_differences(rng):
+    """float64 gradients of a masked causal cross-attention with rope against central
+    differences (every weight, bias and both inputs)."""
+    nb, tq, tk, d, h = 2, 5, 7, 12, 2
+    layer = _layer(d, h, np.float64, rng=rng, causal=True, rope=True)
+    x, c, kpm = _inputs(rng, np.float64, nb, tq, tk, d, True, True)
+    kpm[-1, :] = False
+    kpm[-1, 2] = True
+    w = rng.normal(size=(nb, tq, d))
+
+    def loss():
+        return float(np.sum(layer.forward(x, c, kpm, grad=False) * w))
+
+    layer.forward(x, c, kpm)
+    dx, dc = layer.backward(w)
+    arrays = dict(layer.params.items(), x=x, c=c)
+    analytic = dict({k: v.copy() for k, v in layer.grads.items()}, x=dx, c=dc)
+    worst = check_grads(loss, arrays, analytic, rng, n_probe=12, tol=1e-7)
+    assert worst < 1e-7
+
+
+def test_auto_rule_picks_fused_for_small_heads():
+    for d, h, want in [(64, 8, "fused"), (64, 2, "fused"), (128, 2, "dense")]:
+        layer = attnx.MultiHeadAttention(d, h)
+        path = layer._path(16, 16)
+        assert path == want, (d, h, path)
+        assert (d // h <= FUSED_MAX_D_HEAD) == (path == "fused")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_propagates(dtype, rng):
+    """A NaN reaching the kernels poisons exactly the rows the dense path poisons,
+    never silently disappears into a max or a masked row. (The public forward
+    rejects non-finite inputs, so the NaN goes in through the internal buffers.)"""
+    nb, t, d, h = 2, 40, 16, 2
+    x, _, _ = _inputs(rng, dtype, nb, t, t, d, False, False)
+    res = {}
+    for path in ("dense", "fused"):
+        layer = _layer(d, h, dtype, path, rng=np.random.default_rng(1))
+        layer.forward(x)                       # makes the workspace
+        ws = layer._last[5]
+        ws.x[5, 3] = np.nan                    # sample 0, position 5
+        y = np.empty((nb * t, d), dtype)
+        layer._forward_buffers(ws.x, None, None, y, nb, True, ws, _ops.max_threads())
+        dx = np.empty_like(y)
+        layer._backward_buffers(np.ones_like(y), dx, None)
+        res[path] = (np.isnan(y).reshape(nb, t, d), np.isnan(dx).reshape(nb, t, d))
+    assert res["fused"][0][0].all()          # key 5 is seen by every query of sample 0
+    assert not res["fused"][0][1].any()      # sample 1 is untouched
+    for a, b in zip(res["fused"], res["dense"]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_exp_accuracy_and_specials(dtype):
+    x = np.concatenate([np.linspace(-100, 80, 20011), [0.0, -np.inf, np.nan, 1e-30, -1e-30,
+                                                       np.inf]]).astype(dtype)
+    if dtype == np.float64:
+        x = np.concatenate([x, np.linspace(-700, 700, 5001)])
+    y = _flash.exp_array(x)
+    ref = np.exp(x.astype(np.float64))
+    cut = -87 if dtype == np.float32 else -708   # below it: exactly 0 (no subnormals)
+    fin = np.isfinite(x) & (x > cut)
+    rel = np.abs(y[fin] - ref[fin]) / ref[fin]
+    assert rel.max() < (4e-7 if dtype == np.float32 else 5e-16), rel.max()
+    assert y[x == -np.inf] == 0
+    assert np.isnan(y[np.isnan(x)]).all()
+    assert (y[np.isfinite(x) & (x < cut)] == 0).all()
+
+
+_LEVEL_SCRIPT = r"""
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import attnx
+from attnx import _flash
+from reference import mha_numpy
+errs = {}
+rng = np.random.default_rng(0)
+for dtype, (nb, tq, tk, d, h), causal, mask, cross in [
+        (np.float64, (2, 7, 7, 12, 2), True, True, False),
+        (np.float64, (2, 129, 33, 16, 2), False, True, True),
+        (np.float64, (1, 40, 40, 64, 1), True, False, False),
+        (np.float32, (2, 129, 129, 64, 8), True, True, False),
+        (np.float32, (2, 33, 140, 48, 2), False, False, True)]:
+    layer = attnx.MultiHeadAttention(d, h, dtype=dtype, random_state=1, causal=causal,
+                                     attention="fused")
+    x = rng.normal(size=(nb, tq, d)).astype(dtype)
+    c = rng.normal(size=(nb, tk, d)).astype(dtype) if cross else None
+    kpm = (rng.random((nb, tk if cross else tq)) < 0.3) if mask else None
+    y = layer.forward(x, c, kpm)
+    p64 = {k: np.asarray(v, np.float64) for k, v in layer.params.items()}
+    ref = mha_numpy(p64, x.astype(np.float64), h, causal=causal,
+                    context=None if c is None else c.astype(np.float64), key_padding_mask=kpm)
+    e = float(np.abs(y - ref).max() / np.abs(ref).max())
+    name = np.dtype(dtype).name
+    errs[name] = max(errs.get(name, 0.0), e)
+print(json.dumps({"level": _flash.cpu_level(), "errs": errs}))
+"""
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_every_simd_level(level):
+    """Each instruction-set build of the kernels (portable C, AVX2+FMA, AVX-512F),
+    forced through ATTNX_SIMD in a fresh interpreter, against a float64 NumPy
+    reference. A level the CPU lacks is skipped (and says so)."""
+    if _ops.cpu_level() < level:
+        pytest.skip(f"this CPU has SIMD level {_ops.cpu_level()} < {level}")
+    env = dict(os.environ, ATTNX_SIMD=str(level))
+    env.pop("ATTNX_NO_SIMD", None)
+    out = subprocess.run([sys.executable, "-c", _LEVEL_SCRIPT, HERE], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["level"] == level
+    assert res["errs"]["float64"] < 1e-12, res
+    assert res["errs"]["float32"] < 2e-5, res
+
+
+def test_scratch_is_checked():
+    layer = attnx.MultiHeadAttention(16, 2, attention="fused")
+    x = np.zeros((1, 4, 16), np.float32)
+    layer.forward(x)
+    ws = layer._last[5]
+    with pytest.raises(ValueError, match="scratch"):
+        _flash.attention_forward(ws.x, None, layer._w["qkv"], None, layer._w["o"], None,
+                                 ws.q, None, ws.zcat, ws.lse, ws.probs[:3],
+                                 np.empty((4, 16), np.float32), 1, 2, False, None, None, None,
+                                 None, 1)
+
+
+def test_threads_agree():
+    """One and two OpenMP threads (query chunks split differently) give the same
+    numbers: each output element is computed by one thread in a fixed order."""
+    code = r"""
+import sys, numpy as np
+from threadpoolctl import threadpool_limits
+import attnx
+rng = np.random.default_rng(0)
+x = rng.normal(size=(1, 300, 32)).astype(np.float32)
+outs = []
+for n in (1, 2):
+    with threadpool_limits(n, user_api="openmp"):
+        layer = attnx.MultiHeadAttention(32, 4, causal=True, random_state=0, attention="fused")
+        y = layer.forward(x)
+        dx = layer.backward(np.ones_like(y))
+        outs.append((y, dx, layer.grads.flat.copy()))
+for a, b in zip(*outs):
+    assert np.array_equal(a, b)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr

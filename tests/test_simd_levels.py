@@ -1,0 +1,225 @@
+"""Every SIMD level of the kernels (0 portable C, 1 AVX2+FMA, 2 AVX-512F) is reached
+when asked for and the CPU has it, and gives the same answers as the others.
+
+Each level runs in its own interpreter (the level is fixed at import by ATTNX_SIMD).
+What the CPU supports is read from /proc/cpuinfo, independently of attnx's own
+detection, so a dispatch that silently stays on a lower level fails here.
+.ci/simd_levels.sh also runs the kernel-level test files once per supported level;
+test_level_of_this_process checks the level of that run.
+"""
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx import _attention, _mlp, _ops
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NAMES = {0: "portable", 1: "avx2", 2: "avx512"}
+
+
+def cpu_max_level():
+    """Highest level this CPU supports, from the kernel's CPU flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set()
+            for line in f:
+                if line.startswith("flags"):
+                    flags.update(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pytest.skip("no /proc/cpuinfo: cannot tell independently what the CPU supports")
+    if {"avx2", "fma"} <= flags:
+        return 2 if "avx512f" in flags else 1
+    return 0
+
+
+# ---------------------------------------------------------------- one level per process
+CHILD = r"""
+import json, sys
+import numpy as np
+import attnx
+from attnx import _attention, _mlp, _ops
+
+out = {}
+rng = np.random.default_rng(7)
+_attention.set_block_sizes(32, 24)   # several query and key blocks at these lengths
+for dt in (np.float32, np.float64):
+    tag = np.dtype(dt).name
+    for path in ("dense", "blocked"):
+        cases = {
+            "self": dict(layer=dict(causal=True, rope=True, bias=True), t=70, tk=None),
+            "cross": dict(layer=dict(bias=True), t=37, tk=45),
+        }
+        for name, c in cases.items():
+            layer = attnx.MultiHeadAttention(16, 2, dtype=dt, random_state=3,
+                                             attention=path, **c["layer"])
+            for k in ("bq", "bk", "bv", "bo"):
+                layer.params[k][...] = rng.normal(size=16) * 0.3
+            x = rng.normal(size=(3, c["t"], 16)).astype(dt)
+            ctx = None if c["tk"] is None else rng.normal(size=(3, c["tk"], 16)).astype(dt)
+            tk = c["t"] if ctx is None else c["tk"]
+            mask = rng.random((3, tk)) < 0.25
+            y = layer.forward(x, ctx, mask)
+            g = layer.backward(rng.normal(size=y.shape).astype(dt))
+            dx = g[0] if ctx is not None else g
+            key = f"{tag}_{path}_{name}"
+            out[key + "_y"], out[key + "_dx"] = y, dx
+            out[key + "_grads"] = layer.grads.flat.copy()
+            if ctx is not None:
+                out[key + "_dctx"] = g[1]
+        model = attnx.Transformer(16, 2, n_layers=2, bias=True, causal=True, dtype=dt,
+                                  random_state=5, attention=path)
+        x = rng.normal(size=(2, 50, 16)).astype(dt) * 3
+        y = model.forward(x)
+        out[f"{tag}_{path}_transformer_y"] = y
+        out[f"{tag}_{path}_transformer_dx"] = model.backward(rng.normal(size=y.shape).astype(dt))
+        out[f"{tag}_{path}_transformer_grads"] = model.grads.flat.copy()
+
+# special values at every lane position and in the ragged tails
+special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.0, 1.0],
+                   dtype=np.float64)
+f64 = np.tile(np.linspace(-5, 5, 37), 3)
+f64[::7] = special[np.arange(len(f64[::7])) % len(special)]
+out["exp_f64"] = _ops.exp_f64(np.concatenate([f64, [800.0, 709.7, -708.5]]))
+out["exp_f32"] = _ops.exp_f32(f64.astype(np.float32))
+
+# float32 score overflow: huge queries and keys make scores of +-inf
+for path in ("dense", "blocked"):
+    layer = attnx.MultiHeadAttention(16, 2, random_state=1, attention=path)
+    x = np.random.default_rng(2).normal(size=(2, 40, 16)).astype(np.float32)
+    x[:, ::3] *= np.float32(1e20)
+    out["overflow_" + path] = layer.forward(x)
+
+np.savez(sys.argv[1], **out)
+print(json.dumps({"level": _ops.simd_level(), "name": _ops.simd_level_name(),
+                  "modules": {"_ops": _ops.dispatch_state(),
+                              "_attention": _attention.dispatch_state(),
+                              "_mlp": _mlp.dispatch_state()}}))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def run_level(level, tmpdir):
+    path = os.path.join(tmpdir, f"level{level}.npz")
+    env = dict(os.environ, ATTNX_SIMD=str(level))
+    env.pop("ATTNX_NO_SIMD", None)
+    r = subprocess.run([sys.executable, "-c", CHILD, path], env=env, capture_output=True,
+                       text=True, cwd=tmpdir, timeout=600)
+    assert r.returncode == 0, r.stderr
+    state = json.loads(r.stdout.strip().splitlines()[-1])
+    with np.load(path) as data:
+        return state, {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="module")
+def levels(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("simd"))
+    return lambda level: run_level(level, tmp)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_requested_level_is_reached(level, levels):
+    """ATTNX_SIMD=level runs that level's kernels in every module when the CPU has
+    it (else the best one it has), and no other level's."""
+    expect = min(level, cpu_max_level())
+    state, _ = levels(level)
+    assert state["level"] == expect, state
+    assert state["name"] == NAMES[expect]
+    for module, (attached, ran) in state["modules"].items():
+        assert attached == expect, (module, state)
+        assert ran == 1 << expect, f"{module} ran levels mask {ran:#b}, expected only {expect}"
+
+
+TOL = {"float32": 5e-5, "float64": 1e-12}
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_levels_agree_with_portable(level, levels):
+    """Forward, dL/dX (and dL/dcontext) and every weight gradient, both dtypes, dense
+    and blocked, attention and transformer (SiLU MLP): level vs portable C."""
+    _, ref = levels(0)
+    _, got = levels(level)
+    assert set(ref) == set(got)
+    checked = 0
+    for key, r in ref.items():
+        if key.startswith(("exp_", "overflow_")):
+            continue
+        g = got[key]
+        assert np.isfinite(r).all() and np.isfinite(g).all(), key
+        err = np.abs(g.astype(np.float64) - r).max() / np.abs(r).max()
+        assert err < TOL[key.split("_")[0]], (key, err)
+        checked += 1
+    assert checked == 2 * 2 * (3 + 4 + 3)   # dtypes * paths * (self, cross, transformer)
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_special_values_identical_across_levels(level, levels):
+    """NaN stays NaN, exp(+-inf) = inf / 0 and overflow gives inf at every level."""
+    _, ref = levels(0)
+    _, got = levels(level)
+    for key in ("exp_f32", "exp_f64"):
+        r, g = ref[key], got[key]
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(r), err_msg=key)
+        np.testing.assert_array_equal(np.isinf(g), np.isinf(r), err_msg=key)
+        np.testing.assert_array_equal(g == 0, r == 0, err_msg=key)
+        fin = np.isfinite(r) & (r != 0)
+        np.testing.assert_allclose(g[fin], r[fin], rtol=1e-6 if key == "exp_f32" else 1e-14)
+
+
+def test_special_values_match_numpy(levels):
+    """The portable exp against numpy on the special inputs."""
+    _, ref = levels(0)
+    x = np.tile(np.linspace(-5, 5, 37), 3)
+    special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.0, 1.0])
+    x[::7] = special[np.arange(len(x[::7])) % len(special)]
+    with np.errstate(over="ignore"):
+        e32 = np.exp(x.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(ref["exp_f32"]), np.isnan(e32))
+    np.testing.assert_array_equal(np.isinf(ref["exp_f32"]), np.isinf(e32))
+    big = np.array([800.0, 709.7, -708.5])
+    got = ref["exp_f64"][-3:]
+    assert got[0] == np.inf and np.isclose(got[1], np.exp(709.7), rtol=1e-14)
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_float32_score_overflow_identical_across_levels(level, levels):
+    """Queries and keys near 1e20 overflow float32 scores to +-inf. Before, the AVX2 /
+    AVX-512 exp turned the resulting NaN into a tiny number (finite garbage) while
+    the portable path kept NaN. Now every level gives NaN in the same places, and
+    the same finite values elsewhere."""
+    _, ref = levels(0)
+    _, got = levels(level)
+    for path in ("dense", "blocked"):
+        r, g = ref["overflow_" + path], got["overflow_" + path]
+        nan = np.isnan(r)
+        assert nan.any() and not nan.all(), "the case must overflow some rows only"
+        np.testing.assert_array_equal(np.isnan(g), nan, err_msg=path)
+        np.testing.assert_allclose(g[~nan], r[~nan], rtol=1e-5, err_msg=path)
+    np.testing.assert_array_equal(np.isnan(ref["overflow_dense"]),
+                                  np.isnan(ref["overflow_blocked"]))
+
+
+def test_level_of_this_process():
+    """The level of the process running the suite (set by .ci/simd_levels.sh through
+    ATTNX_SIMD) is the one asked for, capped by the CPU, in every module."""
+    raw = os.environ.get("ATTNX_SIMD", "2")
+    want = 0 if os.environ.get("ATTNX_NO_SIMD") else int(raw or 2)
+    expect = min(want, cpu_max_level())
+    assert _ops.simd_level() == expect
+    layer = attnx.Transformer(8, 2, n_layers=1, random_state=0)
+    for dt in (np.float32, np.float64):
+        x = np.random.default_rng(0).normal(size=(1, 20, 8)).astype(dt)
+        layer = attnx.Transformer(8, 2, n_layers=1, random_state=0, dtype=dt)
+        layer.backward(layer.forward(x))
+    for mod in (_ops, _attention, _mlp):
+        attached, ran = mod.dispatch_state()
+        assert attached == expect, mod.__name__
+    for mod in (_attention, _mlp):
+        assert mod.dispatch_state()[1] == 1 << expect, mod.__name__
+    print(f"SIMD level in this process: {expect} ({NAMES[expect]})")
