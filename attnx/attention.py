@@ -261,6 +261,15 @@ class MultiHeadAttention:
 
         return self._ws.get(key, store, make), threads
 
+    def _goes_parallel(self, nb, tq, tk):
+        """Whether a kernel call at these sizes starts any OpenMP region (the kernels'
+        own work thresholds: heads loop nb*H*Tq*Tk*d_head >= 1e5, split GEMMs
+        m*n*k >= 2e5; the blocked path always). Smaller calls run with one thread and
+        leave BLAS alone, so they do not pay for the BLAS guard."""
+        d = self.d_model
+        return (self._use_blocked(tq, tk) or nb * tq * tk * d >= 1e5
+                or 3.0 * nb * max(tq, tk) * d * d >= 2e5)
+
     def _rope_tables(self, t_len):
         tab = self._rope.get(t_len)
         if tab is None:
@@ -279,18 +288,19 @@ class MultiHeadAttention:
         if self.rope:
             rc, rs = self._rope_tables(max(tq, tk))
         w = self._w
-        with blas_single(threads):
+        run = threads if self._goes_parallel(nb, tq, tk) else 1
+        with blas_single(run):
             if ws.fused:
                 _flash.attention_forward(
                     x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"], ws.q, ws.kv, ws.zcat,
                     ws.lse, ws.probs, y2, nb, self.n_heads, self.causal, mask, rc, rs,
-                    residual, threads)
+                    residual, run)
             else:
                 _attention.attention_forward(
                     x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
                     ws.q, ws.kv, ws.zcat, ws.probs, y2,
                     nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse,
-                    ws.tbuf, nthreads=threads)
+                    ws.tbuf, nthreads=run)
         if store:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
@@ -301,20 +311,21 @@ class MultiHeadAttention:
         # backward runs with the forward's thread count: its scratch is sized for it
         ws.for_backward(threads)
         w, g = self._w, self._g
-        with blas_single(threads):
+        run = threads if self._goes_parallel(nb, tq, tk) else 1
+        with blas_single(run):
             if ws.fused:
                 _flash.attention_backward(
                     x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,
                     ws.dq, ws.dkv, ws.probs, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
                     nb, self.n_heads, self.causal, mask, rc, rs, dx_accumulate,
-                    dctx_accumulate, threads)
+                    dctx_accumulate, run)
                 return
             _attention.attention_backward(
                 x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
                 dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
                 g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
                 nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate,
-                ws.lse, mask, ws.tbuf, nthreads=threads)
+                ws.lse, mask, ws.tbuf, nthreads=run)
 
     # ---- public API ----------------------------------------------------
     def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):

@@ -129,6 +129,13 @@ class Transformer:
 
         return self._bufs.get(key, store, make), threads
 
+    def _run_threads(self, threads, nb, t, tk):
+        """threads when some kernel of a pass starts an OpenMP region (MLP from
+        rows*d_hidden >= 16384, attention as MultiHeadAttention._goes_parallel), else 1."""
+        if nb * t * self.d_hidden >= 16384 or self.attn[0]._goes_parallel(nb, t, tk):
+            return threads
+        return 1
+
     # ---- public API ----------------------------------------------------
     def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
         """Y (B, T, d_model) for x (B, T, d_model); options as MultiHeadAttention.forward.
@@ -159,7 +166,7 @@ class Transformer:
             np.copyto(bufs.mask, mask)
             mask = bufs.mask
         bufs.xs[-1] = y.reshape(rows, d)  # the last layer writes straight into y
-        with blas_single(threads):
+        with blas_single(self._run_threads(threads, nb, t, tk)):
             for i, att in enumerate(self.attn):
                 ws, _ = att._workspace(nb, t, tk, cross, grad, threads)
                 xi = bufs.xs[i]
@@ -189,7 +196,7 @@ class Transformer:
         dx = att0._out("out", outs[0], (nb, t, d)) if self.input_grad else None
         dctx = att0._out("out", outs[1], (nb, tk, d)) if cross else None
         bufs.for_backward(rows, d, self.d_hidden, self.dtype)
-        with blas_single(threads):
+        with blas_single(self._run_threads(threads, nb, t, tk)):
             self._backward_layers(dy, dx, dctx, bufs, nb, tk, rows, d, threads)
         return (dx, dctx) if cross else dx
 
