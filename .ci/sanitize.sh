@@ -31,8 +31,21 @@ ASAN_LIB=$($CC -print-file-name=libasan.so)
 [ -f "$ASAN_LIB" ] || { echo "libasan.so not found for $CC" >&2; exit 1; }
 
 export LD_PRELOAD="$ASAN_LIB"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:check_initialization_order=1:strict_string_checks=1:detect_stack_use_after_return=0"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# reports go to files (pytest captures stderr, and an aborted test's capture is lost);
+# they are printed when a run fails
+LOGS="$WORK/sanitizer-logs"
+mkdir -p "$LOGS"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:check_initialization_order=1:strict_string_checks=1:log_path=$LOGS/asan"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$LOGS/ubsan"
+run() {
+    local rc=0
+    "$@" || rc=$?
+    if [ "$rc" -ne 0 ] || compgen -G "$LOGS/*" >/dev/null; then
+        for f in "$LOGS"/*; do [ -f "$f" ] && { echo "---- $f"; cat "$f"; }; done
+        echo "== sanitizer run FAILED (exit $rc)"
+        exit $(( rc ? rc : 1 ))
+    fi
+}
 export PYTHONMALLOC=malloc
 export PYTHONPATH="$WORK"
 export ATTNX_REQUIRE_TORCH=${ATTNX_REQUIRE_TORCH:-1}
@@ -44,17 +57,13 @@ from attnx import _ops; print('sanitized attnx from', attnx.__file__, '- SIMD', 
 
 T="$ROOT/tests"
 SUBSET="$T/test_kernels.py $T/test_blas.py $T/test_blocked.py $T/test_attention.py
-        $T/test_flash.py $T/test_optim.py $T/test_cross_entropy.py
         $T/test_transformer.py $T/test_concurrency.py $T/test_simd_levels.py"
-# test_transformer's float32 comparison with torch after 3 AdamW steps has a margin
-# of about 2x at -O3; the -O1 sanitizer build rounds a few operations differently
-# (no FMA contraction in the scalar tails) and AdamW's normalisation amplifies that
-# past 1e-4. It is a tolerance test, run on the normal build; the kernels it calls
-# run here in the other transformer tests (float64 finite differences, threads).
-DESELECT="--deselect $T/test_transformer.py::test_matches_torch"
+[ -f "$T/test_flash.py" ] && SUBSET="$SUBSET $T/test_flash.py"   # kernel module added later
 echo "== subset at the CPU's best SIMD level"
-$PY -m pytest -q -p no:cacheprovider $SUBSET $DESELECT "$@"
+run $PY -m pytest -q -p no:cacheprovider $SUBSET "$@"
+# (test_simd_levels above already ran forward/backward of every kernel at each level
+# in its own interpreter, under the sanitizers too)
 echo "== kernel tests again at the portable level"
-ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/test_kernels.py" "$T/test_blocked.py" \
-    "$T/test_flash.py" "$T/test_optim.py" "$T/test_transformer.py" $DESELECT "$@"
+run env ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/test_kernels.py" "$T/test_blocked.py" \
+    "$@"
 echo "== sanitizer run passed: no ASan/UBSan report"

@@ -8,13 +8,19 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
 T="$ROOT/tests"
 FILES="$T/test_kernels.py $T/test_simd_levels.py $T/test_attention.py $T/test_blocked.py
-       $T/test_flash.py $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py
-       $T/test_optim.py $T/test_cross_entropy.py $T/test_sequence_model.py"
+       $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py"
+# kernel modules added later, tested when their test files exist
+for f in test_flash.py test_sequence_model.py; do
+    [ -f "$T/$f" ] && FILES="$FILES $T/$f"
+done
 # run outside the checkout: `python -m` puts the working directory first on sys.path,
 # and an unbuilt attnx/ source folder must not shadow the attnx under test
 RUN=$(mktemp -d)
 trap 'rm -rf "$RUN"' EXIT
 cd "$RUN"
+$PY -c "import attnx" 2>/dev/null || {
+    echo "attnx does not import from $RUN: install it, or PYTHONPATH=$ROOT after an in-place build" >&2
+    exit 1; }
 
 # what the CPU supports, from the kernel's flags (independent of attnx's own detection)
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)

@@ -1,9 +1,9 @@
 """Command line: `python -m attnx` (a short demo) and the train / predict / bench commands.
 
   python -m attnx [--plot FILE.png] [demo options]
-  python -m attnx train DATA.npz -o MODEL.npz [model and training options]
-  mpiexec -n P python -m attnx train DATA.npz -o MODEL.npz --distributed [...]
-  python -m attnx predict MODEL.npz DATA.npz -o OUT.npz
+  python -m attnx train DATA.npz -o MODEL.safetensors [model and training options]
+  mpiexec -n P python -m attnx train DATA.npz -o MODEL.safetensors --distributed [...]
+  python -m attnx predict MODEL.safetensors DATA.npz -o OUT.npz
   python -m attnx bench [benchmarks/run.py options]
 """
 import argparse
@@ -104,7 +104,7 @@ def _parser():
                                    "write the model file (configuration, weights, optimizer "
                                    "state) that `predict` and attnx.load read.")
     t.add_argument("data", help=".npz file holding X and Y (see --x-key, --y-key)")
-    t.add_argument("-o", "--output", default="model.npz", help="model file to write")
+    t.add_argument("-o", "--output", default="model.safetensors", help="model file to write (safetensors)")
     t.add_argument("--x-key", default="X", help="name of the input array in DATA")
     t.add_argument("--y-key", default="Y", help="name of the target array in DATA")
     t.add_argument("--model", choices=("attention", "transformer"), default="attention",

@@ -9,14 +9,19 @@ import numpy.typing as npt
 _F = npt.NDArray[np.floating]
 _M = npt.NDArray[np.uint8]
 
+def dispatch_state() -> tuple[int, int]: ...
 def set_block_sizes(bq: int, bk: int) -> None: ...
-def blocked_scratch_sizes(tq: int, d_head: int) -> tuple[int, int]: ...
+def block_sizes() -> tuple[int, int]: ...
+def blocked_scratch_sizes(tq: int, d_head: int, bq: int | None = None,
+                          bk: int | None = None) -> tuple[int, int]: ...
+def check_sizes(nb: int, tq: int, tk: int, d_model: int) -> None: ...
 def attention_forward(
     x: _F, ctx: _F | None, w_qkv: _F, b_qkv: _F | None, w_o: _F, b_o: _F | None,
     qbuf: _F, kvbuf: _F | None, zcat: _F, probs: _F, y: _F,
     nb: int, n_heads: int, causal: bool, store: bool,
     key_padding_mask: _M | None, rope_cos: _F | None, rope_sin: _F | None,
     residual: _F | None = None, lse: _F | None = None, tbuf: _F | None = None,
+    nthreads: int = 0,
 ) -> None: ...
 def attention_backward(
     x: _F, ctx: _F | None, w_qkv: _F, w_o: _F, qbuf: _F, kvbuf: _F | None,
@@ -26,4 +31,5 @@ def attention_backward(
     rope_cos: _F | None, rope_sin: _F | None,
     dx_accumulate: bool = False, dctx_accumulate: bool = False,
     lse: _F | None = None, key_padding_mask: _M | None = None, tbuf: _F | None = None,
+    nthreads: int = 0,
 ) -> None: ...

@@ -25,6 +25,26 @@ cdef extern from "attnx_seq.h" nogil:
                           Py_ssize_t d)
 
 
+cdef _shape(str what, str name, arr, Py_ssize_t rows, Py_ssize_t cols):
+    """ValueError unless arr is None or a 2-D buffer of (rows, cols); -1 = any."""
+    if arr is None:
+        return
+    if (rows >= 0 and arr.shape[0] != rows) or (cols >= 0 and arr.shape[1] != cols):
+        raise ValueError(f"{what}: {name} must be ({rows}, {cols}), got "
+                         f"({arr.shape[0]}, {arr.shape[1]})")
+
+
+cdef _len(str what, str name, arr, Py_ssize_t n):
+    if arr is not None and arr.shape[0] != n:
+        raise ValueError(f"{what}: {name} must have length {n}, got {arr.shape[0]}")
+
+
+cdef _threads(str what, int nthreads):
+    if nthreads < 1:
+        raise ValueError(f"{what}: nthreads must be >= 1, got {nthreads}")
+
+
+
 def linear_forward(const floating[:, ::1] x, const floating[:, ::1] w,
                    const floating[::1] b, floating[:, ::1] y, int nthreads=1,
                    const floating[:, ::1] pos=None, Py_ssize_t t=1):
@@ -32,6 +52,13 @@ def linear_forward(const floating[:, ::1] x, const floating[:, ::1] w,
     given: the positional table, added in the same pass that writes the bias),
     then one GEMM over every row."""
     cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1], r, j, tt
+    _threads("linear", nthreads)
+    _shape("linear", "w", w, k, -1)
+    _len("linear", "b", b, n)
+    _shape("linear", "y", y, rows, n)
+    if pos is not None and (t < 1 or pos.shape[0] < t or pos.shape[1] != n):
+        raise ValueError(f"linear: pos must be (>= {t}, {n}), got "
+                         f"({pos.shape[0]}, {pos.shape[1]})")
     if rows == 0:
         return
     with nogil:
@@ -52,6 +79,11 @@ def linear_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
                     floating[:, ::1] dx, int nthreads=1):
     """dw = x^T dy, db = column sums of dy, dx = dy w^T (skipped when dx is None)."""
     cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1], r, j
+    _shape("linear backward", "w", w, k, -1)
+    _shape("linear backward", "dy", dy, rows, n)
+    _shape("linear backward", "dw", dw, k, n)
+    _len("linear backward", "db", db, n)
+    _shape("linear backward", "dx", dx, rows, k)
     with nogil:
         gemm(TR, NT, k, n, rows, <floating> 1, &x[0, 0], k, &dy[0, 0], n,
              <floating> 0, &dw[0, 0], n)
@@ -69,6 +101,10 @@ def add_positions(floating[:, ::1] h, const floating[:, ::1] table, Py_ssize_t t
                   int nthreads=1):
     """h[r] += table[r % t] for every row r of h (B*T, d)."""
     cdef Py_ssize_t rows = h.shape[0], d = h.shape[1], r, j, tt
+    _threads("positions", nthreads)
+    if t < 1 or table.shape[0] < t or table.shape[1] != d:
+        raise ValueError(f"positions: table must be (>= {t}, {d}), got "
+                         f"({table.shape[0]}, {table.shape[1]})")
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
             tt = r % t
@@ -80,6 +116,11 @@ def positions_backward(const floating[:, ::1] dh, floating[:, ::1] dp, Py_ssize_
                        int nthreads=1):
     """dp[tt] = sum over the batch of dh[b*t + tt] for tt < t; rows from t on are zero."""
     cdef Py_ssize_t rows = dh.shape[0], d = dh.shape[1], nb = rows // t, tt, b, j
+    _threads("positions backward", nthreads)
+    if t < 1 or rows % t or dp.shape[0] < t or dp.shape[1] != d:
+        raise ValueError(f"positions backward: dh ({rows}, {d}) must hold whole sequences "
+                         f"of {t} rows and dp be (>= {t}, {d}), got "
+                         f"({dp.shape[0]}, {dp.shape[1]})")
     with nogil:
         for tt in prange(dp.shape[0], schedule="static", num_threads=nthreads):
             for j in range(d):
@@ -95,6 +136,11 @@ def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const flo
     """y = (x - mean) / sqrt(var + eps) * g + b per row (biased variance, as torch);
     st[0, r] = mean, st[1, r] = 1/sqrt(var + eps), kept for backward."""
     cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r
+    _threads("LayerNorm", nthreads)
+    _len("LayerNorm", "g", g, d)
+    _len("LayerNorm", "b", b, d)
+    _shape("LayerNorm", "y", y, rows, d)
+    _shape("LayerNorm", "st", st, 2, rows)
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
             if floating is float:
@@ -118,6 +164,17 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
     cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r, j, c, lo, hi
     cdef int nth = nthreads if nthreads <= part.shape[0] else <int> part.shape[0]
     cdef const floating *ap
+    _threads("LayerNorm backward", nthreads)
+    _shape("LayerNorm backward", "dy", dy, rows, d)
+    _len("LayerNorm backward", "g", g, d)
+    _shape("LayerNorm backward", "st", st, 2, rows)
+    _len("LayerNorm backward", "dg", dg, d)
+    _len("LayerNorm backward", "db", db, d)
+    _shape("LayerNorm backward", "dx", dx, rows, d)
+    _shape("LayerNorm backward", "add", add, rows, d)
+    if part.shape[0] < 1 or part.shape[1] < 2 * d:
+        raise ValueError(f"LayerNorm backward: part must be (>= 1, >= {2 * d}), got "
+                         f"({part.shape[0]}, {part.shape[1]})")
     with nogil:
         for c in prange(nth, schedule="static", num_threads=nth):
             lo = rows * c // nth
@@ -155,6 +212,10 @@ def pool_forward(const floating[:, ::1] h, const uint8_t[:, ::1] km, floating[:,
     when km is None), or its last valid row; zeros when it has none."""
     cdef Py_ssize_t d = h.shape[1], b, tt, j, cnt
     cdef floating inv
+    _threads("pooling", nthreads)
+    _shape("pooling", "h", h, nb * t, -1)
+    _shape("pooling", "key mask", km, nb, t)
+    _shape("pooling", "pooled", pooled, nb, d)
     with nogil:
         for b in prange(nb, schedule="static", num_threads=nthreads):
             for j in range(d):
@@ -183,6 +244,10 @@ def pool_backward(const floating[:, ::1] dpooled, const uint8_t[:, ::1] km,
     last valid row; zero elsewhere."""
     cdef Py_ssize_t d = dh.shape[1], b, tt, j, cnt
     cdef floating inv
+    _threads("pooling backward", nthreads)
+    _shape("pooling backward", "dh", dh, nb * t, -1)
+    _shape("pooling backward", "key mask", km, nb, t)
+    _shape("pooling backward", "dpooled", dpooled, nb, d)
     with nogil:
         for b in prange(nb, schedule="static", num_threads=nthreads):
             for tt in range(t):
@@ -209,6 +274,9 @@ def pool_backward(const floating[:, ::1] dpooled, const uint8_t[:, ::1] km,
 def zero_masked_rows(floating[:, ::1] y, const uint8_t[:, ::1] km, int nthreads=1):
     """Zero row r of y (B*T, k) where the flat mask km (B, T) is set."""
     cdef Py_ssize_t rows = y.shape[0], k = y.shape[1], t = km.shape[1], r, j
+    if km.shape[0] * t != rows:
+        raise ValueError(f"masked rows: y has {rows} rows, the mask "
+                         f"({km.shape[0]}, {t}) covers {km.shape[0] * t}")
     with nogil:
         for r in range(rows):
             if km[r // t, r % t]:
@@ -220,6 +288,9 @@ def add_sub(floating[:, ::1] out, const floating[:, ::1] a, const floating[:, ::
             int nthreads=1):
     """out += a - b (a or b may be None)."""
     cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
+    _threads("add_sub", nthreads)
+    _shape("add_sub", "a", a, rows, k)
+    _shape("add_sub", "b", b, rows, k)
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
             for j in range(k):
@@ -235,6 +306,15 @@ def cross_entropy_rows(const floating[:, ::1] z, const int64_t[::1] lab,
     dz = w_r / total * (softmax(z_r) - onehot(lab_r)). w None means every w_r = 1."""
     cdef Py_ssize_t n = z.shape[0], c = z.shape[1], r, j
     cdef double mx, se, acc = 0, wr, e
+    _len("cross-entropy", "labels", lab, n)
+    _len("cross-entropy", "sample_weight", w, n)
+    _shape("cross-entropy", "dz", dz, n, c)
+    if c < 1 or not total > 0:
+        raise ValueError(f"cross-entropy: needs classes and a positive total, got "
+                         f"{c} classes, total {total}")
+    for r in range(n):
+        if not 0 <= lab[r] < c:
+            raise ValueError(f"cross-entropy: label {lab[r]} at row {r} is outside [0, {c})")
     with nogil:
         for r in range(n):
             mx = z[r, 0]
@@ -261,6 +341,11 @@ def masked_add(floating[:, ::1] out, const floating[:, ::1] res, const floating[
     residual branch (mult holds 0 or 1/(1-p)) and its backward."""
     cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
     cdef floating v
+    _threads("masked_add", nthreads)
+    _shape("masked_add", "res", res, rows, k)
+    _shape("masked_add", "a", a, rows, k)
+    _shape("masked_add", "b", b, rows, k)
+    _shape("masked_add", "mult", mult, rows, k)
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
             for j in range(k):
@@ -278,6 +363,9 @@ def dropout_mask(floating[:, ::1] u, double p, int nthreads=1):
     0 where u < p (dropped, probability p), 1/(1-p) elsewhere."""
     cdef Py_ssize_t rows = u.shape[0], k = u.shape[1], r, j
     cdef floating keep = <floating> (1.0 / (1.0 - p)), pf = <floating> p
+    _threads("dropout", nthreads)
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
             for j in range(k):

@@ -113,6 +113,10 @@ def _encode_attribute(k: str, v: Any, arrays: Arrays, portable: bool) -> Config:
     if isinstance(v, np.ndarray) and v.dtype.kind == "U":
         return {"kind": "str_array", "dtype": v.dtype.str, "shape": list(v.shape),
                 "value": v.ravel().tolist()}
+    if isinstance(v, np.ndarray) and portable:
+        raise TypeError(f"{k.rstrip('_')} holds Python objects ({v.dtype}), which a model "
+                        f"file cannot store (fitted attribute {k}): use int or str labels, "
+                        f"or pickle the estimator")
     try:
         return {"kind": "value", "value": _encode(v, f"fitted attribute {k}")}
     except TypeError:

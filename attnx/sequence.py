@@ -7,10 +7,11 @@ import numbers
 import numpy as np
 
 from . import _mlp, _seq
+from ._blas import check_blas_int
+from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
-from ._threads import blas_single, num_threads
 from .attention import MultiHeadAttention
 
 LN_EPS = 1e-5
@@ -278,6 +279,11 @@ class SequenceModel:
 
         def make():
             rows, d = nb * t, self.d_model
+            # BLAS takes 32-bit sizes: check before allocating (the attention layers
+            # check theirs in their own workspace call)
+            check_blas_int(f"a sequence model over batch={nb}, T={t}", **{
+                "batch*T": rows, "d_model": d, "d_hidden": self.d_hidden,
+                "n_features": self.n_features, "n_outputs": self.n_outputs})
             per_layer = 6 * d + 3 * self.d_hidden + (2 * d if self.dropout > 0 else 0)
             layers = self.n_layers if store else 1
             check_size(nbytes_of(self.dtype, rows * (layers * per_layer + 8 * d
@@ -331,37 +337,39 @@ class SequenceModel:
         b, threads = self._buffers(nb, t, grad)
         if grad:  # the buffers below may be the last forward's: it can no longer be backed
             self._last = None
-        rows, d, w = nb * t, self.d_model, self._w
+        rows = nb * t
         cast_into("x", b.x, x.reshape(rows, self.n_features))
         km = None
         if mask is not None:
             np.copyto(b.mask, mask)
             km = b.mask
-        pre = self.norm == "pre"
-
-        k, nth = self._k, self._nth(rows, threads)
         drop = grad and self.dropout > 0
         if drop and not self._freeze_dropout:
             b.draw_masks(self)
+        with blas_single(threads):   # BLAS single-threaded beside attnx's own threads
+            self._forward_layers(b, km, nb, t, grad, drop, threads, y.reshape(-1, self.n_outputs))
+        if grad:  # inference leaves the last training forward's state alone (thread safety)
+            self._last = (nb, t, b, threads, km, drop)
+        return y
+
+    __call__ = forward
+
+    def _forward_layers(self, b, km, nb, t, grad, drop, threads, y2):
+        """Embedding, blocks, final norm, pooling and head on the buffers b."""
+        k, w, nth = self._k, self._w, self._nth(nb * t, threads)
         h0 = b.hs[0]
         pos = (self._table(t) if self.positional == "sinusoidal" else
                w["pos.P"] if self.positional == "learned" else None)
         k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth, pos, t)
         for i in range(self.n_layers):
             self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
-        if pre:
+        if self.norm == "pre":
             k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
             k.pool_forward(b.hf, km, b.pooled, nb, t, self.pooling == "last", nth)
-        y2 = y.reshape(-1, self.n_outputs)
         k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
         if self.pooling is None and km is not None:
             k.zero_masked_rows(y2, km)
-        if grad:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = (nb, t, b, threads, km, drop)
-        return y
-
-    __call__ = forward
 
     def _nth(self, rows, threads):
         """Threads for the elementwise kernels: one for small work."""
@@ -371,7 +379,7 @@ class SequenceModel:
         """H_{i+1} from H_i (b.hs[i]); see the class docstring for the formulas."""
         k, w, p = self._k, self._w, f"layers.{i}."
         att = self.attn[i]
-        ws, _ = att._workspace(nb, t, t, False, grad)
+        ws, _ = att._workspace(nb, t, t, False, grad, threads)
         hi, zt = b.hs[i], b.zt[i]
         if self.norm == "pre":
             k.layernorm_forward(hi, w[p + "ln1.g"], w[p + "ln1.b"], b.u1[i], b.st1[i],
@@ -392,9 +400,8 @@ class SequenceModel:
             u2 = zt
         # the MLP kernel returns MLP(u2) + u2 (its own residual)
         out = b.branch if drop else b.hs[i + 1]
-        with blas_single(threads):
-            _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                             b.hid[i], b.s[i], b.sg[i], out, nthreads=threads)
+        _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
+                         b.hid[i], b.s[i], b.sg[i], out, nthreads=threads)
         if drop:      # H' = Z~ + mask2 * (out - u2)
             k.masked_add(b.hs[i + 1], zt, b.branch, u2, b.m2[i], nth)
         elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
@@ -407,9 +414,6 @@ class SequenceModel:
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
         nb, t, b, threads, km, drop = self._last
-        if threads != num_threads():
-            raise RuntimeError("the thread count changed between forward and backward; "
-                               "run forward again")
         shape = self.output_shape(nb, t)
         dy = np.asarray(dy) if not isinstance(dy, np.ndarray) else dy
         if dy.shape != shape:
@@ -419,9 +423,14 @@ class SequenceModel:
             raise TypeError(f"dy must hold real numbers, got dtype {dy.dtype}")
         dx = self._out("out", out, (nb, t, self.n_features)) if self.input_grad else None
         b.for_backward(self, nb, t, threads)
-        rows, w, g = nb * t, self._w, self._g
-        k, nth = self._k, self._nth(rows, threads)
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
+        with blas_single(threads):   # the forward's thread count: scratch is sized for it
+            self._backward_layers(b, km, nb, t, drop, threads,
+                                  None if dx is None else dx.reshape(-1, self.n_features))
+        return dx
+
+    def _backward_layers(self, b, km, nb, t, drop, threads, dx2):
+        k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
         if self.pooling is None and km is not None:
             k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
         if self.pooling is None:
@@ -439,14 +448,12 @@ class SequenceModel:
         else:
             dcur = b.dhf
         for i in reversed(range(self.n_layers)):
-            self._block_backward(i, b, dcur, drop, nth, threads)
+            self._block_backward(i, b, dcur, drop, threads, nth)
         if self.positional == "learned":
             k.positions_backward(dcur, g["pos.P"], t, nth)
-        k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"],
-                          None if dx is None else dx.reshape(rows, self.n_features), nth)
-        return dx
+        k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"], dx2, nth)
 
-    def _block_backward(self, i, b, dcur, drop, nth, threads):
+    def _block_backward(self, i, b, dcur, drop, threads, nth):
         """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
         k, w, g, p = self._k, self._w, self._g, f"layers.{i}."
         pre = self.norm == "pre"
@@ -457,10 +464,9 @@ class SequenceModel:
             dbr = b.dbr
         else:
             dbr = dcur
-        with blas_single(threads):
-            _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
-                              b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"],
-                              g.get(p + "b2"), b.db, nthreads=threads)
+        _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
+                          b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2"),
+                          b.db, nthreads=threads)
         if pre:   # dZ~ = LN2'(db - dbr) + dcur
             k.add_sub(b.db, None, dbr, nth)
             k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
@@ -511,6 +517,20 @@ class SequenceModel:
             out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, t, -1).copy()
         return out
 
+    def get_config(self):
+        """The constructor arguments (without random_state) that rebuild this model."""
+        return dict(n_features=self.n_features, d_model=self.d_model, n_heads=self.n_heads,
+                    n_layers=self.n_layers, n_outputs=self.n_outputs, d_hidden=self.d_hidden,
+                    pooling=self.pooling, positional=self.positional, norm=self.norm,
+                    causal=self.causal, bias=self.bias, dropout=self.dropout,
+                    max_len=self.max_len, dtype=self.dtype.name)
+
+    def __reduce__(self):
+        # pickles the weights, the dropout generator and input_grad; workspaces,
+        # gradients and the last forward's state start afresh
+        return (_rebuild, (self.get_config(), self.params.flat.copy(),
+                           self.dropout_rng.bit_generator.state, self.input_grad))
+
     def __repr__(self):
         opts = []
         for k, default in (("pooling", None), ("positional", "none"), ("norm", None),
@@ -523,3 +543,11 @@ class SequenceModel:
                 f"n_heads={self.n_heads}, n_layers={self.n_layers}, "
                 f"n_outputs={self.n_outputs}, d_hidden={self.d_hidden}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
+
+
+def _rebuild(config, flat, rng_state, input_grad):
+    m = SequenceModel(**config, random_state=0)
+    m.params.flat[...] = flat
+    m.dropout_rng.bit_generator.state = rng_state
+    m.input_grad = input_grad
+    return m

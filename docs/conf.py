@@ -2,12 +2,16 @@
 
 Build (warnings are errors): python -m sphinx -W -b html docs docs/_build
 attnx must be importable: installed, or built in place (python setup.py
-build_ext --inplace) in this checkout, which is put first on sys.path here.
+build_ext --inplace) in this checkout, which is then put first on sys.path.
 """
 import os
 import sys
 
-sys.path.insert(0, os.path.abspath(".."))
+_root = os.path.abspath("..")
+# the checkout's attnx/ when it is built in place; else the installed attnx
+if any(f.startswith("_ops.") and not f.endswith((".pyx", ".pxd", ".pyi"))
+       for f in os.listdir(os.path.join(_root, "attnx"))):
+    sys.path.insert(0, _root)
 
 import attnx  # noqa: E402
 

@@ -545,3 +545,38 @@ def test_bare_model_sample_weight_two_equals_a_duplicate(cls):
 
     assert a.score(X, Y, sample_weight=sw) == pytest.approx(
         r2_score(Y.reshape(-1, 4), a.predict(X).reshape(-1, 4), sample_weight=np.repeat(sw, 4)))
+
+
+# (kept in this file rather than test_classifiers.py: the session's torch fixture pins
+# OpenMP to one thread for the whole process, which test_concurrency.py must not see)
+def test_classifier_training_matches_pytorch_with_class_and_sample_weights(torch):
+    """Three full-batch AdamW steps of the estimator == the torch twin trained on the
+    same weighted cross-entropy from the same initial weights (float64)."""
+    from seq_torch_twin import SeqTwin
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(20, 5, 3))
+    y = rng.choice(np.array(["a", "b", "c"]), size=20)
+    sw = rng.uniform(0.5, 2.0, size=20)
+    kw = dict(n_heads=2, d_model=8, n_layers=1, norm="pre", positional="sinusoidal",
+              batch_size=20, shuffle=False, random_state=4, dtype=np.float64,
+              class_weight={"a": 2.0, "c": 0.5}, lr=0.01)
+    init = attnx.TransformerClassifier(**kw, epochs=1, learning_rate_init=0.0)
+    init.set_params(lr=1e-3)  # the alias wins over the default spelling
+    init.fit(X, y, sample_weight=sw)
+    est = attnx.TransformerClassifier(**kw, epochs=3).fit(X, y, sample_weight=sw)
+    twin = SeqTwin(init.model_)
+    opt = torch.optim.AdamW(twin.parameters(), lr=0.01, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=0.01)
+    codes = torch.tensor(np.searchsorted(est.classes_, y))
+    w = torch.tensor(sw * np.array([{"a": 2.0, "b": 1.0, "c": 0.5}[v] for v in y]))
+    for _ in range(3):
+        opt.zero_grad()
+        logits = twin(torch.tensor(X))
+        loss = (w * torch.nn.functional.cross_entropy(logits, codes, reduction="none")).sum() \
+            / w.sum()
+        loss.backward()
+        opt.step()
+    for name in est.model_.params:
+        np.testing.assert_allclose(est.model_.params[name], twin.w(name).detach().numpy(),
+                                   rtol=1e-9, atol=1e-11, err_msg=name)

@@ -155,6 +155,17 @@ def test_without_mask_input_and_other_opsets(tmp_path):
         assert rel_err(y, ref) < 1e-10
 
 
+def test_learned_positions_refuse_sequences_beyond_max_len(tmp_path):
+    """As predict does, the graph refuses T > max_len (a shape error, not garbage)."""
+    model = attnx.SequenceModel(3, 4, 2, 1, 2, positional="learned", max_len=6,
+                                pooling="mean", random_state=0)
+    aonnx.export(model, tmp_path / "l.onnx", key_padding_mask=False)
+    sess = _session(tmp_path / "l.onnx")
+    sess.run(None, {"x": np.zeros((2, 6, 3), dtype=np.float32)})
+    with pytest.raises(Exception, match="(?i)broadcast|shape|dimension"):
+        sess.run(None, {"x": np.zeros((2, 7, 3), dtype=np.float32)})
+
+
 def test_export_refuses_bad_input(tmp_path):
     with pytest.raises(ValueError, match="opset must be an int in \\[17, 21\\], got 12"):
         aonnx.export(attnx.MultiHeadAttention(4, 2), tmp_path / "a.onnx", opset=12)

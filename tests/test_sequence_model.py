@@ -85,6 +85,33 @@ def test_matches_torch_twin(torch, dtype, case, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("path", ["dense", "blocked", "fused"])
+@pytest.mark.parametrize("case", [("mean", "rope", "pre", True, True),
+                                  (None, "learned", None, False, True),
+                                  ("last", "sinusoidal", "pre", True, False)], ids=_id)
+def test_every_attention_path_matches_torch_twin(torch, dtype, path, case, rng):
+    """The blocks run on each of the attention layer's kernels ("auto" picks one
+    by shape; the grid above covers what it picks for these small heads)."""
+    pool, pos, norm, causal, use_mask = case
+    m = make(dtype, pool, pos, norm, causal, rng=rng)
+    for att in m.attn:
+        att.attention = path
+    assert m.attn[0]._path(7, 7) == path
+    x = rng.normal(size=(3, 7, 3)).astype(dtype)
+    kpm = ragged_mask(3, 7, rng, full_row=True) if use_mask else None
+    y = m.forward(x, kpm)
+    g = rng.normal(size=y.shape).astype(dtype)
+    dx = m.backward(g)
+    tw = twin_of(torch, m)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tw(xt, kpm)
+    (yt * torch.tensor(g)).sum().backward()
+    assert rel_err(y, yt.detach().numpy()) < TOL[dtype]
+    assert rel_err(dx, xt.grad.numpy()) < TOL[dtype]
+    check_grads_vs(m, tw.grads(), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("pool", POOLING)
 def test_fully_padded_sequence_is_finite(torch, dtype, pool, rng):
     m = make(dtype, pool, "learned", "pre", True, rng=rng)
@@ -543,13 +570,14 @@ def test_training_step_allocates_no_arrays(dropout, rng):
 @pytest.mark.parametrize("pool", POOLING)
 def test_edge_shapes_match_torch(torch, dtype, shape, pool, rng):
     """T = 1, one feature, d_head = 1, and T long enough for attention='auto' to take
-    a linear-memory attention path (blocked, or fused for small heads), with causal
-    attention and padding."""
+    the blocked (linear-memory) attention path, with causal attention and padding."""
     nb, t, f, d, h, k = shape
     m = SequenceModel(f, d, h, 2, k, d_hidden=5, pooling=pool, norm="pre", causal=True,
                       positional="sinusoidal", dtype=dtype, random_state=2)
-    if t >= 512:
-        assert m.attn[0]._path(t, t) in ("blocked", "fused")
+    if t >= 512:   # the linear-memory path, whatever "auto" would pick for this d_head
+        for att in m.attn:
+            att.attention = "blocked"
+        assert m.attn[0]._path(t, t) == "blocked"
     x = rng.normal(size=(nb, t, f)).astype(dtype)
     kpm = np.zeros((nb, t), bool)
     kpm[:, max(1, t - 7):] = True
@@ -633,3 +661,53 @@ def test_three_adamw_steps_regression_match_torch(torch, dtype, pool, rng):
             continue
         err = rel_err(m.params[n], tw.w(n).detach().numpy())
         assert err < 10 * TOL[dtype], f"{n} after 3 steps: {err:.3g}"
+
+
+def test_kernels_reject_mismatched_buffers():
+    """The private kernels check their buffers before touching memory."""
+    from attnx import _seq
+    f = np.float64
+    x, w, b = np.zeros((6, 3)), np.zeros((3, 4)), np.zeros(4)
+    with pytest.raises(ValueError, match="y must be"):
+        _seq.linear_forward(x, w, b, np.zeros((5, 4)), 1)
+    with pytest.raises(ValueError, match="pos must be"):
+        _seq.linear_forward(x, w, b, np.zeros((6, 4)), 1, np.zeros((2, 4)), 3)
+    with pytest.raises(ValueError, match="dx must be"):
+        _seq.linear_backward(np.zeros((6, 4)), x, w, np.zeros((3, 4)), b, np.zeros((6, 2)), 1)
+    with pytest.raises(ValueError, match="nthreads"):
+        _seq.layernorm_forward(np.zeros((6, 4)), b, b, np.zeros((6, 4)), np.zeros((2, 6)),
+                               1e-5, 0)
+    with pytest.raises(ValueError, match="st must be"):
+        _seq.layernorm_forward(np.zeros((6, 4)), b, b, np.zeros((6, 4)), np.zeros((2, 5)),
+                               1e-5, 1)
+    with pytest.raises(ValueError, match="part must be"):
+        _seq.layernorm_backward(np.zeros((6, 4)), np.zeros((6, 4)), b, np.zeros((2, 6)),
+                                b.copy(), b.copy(), np.zeros((6, 4)), None, np.zeros((1, 7)), 1)
+    with pytest.raises(ValueError, match="key mask must be"):
+        _seq.pool_forward(np.zeros((6, 4)), np.zeros((2, 2), np.uint8), np.zeros((2, 4)),
+                          2, 3, False, 1)
+    with pytest.raises(ValueError, match="whole sequences"):
+        _seq.positions_backward(np.zeros((6, 4)), np.zeros((4, 4)), 4, 1)
+    with pytest.raises(ValueError, match="label 3 at row 1"):
+        _seq.cross_entropy_rows(np.zeros((2, 3), f), np.array([0, 3]), None, 2.0,
+                                np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="p must lie"):
+        _seq.dropout_mask(np.zeros((2, 3)), 1.0, 1)
+
+
+def test_pickle_and_config(rng):
+    import pickle
+    m = make(np.float32, "mean", "learned", "pre", True, rng=rng, dropout=0.25)
+    x = rng.normal(size=(2, 5, 3))
+    m.forward(x)                       # advance the dropout stream
+    m.input_grad = False
+    c = pickle.loads(pickle.dumps(m))
+    assert c.get_config() == m.get_config() and repr(c) == repr(m)
+    assert SequenceModel(**m.get_config()).params.flat.shape == m.params.flat.shape
+    np.testing.assert_array_equal(c.params.flat, m.params.flat)
+    assert list(c.params) == list(m.params) and c.input_grad is False
+    np.testing.assert_array_equal(c.forward(x, grad=False), m.forward(x, grad=False))
+    # the copy continues the same dropout stream
+    np.testing.assert_array_equal(c.forward(x), m.forward(x))
+    c.params.flat[0] += 1   # an independent copy
+    assert c.params.flat[0] != m.params.flat[0]

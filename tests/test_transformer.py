@@ -70,7 +70,10 @@ def test_matches_torch(torch, dtype, n_layers, opts, rng):
     tdt = torch.float32 if dtype == np.float32 else torch.float64
     tp = {k: torch.tensor(np.array(v), dtype=tdt, requires_grad=True)
           for k, v in model.params.items()}
-    kw = dict(lr=0.003, betas=(0.9, 0.98), eps=1e-7, weight_decay=0.1)
+    # eps well above float32 round-off of the gradients: with eps = 1e-7 a weight whose
+    # gradient is ~1e-7 gets a step g / (|g| + eps) that round-off changes by ~10%,
+    # which failed this comparison at the AVX2 level (1.4e-4) although dW matched
+    kw = dict(lr=0.003, betas=(0.9, 0.98), eps=1e-5, weight_decay=0.1)
     opt = attnx.AdamW(model.params, **kw)
     topt = torch.optim.AdamW(list(tp.values()), **kw)
 

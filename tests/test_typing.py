@@ -1,0 +1,29 @@
+"""Types: the stubs of the compiled kernels match the built modules, and the typed
+modules pass mypy --strict."""
+import glob
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STRICT = ["attnx/io.py", "attnx/_state.py", "attnx/onnx.py", "attnx/_torch_layout.py"]
+
+
+def _run(args):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+
+
+def test_every_compiled_module_has_a_stub_matching_it():
+    pyx = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "attnx", "*.pyx")))
+    missing = [m for m in pyx if not os.path.exists(os.path.join(ROOT, "attnx", m + ".pyi"))]
+    assert not missing, f"compiled modules without a .pyi stub: {missing}"
+    assert os.path.exists(os.path.join(ROOT, "attnx", "py.typed"))
+    r = _run(["mypy.stubtest", "--ignore-missing-stub"] + [f"attnx.{m}" for m in pyx])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_strict():
+    r = _run(["mypy", "--strict", "--cache-dir=/dev/null", "--follow-imports=silent", *STRICT])
+    assert r.returncode == 0, r.stdout + r.stderr
