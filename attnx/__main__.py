@@ -104,7 +104,8 @@ def _parser():
                                    "write the model file (configuration, weights, optimizer "
                                    "state) that `predict` and attnx.load read.")
     t.add_argument("data", help=".npz file holding X and Y (see --x-key, --y-key)")
-    t.add_argument("-o", "--output", default="model.safetensors", help="model file to write (safetensors)")
+    t.add_argument("-o", "--output", default="model.safetensors",
+                   help="model file to write (safetensors)")
     t.add_argument("--x-key", default="X", help="name of the input array in DATA")
     t.add_argument("--y-key", default="Y", help="name of the target array in DATA")
     t.add_argument("--model", choices=("attention", "transformer"), default="attention",

@@ -173,15 +173,15 @@ def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path
     opts = ["train", "data.npz", "--model", "transformer", "--n-layers", "1", "--n-heads", "2",
             "--epochs", "3", "--batch-size", "16", "--lr", "0.01", "--dtype", "float64",
             "--validation-fraction", "0.2"]
-    r = mpirun(mpiexec, 2, ["-m", "attnx", *opts, "-o", "dist.npz", "--distributed"], tmp_path)
+    r = mpirun(mpiexec, 2, ["-m", "attnx", *opts, "-o", "dist.safetensors", "--distributed"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("wrote dist.npz") == 1  # rank 0 alone prints and writes
+    assert r.stdout.count("wrote dist.safetensors") == 1  # rank 0 alone prints and writes
     assert "over 2 MPI ranks" in r.stdout and "X (101, 6, 4)" in r.stdout
-    one = subprocess.run([sys.executable, "-m", "attnx", *opts, "-o", "one.npz"], cwd=tmp_path,
+    one = subprocess.run([sys.executable, "-m", "attnx", *opts, "-o", "one.safetensors"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=TIMEOUT,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert one.returncode == 0, one.stderr
-    a, b = attnx.load(tmp_path / "dist.npz"), attnx.load(tmp_path / "one.npz")
+    a, b = attnx.load(tmp_path / "dist.safetensors"), attnx.load(tmp_path / "one.safetensors")
     pa, pb = a.model_.params.flat, b.model_.params.flat
     assert np.max(np.abs(pa - pb)) <= 1e-10 * np.max(np.abs(pb))
     np.testing.assert_allclose(a.validation_loss_curve_, b.validation_loss_curve_, rtol=1e-10)

@@ -148,7 +148,7 @@ def main():
     _, figures["random_state_generator"] = run(lambda: attnx.AttentionRegressor(
         1, epochs=2, batch_size=5, random_state=np.random.default_rng(RANK),
         dtype=np.float64), 23, compare=False)
-    figures["checkpoint"] = checkpoint(os.path.join(tmp, "ckpt.npz"))
+    figures["checkpoint"] = checkpoint(os.path.join(tmp, "ckpt.safetensors"))
     if RANK == 0:
         print("RESULT " + json.dumps(dict(P=P, **figures)), flush=True)
 
