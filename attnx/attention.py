@@ -54,7 +54,9 @@ class _Workspace:
             self.probs = e(threads * _flash.scratch_elements(tk, d // n_heads, dtype))
             self.lse = e(nb * n_heads * tq)
             self.tbuf = None
-            self._bwd_per_thread = 0
+            # backward: dQ shares of heads split into key ranges (0 when not split)
+            parts = _flash.dq_parts_elements(nb, tq, tk, n_heads, d // n_heads, threads)
+            self._bwd_per_thread = -(-parts // threads)
         elif blocked:
             fwd, self._bwd_per_thread = _attention.blocked_scratch_sizes(tq, d // n_heads)
             self.probs = e(threads * fwd)
@@ -249,7 +251,8 @@ class MultiHeadAttention:
         def make():
             d, h = self.d_model, self.n_heads
             if path == "fused":
-                att = threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
+                att = (threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
+                       + _flash.dq_parts_elements(nb, tq, tk, h, d // h, threads))
             elif blocked:
                 att = threads * sum(_attention.blocked_scratch_sizes(tq, d // h))
             else:
@@ -305,7 +308,7 @@ class MultiHeadAttention:
             if ws.fused:
                 _flash.attention_backward(
                     x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,
-                    ws.dq, ws.dkv, ws.probs, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
+                    ws.dq, ws.dkv, ws.probs, ws.scratch, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
                     nb, self.n_heads, self.causal, mask, rc, rs, dx_accumulate,
                     dctx_accumulate, threads)
                 return

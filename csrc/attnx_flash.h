@@ -266,12 +266,12 @@ static void attnx_flash_forward_rows_##sfx(                                     
 static void attnx_flash_backward_head_##sfx(                                          \
         const T *q, ptrdiff_t ldq, const T *k, const T *v, ptrdiff_t ldkv,            \
         const T *z, const T *dz, ptrdiff_t ldz, const T *lse,                         \
-        T *dq, T *dk, T *dv, int tq, int tk, int dh, T scale, int causal,             \
-        const uint8_t *km, T *ws)                                                     \
+        T *dq, ptrdiff_t lddq, T *dk, T *dv, int tq, int tk, int ka, int kb, int dh,  \
+        T scale, int causal, const uint8_t *km, T *ws)                                \
 {                                                                                     \
     FL_DISPATCH(fl_backward_head, sfx,                                                \
-                (q, ldq, k, v, ldkv, z, dz, ldz, lse, dq, dk, dv, tq, tk, dh, scale,  \
-                 causal, km, ws));                                                    \
+                (q, ldq, k, v, ldkv, z, dz, ldz, lse, dq, lddq, dk, dv, tq, tk, ka, kb, \
+                 dh, scale, causal, km, ws));                                         \
 }
 
 FL_FWD_PROTO(float, f32)
