@@ -101,18 +101,25 @@ FL_ATTR static inline FL_T FL_NAME(fl_hsumw)(FL_NAME(vwide) v)
 }
 #endif
 
-/* max over s[0:n], NaN-propagating (a NaN score must poison its row, not vanish). */
+/* max over s[0:n] and m. A NaN may or may not win the max (vectorised max
+ * instructions differ); either way it reaches the row's sum through exp, which
+ * propagates it. The one place it could vanish is a row whose max is -inf (every
+ * other key masked): fl_hasnan checks that case only. */
 FL_ATTR static inline FL_T FL_NAME(fl_rowmax)(const FL_T *s, int n, FL_T m)
 {
     int j;
-    int nan = 0;
     FL_SIMD_RED(max, m)
     for (j = 0; j < n; j++)
         m = s[j] > m ? s[j] : m;
-    FL_SIMD_RED(|, nan)
+    return m;
+}
+
+FL_ATTR static inline int FL_NAME(fl_hasnan)(const FL_T *s, int n)
+{
+    int j, nan = 0;
     for (j = 0; j < n; j++)
         nan |= (s[j] != s[j]);
-    return nan ? (FL_T) NAN : m;
+    return nan;
 }
 
 /* s[j] = exp(s[j] - m) in place, returns the sum (exp and sum in one pass). */
@@ -466,6 +473,8 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                 FL_T *sr = s + r * bkp;
                 FL_T mold = mrow[r];
                 FL_T mx = FL_NAME(fl_rowmax)(sr, nk, mold);
+                if (mx == -INFINITY && FL_NAME(fl_hasnan)(sr, nk))
+                    mx = (FL_T) NAN;                /* a NaN score among masked keys */
                 if (mx == -INFINITY) {              /* every key so far is masked */
                     memset(sr, 0, sizeof(FL_T) * nk);
                     continue;
