@@ -87,18 +87,23 @@ BLOCKED_MIN_SCORES = 512 * 512
 # "auto" and the fused small-head kernels (attnx._flash). Measured with one
 # thread on a 2-core AMD EPYC (AVX-512), training step, fused vs the best of
 # dense/blocked: B1 T2048 d256 H8 (d_head 32) 1.11-1.18x (causal or not, both
-# dtypes); B8 T512 d256 H8 1.04x float32, 1.07x float64; B32 T128 d64 with
-# d_head 8 / 16 / 32: float64 1.08x / 1.08x / 0.95x, float32 0.93x / 0.96x /
-# 0.92x, because OpenBLAS's SkylakeX kernels (AVX-512 CPUs) have a small-matrix
-# path that the dense path's per-head GEMMs use; with OpenBLAS's Haswell
-# kernels (AVX2 CPUs: no small-matrix path; OPENBLAS_CORETYPE=Haswell,
-# ATTNX_SIMD=1) the same shapes give 1.20x / 1.11x / 1.04x float32 and
-# 1.23x / 1.15x / 0.99x float64. d_head 64 is about even (0.96-1.04x), so it
-# stays on dense/blocked. Rule: fused when d_head <= FUSED_MAX_D_HEAD and
-# (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix kernels, or float64
-# with d_head <= 16).
+# dtypes); B8 T512 d256 H8 1.04x float32, 1.07x float64. B32 T128 d64, layer
+# forward + backward, min thread CPU time of 15 interleaved steps (robust to the
+# machine being shared), after the one-pass row max and the degree-5 float32
+# exp: d_head 8 / 16 / 32 float32 1.01-1.04x / 0.96-0.97x / 0.94-0.96x,
+# float64 1.46x / 1.23-1.30x / 1.07-1.11x. float32 at d_head 16-32 trails
+# because OpenBLAS's SkylakeX kernels (AVX-512 CPUs) have a small-matrix path
+# that the dense path's per-head GEMMs use; with OpenBLAS's Haswell kernels
+# (AVX2 CPUs: no small-matrix path; OPENBLAS_CORETYPE=Haswell, ATTNX_SIMD=1)
+# the fused path led at every d_head <= 32 (1.20x / 1.11x / 1.04x float32).
+# At float32 d_head 8 fused is even or ahead and keeps no (B, H, Tq, Tk)
+# probability block (16 MB at B32 T128 H8). d_head 64 is about even
+# (0.96-1.04x), so it stays on dense/blocked. Rule: fused when d_head <=
+# FUSED_MAX_D_HEAD and (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix
+# kernels, or float64, or d_head <= FUSED_ALWAYS_D_HEAD).
 FUSED_MAX_D_HEAD = 32
 FUSED_MIN_SCORES = 256 * 256
+FUSED_ALWAYS_D_HEAD = 8
 # OpenBLAS cores (threadpoolctl's "architecture") with small-matrix GEMM kernels
 _SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
@@ -232,7 +237,7 @@ class MultiHeadAttention:
             return self.attention
         if self.d_head <= FUSED_MAX_D_HEAD and (
                 tq * tk >= FUSED_MIN_SCORES or not _blas_small_gemm()
-                or (self.dtype == np.float64 and self.d_head <= 16)):
+                or self.dtype == np.float64 or self.d_head <= FUSED_ALWAYS_D_HEAD):
             return "fused"
         return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
 

@@ -146,14 +146,16 @@ def test_fused_finite_differences(rng):
 @pytest.mark.parametrize("small_gemm", [False, True])
 def test_auto_rule(monkeypatch, small_gemm):
     """The documented rule: fused for d_head <= FUSED_MAX_D_HEAD when the sequence is
-    long, when BLAS has no small-matrix kernels, or in float64 at d_head <= 16."""
+    long, when BLAS has no small-matrix kernels, in float64, or at d_head <= 8."""
     from attnx import attention
     monkeypatch.setattr(attention, "_blas_small_gemm", lambda: small_gemm)
     long_t = 256
     for d, h, dtype, t, want in [
-            (64, 8, np.float32, 128, "dense" if small_gemm else "fused"),
+            (64, 8, np.float32, 128, "fused"),
+            (64, 4, np.float32, 128, "dense" if small_gemm else "fused"),
+            (64, 2, np.float32, 128, "dense" if small_gemm else "fused"),
             (64, 8, np.float64, 128, "fused"),
-            (64, 2, np.float64, 128, "dense" if small_gemm else "fused"),
+            (64, 2, np.float64, 128, "fused"),
             (64, 2, np.float32, long_t, "fused"),
             (64, 8, np.float32, 2048, "fused"),
             (128, 2, np.float32, 128, "dense"),
@@ -161,7 +163,7 @@ def test_auto_rule(monkeypatch, small_gemm):
         layer = attnx.MultiHeadAttention(d, h, dtype=dtype)
         assert layer._path(t, t) == want, (d, h, dtype, t)
     assert attention.FUSED_MIN_SCORES <= long_t * long_t
-    assert FUSED_MAX_D_HEAD == 32
+    assert FUSED_MAX_D_HEAD == 32 and attention.FUSED_ALWAYS_D_HEAD == 8
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
