@@ -41,13 +41,13 @@ cdef extern from "attnx_flash.h" nogil:
     void attnx_flash_backward_head_f32(
         const float *q, Py_ssize_t ldq, const float *k, const float *v, Py_ssize_t ldkv,
         const float *z, const float *dz, Py_ssize_t ldz, const float *lse,
-        float *dq, float *dk, float *dv, int tq, int tk, int dh, float scale, int causal,
-        const uint8_t *km, float *ws)
+        float *dq, Py_ssize_t lddq, float *dk, float *dv, int tq, int tk, int ka, int kb,
+        int dh, float scale, int causal, const uint8_t *km, float *ws)
     void attnx_flash_backward_head_f64(
         const double *q, Py_ssize_t ldq, const double *k, const double *v, Py_ssize_t ldkv,
         const double *z, const double *dz, Py_ssize_t ldz, const double *lse,
-        double *dq, double *dk, double *dv, int tq, int tk, int dh, double scale, int causal,
-        const uint8_t *km, double *ws)
+        double *dq, Py_ssize_t lddq, double *dk, double *dv, int tq, int tk, int ka, int kb,
+        int dh, double scale, int causal, const uint8_t *km, double *ws)
     void attnx_flash_exp_f32(const float *x, float *y, Py_ssize_t n)
     void attnx_flash_exp_f64(const double *x, double *y, Py_ssize_t n)
 
@@ -74,6 +74,40 @@ def scratch_elements(int tk, int d_head, dtype):
     nrn = FL_NRN_f32 if np.dtype(dtype) == np.float32 else FL_NRN_f64
     n = max(attnx_flash_fwd_scratch(tk, d_head, nrn), attnx_flash_bwd_scratch(tk, d_head, nrn))
     return (n + 63) // 64 * 64
+
+
+cdef int backward_threads(Py_ssize_t nbh, int tq, int tk, int d_head,
+                          int nthreads) noexcept nogil:
+    """Threads the backward's head kernels use: one when there is too little work
+    to pay for waking the others."""
+    if <double> nbh * tq * tk * d_head < 1.0e5:
+        return 1
+    return nthreads
+
+
+cdef Py_ssize_t key_splits(Py_ssize_t nbh, int tk, int nthreads) noexcept nogil:
+    """Key ranges per (sample, head) in the backward. Whole heads (1) when there
+    are at least 4 heads per thread; else enough ranges of whole key blocks for
+    about 4 work items per thread, so that B*H below the thread count (one long
+    sequence) still fills the cores and causal ranges (unequal work) balance."""
+    cdef Py_ssize_t nkb = (tk + ATTNX_FL_BK - 1) // ATTNX_FL_BK
+    cdef Py_ssize_t want, per
+    if nthreads <= 1 or nkb <= 1 or nbh >= 4 * nthreads:
+        return 1
+    want = (4 * nthreads + nbh - 1) // nbh
+    if want > nkb:
+        want = nkb
+    per = (nkb + want - 1) // want           # key blocks per range
+    return (nkb + per - 1) // per
+
+
+def dq_parts_elements(Py_ssize_t nb, int tq, int tk, int n_heads, int d_head, int nthreads):
+    """Elements of the backward's dQ buffer for heads split into key ranges: every
+    range but the first writes its share of dQ there ((ranges - 1) * B*H*Tq*d_head,
+    0 when heads are not split at this shape and thread count)."""
+    cdef Py_ssize_t nbh = nb * n_heads
+    cdef int nt = backward_threads(nbh, tq, tk, d_head, nthreads)
+    return (key_splits(nbh, tk, nt) - 1) * nbh * tq * d_head
 
 
 def block_sizes():
@@ -153,36 +187,65 @@ cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,
                          const floating *v, Py_ssize_t ldkv, const floating *z,
                          const floating *dz, Py_ssize_t ldz, const floating *lse,
                          floating *dq, floating *dk, floating *dv,
-                         floating *scratch, Py_ssize_t per_thread,
+                         floating *scratch, Py_ssize_t per_thread, floating *parts,
                          Py_ssize_t nb, int tq, int tk, int n_heads, int d_head,
                          floating scale, bint causal, const uint8_t *keymask,
                          int nthreads) noexcept nogil:
-    """dQ, dK, dV per (sample, head) in parallel: each head's dK and dV belong to
-    one thread, so no reduction across threads is needed."""
-    cdef Py_ssize_t bh, b, h
+    """dQ, dK, dV in parallel over (sample, head, key range) (key_splits ranges per
+    head). A range's dK and dV rows belong to one thread; its share of dQ goes to
+    dq (first range) or to `parts` (the others), summed into dq afterwards in range
+    order, so the result does not depend on which thread ran what."""
+    cdef Py_ssize_t nbh = nb * n_heads
+    cdef Py_ssize_t nsplit, per, it, bh, b, h, c, ka, kb, r, j, row
+    cdef Py_ssize_t lddq
     cdef const uint8_t *km
     cdef floating *ws
-    if <double> nb * n_heads * tq * tk * d_head < 1.0e5:
-        nthreads = 1
-    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
+    cdef floating *dqt
+    cdef floating *dst
+    cdef const floating *src
+    nthreads = backward_threads(nbh, tq, tk, d_head, nthreads)
+    nsplit = key_splits(nbh, tk, nthreads)
+    per = ((tk + ATTNX_FL_BK - 1) // ATTNX_FL_BK + nsplit - 1) // nsplit * ATTNX_FL_BK
+    for it in prange(nbh * nsplit, schedule="dynamic", num_threads=nthreads):
+        bh = it // nsplit
+        c = it % nsplit
         b = bh // n_heads
         h = bh % n_heads
+        ka = c * per
+        kb = tk if ka + per > tk else ka + per
         km = (keymask + b * tk) if keymask != NULL else NULL
         ws = scratch + threadid() * per_thread
+        if c == 0:
+            dqt = dq + b * tq * ldq + h * d_head
+            lddq = ldq
+        else:
+            dqt = parts + ((c - 1) * nbh + bh) * tq * d_head
+            lddq = d_head
         if floating is float:
             attnx_flash_backward_head_f32(
                 q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
                 v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
-                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq,
-                dq + b * tq * ldq + h * d_head, dk + b * tk * ldkv + h * d_head,
-                dv + b * tk * ldkv + h * d_head, tq, tk, d_head, scale, causal, km, ws)
+                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
+                dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
+                tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
         else:
             attnx_flash_backward_head_f64(
                 q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
                 v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
-                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq,
-                dq + b * tq * ldq + h * d_head, dk + b * tk * ldkv + h * d_head,
-                dv + b * tk * ldkv + h * d_head, tq, tk, d_head, scale, causal, km, ws)
+                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
+                dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
+                tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
+    if nsplit > 1:
+        for row in prange(nbh * tq, schedule="static", num_threads=nthreads):
+            bh = row // tq
+            r = row % tq
+            b = bh // n_heads
+            h = bh % n_heads
+            dst = dq + (b * tq + r) * ldq + h * d_head
+            for c in range(1, nsplit):
+                src = parts + ((c - 1) * nbh + bh) * tq * d_head + r * d_head
+                for j in range(d_head):
+                    dst[j] = dst[j] + src[j]
 
 
 # ---------------------------------------------------------------- layer
@@ -272,6 +335,7 @@ def attention_backward(
     floating[:, ::1] dqbuf,          # shaped like qbuf
     floating[:, ::1] dkvbuf,         # shaped like kvbuf (cross) or None
     floating[::1] scratch,           # as in the forward
+    floating[::1] dq_parts,          # (dq_parts_elements(...)) or None when that is 0
     floating[:, ::1] dw_qkv, floating[::1] db_qkv,   # db_* None without bias
     floating[:, ::1] dw_o, floating[::1] db_o,
     floating[:, ::1] dx,             # (B*Tq, d) or None when not needed
@@ -306,6 +370,14 @@ def attention_backward(
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
     if scratch.shape[0] < nthreads * per_thread or lse.shape[0] < nb * n_heads * tq:
         raise ValueError("scratch or lse too small for this shape and thread count")
+    cdef Py_ssize_t nparts = dq_parts_elements(nb, tq, tk, n_heads, d_head, nthreads)
+    cdef floating *partp = NULL
+    if nparts:
+        if dq_parts is None or dq_parts.shape[0] < nparts:
+            raise ValueError(f"dq_parts must hold {nparts} elements at this shape and "
+                             f"thread count, got "
+                             f"{0 if dq_parts is None else dq_parts.shape[0]}")
+        partp = &dq_parts[0]
     if cross:
         ldq, ldkv = d, 2 * d
         kp = &kvbuf[0, 0]
@@ -325,8 +397,8 @@ def attention_backward(
         pgemm(NT, TR, rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
               <floating> 0, &dzcat[0, 0], d, nthreads)
         heads_backward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d, &lse[0],
-                       dqp, dkp, dvp, &scratch[0], per_thread, nb, tq, tk, n_heads, d_head,
-                       scale, causal, km, nthreads)
+                       dqp, dkp, dvp, &scratch[0], per_thread, partp, nb, tq, tk, n_heads,
+                       d_head, scale, causal, km, nthreads)
         if rope_cos is not None:
             rope(dqp, ldq, rq, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
             rope(dkp, ldkv, rk, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)

@@ -54,7 +54,9 @@ class _Workspace:
             self.probs = e(threads * _flash.scratch_elements(tk, d // n_heads, dtype))
             self.lse = e(nb * n_heads * tq)
             self.tbuf = None
-            self._bwd_per_thread = 0
+            # backward: dQ shares of heads split into key ranges (0 when not split)
+            parts = _flash.dq_parts_elements(nb, tq, tk, n_heads, d // n_heads, threads)
+            self._bwd_per_thread = -(-parts // threads)
         elif blocked:
             fwd, self._bwd_per_thread = _attention.blocked_scratch_sizes(tq, d // n_heads)
             self.probs = e(threads * fwd)
@@ -85,18 +87,23 @@ BLOCKED_MIN_SCORES = 512 * 512
 # "auto" and the fused small-head kernels (attnx._flash). Measured with one
 # thread on a 2-core AMD EPYC (AVX-512), training step, fused vs the best of
 # dense/blocked: B1 T2048 d256 H8 (d_head 32) 1.11-1.18x (causal or not, both
-# dtypes); B8 T512 d256 H8 1.04x float32, 1.07x float64; B32 T128 d64 with
-# d_head 8 / 16 / 32: float64 1.08x / 1.08x / 0.95x, float32 0.93x / 0.96x /
-# 0.92x, because OpenBLAS's SkylakeX kernels (AVX-512 CPUs) have a small-matrix
-# path that the dense path's per-head GEMMs use; with OpenBLAS's Haswell
-# kernels (AVX2 CPUs: no small-matrix path; OPENBLAS_CORETYPE=Haswell,
-# ATTNX_SIMD=1) the same shapes give 1.20x / 1.11x / 1.04x float32 and
-# 1.23x / 1.15x / 0.99x float64. d_head 64 is about even (0.96-1.04x), so it
-# stays on dense/blocked. Rule: fused when d_head <= FUSED_MAX_D_HEAD and
-# (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix kernels, or float64
-# with d_head <= 16).
+# dtypes); B8 T512 d256 H8 1.04x float32, 1.07x float64. B32 T128 d64, layer
+# forward + backward, min thread CPU time of 15 interleaved steps (robust to the
+# machine being shared), after the one-pass row max and the degree-5 float32
+# exp: d_head 8 / 16 / 32 float32 1.01-1.04x / 0.96-0.97x / 0.94-0.96x,
+# float64 1.46x / 1.23-1.30x / 1.07-1.11x. float32 at d_head 16-32 trails
+# because OpenBLAS's SkylakeX kernels (AVX-512 CPUs) have a small-matrix path
+# that the dense path's per-head GEMMs use; with OpenBLAS's Haswell kernels
+# (AVX2 CPUs: no small-matrix path; OPENBLAS_CORETYPE=Haswell, ATTNX_SIMD=1)
+# the fused path led at every d_head <= 32 (1.20x / 1.11x / 1.04x float32).
+# At float32 d_head 8 fused is even or ahead and keeps no (B, H, Tq, Tk)
+# probability block (16 MB at B32 T128 H8). d_head 64 is about even
+# (0.96-1.04x), so it stays on dense/blocked. Rule: fused when d_head <=
+# FUSED_MAX_D_HEAD and (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix
+# kernels, or float64, or d_head <= FUSED_ALWAYS_D_HEAD).
 FUSED_MAX_D_HEAD = 32
 FUSED_MIN_SCORES = 256 * 256
+FUSED_ALWAYS_D_HEAD = 8
 # OpenBLAS cores (threadpoolctl's "architecture") with small-matrix GEMM kernels
 _SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
@@ -230,7 +237,7 @@ class MultiHeadAttention:
             return self.attention
         if self.d_head <= FUSED_MAX_D_HEAD and (
                 tq * tk >= FUSED_MIN_SCORES or not _blas_small_gemm()
-                or (self.dtype == np.float64 and self.d_head <= 16)):
+                or self.dtype == np.float64 or self.d_head <= FUSED_ALWAYS_D_HEAD):
             return "fused"
         return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
 
@@ -249,7 +256,8 @@ class MultiHeadAttention:
         def make():
             d, h = self.d_model, self.n_heads
             if path == "fused":
-                att = threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
+                att = (threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
+                       + _flash.dq_parts_elements(nb, tq, tk, h, d // h, threads))
             elif blocked:
                 att = threads * sum(_attention.blocked_scratch_sizes(tq, d // h))
             else:
@@ -316,7 +324,7 @@ class MultiHeadAttention:
             if ws.fused:
                 _flash.attention_backward(
                     x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,
-                    ws.dq, ws.dkv, ws.probs, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
+                    ws.dq, ws.dkv, ws.probs, ws.scratch, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
                     nb, self.n_heads, self.causal, mask, rc, rs, dx_accumulate,
                     dctx_accumulate, run)
                 return

@@ -63,20 +63,25 @@ HYPER = dict(lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
 # ---------------------------------------------------------------- configurations
 @dataclass(frozen=True)
 class Config:
-    kind: str            # "attention" or "transformer"
+    kind: str            # "attention", "transformer" or "sequence"
     B: int
     T: int
     d: int
     H: int
     causal: bool = False
     hidden: int = 0      # transformer only
-    layers: int = 0      # transformer only
+    layers: int = 0      # transformer and sequence
+    features: int = 0    # sequence only: input features per position
+    outputs: int = 0     # sequence only: outputs per sequence (mean pooling)
 
     @property
     def id(self):
-        s = f"{'attn' if self.kind == 'attention' else 'tf'}-{self.B}x{self.T}x{self.d}-h{self.H}"
-        if self.kind == "transformer":
+        pre = {"attention": "attn", "transformer": "tf", "sequence": "seq"}[self.kind]
+        s = f"{pre}-{self.B}x{self.T}x{self.d}-h{self.H}"
+        if self.kind != "attention":
             s += f"-f{self.hidden}-l{self.layers}"
+        if self.kind == "sequence":
+            s += f"-in{self.features}-out{self.outputs}"
         return s + ("-causal" if self.causal else "")
 
 
@@ -89,7 +94,13 @@ FULL_CONFIGS = (
     Config("transformer", 32, 128, 64, 8, hidden=256, layers=2),
     Config("transformer", 32, 128, 64, 8, hidden=256, layers=3),
     Config("transformer", 8, 512, 256, 8, hidden=1024, layers=2),
+    # attnx.SequenceModel: embedding, 2 pre-norm blocks, final LayerNorm, mean pooling,
+    # linear head. Peers: the PyTorch twin of tests/seq_torch_twin.py ("torch", attention
+    # written out); no NumPy or SDPA version of this model exists, so those are left out.
+    Config("sequence", 32, 128, 64, 8, hidden=256, layers=2, features=16, outputs=4),
 )
+# implementations that have a version of each model kind
+KIND_IMPLS = {"attention": IMPLS, "transformer": IMPLS, "sequence": ("attnx", "torch")}
 QUICK_CONFIGS = (
     Config("attention", 2, 16, 16, 2),
     Config("attention", 2, 16, 16, 2, causal=True),
@@ -119,8 +130,10 @@ def step_flops(c, train):
         return _attention_flops(c, train, dx=False)
     n, d, f = c.B * c.T, c.d, c.hidden
     total = 0
+    if c.kind == "sequence":   # embedding in, head out; the embedding needs every block's dX
+        total += (2 * n * c.features * d + 2 * c.B * d * c.outputs) * (2 if train else 1)
     for i in range(c.layers):
-        total += _attention_flops(c, train, dx=i > 0)
+        total += _attention_flops(c, train, dx=i > 0 or c.kind == "sequence")
         total += 2 * (2 * n * d * f)                   # H = Z~ W1, out = S W2
         if train:
             total += 4 * (2 * n * d * f)               # dW2, dS, dW1, dZ~
@@ -150,7 +163,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="tiny shapes and few steps (smoke test); sets --steps 3 --warmup 1 "
                         "--rounds 3 --gemm-size 128 unless given")
-    p.add_argument("--only", choices=("attention", "transformer"), help="one model kind")
+    p.add_argument("--only", choices=("attention", "transformer", "sequence"),
+                   help="one model kind")
     p.add_argument("--configs", default="",
                    help="comma-separated substrings of configuration ids to keep, e.g. "
                         "'attn-32x128,tf-8x512' (see --list)")
@@ -314,7 +328,7 @@ def format_report(doc):
             out(f"    GEMM limit {dt} {lim['n']}^3: scipy BLAS {lim['scipy']:.1f} GFLOP/s"
                 f" (attnx's), numpy {lim['numpy']:.1f}"
                 + (f", torch {lim['torch']:.1f}" if lim.get("torch") else ""))
-        hdr = (f"    {'config':<28} {'dtype':<7} {'mode':<7} {'impl':<10} {'median ms':>9} "
+        hdr = (f"    {'config':<36} {'dtype':<7} {'mode':<7} {'impl':<10} {'median ms':>9} "
                f"{'min ms':>8} {'max ms':>8} {'ratio':>6} {'GFLOP/s':>8} {'%limit':>6} "
                f"{'peak MB':>8}")
         out(hdr)
@@ -325,19 +339,19 @@ def format_report(doc):
                 out("")
             prev = (r["config"], r["dtype"])
             for name, m in r["impls"].items():
-                out(f"    {r['config']:<28} {r['dtype']:<7} {r['mode']:<7} {name:<10} "
+                out(f"    {r['config']:<36} {r['dtype']:<7} {r['mode']:<7} {name:<10} "
                     f"{_ms(m['median_s']):>9} {_ms(m['min_s']):>8} {_ms(m['max_s']):>8} "
                     f"{m['ratio']:>6.2f} {m['gflops']:>8.1f} {100 * m['frac_limit']:>5.1f}% "
                     f"{_mb(m.get('peak_bytes')):>8}")
             if (r.get("foreign_cpu") or 0) >= 0.1:
-                out(f"    {'':<28} {'':<7} {'':<7} NOTE: other processes used "
+                out(f"    {'':<36} {'':<7} {'':<7} NOTE: other processes used "
                     f"{r['foreign_cpu']:.2f} CPU during this race (noisy)")
             if r.get("loss_check"):
-                out(f"    {'':<28} {'':<7} {'':<7} {r['loss_check']}")
+                out(f"    {'':<36} {'':<7} {'':<7} {r['loss_check']}")
             if r.get("phases"):
                 ph = r["phases"]
                 tot = sum(ph.values())
-                out(f"    {'':<28} {'':<7} {'':<7} attnx phases (median ms): " + ", ".join(
+                out(f"    {'':<36} {'':<7} {'':<7} attnx phases (median ms): " + ", ".join(
                     f"{k} {_ms(v)} ({100 * v / tot:.0f}%)" for k, v in ph.items()))
         out("")
     out("Ratios other/attnx of the median time (>1: attnx faster); 'best' is the "
@@ -347,8 +361,8 @@ def format_report(doc):
     short = {"torch-sdpa": "sdpa"}
     width = 6
     block = lambda cells: " ".join(f"{c:>{width}}" for c in cells)  # noqa: E731
-    head1 = f"  {'':<28} {'':<7} {'':<7}"
-    head2 = f"  {'config':<28} {'dtype':<7} {'mode':<7}"
+    head1 = f"  {'':<36} {'':<7} {'':<7}"
+    head2 = f"  {'config':<36} {'dtype':<7} {'mode':<7}"
     for run in runs:
         title = f"{run['threads']} thread{'s' if run['threads'] > 1 else ''}"
         head1 += " | " + f"{title:^{len(cols) * (width + 1) - 1}}"
@@ -358,7 +372,7 @@ def format_report(doc):
     out("  " + "-" * (len(head2) - 2))
     keyed = [{(r["config"], r["dtype"], r["mode"]): r for r in run["results"]} for run in runs]
     for key in keyed[0]:
-        row = f"  {key[0]:<28} {key[1]:<7} {key[2]:<7}"
+        row = f"  {key[0]:<36} {key[1]:<7} {key[2]:<7}"
         for k in keyed:
             r = k.get(key)
             cells = []
@@ -445,13 +459,14 @@ def run_worker(args):
             dtype = np.dtype(dt)
             t0 = time.perf_counter()
             bench = _Bench(cfg, dtype, args.seed, impl_list, np, attnx, nm, tm, torch)
+            cfg_impls = bench.impl_list
             for mode in ("train", "predict"):
                 res = bench.race(mode, args, log)
                 lim = gemm_limit[dt]["scipy"]
                 flops = step_flops(cfg, mode == "train")
                 base = res["attnx"]
                 impls = {}
-                for name in impl_list:
+                for name in cfg_impls:
                     st = res[name]
                     impls[name] = {
                         "median_s": st["median"], "min_s": st["min"], "max_s": st["max"],
@@ -459,8 +474,7 @@ def run_worker(args):
                         "gflops": flops / st["median"] / 1e9,
                         "frac_limit": flops / st["median"] / 1e9 / lim,
                     }
-                shape = {k: v for k, v in asdict(cfg).items()
-                         if cfg.kind == "transformer" or k not in ("hidden", "layers")}
+                shape = {k: v for k, v in asdict(cfg).items() if v or k == "causal"}
                 row = {"config": cfg.id, "shape": shape, "dtype": dt, "mode": mode,
                        "flops": flops, "impls": impls,
                        "best_other_ratio": min((impls[i]["ratio"] for i in impls if i != "attnx"),
@@ -468,7 +482,7 @@ def run_worker(args):
                 if bench.foreign is not None:
                     row["foreign_cpu"] = round(bench.foreign, 3)
                 if mode == "train":
-                    row["loss0"] = {i: res[i]["loss0"] for i in impl_list}
+                    row["loss0"] = {i: res[i]["loss0"] for i in cfg_impls}
                     row["loss_check"] = _loss_check(row["loss0"], dtype)
                     if args.phases:
                         row["phases"] = bench.attnx_phases(args)
@@ -478,7 +492,7 @@ def run_worker(args):
             if not args.no_memory:
                 for mode in ("train", "predict"):
                     row = results[-2] if mode == "train" else results[-1]
-                    for name in impl_list:
+                    for name in cfg_impls:
                         row["impls"][name]["peak_bytes"] = bench.peak_memory(name, mode)
             bench.close()
             del bench
@@ -643,6 +657,15 @@ def wait_quiet(limit_s, log, threshold=0.15, probe_s=0.5):
     return time.monotonic() - t0
 
 
+def _seq_twin(model, torch):
+    """The PyTorch twin of an attnx.SequenceModel (tests/seq_torch_twin.py), same weights."""
+    tests = os.path.join(REPO, "tests")
+    if tests not in sys.path:
+        sys.path.append(tests)
+    from seq_torch_twin import SeqTwin
+    return SeqTwin(model)
+
+
 class _Bench:
     """The implementations of one (config, dtype), built from one attnx model's weights."""
 
@@ -650,11 +673,15 @@ class _Bench:
         self.cfg, self.dtype, self.seed = cfg, dtype, seed
         self.np, self.attnx, self.nm, self.tm, self.torch = np, attnx, nm, tm, torch
         rng = np.random.default_rng(seed + 1)
-        shape = (cfg.B, cfg.T, cfg.d)
-        self.x = rng.standard_normal(shape).astype(dtype)
-        self.t = rng.standard_normal(shape).astype(dtype)
+        if cfg.kind == "sequence":
+            self.x = rng.standard_normal((cfg.B, cfg.T, cfg.features)).astype(dtype)
+            self.t = rng.standard_normal((cfg.B, cfg.outputs)).astype(dtype)
+        else:
+            shape = (cfg.B, cfg.T, cfg.d)
+            self.x = rng.standard_normal(shape).astype(dtype)
+            self.t = rng.standard_normal(shape).astype(dtype)
         self.ref = self._attnx_model()          # weight source for the others
-        self.impl_list = impl_list
+        self.impl_list = [i for i in impl_list if i in KIND_IMPLS[cfg.kind]]
         self.foreign = None
         self.impls = {name: self.build(name) for name in impl_list}
 
@@ -663,6 +690,10 @@ class _Bench:
         kw = dict(causal=c.causal, dtype=self.dtype, random_state=self.seed, input_grad=False)
         if c.kind == "attention":
             return a.MultiHeadAttention(c.d, c.H, **kw)
+        if c.kind == "sequence":
+            del kw["input_grad"]
+            return a.SequenceModel(c.features, c.d, c.H, c.layers, c.outputs, d_hidden=c.hidden,
+                                   pooling="mean", norm="pre", **kw)
         return a.Transformer(c.d, c.H, c.layers, c.hidden, **kw)
 
     def build(self, name):
@@ -672,7 +703,7 @@ class _Bench:
             a = self.attnx
             m = self._attnx_model()
             opt = a.AdamW(m.params, **HYPER)
-            y, dy = np.empty_like(x), np.empty_like(x)
+            y, dy = np.empty_like(t), np.empty_like(t)
             yp = []
 
             def train():
@@ -684,7 +715,7 @@ class _Bench:
 
             def predict():
                 if not yp:
-                    yp.append(np.empty_like(x))
+                    yp.append(np.empty_like(t))
                 return m.forward(x, grad=False, out=yp[0])
             return train, predict, m
         if name == "numpy":
@@ -699,12 +730,15 @@ class _Bench:
             return (lambda: nm.train_step(m, opt, x, t)), (lambda: m.forward(x, grad=False)), m
         tm, torch = self.tm, self.torch
         sdpa = name == "torch-sdpa"
-        if c.kind == "attention":
+        if c.kind == "sequence":
+            m = _seq_twin(self.ref, torch)
+        elif c.kind == "attention":
             m = tm.TorchAttention(c.d, c.H, causal=c.causal, dtype=self.dtype, sdpa=sdpa)
         else:
             m = tm.TorchTransformer(c.d, c.H, c.layers, c.hidden, causal=c.causal,
                                     dtype=self.dtype, sdpa=sdpa)
-        m.load_params(self.ref.params)
+        if c.kind != "sequence":
+            m.load_params(self.ref.params)
         opt = tm.make_optimizer(m, **HYPER)
         tx, tt = torch.from_numpy(x), torch.from_numpy(t)
         return (lambda: tm.train_step(m, opt, tx, tt)), (lambda: tm.predict(m, tx)), m
@@ -747,7 +781,7 @@ class _Bench:
         m = self.impls["attnx"][2]
         opt = a.AdamW(m.params, **HYPER)
         x, t = self.x, self.t
-        y, dy = np.empty_like(x), np.empty_like(x)
+        y, dy = np.empty_like(t), np.empty_like(t)
         names = ("forward", "loss", "backward", "adamw")
         parts = (lambda: m.forward(x, out=y), lambda: a.mse_loss(y, t, out=dy),
                  lambda: m.backward(dy), lambda: opt.step(m.grads))
@@ -832,7 +866,9 @@ def main(argv=None):
     if args.list:
         for c in (FULL_CONFIGS if not args.quick else QUICK_CONFIGS):
             print(f"{c.id:<32} {c.kind}  B={c.B} T={c.T} d={c.d} H={c.H}"
-                  + (f" hidden={c.hidden} layers={c.layers}" if c.kind == "transformer" else "")
+                  + (f" hidden={c.hidden} layers={c.layers}" if c.kind != "attention" else "")
+                  + (f" features={c.features} outputs={c.outputs}" if c.kind == "sequence"
+                     else "")
                   + ("  causal" if c.causal else ""))
         return 0
     if args.worker:

@@ -101,18 +101,25 @@ FL_ATTR static inline FL_T FL_NAME(fl_hsumw)(FL_NAME(vwide) v)
 }
 #endif
 
-/* max over s[0:n], NaN-propagating (a NaN score must poison its row, not vanish). */
+/* max over s[0:n] and m. A NaN may or may not win the max (vectorised max
+ * instructions differ); either way it reaches the row's sum through exp, which
+ * propagates it. The one place it could vanish is a row whose max is -inf (every
+ * other key masked): fl_hasnan checks that case only. */
 FL_ATTR static inline FL_T FL_NAME(fl_rowmax)(const FL_T *s, int n, FL_T m)
 {
     int j;
-    int nan = 0;
     FL_SIMD_RED(max, m)
     for (j = 0; j < n; j++)
         m = s[j] > m ? s[j] : m;
-    FL_SIMD_RED(|, nan)
+    return m;
+}
+
+FL_ATTR static inline int FL_NAME(fl_hasnan)(const FL_T *s, int n)
+{
+    int j, nan = 0;
     for (j = 0; j < n; j++)
         nan |= (s[j] != s[j]);
-    return nan ? (FL_T) NAN : m;
+    return nan;
 }
 
 /* s[j] = exp(s[j] - m) in place, returns the sum (exp and sum in one pass). */
@@ -466,6 +473,8 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                 FL_T *sr = s + r * bkp;
                 FL_T mold = mrow[r];
                 FL_T mx = FL_NAME(fl_rowmax)(sr, nk, mold);
+                if (mx == -INFINITY && FL_NAME(fl_hasnan)(sr, nk))
+                    mx = (FL_T) NAN;                /* a NaN score among masked keys */
                 if (mx == -INFINITY) {              /* every key so far is masked */
                     memset(sr, 0, sizeof(FL_T) * nk);
                     continue;
@@ -508,46 +517,54 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
 
 /* ---------------------------------------------------------------- backward */
 
-/* dQ, dK, dV of one (sample, head) from dZ, with P recomputed block by block
- * from the forward's per-row log-sum-exp:
+/* dQ, dK, dV of one (sample, head) from dZ, for the keys [ka, kb) only, with P
+ * recomputed block by block from the forward's per-row log-sum-exp:
  *   D = rowsum(dZ * Z); per (query block, key block):
  *   P = exp(scale Q K^T - lse), dV += P^T dZ, dS = P * (dZ V^T - D),
  *   dQ += scale dS K, dK += scale dS^T Q (dK and dV kept transposed while they accumulate).
- * Pointers as in the forward (all at row 0 of the head); dq shares ldq, dk/dv
- * share ldkv, z/dz share ldz. ws: attnx_flash_bwd_scratch(tk, dh) elements. */
+ * dK and dV rows [ka, kb) are complete on return; dq (leading dimension lddq)
+ * receives these keys' share of dQ for every query row (0 where a row sees none
+ * of them), so a head split into key ranges sums its shares afterwards. ka must
+ * be a multiple of ATTNX_FL_BK (the same key blocks as an unsplit head).
+ * Pointers as in the forward (all at row 0 of the head); dk/dv share ldkv, z/dz
+ * share ldz. ws: attnx_flash_bwd_scratch(tk, dh) elements. */
 FL_ATTR static void FL_NAME(fl_backward_head)(
         const FL_T *q, ptrdiff_t ldq, const FL_T *k, const FL_T *v, ptrdiff_t ldkv,
         const FL_T *z, const FL_T *dz, ptrdiff_t ldz, const FL_T *lse,
-        FL_T *dq, FL_T *dk, FL_T *dv, int tq, int tk, int dh, FL_T scale, int causal,
-        const uint8_t *km, FL_T *ws)
+        FL_T *dq, ptrdiff_t lddq, FL_T *dk, FL_T *dv, int tq, int tk, int ka, int kb,
+        int dh, FL_T scale, int causal, const uint8_t *km, FL_T *ws)
 {
+    const int nkr = kb - ka;                         /* keys of this range */
     const int dhp = ATTNX_FL_PAD(dh, FL_NRN);
-    const int tkp = ATTNX_FL_PAD(tk, FL_NRN);
+    const int tkp = ATTNX_FL_PAD(nkr > 0 ? nkr : 1, FL_NRN);
     const int bkp = ATTNX_FL_BK;
     FL_T *p = ws;                                    /* (BQ, BK) P */
     FL_T *dp = p + ATTNX_FL_BQ * bkp;                /* (BQ, BK) dP, then dS */
     FL_T *dqa = dp + ATTNX_FL_BQ * bkp;              /* (BQ, dhp) dQ block */
     FL_T *dvec = dqa + ATTNX_FL_BQ * dhp;            /* (BQ) D */
-    FL_T *kt = dvec + ATTNX_FL_BQ;                   /* (dh, tkp) K^T */
+    FL_T *kt = dvec + ATTNX_FL_BQ;                   /* (dh, tkp) K^T of the range */
     FL_T *vt = kt + (ptrdiff_t) dh * tkp;            /* (dh, tkp) V^T */
     FL_T *dkt = vt + (ptrdiff_t) dh * tkp;           /* (dh, tkp) dK^T */
     FL_T *dvt = dkt + (ptrdiff_t) dh * tkp;          /* (dh, tkp) dV^T */
     FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tkp, dhp) K, when padding is needed */
-    const FL_T *kb = k;                              /* K as the B operand of dS K */
+    const FL_T *kb_ = k + (ptrdiff_t) ka * ldkv;     /* K as the B operand of dS K */
     ptrdiff_t ldkb = ldkv;
-    int i0, bq, j0, bk, nk, jend, r, c, kmax;
+    int i0, bq, j0, bk, nk, jend, r, c;
 
-    FL_NAME(fl_pack_t)(k, ldkv, tk, dh, kt, tkp);
-    FL_NAME(fl_pack_t)(v, ldkv, tk, dh, vt, tkp);
+    (void) tk;
+    if (nkr <= 0)
+        return;
+    FL_NAME(fl_pack_t)(k + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, kt, tkp);
+    FL_NAME(fl_pack_t)(v + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, vt, tkp);
 #if FL_PAIR
     const int pair = dhp == 8;
     if (pair)
-        FL_NAME(fl_pack_pairs)(k, ldkv, tk, dh, kp);
+        FL_NAME(fl_pack_pairs)(k + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, kp);
     else
 #endif
     if (dh != dhp) {
-        FL_NAME(fl_pack)(k, ldkv, tk, dh, kp, dhp);
-        kb = kp;
+        FL_NAME(fl_pack)(k + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, kp, dhp);
+        kb_ = kp;
         ldkb = dhp;
     }
     memset(dkt, 0, sizeof(FL_T) * dh * tkp);
@@ -558,19 +575,21 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
         const FL_T *qb = q + (ptrdiff_t) i0 * ldq;
         const FL_T *dzb = dz + (ptrdiff_t) i0 * ldz;
         memset(dqa, 0, sizeof(FL_T) * bq * dhp);
-        for (r = 0; r < bq; r++) {
-            FL_T dd = 0;
-            const FL_T *zr = z + (ptrdiff_t) (i0 + r) * ldz;
-            const FL_T *dzr = dzb + (ptrdiff_t) r * ldz;
-            for (c = 0; c < dh; c++)
-                dd += dzr[c] * zr[c];
-            dvec[r] = dd;
-        }
-        jend = causal ? (i0 + bq < tk ? i0 + bq : tk) : tk;
-        for (j0 = 0; j0 < jend; j0 += bk) {
+        jend = causal ? (i0 + bq < kb ? i0 + bq : kb) : kb;
+        if (jend > ka)
+            for (r = 0; r < bq; r++) {
+                FL_T dd = 0;
+                const FL_T *zr = z + (ptrdiff_t) (i0 + r) * ldz;
+                const FL_T *dzr = dzb + (ptrdiff_t) r * ldz;
+                for (c = 0; c < dh; c++)
+                    dd += dzr[c] * zr[c];
+                dvec[r] = dd;
+            }
+        for (j0 = ka; j0 < jend; j0 += bk) {
+            const int jr = j0 - ka;                  /* column in the packed range */
             bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
             nk = ATTNX_FL_PAD(bk, FL_NRN);
-            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, tkp, p, bkp, scale, 0);
+            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + jr, tkp, p, bkp, scale, 0);
             if (causal || km != NULL)
                 FL_NAME(fl_mask)(p, bkp, bq, bk, i0, j0, causal, km);
             FL_NAME(fl_pad_inf)(p, bkp, bq, bk, nk);
@@ -583,9 +602,9 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
             }
             /* dV^T[:, j0:] += dZ^T P: keys along the vector lanes, as in S (a small
              * d_head would leave most lanes of a (keys, d_head) tile empty) */
-            FL_NAME(fl_gemm)(dh, nk, bq, dzb, 1, ldz, p, bkp, dvt + j0, tkp, 1, 1);
+            FL_NAME(fl_gemm)(dh, nk, bq, dzb, 1, ldz, p, bkp, dvt + jr, tkp, 1, 1);
             /* dP = dZ V^T */
-            FL_NAME(fl_gemm)(bq, nk, dh, dzb, ldz, 1, vt + j0, tkp, dp, bkp, 1, 0);
+            FL_NAME(fl_gemm)(bq, nk, dh, dzb, ldz, 1, vt + jr, tkp, dp, bkp, 1, 0);
             for (r = 0; r < bq; r++) {
                 FL_T dd = dvec[r];
                 FL_T *pr = p + r * bkp;
@@ -597,23 +616,21 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
             /* dQ += scale dS K ; dK[j0:] += scale dS^T Q */
 #if FL_PAIR
             if (pair)
-                FL_NAME(fl_gemm_pair)(bq, bk, dp, bkp, kp + (ptrdiff_t) j0 * 8, dqa, dhp, scale, 1);
+                FL_NAME(fl_gemm_pair)(bq, bk, dp, bkp, kp + (ptrdiff_t) jr * 8, dqa, dhp, scale, 1);
             else
 #endif
-            FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kb + (ptrdiff_t) j0 * ldkb, ldkb, dqa, dhp,
+            FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kb_ + (ptrdiff_t) jr * ldkb, ldkb, dqa, dhp,
                              scale, 1);
-            FL_NAME(fl_gemm)(dh, nk, bq, qb, 1, ldq, dp, bkp, dkt + j0, tkp, scale, 1);
+            FL_NAME(fl_gemm)(dh, nk, bq, qb, 1, ldq, dp, bkp, dkt + jr, tkp, scale, 1);
         }
         for (r = 0; r < bq; r++)
             for (c = 0; c < dh; c++)
-                dq[(i0 + r) * ldq + c] = dqa[r * dhp + c];
+                dq[(ptrdiff_t) (i0 + r) * lddq + c] = dqa[r * dhp + c];
     }
     /* (causal keys past the last query never get a gradient: their rows stay 0) */
-    kmax = tk;
-    for (r = 0; r < kmax; r++)
+    for (r = 0; r < nkr; r++)
         for (c = 0; c < dh; c++) {
-            dk[r * ldkv + c] = dkt[c * tkp + r];
-            dv[r * ldkv + c] = dvt[c * tkp + r];
+            dk[(ptrdiff_t) (ka + r) * ldkv + c] = dkt[c * tkp + r];
+            dv[(ptrdiff_t) (ka + r) * ldkv + c] = dvt[c * tkp + r];
         }
 }
-

@@ -146,14 +146,16 @@ def test_fused_finite_differences(rng):
 @pytest.mark.parametrize("small_gemm", [False, True])
 def test_auto_rule(monkeypatch, small_gemm):
     """The documented rule: fused for d_head <= FUSED_MAX_D_HEAD when the sequence is
-    long, when BLAS has no small-matrix kernels, or in float64 at d_head <= 16."""
+    long, when BLAS has no small-matrix kernels, in float64, or at d_head <= 8."""
     from attnx import attention
     monkeypatch.setattr(attention, "_blas_small_gemm", lambda: small_gemm)
     long_t = 256
     for d, h, dtype, t, want in [
-            (64, 8, np.float32, 128, "dense" if small_gemm else "fused"),
+            (64, 8, np.float32, 128, "fused"),
+            (64, 4, np.float32, 128, "dense" if small_gemm else "fused"),
+            (64, 2, np.float32, 128, "dense" if small_gemm else "fused"),
             (64, 8, np.float64, 128, "fused"),
-            (64, 2, np.float64, 128, "dense" if small_gemm else "fused"),
+            (64, 2, np.float64, 128, "fused"),
             (64, 2, np.float32, long_t, "fused"),
             (64, 8, np.float32, 2048, "fused"),
             (128, 2, np.float32, 128, "dense"),
@@ -161,7 +163,7 @@ def test_auto_rule(monkeypatch, small_gemm):
         layer = attnx.MultiHeadAttention(d, h, dtype=dtype)
         assert layer._path(t, t) == want, (d, h, dtype, t)
     assert attention.FUSED_MIN_SCORES <= long_t * long_t
-    assert FUSED_MAX_D_HEAD == 32
+    assert FUSED_MAX_D_HEAD == 32 and attention.FUSED_ALWAYS_D_HEAD == 8
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -266,24 +268,57 @@ def test_scratch_is_checked():
                                  None, 1)
 
 
+# one or two heads whose keys span several key blocks: the backward splits each
+# head into key ranges at 2 threads (B*H below 4 per thread)
+SPLIT_SHAPES = [(1, 300, 300, 16, 1), (1, 140, 520, 24, 2), (2, 260, 140, 8, 1)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("opts", [OPTS[0], OPTS[1], OPTS[-1]],
+                         ids=lambda o: "-".join(o) or "plain")
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_key_split_backward_matches_torch(torch, dtype, opts, shape, rng):
+    """The backward with heads split into key ranges (dQ shares summed afterwards)
+    against PyTorch autograd, forward and every gradient."""
+    from threadpoolctl import threadpool_limits
+    nb, tq, tk, d, h = shape
+    tk_eff = tk if opts.get("cross") else tq
+    assert _flash.dq_parts_elements(nb, tq, tk_eff, h, d // h, 2) > 0   # really split
+    with threadpool_limits(2, user_api="openmp"):
+        test_fused_matches_torch(torch, dtype, opts, shape, rng)
+
+
 def test_threads_agree():
-    """One and two OpenMP threads (query chunks split differently) give the same
-    numbers: each output element is computed by one thread in a fixed order."""
+    """One and two OpenMP threads (query chunks and key ranges split differently):
+    the forward is the same to the bit (each output element is computed by one
+    thread in a fixed order); the backward agrees to rounding (two threads split
+    the head into key ranges and sum their dQ shares) and is the same to the bit
+    from run to run at a fixed thread count."""
     code = r"""
 import sys, numpy as np
 from threadpoolctl import threadpool_limits
 import attnx
 rng = np.random.default_rng(0)
 x = rng.normal(size=(1, 300, 32)).astype(np.float32)
-outs = []
-for n in (1, 2):
+dy = rng.normal(size=x.shape).astype(np.float32)
+outs = {}
+for n in (1, 2, 2, 1):
     with threadpool_limits(n, user_api="openmp"):
-        layer = attnx.MultiHeadAttention(32, 4, causal=True, random_state=0, attention="fused")
+        layer = attnx.MultiHeadAttention(32, 2, causal=True, random_state=0, attention="fused")
         y = layer.forward(x)
-        dx = layer.backward(np.ones_like(y))
-        outs.append((y, dx, layer.grads.flat.copy()))
-for a, b in zip(*outs):
-    assert np.array_equal(a, b)
+        dx = layer.backward(dy)
+        out = (y, dx, layer.grads.flat.copy())
+    if n in outs:
+        for a, b in zip(out, outs[n]):
+            assert np.array_equal(a, b), n
+    outs[n] = out
+a, b = outs[1], outs[2]
+assert np.array_equal(a[0], b[0])
+from attnx import _flash
+assert _flash.dq_parts_elements(1, 300, 300, 2, 16, 2) > 0   # two threads split the heads
+for u, v in zip(a[1:], b[1:]):
+    err = np.abs(u - v).max() / np.abs(u).max()
+    assert err < 1e-5, err
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
