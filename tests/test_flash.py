@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import subprocess
+import tempfile
 import sys
 
 import numpy as np
@@ -247,8 +248,10 @@ def test_every_simd_level(level):
         pytest.skip(f"this CPU has SIMD level {_ops.cpu_level()} < {level}")
     env = dict(os.environ, ATTNX_SIMD=str(level))
     env.pop("ATTNX_NO_SIMD", None)
+    # cwd: not the checkout, whose unbuilt attnx/ would shadow the attnx under test
     out = subprocess.run([sys.executable, "-c", _LEVEL_SCRIPT, HERE], env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300,
+                         cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["level"] == level
@@ -322,5 +325,5 @@ for u, v in zip(a[1:], b[1:]):
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, cwd=tempfile.gettempdir())
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr
