@@ -3,7 +3,8 @@
 Nine speakers uttered the Japanese vowels "ae"; each utterance is a series of 12
 LPC cepstrum coefficients, 7 to 29 frames long (ragged). 270 training and 370 test
 utterances, from the UCI archive, as shipped inside the `sktime` wheel
-(pip install "attnx[examples]"); the files are read directly, without importing sktime.
+(pip install "attnx[examples]", and torch's CPU build for the PyTorch twin); the
+files are read directly, without importing sktime.
 
 Prints the test accuracy and fit time of
   - attnx.TransformerClassifier on the ragged list of sequences,

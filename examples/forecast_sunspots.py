@@ -1,8 +1,8 @@
 """Forecasting on real data: next year's sunspot number from the past 32 years.
 
 Yearly mean sunspot numbers 1700-2008 (309 values), as shipped inside the
-`statsmodels` wheel (pip install "attnx[examples]"). attnx.datasets.sliding_windows
-turns the series into (window of 32 years -> next year) pairs; windows whose target
+`statsmodels` wheel (pip install "attnx[examples]", and torch's CPU build for the
+PyTorch twin). attnx.datasets.sliding_windows turns the series into (window of 32 years -> next year) pairs; windows whose target
 year is before 1950 train, the later ones test.
 
 Prints the test R^2 (and RMSE in sunspot units) and fit time of
