@@ -92,7 +92,9 @@ def test_fused_matches_torch(torch, dtype, opts, shape, rng):
 
     tol = TOL[dtype]
     assert rel_err(y, yt.detach().numpy()) < tol
-    assert rel_err(dx, xt.grad.numpy()) < tol
+    # dX is zero in exact arithmetic when a query sees a single key (P = 1, dS = 0):
+    # judge it on dY's scale, as the weight gradients are judged on dW's
+    assert rel_err(dx, xt.grad.numpy(), floor=np.abs(dy).max()) < tol
     if cross:
         assert rel_err(dc, ct.grad.numpy()) < tol
     wscale = max(np.abs(tp[w].grad.numpy()).max() for w in ("Wq", "Wk", "Wv", "Wo"))
