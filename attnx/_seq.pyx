@@ -362,10 +362,11 @@ def dropout_mask(floating[:, ::1] u, double p, int nthreads=1):
     """Turn uniform [0, 1) draws u into dropout multipliers in place:
     0 where u < p (dropped, probability p), 1/(1-p) elsewhere."""
     cdef Py_ssize_t rows = u.shape[0], k = u.shape[1], r, j
-    cdef floating keep = <floating> (1.0 / (1.0 - p)), pf = <floating> p
+    cdef floating keep, pf = <floating> p
     _threads("dropout", nthreads)
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
+    keep = <floating> (1.0 / (1.0 - p))   # after the check: p = 1 would divide by zero
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
             for j in range(k):
