@@ -4,13 +4,15 @@ Build (warnings are errors): python -m sphinx -W -b html docs docs/_build
 attnx must be importable: installed, or built in place (python setup.py
 build_ext --inplace) in this checkout, which is then put first on sys.path.
 """
+import importlib.machinery
 import os
 import sys
 
-_root = os.path.abspath("..")
-# the checkout's attnx/ when it is built in place; else the installed attnx
-if any(f.startswith("_ops.") and not f.endswith((".pyx", ".pxd", ".pyi"))
-       for f in os.listdir(os.path.join(_root, "attnx"))):
+_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the checkout's attnx/ when it is built in place (a compiled _ops next to the
+# sources); else the installed attnx
+if any(os.path.exists(os.path.join(_root, "attnx", "_ops" + suffix))
+       for suffix in importlib.machinery.EXTENSION_SUFFIXES):
     sys.path.insert(0, _root)
 
 import attnx  # noqa: E402
