@@ -5,9 +5,14 @@ set_params and (from scikit-learn 1.6 on) __sklearn_tags__; older releases read
 _estimator_type and _more_tags. The constructor signature is the list of
 hyper-parameters, as in scikit-learn.
 """
+from __future__ import annotations
+
 import inspect
+from typing import Any, TypeVar
 
 import numpy as np
+
+_Self = TypeVar("_Self", bound="EstimatorParams")
 
 
 class _NotFittedError(ValueError, AttributeError):
@@ -23,10 +28,10 @@ class _ConvergenceWarning(UserWarning):
 _LAZY = {"NotFittedError": ("sklearn.exceptions", "NotFittedError", _NotFittedError),
          "ConvergenceWarning": ("sklearn.exceptions", "ConvergenceWarning",
                                 _ConvergenceWarning)}
-_RESOLVED = {}
+_RESOLVED: dict[str, type[Exception]] = {}
 
 
-def sklearn_class(name):
+def sklearn_class(name: str) -> type[Exception]:
     """scikit-learn's NotFittedError / ConvergenceWarning when scikit-learn imports,
     else attnx's own class of the same bases. Resolved on first use only, so that
     importing attnx never imports scikit-learn."""
@@ -42,7 +47,8 @@ def sklearn_class(name):
     return cls
 
 
-def __getattr__(name):  # PEP 562: `from attnx._base import NotFittedError` resolves lazily
+# PEP 562: `from attnx._base import NotFittedError` resolves lazily
+def __getattr__(name: str) -> type[Exception]:
     if name in _LAZY:
         return sklearn_class(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -54,7 +60,7 @@ class EstimatorParams:
     _estimator_type = "regressor"  # scikit-learn < 1.6 reads this in is_regressor
 
     @classmethod
-    def _param_names(cls):
+    def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
         names = []
         for p in list(sig.parameters.values())[1:]:
@@ -65,16 +71,16 @@ class EstimatorParams:
         return names
 
     @classmethod
-    def _defaults(cls):
+    def _defaults(cls) -> dict[str, Any]:
         sig = inspect.signature(cls.__init__)
         return {k: p.default for k, p in sig.parameters.items() if k != "self"}
 
-    def get_params(self, deep=True):
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
         """Hyper-parameters as given to the constructor (deep is accepted for
         scikit-learn; there are no nested estimators)."""
         return {name: getattr(self, name) for name in self._param_names()}
 
-    def set_params(self, **params):
+    def set_params(self: _Self, **params: Any) -> _Self:
         """Set hyper-parameters by name; takes effect at the next fit. Returns self."""
         valid = self._param_names()
         for key, value in params.items():
@@ -84,14 +90,14 @@ class EstimatorParams:
             setattr(self, key, value)
         return self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         defaults = self._defaults()
         parts = [f"{k}={_short_repr(v)}" for k, v in self.get_params().items()
                  if not _same(v, defaults[k])]
         return f"{type(self).__name__}({', '.join(parts)})"
 
     # ---- scikit-learn tags (sklearn is imported only when sklearn asks) ----
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:  # sklearn.utils.Tags (sklearn is untyped here)
         from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
 
         return Tags(estimator_type="regressor",
@@ -100,7 +106,7 @@ class EstimatorParams:
                     regressor_tags=RegressorTags(),
                     input_tags=InputTags(two_d_array=False, three_d_array=True))
 
-    def _more_tags(self):  # scikit-learn < 1.6
+    def _more_tags(self) -> dict[str, Any]:  # scikit-learn < 1.6
         return {"multioutput": True, "requires_y": True, "X_types": ["3darray"]}
 
 
@@ -109,7 +115,7 @@ class ClassifierParams(EstimatorParams):
 
     _estimator_type = "classifier"
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:  # sklearn.utils.Tags (sklearn is untyped here)
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
 
         return Tags(estimator_type="classifier",
@@ -118,11 +124,11 @@ class ClassifierParams(EstimatorParams):
                     classifier_tags=ClassifierTags(),
                     input_tags=InputTags(two_d_array=False, three_d_array=True))
 
-    def _more_tags(self):  # scikit-learn < 1.6
+    def _more_tags(self) -> dict[str, Any]:  # scikit-learn < 1.6
         return {"requires_y": True, "X_types": ["3darray"]}
 
 
-def _same(a, b):
+def _same(a: object, b: object) -> bool:
     if a is b:
         return True
     if type(a) is not type(b):
@@ -133,7 +139,7 @@ def _same(a, b):
         return False
 
 
-def _short_repr(v):
+def _short_repr(v: object) -> str:
     if isinstance(v, type) and v.__module__ == "numpy":
         return f"np.{v.__name__}"
     if isinstance(v, np.dtype):

@@ -3,10 +3,19 @@
 Arrays (n, T, d) are seen as n*T rows (one per sample and position) and d
 outputs, as scikit-learn's multi-output metrics would see Y.reshape(-1, d).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
-def _rows(y_true, y_pred):
+    F64Array = npt.NDArray[np.float64]
+
+
+def _rows(y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> tuple[F64Array, F64Array]:
     t = np.asarray(y_true, dtype=np.float64)
     p = np.asarray(y_pred, dtype=np.float64)
     if t.shape != p.shape:
@@ -18,7 +27,8 @@ def _rows(y_true, y_pred):
     return t.reshape(-1, t.shape[-1]), p.reshape(-1, p.shape[-1])
 
 
-def r2_per_output(y_true, y_pred, sample_weight=None):
+def r2_per_output(y_true: npt.ArrayLike, y_pred: npt.ArrayLike,
+                  sample_weight: npt.ArrayLike | None = None) -> F64Array:
     """R^2 of each output feature: (d,) float64.
 
     A constant target feature scores 1 when predicted exactly, else 0
@@ -42,12 +52,13 @@ def r2_per_output(y_true, y_pred, sample_weight=None):
     return r2
 
 
-def r2_score(y_true, y_pred, sample_weight=None):
+def r2_score(y_true: npt.ArrayLike, y_pred: npt.ArrayLike,
+             sample_weight: npt.ArrayLike | None = None) -> float:
     """Uniform average of r2_per_output (scikit-learn's r2_score, multioutput default)."""
     return float(r2_per_output(y_true, y_pred, sample_weight).mean())
 
 
-def mae_per_output(y_true, y_pred):
+def mae_per_output(y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> F64Array:
     """Mean absolute error of each output feature: (d,) float64."""
     t, p = _rows(y_true, y_pred)
-    return np.abs(t - p).mean(axis=0)
+    return cast("F64Array", np.abs(t - p).mean(axis=0))  # numpy types mean(axis=...) as Any

@@ -24,11 +24,15 @@
   `with threadpool_limits(...)`, that thread owns the count and attnx leaves
   BLAS as the user set it.
 """
+from __future__ import annotations
+
 import threading
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
 import scipy.linalg.cython_blas  # noqa: F401  (loads scipy's BLAS before we look for it)
 from threadpoolctl import ThreadpoolController
 
+_release: Callable[[], object] | None
 try:  # threadpoolctl >= 3.7: one "controlling thread" per process-wide OpenBLAS
     from threadpoolctl import OpenBLASController as _OpenBLAS
     _release = getattr(_OpenBLAS, "clear_controlling_thread", None)
@@ -37,19 +41,37 @@ except ImportError:  # older threadpoolctl: any thread may set the count
 
 from . import _ops
 
+if TYPE_CHECKING:
+    class _LibController(Protocol):
+        """What attnx uses of one of threadpoolctl's per-library controllers."""
+
+        def get_num_threads(self) -> int | None: ...
+        def set_num_threads(self, num_threads: int) -> Any: ...
+
+    class _Controller(Protocol):
+        """What attnx uses of threadpoolctl.ThreadpoolController."""
+
+        @property
+        def lib_controllers(self) -> list[_LibController]: ...
+        def info(self) -> list[dict[str, Any]]: ...
+        def select(self, **kwargs: str) -> _Controller: ...
+
 _lock = threading.Lock()
 _depth = 0          # attnx calls inside their guard now
-_saved = []         # (library controller, count to restore) of the outermost guard
-_controller = None  # built once: ThreadpoolController() scans every loaded library (ms)
-BLAS_PATH = None    # file of the BLAS that attnx's kernels call, when identified
+# (library controller, count to restore) of the outermost guard
+_saved: list[tuple[_LibController, int]] = []
+# built once: ThreadpoolController() scans every loaded library (ms)
+_controller: _Controller | None = None
+# file of the BLAS that attnx's kernels call, when identified
+BLAS_PATH: str | None = None
 
 
-def num_threads():
+def num_threads() -> int:
     """OpenMP threads for an attnx call from this Python thread (>= 1)."""
     return max(1, _ops.max_threads())
 
 
-def _scipy_blas(ctl):
+def _scipy_blas(ctl: _Controller) -> _Controller:
     """The controller restricted to scipy's BLAS, or to every BLAS when unknown."""
     global BLAS_PATH
     blas = [info for info in ctl.info() if info["user_api"] == "blas"]
@@ -65,7 +87,7 @@ def _scipy_blas(ctl):
     return ctl.select(user_api="blas")
 
 
-def controller():
+def controller() -> _Controller:
     """The cached threadpoolctl controller of the BLAS attnx calls."""
     global _controller
     if _controller is None:
@@ -75,7 +97,7 @@ def controller():
     return _controller
 
 
-def _give_back_control():
+def _give_back_control() -> None:
     """Let other threads (attnx's next caller, the user's threadpoolctl) set
     OpenBLAS's count again; clears only if this thread holds the role."""
     if _release is not None:
@@ -91,10 +113,10 @@ class blas_single:
 
     __slots__ = ("_active",)
 
-    def __init__(self, nthreads):
+    def __init__(self, nthreads: int) -> None:
         self._active = nthreads > 1
 
-    def __enter__(self):
+    def __enter__(self) -> blas_single:
         global _depth
         if self._active:
             libs = controller().lib_controllers
@@ -104,7 +126,7 @@ class blas_single:
                 _depth += 1
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         global _depth
         if self._active:
             with _lock:
@@ -114,7 +136,7 @@ class blas_single:
         return False
 
 
-def _limit_to_one(libs):
+def _limit_to_one(libs: list[_LibController]) -> None:
     """Record each library's count and set 1 (skipped where it already is 1:
     a get is a few times cheaper than a set)."""
     for lib in libs:
@@ -125,14 +147,14 @@ def _limit_to_one(libs):
     _give_back_control()
 
 
-def _restore():
+def _restore() -> None:
     while _saved:
         lib, n = _saved.pop()
         lib.set_num_threads(n)
     _give_back_control()
 
 
-def guard_depth():
+def guard_depth() -> int:
     """attnx calls currently inside blas_single (for tests)."""
     return _depth
 

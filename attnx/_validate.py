@@ -1,10 +1,20 @@
 """Input checks run before any kernel: clear exceptions instead of crashes or garbage."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._ops import all_finite
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
-def as_real_3d(name, a, dims="(n_samples, seq_len, n_features)"):
+    from ._params import ParamDict
+    from ._typing import AnyArray, BoolArray
+
+
+def as_real_3d(name: str, a: object, dims: str = "(n_samples, seq_len, n_features)") -> AnyArray:
     """a as an ndarray of real numbers with 3 dimensions (not copied when it already is)."""
     if not isinstance(a, np.ndarray):
         try:
@@ -19,7 +29,8 @@ def as_real_3d(name, a, dims="(n_samples, seq_len, n_features)"):
     return a
 
 
-def as_input(name, x, d_model, batch=None, length=None):
+def as_input(name: str, x: object, d_model: int, batch: int | None = None,
+             length: int | None = None) -> AnyArray:
     """Check a (batch, seq_len, d_model) real array; return it as an ndarray (not copied)."""
     x = as_real_3d(name, x, f"(batch, seq_len, {d_model})")
     if x.shape[2] != d_model:
@@ -35,14 +46,14 @@ def as_input(name, x, d_model, batch=None, length=None):
     return x
 
 
-def finite(x):
+def finite(x: AnyArray) -> bool:
     """True when the float array x has no NaN or inf (no temporary for contiguous x)."""
     if x.dtype in (np.float32, np.float64) and x.flags.c_contiguous:
         return all_finite(x.reshape(-1))
     return x.dtype.kind != "f" or bool(np.isfinite(x).all())
 
 
-def cast_into(name, dst, src):
+def cast_into(name: str, dst: AnyArray, src: AnyArray) -> AnyArray:
     """Copy src into dst, converting to dst's dtype; ValueError naming `name` when the
     conversion overflows (1e39 is finite in float64 but inf in float32)."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -53,20 +64,21 @@ def cast_into(name, dst, src):
     return dst
 
 
-def as_dtype(name, a, dtype):
+def as_dtype(name: str, a: AnyArray, dtype: npt.DTypeLike) -> AnyArray:
     """a as a C-contiguous array of dtype (not copied when it already is), checked as cast_into."""
     if a.dtype == dtype and a.flags.c_contiguous:
         return a
     return cast_into(name, np.empty(a.shape, dtype=dtype), a)
 
 
-def check_finite(name, x):
+def check_finite(name: str, x: AnyArray) -> None:
     """Raise ValueError when x holds NaN or inf."""
     if not finite(x):
         raise ValueError(f"{name} contains NaN or infinity")
 
 
-def as_mask(mask, batch, t_keys, name="key_padding_mask"):
+def as_mask(mask: object, batch: int, t_keys: int,
+            name: str = "key_padding_mask") -> BoolArray:
     """Check a (batch, t_keys) boolean mask, True = ignore that key."""
     mask = np.asarray(mask)
     if mask.dtype != np.bool_:
@@ -77,7 +89,7 @@ def as_mask(mask, batch, t_keys, name="key_padding_mask"):
     return mask
 
 
-def check_params(params):
+def check_params(params: ParamDict) -> None:
     """ValueError when a model's parameters (a ParamDict) hold NaN or inf."""
     if not finite(params.flat):
         bad = [k for k, v in params.items() if not np.isfinite(v).all()]

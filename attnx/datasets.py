@@ -5,12 +5,23 @@ Values are drawn in float64 from numpy.random.default_rng(random_state) and cast
 to `dtype` at the end, so one seed gives the same data (up to rounding) in
 float32 and float64.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, overload
+
 import numpy as np
 
 from ._params import check_dtype, check_positive_int
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
-def max_position_task(n_samples, seq_len=8, d_model=8, random_state=None, dtype=np.float32):
+    from ._typing import FloatArray, RandomStateLike
+
+
+def max_position_task(n_samples: int, seq_len: int = 8, d_model: int = 8,
+                      random_state: RandomStateLike = None,
+                      dtype: npt.DTypeLike = np.float32) -> tuple[FloatArray, FloatArray]:
     """Find the position whose feature 0 is largest and copy its row to every position.
 
     X (n, T, d) is standard normal; for each sample i, with p = argmax_t X[i, t, 0],
@@ -27,8 +38,22 @@ def max_position_task(n_samples, seq_len=8, d_model=8, random_state=None, dtype=
     return x.astype(dt), y.astype(dt)               # astype copies: Y owns its memory
 
 
-def mixing_task(n_samples, seq_len=8, d_model=8, noise=0.01, random_state=None,
-                dtype=np.float32, return_mixing=False):
+@overload
+def mixing_task(n_samples: int, seq_len: int = ..., d_model: int = ..., noise: float = ...,
+                random_state: RandomStateLike = ..., dtype: npt.DTypeLike = ...,
+                return_mixing: Literal[False] = ...) -> tuple[FloatArray, FloatArray]: ...
+@overload
+def mixing_task(n_samples: int, seq_len: int = ..., d_model: int = ..., noise: float = ...,
+                random_state: RandomStateLike = ..., dtype: npt.DTypeLike = ..., *,
+                return_mixing: Literal[True]
+                ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.float64]]: ...
+@overload
+def mixing_task(n_samples: int, seq_len: int = ..., d_model: int = ..., noise: float = ...,
+                random_state: RandomStateLike = ..., dtype: npt.DTypeLike = ...,
+                return_mixing: bool = ...) -> tuple[FloatArray, ...]: ...
+def mixing_task(n_samples: int, seq_len: int = 8, d_model: int = 8, noise: float = 0.01,
+                random_state: RandomStateLike = None, dtype: npt.DTypeLike = np.float32,
+                return_mixing: bool = False) -> tuple[FloatArray, ...]:
     """A fixed attention pattern: Y[i] = A X[i] + noise * N(0, 1), one A for every sample.
 
     A (T, T) is a row-softmax of standard normal scores (each row sums to 1),
@@ -37,7 +62,11 @@ def mixing_task(n_samples, seq_len=8, d_model=8, noise=0.01, random_state=None,
     """
     n, t, d = _sizes(n_samples, seq_len, d_model)
     dt = check_dtype(dtype)
-    if isinstance(noise, bool) or not np.isscalar(noise) or not np.isfinite(noise) or noise < 0:
+    # a real number only: a string or a complex would fail in isfinite or `<` with a
+    # message that does not name the argument
+    if (isinstance(noise, (bool, np.bool_))
+            or not isinstance(noise, (int, float, np.integer, np.floating))
+            or not np.isfinite(noise) or noise < 0):
         raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
     rng = np.random.default_rng(random_state)
     scores = rng.standard_normal((t, t))
@@ -51,12 +80,13 @@ def mixing_task(n_samples, seq_len=8, d_model=8, noise=0.01, random_state=None,
     return out + (a,) if return_mixing else out
 
 
-def _sizes(n_samples, seq_len, d_model):
+def _sizes(n_samples: int, seq_len: int, d_model: int) -> tuple[int, int, int]:
     return (check_positive_int("n_samples", n_samples), check_positive_int("seq_len", seq_len),
             check_positive_int("d_model", d_model))
 
 
-def sliding_windows(series, window, horizon=1):
+def sliding_windows(series: npt.ArrayLike, window: int,
+                    horizon: int = 1) -> tuple[FloatArray, FloatArray]:
     """Turn a series into a forecasting data set: windows of the past and the future.
 
     series: (T,) or (T, f) real values in time order. For every start s in

@@ -52,6 +52,9 @@ def test_dataset_arguments_are_checked():
         datasets.mixing_task(5, seq_len=2.5)
     with pytest.raises(ValueError, match="noise"):
         datasets.mixing_task(5, noise=-1.0)
+    for bad in ("0.1", 0.1 + 0j, np.True_, None, [0.1]):  # the message names the argument
+        with pytest.raises(ValueError, match="noise"):
+            datasets.mixing_task(5, noise=bad)
     with pytest.raises(TypeError, match="dtype"):
         datasets.max_position_task(5, dtype=np.int32)
 
