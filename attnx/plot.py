@@ -4,21 +4,43 @@ matplotlib is imported when a function here is called, not when attnx or this
 module is imported; without it the functions raise ImportError saying how to
 install it.
 """
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from matplotlib.axes import Axes
+
+    from ._typing import AnyArray
+
+    F64Array = npt.NDArray[np.float64]
+
+    class _Estimator(Protocol):
+        """A fitted AttentionRegressor / TransformerRegressor (or classifier)."""
+
+        def attention_weights(self, X: AnyArray) -> object: ...
+
+    class _Model(Protocol):
+        """A MultiHeadAttention or Transformer."""
+
+        def forward(self, X: AnyArray, grad: bool = ...) -> object: ...
+        def attention_weights(self) -> object: ...
 
 _HINT = "attnx.plot needs matplotlib, an optional extra: pip install attnx[plot]"
 
 
-def _matplotlib():
+def _matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise ImportError(_HINT) from exc
 
 
-def _new_axes():
+def _new_axes() -> Axes:
     _matplotlib()
     import matplotlib.pyplot as plt
 
@@ -26,8 +48,11 @@ def _new_axes():
     return ax
 
 
-def attention_heatmap(weights_or_model, sample=0, head=0, layer=None, ax=None, *, X=None,
-                      cmap="viridis", annotate=None, colorbar=True, title=None):
+def attention_heatmap(weights_or_model: object, sample: int = 0, head: int = 0,
+                      layer: int | None = None, ax: Axes | None = None, *,
+                      X: npt.ArrayLike | None = None, cmap: str = "viridis",
+                      annotate: bool | None = None, colorbar: bool = True,
+                      title: str | None = None) -> Axes:
     """Draw the (Tq, Tk) attention map of one sample and head; returns the Axes.
 
     weights_or_model is one of:
@@ -70,7 +95,8 @@ def attention_heatmap(weights_or_model, sample=0, head=0, layer=None, ax=None, *
     return ax
 
 
-def loss_curve(est_or_curve, ax=None, *, log=None, title=None):
+def loss_curve(est_or_curve: object, ax: Axes | None = None, *, log: bool | None = None,
+               title: str | None = None) -> Axes:
     """Plot training loss per epoch (and the validation loss when there is one).
 
     est_or_curve: a fitted estimator (loss_curve_, validation_loss_curve_) or a
@@ -78,24 +104,25 @@ def loss_curve(est_or_curve, ax=None, *, log=None, title=None):
     Returns the Axes.
     """
     _matplotlib()
-    curves = {}
+    curves: dict[str, object] = {}
     if hasattr(est_or_curve, "loss_curve_"):
         curves["training"] = est_or_curve.loss_curve_
-        if getattr(est_or_curve, "validation_loss_curve_", None) is not None:
-            curves["validation"] = est_or_curve.validation_loss_curve_
+        validation = getattr(est_or_curve, "validation_loss_curve_", None)
+        if validation is not None:
+            curves["validation"] = validation
     elif hasattr(est_or_curve, "get_params"):
         raise ValueError("the estimator is not fitted yet: it has no loss_curve_")
     else:
         curves["training"] = est_or_curve
-    curves = {k: np.asarray(v, dtype=np.float64).reshape(-1) for k, v in curves.items()}
-    if curves["training"].size == 0:
+    arrays = {k: np.asarray(v, dtype=np.float64).reshape(-1) for k, v in curves.items()}
+    if arrays["training"].size == 0:
         raise ValueError("the loss curve is empty")
     if ax is None:
         ax = _new_axes()
-    for name, c in curves.items():
+    for name, c in arrays.items():
         ax.plot(np.arange(1, c.size + 1), c, marker="o" if c.size <= 30 else None,
                 markersize=3, label=name)
-    allv = np.concatenate(list(curves.values()))
+    allv = np.concatenate(list(arrays.values()))
     if log is None:
         log = bool(np.all(allv[np.isfinite(allv)] > 0))
     if log:
@@ -103,13 +130,14 @@ def loss_curve(est_or_curve, ax=None, *, log=None, title=None):
     ax.set_xlabel("epoch")
     ax.set_ylabel("MSE loss")
     ax.set_title(title or "loss per epoch")
-    if len(curves) > 1:
+    if len(arrays) > 1:
         ax.legend()
     ax.grid(True, alpha=0.3)
     return ax
 
 
-def _weights(obj, sample, head, layer, X):
+def _weights(obj: object, sample: int, head: int, layer: int | None,
+             X: npt.ArrayLike | None) -> tuple[F64Array, int | None]:
     """The (Tq, Tk) map to draw, and the layer index used (None for one layer)."""
     for name, v in (("sample", sample), ("head", head)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
@@ -118,23 +146,24 @@ def _weights(obj, sample, head, layer, X):
         if X is None:
             raise ValueError("an estimator needs X to compute attention weights: "
                              "attention_heatmap(est, X=X)")
-        obj = obj.attention_weights(_one_sample(X, sample))
+        obj = cast("_Estimator", obj).attention_weights(_one_sample(X, sample))
         sample = 0
     elif hasattr(obj, "attention_weights"):  # a model
+        model = cast("_Model", obj)
         if X is not None:
-            obj.forward(_one_sample(X, sample), grad=True)
+            model.forward(_one_sample(X, sample), grad=True)
             sample = 0
-        obj = obj.attention_weights()
+        obj = model.attention_weights()
     layer_used = None
     if isinstance(obj, (list, tuple)):
         if not obj:
             raise ValueError("no attention weights: the list of layers is empty")
         n_layers = len(obj)
-        layer_used = 0 if layer is None else layer
-        if (isinstance(layer_used, bool) or not isinstance(layer_used, numbers.Integral)
-                or not -n_layers <= layer_used < n_layers):
+        chosen = 0 if layer is None else layer
+        if (isinstance(chosen, bool) or not isinstance(chosen, numbers.Integral)
+                or not -n_layers <= int(chosen) < n_layers):
             raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
-        layer_used = int(layer_used) % n_layers
+        layer_used = int(chosen) % n_layers
         obj = obj[layer_used]
     w = np.asarray(obj, dtype=np.float64)
     if w.ndim == 4:
@@ -149,7 +178,7 @@ def _weights(obj, sample, head, layer, X):
     return w, layer_used
 
 
-def _one_sample(X, sample):
+def _one_sample(X: npt.ArrayLike, sample: int) -> AnyArray:
     X = np.asarray(X)
     if X.ndim != 3:
         raise ValueError(f"X must be (n_samples, seq_len, d), got shape {X.shape}")
