@@ -4,11 +4,21 @@ A dense X is an array (n, T, n_features). A ragged X is a list of 2-D arrays
 (T_i, n_features) of different lengths; it is padded on the right to the longest
 T_i and described by `lengths`, and the model masks the padded keys.
 """
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
 from ._validate import finite
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._typing import AnyArray, BoolArray, FloatArray, IntArray
+
+    F64Array = npt.NDArray[np.float64]
 
 
 class Data:
@@ -21,22 +31,23 @@ class Data:
     y has a position axis.
     """
 
-    def __init__(self, x, lengths, y, w, per_position):
+    def __init__(self, x: FloatArray, lengths: IntArray | None, y: AnyArray,
+                 w: F64Array | None, per_position: bool) -> None:
         self.x, self.lengths, self.y, self.w = x, lengths, y, w
         self.per_position = per_position
 
     @property
-    def n(self):
-        return self.x.shape[0]
+    def n(self) -> int:
+        return int(self.x.shape[0])
 
-    def take(self, idx):
+    def take(self, idx: IntArray) -> Data:
         """The samples idx (sorted), for the validation split."""
         lengths = None if self.lengths is None else self.lengths[idx]
         return Data(self.x[idx], lengths, self.y[idx],
                     None if self.w is None else self.w[idx], self.per_position)
 
 
-def is_ragged(X):
+def is_ragged(X: object) -> TypeGuard[list[Any] | tuple[Any, ...]]:
     """True for a list/tuple of arrays (the ragged form), False for anything array-like."""
     if not isinstance(X, (list, tuple)) or len(X) == 0:
         return False
@@ -49,7 +60,7 @@ def is_ragged(X):
     return len(shapes) > 1
 
 
-def _real(name, a):
+def _real(name: str, a: object) -> AnyArray:
     if not isinstance(a, np.ndarray):
         try:
             a = np.asarray(a)
@@ -62,7 +73,7 @@ def _real(name, a):
     return a
 
 
-def cast(name, a, dtype):
+def cast(name: str, a: AnyArray, dtype: npt.DTypeLike) -> FloatArray:
     """a as a C-contiguous array of dtype; ValueError naming `name` on NaN or infinity."""
     with np.errstate(over="ignore"):  # too large for float32: reported just below
         c = np.ascontiguousarray(a, dtype=dtype)
@@ -72,13 +83,14 @@ def cast(name, a, dtype):
     return c
 
 
-def sequences(name, X, dtype, n_features=None, allow_empty=False):
+def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None = None,
+              allow_empty: bool = False) -> tuple[FloatArray, IntArray | None, bool]:
     """(x, lengths, ragged): X as a padded (n, T, f) array of dtype (a copy only when
     needed: the caller's arrays are never written), lengths (n,) for ragged X."""
     if is_ragged(X):
-        seqs = []
-        for i, s in enumerate(X):
-            s = _real(f"{name}[{i}]", s)
+        seqs: list[AnyArray] = []
+        for i, e in enumerate(X):
+            s = _real(f"{name}[{i}]", e)
             if s.ndim != 2:
                 raise ValueError(f"{name}[{i}] must be a 2-D array (seq_len, n_features), "
                                  f"got shape {s.shape}")
@@ -109,24 +121,26 @@ def sequences(name, X, dtype, n_features=None, allow_empty=False):
     return cast(name, x, dtype), None, False
 
 
-def _check_features(name, x, n_features):
+def _check_features(name: str, x: AnyArray, n_features: int | None) -> None:
     if n_features is not None and x.shape[2] != n_features:
         raise ValueError(f"{name} must have {n_features} features (n_samples, seq_len, "
                          f"{n_features}) as the data the model was fitted on, got "
                          f"{x.shape[2]} (shape {x.shape})")
 
 
-def per_position_list(y, ragged):
+def per_position_list(y: object, ragged: bool) -> TypeGuard[list[Any] | tuple[Any, ...]]:
     """True when y is the ragged form of per-position targets: a list of arrays."""
     return ragged and isinstance(y, (list, tuple)) and len(y) > 0 and np.ndim(y[0]) >= 1
 
 
-def regression_targets(y, x, lengths, ragged, dtype):
+def regression_targets(y: object, x: FloatArray, lengths: IntArray | None, ragged: bool,
+                       dtype: npt.DTypeLike) -> tuple[FloatArray, bool, int | None]:
     """(y array, per_position, k or None): y (n,) or (n, k) per sequence, (n, T, k) per
     position, or for ragged X a list of (T_i,) / (T_i, k) arrays. k is None when y has
     no output axis (predict then returns that shape too)."""
     n, t = x.shape[:2]
     if per_position_list(y, ragged):
+        assert lengths is not None  # ragged X always comes with its lengths
         if len(y) != n:
             raise ValueError(f"y must hold one target array per sequence of X ({n}), got "
                              f"{len(y)}")
@@ -161,11 +175,13 @@ def regression_targets(y, x, lengths, ragged, dtype):
     return cast("y", y.reshape(n, -1), dtype), False, k
 
 
-def labels(y, x, lengths, ragged):
+def labels(y: object, x: FloatArray, lengths: IntArray | None,
+           ragged: bool) -> tuple[AnyArray, bool]:
     """(labels array, per_position): (n,) per sequence, (n, T) per position (padded
     positions hold the first valid label of their row, with weight 0 later)."""
     n, t = x.shape[:2]
     if per_position_list(y, ragged):
+        assert lengths is not None  # ragged X always comes with its lengths
         if len(y) != n:
             raise ValueError(f"y must hold one label array per sequence of X ({n}), got "
                              f"{len(y)}")
@@ -196,7 +212,7 @@ def labels(y, x, lengths, ragged):
     return y, y.ndim == 2
 
 
-def check_labels_finite(y):
+def check_labels_finite(y: AnyArray) -> None:
     if y.dtype.kind == "f" and not np.isfinite(y).all():
         raise ValueError("y contains NaN or infinity")
     if y.dtype.kind == "O":
@@ -205,7 +221,7 @@ def check_labels_finite(y):
                 raise ValueError("y contains NaN or infinity")
 
 
-def sample_weights(sample_weight, n):
+def sample_weights(sample_weight: object, n: int) -> F64Array | None:
     """(n,) float64 weights, or None. Negative, non-finite or all-zero weights raise."""
     if sample_weight is None:
         return None
@@ -226,11 +242,11 @@ def sample_weights(sample_weight, n):
     return w
 
 
-def valid_positions(lengths, t):
+def valid_positions(lengths: IntArray, t: int) -> BoolArray:
     """(n, T) bool, True where a position holds data."""
     return np.arange(t)[None, :] < lengths[:, None]
 
 
-def unpad(y, lengths):
+def unpad(y: AnyArray, lengths: IntArray) -> list[AnyArray]:
     """A list of y[i, :lengths[i]] copies (the ragged form of per-position output)."""
     return [y[i, :int(n)].copy() for i, n in enumerate(lengths)]
