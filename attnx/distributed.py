@@ -36,12 +36,43 @@ only under ``python -m mpi4py`` (which calls MPI_Abort).
 
 mpi4py is imported only when a communicator is given.
 """
+from __future__ import annotations
+
 import contextlib
 import hashlib
 import math
 import time
+from typing import (TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, TypeVar, Union,
+                    cast, overload)
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._sequences import Data
+    from ._training import InterruptGuard, PlanEntry
+    from ._typing import AnyArray, FloatArray, IntArray
+
+    F64Array = npt.NDArray[np.float64]
+    # this rank's part of a global batch: (start, local samples, padded length or None,
+    # global samples)
+    Part = tuple[int, int, Union[int, None], int]
+    # what _describe sends between ranks: (exception class, message)
+    ErrorInfo = tuple[type[BaseException], str]
+
+    class MPIComm(Protocol):
+        """What attnx calls on an mpi4py intracommunicator (MPI.COMM_WORLD, ...)."""
+
+        def Get_rank(self) -> int: ...
+        def Get_size(self) -> int: ...
+        def allgather(self, sendobj: Any) -> list[Any]: ...
+        def allreduce(self, sendobj: Any, op: Any = ...) -> Any: ...
+        def bcast(self, obj: Any, root: int = ...) -> Any: ...
+        def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = ...) -> None: ...
+
+_T = TypeVar("_T")
+_N = TypeVar("_N", int, float)
 
 __all__ = ["Communicator", "DistributedError", "wrap", "shard"]
 
@@ -51,7 +82,7 @@ class DistributedError(RuntimeError):
     rebuilt from a message alone."""
 
 
-def wrap(comm):
+def wrap(comm: object) -> Local:
     """The training loop's view of `comm`: None -> single process (every hook a
     no-op), an mpi4py intracommunicator -> Communicator(comm); a Communicator is
     returned as it is (so its timing counters can be read afterwards)."""
@@ -62,7 +93,7 @@ def wrap(comm):
     return Communicator(comm)
 
 
-def shard(n, rank, size):
+def shard(n: int, rank: int, size: int) -> slice:
     """The slice of range(n) that rank `rank` of `size` holds when n samples are
     split as evenly as possible in rank order (the first n % size ranks get one
     more). The CLI splits a data file this way."""
@@ -76,54 +107,69 @@ class Local:
 
     distributed = False
     rank, size, is_root = 0, 1, True
+    # set by setup()
+    n: int
+    n_local: int
+    offset: int
+    lengths: IntArray | None
+    t_max: int | None
 
-    def setup(self, n_local, tail=(), signature=None, lengths=None):
+    def setup(self, n_local: int, tail: tuple[int, ...] = (),
+              signature: Mapping[str, object] | None = None,
+              lengths: IntArray | None = None) -> None:
         self.n, self.n_local, self.offset = int(n_local), int(n_local), 0
         self.lengths = lengths
         self.t_max = None if lengths is None else int(lengths.max())
 
-    def allmax(self, value):
+    def allmax(self, value: _N) -> _N:
         return value
 
-    def union(self, labels):
+    def union(self, labels: AnyArray) -> AnyArray:
         return labels
 
-    def together(self, params=None):
+    def together(self, params: Mapping[str, object] | None = None
+                 ) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def collect_error(self):
+    def collect_error(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
-    def same(self, value):
+    def same(self, value: _T) -> _T:
         return value
 
-    def local_part(self, global_idx):
+    def local_part(self, global_idx: IntArray) -> IntArray:
         return global_idx
 
-    def batches(self, order, plan):
+    def batches(self, order: IntArray | None,
+                plan: list[PlanEntry]) -> tuple[IntArray | None, list[Part]]:
         """(order, [(start, m, t, m), ...]) for a plan of (start, m, t): with comm,
         this rank's part of every global batch (see Communicator.batches)."""
         return order, [(s, m, t, m) for s, m, t in plan]
 
-    def rows(self, parts, bs):
+    def rows(self, parts: list[Part], bs: int) -> int:
         """Rows of the batch buffer for these parts."""
         return bs
 
-    def batch_loss(self, loss, weight, guard=None):
+    def batch_loss(self, loss: float, weight: float,
+                   guard: InterruptGuard | None = None) -> tuple[float, float]:
         """(loss, weight) of the global batch."""
         return loss, weight
 
-    def stopping(self, guard):
+    def stopping(self, guard: InterruptGuard) -> bool:
         """Whether training stops after this step (Ctrl-C)."""
         return guard.interrupted
 
-    def reduce_gradient(self, flat):
+    def reduce_gradient(self, flat: FloatArray) -> None:
         pass
 
-    def allsum(self, value):
+    @overload
+    def allsum(self, value: float) -> float: ...
+    @overload
+    def allsum(self, value: AnyArray) -> AnyArray: ...
+    def allsum(self, value: float | AnyArray) -> float | AnyArray:
         return value
 
-    def check_identical(self, flat):
+    def check_identical(self, flat: FloatArray) -> None:
         pass
 
 
@@ -139,7 +185,7 @@ class Communicator(Local):
 
     distributed = True
 
-    def __init__(self, comm):
+    def __init__(self, comm: object) -> None:
         try:
             from mpi4py import MPI
         except ImportError as exc:
@@ -148,10 +194,10 @@ class Communicator(Local):
             raise TypeError(f"comm must be an mpi4py intracommunicator such as "
                             f"MPI.COMM_WORLD, got {comm!r}")
         self._MPI = MPI
-        self.comm = comm
+        self.comm: MPIComm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.is_root = self.rank == 0
-        self._error = None
+        self._error: Exception | None = None
         self._scale = 1.0
         self._stop = self._pending = False
         self._send = np.zeros(4)
@@ -160,7 +206,8 @@ class Communicator(Local):
 
     # ---- agreement on errors -------------------------------------------
     @contextlib.contextmanager
-    def together(self, params=None):
+    def together(self, params: Mapping[str, object] | None = None
+                 ) -> Iterator[None]:
         """Run a block on every rank; if it raised on any rank, every rank raises the
         same error when leaving the block (one allgather, so use it outside the
         step loop). With `params` (the hyper-parameters) every rank first checks
@@ -172,7 +219,7 @@ class Communicator(Local):
         the failed rank's exchange being matched with another collective."""
         if params is not None:
             self._check_params(params)
-        err = None
+        err: Exception | None = None
         try:
             yield
         except Exception as exc:
@@ -181,10 +228,10 @@ class Communicator(Local):
             err = exc
         self._sync(err)
 
-    def _sync(self, err=None):
+    def _sync(self, err: Exception | None = None) -> None:
         self._raise_first(self.comm.allgather(None if err is None else _describe(err)), err)
 
-    def _check_params(self, params):
+    def _check_params(self, params: Mapping[str, object]) -> None:
         sig = {k: _same_repr(v) for k, v in params.items()}
         every = self.comm.allgather(sig)
         for r, other in enumerate(every):
@@ -194,7 +241,7 @@ class Communicator(Local):
                                  f"{k}={every[0].get(k)}, rank {r} has {k}={other[k]}")
 
     @contextlib.contextmanager
-    def collect_error(self):
+    def collect_error(self) -> Iterator[None]:
         """Keep an exception of the block for the next batch_loss, which makes every
         rank raise it (one collective per step instead of two)."""
         try:
@@ -202,7 +249,7 @@ class Communicator(Local):
         except Exception as exc:
             self._error = exc
 
-    def _raise_first(self, infos, err):
+    def _raise_first(self, infos: list[ErrorInfo | None], err: Exception | None) -> None:
         failed = [(r, info) for r, info in enumerate(infos) if info is not None]
         if not failed:
             return
@@ -210,14 +257,16 @@ class Communicator(Local):
         more = f"; {len(failed) - 1} other rank(s) failed too" if len(failed) > 1 else ""
         text = f"{text} [rank {r} of {self.size}{more}]"
         exc = _rebuild(cls, text)
-        exc._attnx_agreed = True
+        setattr(exc, "_attnx_agreed", True)  # read by together()
         self._error = None
         if err is not None:
             raise exc from err
         raise exc
 
     # ---- layout of the global data set -----------------------------------
-    def setup(self, n_local, tail=(), signature=None, lengths=None):
+    def setup(self, n_local: int, tail: tuple[int, ...] = (),
+              signature: Mapping[str, object] | None = None,
+              lengths: IntArray | None = None) -> None:
         """Exchange the shard sizes (collective). All ranks must agree on `tail`
         (the shape of a sample) and on `signature` (the hyper-parameters): else
         every rank raises the same ValueError. `lengths` (ragged data): this
@@ -245,27 +294,27 @@ class Communicator(Local):
         self.lengths = self.global_lengths(lengths)
         self.t_max = None if self.lengths is None else int(self.lengths.max())
 
-    def allmax(self, value):
+    def allmax(self, value: _N) -> _N:
         """The largest of the ranks' values."""
         self._sync()
-        return self.comm.allreduce(value, op=self._MPI.MAX)
+        return cast("_N", self.comm.allreduce(value, op=self._MPI.MAX))
 
-    def union(self, labels):
+    def union(self, labels: AnyArray) -> AnyArray:
         """Every rank's labels, concatenated (for classes_)."""
         self._sync()
         return np.concatenate(self.comm.allgather(np.unique(labels)))
 
-    def same(self, value):
+    def same(self, value: _T) -> _T:
         """rank 0's value on every rank (seeds drawn when random_state is None)."""
-        return self.comm.bcast(value, root=0)
+        return cast("_T", self.comm.bcast(value, root=0))
 
-    def local_part(self, global_idx):
+    def local_part(self, global_idx: IntArray) -> IntArray:
         """The global indices (sorted ascending) that fall in this rank's shard,
         as local row numbers."""
         lo, hi = np.searchsorted(global_idx, [self.offset, self.offset + self.n_local])
         return global_idx[lo:hi] - self.offset
 
-    def global_lengths(self, lengths):
+    def global_lengths(self, lengths: IntArray | None) -> IntArray | None:
         """Every rank's sequence lengths, concatenated in rank order (ragged data:
         the global batch plan sorts by length)."""
         parts = self.comm.allgather(None if lengths is None else np.asarray(lengths))
@@ -276,7 +325,8 @@ class Communicator(Local):
                              "of sequences (ragged), others one array")
         return np.concatenate(parts)
 
-    def batches(self, order, plan):
+    def batches(self, order: IntArray | None,
+                plan: list[PlanEntry]) -> tuple[IntArray | None, list[Part]]:
         """This rank's part of every global batch.
 
         order: the global sample order (None: 0..n-1), plan: [(start, m, t), ...]
@@ -286,13 +336,14 @@ class Communicator(Local):
         start..start + m_local when local_order is None), as local row numbers.
         """
         off, nl = self.offset, self.n_local
-        parts = []
+        parts: list[Part] = []
         if order is None:
             for s, m, t in plan:
                 lo, hi = min(max(s, off), off + nl), min(max(s + m, off), off + nl)
                 parts.append((lo - off, hi - lo, t, m))
             return None, parts
-        pieces, begin = [], 0
+        pieces: list[IntArray] = []
+        begin = 0
         for s, m, t in plan:
             idx = order[s:s + m]
             mine = idx[(idx >= off) & (idx < off + nl)] - off
@@ -302,7 +353,7 @@ class Communicator(Local):
         local = np.concatenate(pieces) if pieces else np.zeros(0, np.intp)
         return local, parts
 
-    def rows(self, parts, bs):
+    def rows(self, parts: list[Part], bs: int) -> int:
         """Rows of the batch buffer: this rank's largest share of a global batch in
         this epoch (the shares are random with shuffling; each step computes this
         many rows, the unused ones padded with zero weight). Fixed within an epoch,
@@ -310,7 +361,8 @@ class Communicator(Local):
         return max(1, min(bs, max((m for _, m, _, _ in parts), default=1)))
 
     # ---- per step ----------------------------------------------------------
-    def batch_loss(self, loss, weight, guard=None):
+    def batch_loss(self, loss: float, weight: float,
+                   guard: InterruptGuard | None = None) -> tuple[float, float]:
         """Sum [error, stop, weight, loss * weight] over the ranks.
 
         loss is this rank's (weighted) mean loss over its samples of the batch and
@@ -337,7 +389,7 @@ class Communicator(Local):
         self._scale = weight / total
         return loss_sum / total, float(total)
 
-    def stopping(self, guard):
+    def stopping(self, guard: InterruptGuard) -> bool:
         """Whether every rank stops after this step: only when some rank's Ctrl-C
         was in this step's sum. A Ctrl-C that arrived since is held back for the
         next step's sum, so that no rank leaves the loop alone."""
@@ -348,7 +400,7 @@ class Communicator(Local):
             self._pending, guard.interrupted = True, False
         return False
 
-    def reduce_gradient(self, flat):
+    def reduce_gradient(self, flat: FloatArray) -> None:
         """flat <- sum over ranks of (weight_rank / global weight) * flat_rank, in
         place: the gradient of the global batch's mean loss, identical on every rank."""
         if self._scale != 1.0:
@@ -359,20 +411,24 @@ class Communicator(Local):
         self.allreduce_bytes += flat.nbytes
         self.steps += 1
 
-    def allsum(self, value):
+    @overload
+    def allsum(self, value: float) -> float: ...
+    @overload
+    def allsum(self, value: AnyArray) -> AnyArray: ...
+    def allsum(self, value: float | AnyArray) -> float | AnyArray:
         """Sum over the ranks of a number (a float) or an array (float64)."""
         if np.ndim(value) == 0:
-            return self.comm.allreduce(float(value), op=self._MPI.SUM)
+            return float(self.comm.allreduce(float(value), op=self._MPI.SUM))
         self._sync()
         a = np.ascontiguousarray(value, dtype=np.float64)
         out = np.empty_like(a)
         self.comm.Allreduce(a, out, op=self._MPI.SUM)
         return out
 
-    def check_identical(self, flat):
+    def check_identical(self, flat: FloatArray) -> None:
         """Every rank must hold the same weights bit for bit; RuntimeError otherwise
         (on every rank) instead of silently training different models."""
-        digest = hashlib.blake2b(np.ascontiguousarray(flat).view(np.uint8),
+        digest = hashlib.blake2b(np.ascontiguousarray(flat).view(np.uint8).data,
                                  digest_size=16).hexdigest()
         digests = self.comm.allgather(digest)
         if len(set(digests)) != 1:
@@ -386,18 +442,18 @@ _REBUILDABLE = (ValueError, TypeError, ArithmeticError, MemoryError, RuntimeErro
                 NotImplementedError, OSError, ImportError)
 
 
-def _same_repr(value):
+def _same_repr(value: object) -> str:
     """repr for comparing hyper-parameters across ranks; objects whose repr holds a
     memory address (a numpy Generator as random_state) compare by type."""
     r = repr(value)
     return type(value).__name__ if " at 0x" in r else r
 
 
-def _describe(exc):
+def _describe(exc: BaseException) -> ErrorInfo:
     return type(exc), str(exc)
 
 
-def _rebuild(cls, text):
+def _rebuild(cls: object, text: str) -> Exception:
     """An exception of class `cls` with message `text` when that is possible (so
     `except ValueError` works alike on every rank), else a DistributedError."""
     if isinstance(cls, type) and issubclass(cls, _REBUILDABLE):
@@ -411,12 +467,16 @@ def _rebuild(cls, text):
     return DistributedError(f"{name}: {text}")
 
 
-def pad_positions(data, t):
+def pad_positions(data: Data, t: int) -> Data:
     """Ragged training Data padded with zeros (weight 0) to t positions: a rank's
     shard padded to the longest sequence of any rank."""
     from ._sequences import Data
 
-    def pad(a):
+    @overload
+    def pad(a: AnyArray) -> AnyArray: ...
+    @overload
+    def pad(a: AnyArray | None) -> AnyArray | None: ...
+    def pad(a: AnyArray | None) -> AnyArray | None:
         if a is None or a.ndim < 2 or a.shape[1] >= t:
             return a
         out = np.zeros((a.shape[0], t) + a.shape[2:], a.dtype)
@@ -427,20 +487,22 @@ def pad_positions(data, t):
                 pad(data.w) if data.per_position else data.w, data.per_position)
 
 
-def global_r2(comm, y_true, y_pred):
+def global_r2(comm: MPIComm | None, y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> float:
     """R^2 (uniform average over the last axis, as attnx's score) of predictions
     spread over the ranks, from summed statistics: no rank gathers the data."""
     t = np.asarray(y_true, np.float64).reshape(-1, np.shape(y_true)[-1])
     p = np.asarray(y_pred, np.float64).reshape(t.shape)
+    comm_sum: Callable[[F64Array], F64Array]
     if comm is None:
         comm_sum = (lambda a: a)
     else:
         from mpi4py import MPI
 
-        def comm_sum(a):
+        def allreduce_sum(a: F64Array) -> F64Array:
             out = np.empty_like(a)
             comm.Allreduce(a, out, op=MPI.SUM)
             return out
+        comm_sum = allreduce_sum
     n = comm_sum(np.array([t.shape[0]], np.float64))[0]
     mean = comm_sum(t.sum(axis=0)) / n
     ss = comm_sum(np.concatenate((((t - p) ** 2).sum(axis=0), ((t - mean) ** 2).sum(axis=0))))
