@@ -6,6 +6,8 @@
   python -m attnx predict MODEL.safetensors DATA.npz -o OUT.npz
   python -m attnx bench [benchmarks/run.py options]
 """
+from __future__ import annotations
+
 import argparse
 import os
 import re
@@ -13,14 +15,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from ._typing import AnyArray
+    from .estimators import AttentionRegressor
 
 DEMO = dict(samples=4096, test_samples=1024, seq_len=10, d_model=8, n_heads=2, epochs=200,
             batch_size=32, lr=0.01, seed=0)
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 on success)."""
     parser = _parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -35,7 +44,8 @@ def main(argv=None):
             return _demo(args)
         if getattr(args, "distributed", False):
             comm = _world()
-        return args.run(args) if comm is None else args.run(args, comm)
+        run: Callable[..., int] = args.run
+        return run(args) if comm is None else run(args, comm)
     except (ValueError, TypeError, OSError, ImportError, KeyError, ArithmeticError,
             MemoryError, RuntimeError) as exc:
         # with --distributed every rank raises the same error (attnx.distributed):
@@ -56,7 +66,7 @@ def main(argv=None):
         raise
 
 
-def _world():
+def _world() -> MPI.Intracomm:
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -66,7 +76,7 @@ def _world():
 
 
 # ---- argument parsing ------------------------------------------------------
-def _parser():
+def _parser() -> argparse.ArgumentParser:
     prog = "python -m attnx" if sys.argv[0].endswith("__main__.py") else "attnx"
     fmt = argparse.ArgumentDefaultsHelpFormatter
     p = argparse.ArgumentParser(
@@ -177,7 +187,7 @@ def _parser():
 
 
 # ---- demo ------------------------------------------------------------------
-def _demo(args):
+def _demo(args: argparse.Namespace) -> int:
     from . import AttentionRegressor
     from ._metrics import mae_per_output, r2_per_output
     from .datasets import max_position_task
@@ -223,7 +233,7 @@ def _demo(args):
     return 0
 
 
-def _save_heatmap(est, X, path):
+def _save_heatmap(est: AttentionRegressor, X: AnyArray, path: str) -> None:
     from matplotlib.figure import Figure
 
     from .plot import attention_heatmap
@@ -235,7 +245,10 @@ def _save_heatmap(est, X, path):
 
 
 # ---- train / predict -------------------------------------------------------
-def _load_arrays(path, *keys, optional=()):
+def _load_arrays(path: str, keys: Sequence[str], optional: Sequence[str] = ()
+                 ) -> tuple[list[AnyArray], list[AnyArray | None]]:
+    """The arrays `keys` of the .npz file at path, and those of `optional` (None when
+    absent); ValueError when the file cannot be read or a required array is missing."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if not hasattr(data, "files"):
@@ -244,18 +257,18 @@ def _load_arrays(path, *keys, optional=()):
             if missing:
                 raise ValueError(f"{path} has no array {missing[0]!r} (it holds "
                                  f"{', '.join(data.files) or 'nothing'})")
-            return [data[k] for k in keys] + [data[k] if k in data.files else None
-                                               for k in optional]
+            return ([data[k] for k in keys],
+                    [data[k] if k in data.files else None for k in optional])
     except (OSError, EOFError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from exc
 
 
-def _train(args, comm=None):
+def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     from . import AttentionRegressor, TransformerRegressor, distributed
 
     dist = distributed.wrap(comm)
     with dist.together():  # a rank that cannot read the file stops every rank
-        X, Y = _load_arrays(args.data, args.x_key, args.y_key)
+        (X, Y), _ = _load_arrays(args.data, (args.x_key, args.y_key))
         if comm is not None:
             if X.ndim < 1 or Y.ndim < 1 or X.shape[0] != Y.shape[0]:
                 raise ValueError(f"X and Y of {args.data} must have one first dimension, "
@@ -273,6 +286,7 @@ def _train(args, comm=None):
                   early_stopping=args.early_stopping, n_iter_no_change=args.n_iter_no_change,
                   tol=args.tol, random_state=args.seed, verbose=int(args.verbose),
                   dtype=np.dtype(args.dtype).type)
+    est: AttentionRegressor | TransformerRegressor
     if args.model == "transformer":
         est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common)
     else:
@@ -296,12 +310,12 @@ def _train(args, comm=None):
     return 0
 
 
-def _predict(args):
+def _predict(args: argparse.Namespace) -> int:
     from .io import load
     from ._metrics import r2_score
 
     est = load(args.model)
-    X, Y_true = _load_arrays(args.data, args.x_key, optional=(args.y_key,))
+    (X,), (Y_true,) = _load_arrays(args.data, (args.x_key,), optional=(args.y_key,))
     Y = est.predict(X)
     with open(args.output, "wb") as f:  # np.savez(name) would append .npz to the name
         np.savez(f, **{args.y_key: Y})
@@ -312,7 +326,7 @@ def _predict(args):
 
 
 # ---- bench -----------------------------------------------------------------
-def find_bench_script(roots=None):
+def find_bench_script(roots: Iterable[str | os.PathLike[str]] | None = None) -> Path | None:
     """benchmarks/run.py of the attnx source checkout this package was imported from, or None.
 
     Only the checkout that holds this very package counts (its pyproject.toml names
@@ -330,7 +344,7 @@ def find_bench_script(roots=None):
     return None
 
 
-def _is_attnx_checkout(root, package_dir):
+def _is_attnx_checkout(root: Path, package_dir: Path) -> bool:
     try:
         project = (root / "pyproject.toml").read_text(encoding="utf-8")
         same = (root / "attnx").resolve() == package_dir
@@ -339,7 +353,7 @@ def _is_attnx_checkout(root, package_dir):
     return same and re.search(r'^name\s*=\s*"attnx"\s*$', project, re.M) is not None
 
 
-def _bench(args):
+def _bench(args: argparse.Namespace) -> int:
     script = find_bench_script()
     if script is None:
         print("attnx bench: the benchmark suite (benchmarks/run.py) lives in the attnx source "
