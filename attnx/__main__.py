@@ -217,7 +217,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"model: {est.model_!r}, {est.model_.params.flat.size} parameters; "
           f"trained {est.n_iter_} epochs in {seconds:.1f} s")
 
-    P = est.predict(Xte)
+    P = np.asarray(est.predict(Xte))  # dense X: one (n, T, d) array
     r2, mae = r2_per_output(Yte, P), mae_per_output(Yte, P)
     print(f"\ntest set ({args.test_samples} samples x {args.seq_len} positions), "
           f"three sample predictions at position 0 (prediction / target):")
