@@ -51,10 +51,9 @@ from .transformer import Transformer
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Mapping
-
-    from numpy.typing import DTypeLike
     from typing import Union
 
+    from numpy.typing import ArrayLike, DTypeLike, NDArray
     from typing_extensions import Self
 
     from ._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
@@ -64,10 +63,12 @@ if TYPE_CHECKING:
     _Model = Union[MultiHeadAttention, Transformer, SequenceModel]
     #: fit's result for one batch: (loss before the step, its weight).
     _LossFn = Callable[[Batch, int], "tuple[float, float]"]
-    #: _prepare's result: (data, legacy) for the bare model, (data, legacy,
-    #: (per_position, k)) for the sequence model.
+    #: float64 loss weights (sample_weight, class_weight and their products)
+    _F64Array = NDArray[np.float64]
     #: class_weight: None, "balanced" or a dict label -> weight.
     ClassWeight = Union[None, str, Mapping[Any, float]]
+    #: _prepare's result: (data, legacy) for the bare model, (data, legacy,
+    #: (per_position, k)) for the sequence model.
     _Prepared = Union[tuple[seqs.Data, bool], tuple[seqs.Data, bool, tuple[bool, int | None]]]
 
 __all__ = ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
@@ -241,8 +242,9 @@ class _SequenceEstimator(EstimatorParams):
                 and (self._legacy_class is Transformer or cfg.d_hidden is None))
 
     # ---- data ------------------------------------------------------------
-    def _prepare(self, X: Any, y: Any, sample_weight: AnyArray | None, cfg: _Config,
-                 fitted: bool, classes: Any = None, partial: bool = False) -> _Prepared:
+    def _prepare(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
+                 cfg: _Config, fitted: bool, classes: Any = None,
+                 partial: bool = False) -> _Prepared:
         """Data for training, and whether it is for the bare X -> Y model (and for the
         sequence model, (per_position, k) of the targets)."""
         dtype = self.model_.dtype if fitted else cfg.dtype
@@ -267,7 +269,7 @@ class _SequenceEstimator(EstimatorParams):
         yv, per_position, k = seqs.regression_targets(y, x, lengths, ragged, dtype)
         if fitted:
             self._check_target(per_position, k)
-        if per_position and ragged:
+        if per_position and lengths is not None:  # ragged
             valid = seqs.valid_positions(lengths, t).astype(np.float64)
             w = valid if w is None else valid * w[:, None]
         return seqs.Data(x, lengths, yv, w, per_position), False, (per_position, k)
@@ -285,7 +287,7 @@ class _SequenceEstimator(EstimatorParams):
         return isinstance(self.model_, (MultiHeadAttention, Transformer))
 
     # ---- training ------------------------------------------------------
-    def fit(self, X: Any, y: Any, sample_weight: AnyArray | None = None,
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
             comm: Any = None) -> Self:
         """Train for `epochs` epochs on X, y; returns self.
 
@@ -332,8 +334,8 @@ class _SequenceEstimator(EstimatorParams):
         self._train(train, val, cfg, cfg.epochs, fit=True)
         return self
 
-    def _partial_fit(self, X: Any, y: Any, sample_weight: AnyArray | None, classes: Any,
-                     comm: Any = None) -> Self:
+    def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
+                     classes: Any, comm: Any = None) -> Self:
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
@@ -365,7 +367,8 @@ class _SequenceEstimator(EstimatorParams):
             self.__dict__.pop(name, None)
         self.__dict__.update(keep)
         # with comm every rank starts from rank 0's seeds (random_state=None differs)
-        init_seed, shuffle_seed, split_seed = self._comm().same(_seeds(self.random_state))
+        seeds: tuple[int, int, int] = self._comm().same(_seeds(self.random_state))
+        init_seed, shuffle_seed, split_seed = seeds
         f = data.x.shape[2]
         if legacy:
             legacy_class = self._legacy_class
@@ -496,7 +499,8 @@ class _SequenceEstimator(EstimatorParams):
                                 f"epoch {epoch} of {last} (early_stopping=True watches the "
                                 f"validation loss instead; n_iter_no_change >= epochs trains "
                                 f"every epoch)",
-                                sklearn_class("ConvergenceWarning"), stacklevel=3)
+                                cast("type[Warning]", sklearn_class("ConvergenceWarning")),
+                                stacklevel=3)
                             return
                         bar.end(loss, vloss, " (early stop)")
                         stopper.restore_best()
@@ -582,13 +586,13 @@ class _SequenceEstimator(EstimatorParams):
                 f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first")
         return self.model_
 
-    def _forward_all(self, X: Any, allow_empty: bool = True
+    def _forward_all(self, X: ArrayLike, allow_empty: bool = True
                      ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
         """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
         ragged X an array of pooled rows or a list of (T_i, ...) arrays."""
         model = self._fitted_model()
-        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                            allow_empty=allow_empty)
+        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                       allow_empty=allow_empty)
         legacy = self._is_legacy()
         if not legacy and self._spec["positional"] == "learned" \
                 and x.shape[1] > self._spec["max_len"]:
@@ -597,7 +601,7 @@ class _SequenceEstimator(EstimatorParams):
         n, t = x.shape[:2]
         tail = (self.n_features_in_,) if legacy else (self._spec["n_outputs"],)
         per_position = legacy or self._target["per_position"]
-        if not ragged:
+        if lengths is None:  # dense X
             out = np.empty((n, t) + tail if per_position else (n,) + tail, dtype=model.dtype)
             step = max(1, _PREDICT_ROWS // max(t, 1))
             for s in range(0, n, step):
@@ -701,7 +705,7 @@ class _Regressor(_SequenceEstimator):
     def _loss(batch: Batch, m: int) -> tuple[float, float]:
         return _regression_loss(batch, m)
 
-    def partial_fit(self, X: Any, y: Any, sample_weight: AnyArray | None = None,
+    def partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
                     comm: Any = None) -> Self:
         """One more epoch over X, y from the current weights and optimizer state. Returns self.
 
@@ -712,7 +716,7 @@ class _Regressor(_SequenceEstimator):
         """
         return self._partial_fit(X, y, sample_weight, None, comm)
 
-    def predict(self, X: Any) -> FloatArray | list[FloatArray]:
+    def predict(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Predictions in the model's dtype, in the form of y at fit: (n,) or (n, k) per
         sequence, (n, T, k) per position (a list of (T_i, ...) arrays for ragged X).
 
@@ -726,7 +730,8 @@ class _Regressor(_SequenceEstimator):
             return [o[..., 0] for o in out]
         return out[..., 0]
 
-    def score(self, X: Any, y: Any, sample_weight: AnyArray | None = None) -> float:
+    def score(self, X: ArrayLike, y: ArrayLike,
+              sample_weight: ArrayLike | None = None) -> float:
         """R^2 of predict(X) against y (scikit-learn's r2_score, uniform over outputs):
         rows are the sequences, or for per-position targets every valid position;
         sample_weight (n_samples,) weights the rows of each sample."""
@@ -747,6 +752,7 @@ class _Regressor(_SequenceEstimator):
         if not per_position:
             return r2_score(yv, raw, sample_weight=w)
         if isinstance(raw, list):
+            assert lengths is not None  # a list comes from ragged X
             valid = seqs.valid_positions(lengths, t)
             pred = np.concatenate(raw, axis=0).reshape(-1, yv.shape[2])
             true = yv[valid]
@@ -756,22 +762,22 @@ class _Regressor(_SequenceEstimator):
         return r2_score(yv.reshape(-1, yv.shape[2]), raw.reshape(-1, raw.shape[2]),
                         sample_weight=rows_w)
 
-    def attention_weights(self, X: Any) -> FloatArray | list[FloatArray]:
+    def attention_weights(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Attention probabilities of the bare model on X: (n, n_heads, T, T); a
         TransformerRegressor gives a list with one such array per layer."""
         model = self._fitted_model()
         if not self._is_legacy():
             raise ValueError("attention_weights is available for the bare X -> Y model "
                              "only (d_model=None with y of X's shape)")
-        X = seqs.sequences("X", X, model.dtype, self.n_features_in_)[0]
-        n, t, _ = X.shape
+        x: FloatArray = seqs.sequences("X", X, model.dtype, self.n_features_in_)[0]
+        n, t, _ = x.shape
         step = max(1, _PREDICT_ROWS // t)
-        parts = []
+        parts: list[list[FloatArray]] = []
         for s in range(0, n, step):
-            model.forward(X[s:s + step], grad=True)  # grad=True keeps the probabilities
+            model.forward(x[s:s + step], grad=True)  # grad=True keeps the probabilities
             w = model.attention_weights()
             parts.append(w if isinstance(w, list) else [w])
-        layers = [np.concatenate(p, axis=0) for p in zip(*parts)]
+        layers: list[FloatArray] = [np.concatenate(p, axis=0) for p in zip(*parts)]
         return layers if isinstance(model, Transformer) else layers[0]
 
 
@@ -898,19 +904,20 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
     def _loss(batch: Batch, m: int) -> tuple[float, float]:
         return _cross_entropy(batch, m)
 
-    def partial_fit(self, X: Any, y: Any, classes: Any = None,
-                    sample_weight: AnyArray | None = None, comm: Any = None) -> Self:
+    def partial_fit(self, X: ArrayLike, y: ArrayLike, classes: ArrayLike | None = None,
+                    sample_weight: ArrayLike | None = None, comm: Any = None) -> Self:
         """One more epoch over X, y (as the regressors' partial_fit). The first call
         needs `classes`, every label that will ever be seen (as scikit-learn)."""
         return self._partial_fit(X, y, sample_weight, classes, comm)
 
     def _prepare_labels(self, x: FloatArray, lengths: IntArray | None, ragged: bool, y: Any,
-                        w: FloatArray | None, cfg: _Config, fitted: bool, classes: Any,
+                        w: _F64Array | None, cfg: _Config, fitted: bool, classes: Any,
                         partial: bool) -> _Prepared:
         lab, per_position = seqs.labels(y, x, lengths, ragged)
         seqs.check_labels_finite(lab)
         n, t = x.shape[:2]
-        valid = seqs.valid_positions(lengths, t) if (ragged and per_position) else None
+        valid = (seqs.valid_positions(lengths, t) if (lengths is not None and per_position)
+                 else None)
         seen = lab[valid] if valid is not None else lab.ravel()
         if fitted:
             if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
@@ -942,7 +949,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
                                  "of zero: nothing to learn from")
         return seqs.Data(x, lengths, codes, weights, per_position), False, (per_position, None)
 
-    def _class_weights(self, seen: AnyArray) -> FloatArray | None:
+    def _class_weights(self, seen: AnyArray) -> _F64Array | None:
         cw = self.class_weight
         if cw is None:
             return None
@@ -968,7 +975,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
         raise ValueError(f"class_weight must be None, 'balanced' or a dict label -> weight, "
                          f"got {cw!r}")
 
-    def predict_log_proba(self, X: Any) -> FloatArray | list[FloatArray]:
+    def predict_log_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Log-probabilities of the classes (columns in classes_ order): (n, C), or
         (n, T, C) / a list of (T_i, C) arrays for per-position labels."""
         raw, _ = self._forward_all(X)
@@ -976,14 +983,14 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
             return [_log_softmax(r) for r in raw]
         return _log_softmax(raw)
 
-    def predict_proba(self, X: Any) -> FloatArray | list[FloatArray]:
+    def predict_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Class probabilities (rows sum to 1), shaped as predict_log_proba."""
         lp = self.predict_log_proba(X)
         if isinstance(lp, list):
             return [np.exp(a) for a in lp]
         return np.exp(lp)
 
-    def predict(self, X: Any) -> AnyArray | list[AnyArray]:
+    def predict(self, X: ArrayLike) -> AnyArray | list[AnyArray]:
         """The most probable label: (n,), or (n, T) / a list of (T_i,) arrays."""
         raw, _ = self._forward_all(X)
         if isinstance(raw, list):
@@ -991,7 +998,8 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
         labels: AnyArray = self.classes_[np.argmax(raw, axis=-1)]
         return labels
 
-    def score(self, X: Any, y: Any, sample_weight: AnyArray | None = None) -> float:
+    def score(self, X: ArrayLike, y: ArrayLike,
+              sample_weight: ArrayLike | None = None) -> float:
         """Accuracy of predict(X) against y (over every valid position for per-position
         labels), weighted by sample_weight (n_samples,) when given."""
         model = self._fitted_model()
@@ -1004,6 +1012,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
             raise ValueError(f"y must hold labels {what}, as at fit")
         pred = self.predict(X)
         if isinstance(pred, list):
+            assert lengths is not None  # a list comes from ragged X
             valid = seqs.valid_positions(lengths, t)
             hits = np.concatenate(pred) == lab[valid]
             rw = None if w is None else np.repeat(w, lengths)
