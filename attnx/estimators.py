@@ -51,7 +51,7 @@ from .transformer import Transformer
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Mapping
-    from typing import Union
+    from typing import Literal, Union
 
     from numpy.typing import ArrayLike, DTypeLike, NDArray
     from typing_extensions import Self
@@ -66,7 +66,11 @@ if TYPE_CHECKING:
     #: float64 loss weights (sample_weight, class_weight and their products)
     _F64Array = NDArray[np.float64]
     #: class_weight: None, "balanced" or a dict label -> weight.
-    ClassWeight = Union[None, str, Mapping[Any, float]]
+    ClassWeight = Union[None, Literal["balanced"], Mapping[Any, float]]
+    #: the choices of positional, norm and pooling
+    Positional = Literal["none", "sinusoidal", "learned", "rope"]
+    Norm = Union[None, Literal["pre"]]
+    Pooling = Literal["mean", "last"]
     #: _prepare's result: (data, legacy) for the bare model, (data, legacy,
     #: (per_position, k)) for the sequence model.
     _Prepared = Union[tuple[seqs.Data, bool], tuple[seqs.Data, bool, tuple[bool, int | None]]]
@@ -110,9 +114,9 @@ class _Config(SimpleNamespace):
     d_model: int | None
     n_layers: int
     d_hidden: int | None
-    positional: str
-    norm: str | None
-    pooling: str
+    positional: Positional
+    norm: Norm
+    pooling: Pooling
     dropout: float
     max_len: int | None
 
@@ -129,18 +133,18 @@ def _sequence_model_class() -> type[SequenceModel]:
 
 
 class _SequenceEstimator(EstimatorParams):
-    """fit / partial_fit / predict / save shared by the four estimators."""
+    """fit, partial_fit's training (each kind has its own partial_fit signature),
+    inference and save, shared by the four estimators."""
 
     # the bare X -> Y model of the original regressors
     _legacy_class: ClassVar[type[MultiHeadAttention] | type[Transformer] | None] = None
-    _classifier: ClassVar[bool] = False
 
     # hyper-parameters, as given to the constructor (validated by _config at fit)
     n_heads: int
     d_model: int | None
-    positional: str
-    norm: str | None
-    pooling: str
+    positional: Positional
+    norm: Norm
+    pooling: Pooling
     d_hidden: int | None
     dropout: float
     max_len: int | None
@@ -163,7 +167,7 @@ class _SequenceEstimator(EstimatorParams):
     learning_rate_init: float | None
     random_state: RandomStateLike
     verbose: int
-    dtype: Any  # anything np.dtype accepts (np.float32, "float64", ...)
+    dtype: DTypeLike  # float32 or float64 in any spelling np.dtype accepts
 
     # fitted attributes
     model_: _Model
@@ -396,7 +400,7 @@ class _SequenceEstimator(EstimatorParams):
                               dtype=cfg.dtype.name)
             self.model_ = self._build(self._spec, init_seed)
             self._target = {"per_position": bool(per_position), "k": k}
-            if not self._classifier:
+            if not isinstance(self, _Classifier):
                 self.n_outputs_ = n_out
         self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                 weight_decay=cfg.weight_decay)
@@ -433,7 +437,7 @@ class _SequenceEstimator(EstimatorParams):
             target_tail = data.y.shape[1:] if not data.per_position else (t,) + data.y.shape[2:]
             tdtype, out_tail = model.dtype, target_tail
         w_ndim = None if data.w is None else data.w.ndim
-        if self._classifier:
+        if isinstance(self, _Classifier):
             w_ndim = 2 if data.per_position else 1
         masked = data.lengths is not None
         cache: dict[tuple[Any, ...], Batch] = self.__dict__.setdefault("_batches", {})
@@ -840,7 +844,7 @@ class AttentionRegressor(_Regressor):
     _legacy_class = MultiHeadAttention
 
     def __init__(self, n_heads: int = 1, *, d_model: int | None = None,
-                 positional: str = "none", norm: str | None = None, pooling: str = "mean",
+                 positional: Positional = "none", norm: Norm = None, pooling: Pooling = "mean",
                  d_hidden: int | None = None, dropout: float = 0.0, max_len: int | None = None,
                  causal: bool = False, bias: bool = True, rope: bool = False, epochs: int = 100,
                  batch_size: int = 32, lr: float = 1e-3,
@@ -850,7 +854,7 @@ class AttentionRegressor(_Regressor):
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: Any = np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
 
@@ -870,8 +874,8 @@ class TransformerRegressor(_Regressor):
     _legacy_class = Transformer
 
     def __init__(self, n_heads: int = 1, n_layers: int = 2, d_hidden: int | None = None, *,
-                 d_model: int | None = None, positional: str = "none",
-                 norm: str | None = None, pooling: str = "mean", dropout: float = 0.0,
+                 d_model: int | None = None, positional: Positional = "none",
+                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
                  max_len: int | None = None, causal: bool = False, bias: bool = True,
                  rope: bool = False, epochs: int = 100, batch_size: int = 32, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
@@ -880,7 +884,7 @@ class TransformerRegressor(_Regressor):
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: Any = np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
     def _n_layers(self) -> int:
@@ -895,8 +899,6 @@ class TransformerRegressor(_Regressor):
 
 # ---- classifiers ---------------------------------------------------------------
 class _Classifier(ClassifierParams, _SequenceEstimator):
-    _classifier = True
-
     class_weight: ClassWeight
     classes_: AnyArray  # the sorted labels (any sortable dtype)
 
@@ -1037,7 +1039,7 @@ class AttentionClassifier(_Classifier):
     """
 
     def __init__(self, n_heads: int = 1, *, d_model: int | None = None,
-                 positional: str = "none", norm: str | None = None, pooling: str = "mean",
+                 positional: Positional = "none", norm: Norm = None, pooling: Pooling = "mean",
                  d_hidden: int | None = None, dropout: float = 0.0, max_len: int | None = None,
                  causal: bool = False, bias: bool = True, rope: bool = False,
                  class_weight: ClassWeight = None, epochs: int = 100, batch_size: int = 32,
@@ -1047,7 +1049,7 @@ class AttentionClassifier(_Classifier):
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: Any = np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
 
@@ -1064,8 +1066,8 @@ class TransformerClassifier(_Classifier):
     n_layers: int
 
     def __init__(self, n_heads: int = 1, n_layers: int = 2, d_hidden: int | None = None, *,
-                 d_model: int | None = None, positional: str = "none",
-                 norm: str | None = None, pooling: str = "mean", dropout: float = 0.0,
+                 d_model: int | None = None, positional: Positional = "none",
+                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
                  max_len: int | None = None, causal: bool = False, bias: bool = True,
                  rope: bool = False, class_weight: ClassWeight = None, epochs: int = 100,
                  batch_size: int = 32, lr: float = 1e-3,
@@ -1075,7 +1077,7 @@ class TransformerClassifier(_Classifier):
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: Any = np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
     def _n_layers(self) -> int:
