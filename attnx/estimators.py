@@ -519,10 +519,10 @@ class _SequenceEstimator(EstimatorParams):
         interrupted (after a warning). Rolls back and raises when training diverges."""
         model, opt = self.model_, self.optimizer_
         dist = self._comm()
-        order, plan = batch_plan(dist.n, bs, self.shuffle_rng_ if shuffle else None,
-                                 dist.lengths)
+        order, global_plan = batch_plan(dist.n, bs, self.shuffle_rng_ if shuffle else None,
+                                        dist.lengths)
         # this rank's samples of each global batch (all of them with comm=None)
-        order, plan = dist.batches(order, plan)
+        order, plan = dist.batches(order, global_plan)
         rows = dist.rows(plan, bs)
         t_full = data.x.shape[1]
         total, seen, done = 0.0, 0.0, 0
@@ -1239,8 +1239,9 @@ def _setup(dist: distributed.Local, data: seqs.Data, params: Any = None) -> seqs
     ragged = data.lengths is not None
     dist.setup(data.n, data.x.shape[2:] if ragged else data.x.shape[1:], params,
                lengths=data.lengths)
-    if ragged and dist.distributed and data.x.shape[1] < dist.t_max:
-        data = distributed.pad_positions(data, dist.t_max)
+    t_max = dist.t_max  # the longest sequence of every rank; None for dense data
+    if ragged and dist.distributed and t_max is not None and data.x.shape[1] < t_max:
+        data = distributed.pad_positions(data, t_max)
     return data
 
 
