@@ -24,10 +24,13 @@ are accepted as aliases (None = not given; giving both spellings different value
 is an error). scikit-learn is not needed at run time (see _base.py), yet clone,
 cross_val_score and GridSearchCV work on 3-D arrays.
 """
+from __future__ import annotations
+
 import math
 import numbers
 import warnings
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, cast
 
 import numpy as np
 
@@ -45,6 +48,33 @@ from .losses import mse_loss
 from .optim import AdamW, _check_hyper
 from .transformer import Transformer
 
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Callable, Mapping
+    from typing import Literal, Union
+
+    from numpy.typing import ArrayLike, DTypeLike, NDArray
+    from typing_extensions import Self
+
+    from ._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
+    from .sequence import SequenceModel
+
+    #: The network an estimator trains: the bare X -> Y model or a SequenceModel.
+    _Model = Union[MultiHeadAttention, Transformer, SequenceModel]
+    #: fit's result for one batch: (loss before the step, its weight).
+    _LossFn = Callable[[Batch, int], "tuple[float, float]"]
+    #: float64 loss weights (sample_weight, class_weight and their products)
+    _F64Array = NDArray[np.float64]
+    #: class_weight: None, "balanced" or a dict label -> weight.
+    ClassWeight = Union[None, Literal["balanced"], Mapping[Any, float]]
+    #: the choices of positional, norm and pooling
+    Positional = Literal["none", "sinusoidal", "learned", "rope"]
+    Norm = Union[None, Literal["pre"]]
+    Pooling = Literal["mean", "last"]
+    #: _prepare's result: (data, legacy) for the bare model, (data, legacy,
+    #: (per_position, k)) for the sequence model.
+    _Prepared = Union[tuple[seqs.Data, bool], tuple[seqs.Data, bool, tuple[bool, int | None]]]
+
 __all__ = ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
            "TransformerClassifier", "NotFittedError", "TrainingDivergedError"]
 
@@ -57,28 +87,110 @@ _SCRATCH = ("_batches", "_snapshot", "_dist")  # _dist: the comm of the running 
 
 _POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
+_T = TypeVar("_T")
 
-def __getattr__(name):  # NotFittedError is scikit-learn's class, resolved on first use
+
+class _Config(SimpleNamespace):
+    """The validated hyper-parameters of one fit (see _SequenceEstimator._config)."""
+
+    n_heads: int
+    causal: bool
+    bias: bool
+    rope: bool
+    shuffle: bool
+    early_stopping: bool
+    warm_start: bool
+    epochs: int
+    batch_size: int
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    validation_fraction: float
+    n_iter_no_change: int
+    tol: float
+    verbose: int
+    dtype: np.dtype[Any]
+    d_model: int | None
+    n_layers: int
+    d_hidden: int | None
+    positional: Positional
+    norm: Norm
+    pooling: Pooling
+    dropout: float
+    max_len: int | None
+
+
+def __getattr__(name: str) -> Any:  # NotFittedError is scikit-learn's class, resolved on first use
     if name == "NotFittedError":
         return sklearn_class(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _sequence_model_class():
+def _sequence_model_class() -> type[SequenceModel]:
     from . import SequenceModel  # the package exports it; imported late (no cycle)
     return SequenceModel
 
 
 class _SequenceEstimator(EstimatorParams):
-    """fit / partial_fit / predict / save shared by the four estimators."""
+    """fit, partial_fit's training (each kind has its own partial_fit signature),
+    inference and save, shared by the four estimators."""
 
-    _legacy_class = None    # the bare X -> Y model of the original regressors
-    _classifier = False
+    # the bare X -> Y model of the original regressors
+    _legacy_class: ClassVar[type[MultiHeadAttention] | type[Transformer] | None] = None
+
+    # hyper-parameters, as given to the constructor (validated by _config at fit)
+    n_heads: int
+    d_model: int | None
+    positional: Positional
+    norm: Norm
+    pooling: Pooling
+    d_hidden: int | None
+    dropout: float
+    max_len: int | None
+    causal: bool
+    bias: bool
+    rope: bool
+    epochs: int
+    batch_size: int
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    shuffle: bool
+    validation_fraction: float
+    early_stopping: bool
+    n_iter_no_change: int
+    tol: float
+    warm_start: bool
+    max_iter: int | None
+    learning_rate_init: float | None
+    random_state: RandomStateLike
+    verbose: int
+    dtype: DTypeLike  # float32 or float64 in any spelling np.dtype accepts
+
+    # fitted attributes
+    model_: _Model
+    optimizer_: AdamW
+    shuffle_rng_: np.random.Generator
+    n_features_in_: int
+    n_outputs_: int
+    n_iter_: int
+    loss_curve_: list[float]
+    best_loss_: float
+    validation_loss_curve_: list[float]
+    best_validation_loss_: float
+    # private state: the kind of targets at fit ({"per_position": bool, "k": int |
+    # None}), the SequenceModel's architecture, the running fit's comm
+    _target: dict[str, Any]
+    _spec: dict[str, Any]
+    _dist: distributed.Local
+    _snapshot: Snapshot
 
     # ---- hyper-parameters ----------------------------------------------
-    def _config(self):
+    def _config(self) -> _Config:
         """Validated copies of the hyper-parameters; the attributes stay as given."""
-        c = SimpleNamespace()
+        c = _Config()
         c.n_heads = check_positive_int("n_heads", self.n_heads)
         for name in ("causal", "bias", "rope", "shuffle", "early_stopping", "warm_start"):
             setattr(c, name, _bool(name, getattr(self, name)))
@@ -117,10 +229,16 @@ class _SequenceEstimator(EstimatorParams):
         c.max_len = None if self.max_len is None else check_positive_int("max_len", self.max_len)
         return c
 
-    def _n_layers(self):
+    def _n_layers(self) -> int:
         return 1
 
-    def _legacy_wanted(self, cfg):
+    @staticmethod
+    def _loss(batch: Batch, m: int) -> tuple[float, float]:
+        """(loss, weight) of the first m rows of the batch, and dL/dY in batch.dy: the
+        regressors' MSE or the classifiers' cross-entropy."""
+        raise NotImplementedError
+
+    def _legacy_wanted(self, cfg: _Config) -> bool:
         """True when the settings ask for nothing the bare X -> Y model lacks."""
         return (self._legacy_class is not None and cfg.d_model is None
                 and cfg.positional == "none" and cfg.norm is None and cfg.dropout == 0
@@ -128,14 +246,17 @@ class _SequenceEstimator(EstimatorParams):
                 and (self._legacy_class is Transformer or cfg.d_hidden is None))
 
     # ---- data ------------------------------------------------------------
-    def _prepare(self, X, y, sample_weight, cfg, fitted, classes=None, partial=False):
-        """Data for training, and whether it is for the bare X -> Y model."""
+    def _prepare(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
+                 cfg: _Config, fitted: bool, classes: Any = None,
+                 partial: bool = False) -> _Prepared:
+        """Data for training, and whether it is for the bare X -> Y model (and for the
+        sequence model, (per_position, k) of the targets)."""
         dtype = self.model_.dtype if fitted else cfg.dtype
         nf = self.n_features_in_ if fitted else None
         x, lengths, ragged = seqs.sequences("X", X, dtype, nf)
         n, t = x.shape[:2]
         w = seqs.sample_weights(sample_weight, n)
-        if self._classifier:
+        if isinstance(self, _Classifier):
             return self._prepare_labels(x, lengths, ragged, y, w, cfg, fitted, classes,
                                         partial)
         if fitted:
@@ -152,12 +273,12 @@ class _SequenceEstimator(EstimatorParams):
         yv, per_position, k = seqs.regression_targets(y, x, lengths, ragged, dtype)
         if fitted:
             self._check_target(per_position, k)
-        if per_position and ragged:
+        if per_position and lengths is not None:  # ragged
             valid = seqs.valid_positions(lengths, t).astype(np.float64)
             w = valid if w is None else valid * w[:, None]
         return seqs.Data(x, lengths, yv, w, per_position), False, (per_position, k)
 
-    def _check_target(self, per_position, k):
+    def _check_target(self, per_position: bool, k: int | None) -> None:
         tgt = self._target
         if per_position != tgt["per_position"]:
             what = "per position" if tgt["per_position"] else "per sequence"
@@ -166,11 +287,12 @@ class _SequenceEstimator(EstimatorParams):
             raise ValueError(f"y must have {self.n_outputs_} output(s) as at fit, got {k or 1} "
                              f"(n_outputs mismatch)")
 
-    def _is_legacy(self):
+    def _is_legacy(self) -> bool:
         return isinstance(self.model_, (MultiHeadAttention, Transformer))
 
     # ---- training ------------------------------------------------------
-    def fit(self, X, y, sample_weight=None, comm=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
+            comm: Any = None) -> Self:
         """Train for `epochs` epochs on X, y; returns self.
 
         A new model each call, unless warm_start=True and the estimator is fitted: then
@@ -216,17 +338,8 @@ class _SequenceEstimator(EstimatorParams):
         self._train(train, val, cfg, cfg.epochs, fit=True)
         return self
 
-    def partial_fit(self, X, y, sample_weight=None, comm=None):
-        """One more epoch over X, y from the current weights and optimizer state. Returns self.
-
-        The first call builds the model (as fit would, from random_state). Later
-        calls keep the architecture and dtype of the model but take lr, betas,
-        eps and weight_decay as currently set. No validation split and no early
-        stopping here (as in scikit-learn's MLPRegressor.partial_fit). comm: as in fit.
-        """
-        return self._partial_fit(X, y, sample_weight, None, comm)
-
-    def _partial_fit(self, X, y, sample_weight, classes, comm=None):
+    def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
+                     classes: Any, comm: Any = None) -> Self:
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
@@ -241,31 +354,35 @@ class _SequenceEstimator(EstimatorParams):
         self._train(prepared[0], None, cfg, 1, fit=False)
         return self
 
-    def _set_optimizer_hyper(self, cfg):
+    def _set_optimizer_hyper(self, cfg: _Config) -> None:
         opt = self.optimizer_
         opt.lr, opt.betas, opt.eps, opt.weight_decay = cfg.lr, cfg.betas, cfg.eps, \
             cfg.weight_decay
 
-    def _initialize(self, data, cfg, legacy, target):
+    def _initialize(self, data: seqs.Data, cfg: _Config, legacy: bool,
+                    target: tuple[tuple[bool, int | None], ...]) -> int:
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
-        keep = {k: self.__dict__[k] for k in ("classes_", "_dist") if k in self.__dict__}
+        keep: dict[str, Any] = {k: self.__dict__[k] for k in ("classes_", "_dist")
+                                if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
         for name in _SCRATCH + ("_target", "_spec"):
             self.__dict__.pop(name, None)
         self.__dict__.update(keep)
         # with comm every rank starts from rank 0's seeds (random_state=None differs)
-        init_seed, shuffle_seed, split_seed = self._comm().same(_seeds(self.random_state))
+        seeds: tuple[int, int, int] = self._comm().same(_seeds(self.random_state))
+        init_seed, shuffle_seed, split_seed = seeds
         f = data.x.shape[2]
         if legacy:
-            self.model_ = self._legacy_class(f, **self._legacy_kwargs(cfg),
-                                             random_state=init_seed,
-                                             input_grad=False)  # dL/dX is never needed
+            legacy_class = self._legacy_class
+            assert legacy_class is not None  # _prepare picks legacy only for such a class
+            self.model_ = legacy_class(f, **self._legacy_kwargs(cfg), random_state=init_seed,
+                                       input_grad=False)  # dL/dX is never needed
             self._target = {"per_position": True, "k": f}
         else:
             per_position, k = target[0] if target else (data.per_position, None)
-            n_out = len(self.classes_) if self._classifier else (k or 1)
+            n_out = len(self.classes_) if isinstance(self, _Classifier) else (k or 1)
             d = f if cfg.d_model is None else cfg.d_model
             if d % cfg.n_heads:
                 hint = (" (d_model=None means the number of features; set d_model to choose "
@@ -283,7 +400,7 @@ class _SequenceEstimator(EstimatorParams):
                               dtype=cfg.dtype.name)
             self.model_ = self._build(self._spec, init_seed)
             self._target = {"per_position": bool(per_position), "k": k}
-            if not self._classifier:
+            if not isinstance(self, _Classifier):
                 self.n_outputs_ = n_out
         self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                 weight_decay=cfg.weight_decay)
@@ -294,12 +411,12 @@ class _SequenceEstimator(EstimatorParams):
         self.best_loss_ = math.inf
         return split_seed
 
-    def _legacy_kwargs(self, cfg):
+    def _legacy_kwargs(self, cfg: _Config) -> dict[str, Any]:
         return dict(n_heads=cfg.n_heads, causal=cfg.causal, bias=cfg.bias, rope=cfg.rope,
                     dtype=cfg.dtype)
 
     @staticmethod
-    def _build(spec, seed):
+    def _build(spec: Mapping[str, Any], seed: int) -> SequenceModel:
         spec = dict(spec)
         args = [spec.pop(k) for k in ("n_features", "d_model", "n_heads", "n_layers",
                                       "n_outputs")]
@@ -308,20 +425,22 @@ class _SequenceEstimator(EstimatorParams):
         model.input_grad = False  # dL/dX is never needed here
         return model
 
-    def _batch(self, data, bs, t):
+    def _batch(self, data: seqs.Data, bs: int, t: int) -> Batch:
         """The reusable Batch for this data layout and padded length t."""
         model = self.model_
-        if self._classifier:
+        target_tail: tuple[int, ...]
+        tdtype: DTypeLike
+        if isinstance(self, _Classifier):
             target_tail, tdtype = ((t,) if data.per_position else ()), np.int64
             out_tail = target_tail + (len(self.classes_),)
         else:
             target_tail = data.y.shape[1:] if not data.per_position else (t,) + data.y.shape[2:]
             tdtype, out_tail = model.dtype, target_tail
         w_ndim = None if data.w is None else data.w.ndim
-        if self._classifier:
+        if isinstance(self, _Classifier):
             w_ndim = 2 if data.per_position else 1
         masked = data.lengths is not None
-        cache = self.__dict__.setdefault("_batches", {})
+        cache: dict[tuple[Any, ...], Batch] = self.__dict__.setdefault("_batches", {})
         key = (bs, t, data.x.shape[2], target_tail, np.dtype(tdtype), out_tail, model.dtype,
                masked, w_ndim)
         batch = cache.get(key)
@@ -332,14 +451,15 @@ class _SequenceEstimator(EstimatorParams):
                                        model.dtype, masked, w_ndim)
         return batch
 
-    def _snapshot_for(self):
+    def _snapshot_for(self) -> Snapshot:
         model, opt = self.model_, self.optimizer_
         snap = self.__dict__.get("_snapshot")
         if snap is None or not snap.fits(model, opt):
             snap = self._snapshot = Snapshot(model, opt)
         return snap
 
-    def _train(self, data, val, cfg, epochs, fit):
+    def _train(self, data: seqs.Data, val: seqs.Data | None, cfg: _Config, epochs: int,
+               fit: bool) -> None:
         """Run `epochs` epochs over validated Data of the model's dtype."""
         model, opt, rng = self.model_, self.optimizer_, self.shuffle_rng_
         dist = self._comm()
@@ -383,7 +503,8 @@ class _SequenceEstimator(EstimatorParams):
                                 f"epoch {epoch} of {last} (early_stopping=True watches the "
                                 f"validation loss instead; n_iter_no_change >= epochs trains "
                                 f"every epoch)",
-                                sklearn_class("ConvergenceWarning"), stacklevel=3)
+                                cast("type[Warning]", sklearn_class("ConvergenceWarning")),
+                                stacklevel=3)
                             return
                         bar.end(loss, vloss, " (early stop)")
                         stopper.restore_best()
@@ -392,18 +513,19 @@ class _SequenceEstimator(EstimatorParams):
             finally:
                 bar.close()
 
-    def _epoch(self, data, bs, shuffle, epoch, good, guard, bar):
+    def _epoch(self, data: seqs.Data, bs: int, shuffle: bool, epoch: int, good: Snapshot,
+               guard: InterruptGuard, bar: Progress) -> float | None:
         """One pass over data; returns the (weighted) mean loss, or None when
         interrupted (after a warning). Rolls back and raises when training diverges."""
         model, opt = self.model_, self.optimizer_
         dist = self._comm()
-        order, plan = batch_plan(dist.n, bs, self.shuffle_rng_ if shuffle else None,
-                                 dist.lengths)
+        order, global_plan = batch_plan(dist.n, bs, self.shuffle_rng_ if shuffle else None,
+                                        dist.lengths)
         # this rank's samples of each global batch (all of them with comm=None)
-        order, plan = dist.batches(order, plan)
+        order, plan = dist.batches(order, global_plan)
         rows = dist.rows(plan, bs)
         t_full = data.x.shape[1]
-        total, seen, done = 0.0, 0, 0
+        total, seen, done = 0.0, 0.0, 0
         for k, (start, m, t, _) in enumerate(plan):
             batch = self._batch(data, rows, t or t_full)
             batch.load(data, order, start, m)
@@ -431,11 +553,11 @@ class _SequenceEstimator(EstimatorParams):
             return None
         return total / seen if seen else 0.0
 
-    def _mean_loss(self, data, bs):
+    def _mean_loss(self, data: seqs.Data, bs: int) -> float:
         """The loss over data (validation), in batches of the training batch shape."""
         legacy = self._is_legacy()
         order, plan = batch_plan(data.n, bs, None, data.lengths) if data.n else (None, [])
-        total, seen = 0.0, 0
+        total, seen = 0.0, 0.0
         for start, m, t in plan:
             batch = self._batch(data, bs, t or data.x.shape[1])
             batch.load(data, order, start, m)
@@ -450,11 +572,11 @@ class _SequenceEstimator(EstimatorParams):
         total, seen = dist.allsum(total), dist.allsum(seen)
         return total / seen if seen else 0.0
 
-    def _comm(self):
+    def _comm(self) -> distributed.Local:
         """The running fit's distributed hooks (identities without comm)."""
         return self.__dict__.get("_dist") or distributed.Local()
 
-    def _diverged(self, good, where, epoch):
+    def _diverged(self, good: Snapshot, where: str, epoch: int) -> NoReturn:
         good.restore(self.model_, self.optimizer_, self.shuffle_rng_)
         before = f"the end of epoch {epoch - 1}" if epoch > 1 else "their values before epoch 1"
         raise TrainingDivergedError(
@@ -462,18 +584,19 @@ class _SequenceEstimator(EstimatorParams):
             f"state and shuffling state were restored to {before}. Try a smaller lr.")
 
     # ---- inference -----------------------------------------------------
-    def _fitted_model(self):
+    def _fitted_model(self) -> _Model:
         if "model_" not in self.__dict__:
             raise sklearn_class("NotFittedError")(
                 f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first")
         return self.model_
 
-    def _forward_all(self, X, allow_empty=True):
+    def _forward_all(self, X: ArrayLike, allow_empty: bool = True
+                     ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
         """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
         ragged X an array of pooled rows or a list of (T_i, ...) arrays."""
         model = self._fitted_model()
-        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                            allow_empty=allow_empty)
+        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                       allow_empty=allow_empty)
         legacy = self._is_legacy()
         if not legacy and self._spec["positional"] == "learned" \
                 and x.shape[1] > self._spec["max_len"]:
@@ -482,7 +605,7 @@ class _SequenceEstimator(EstimatorParams):
         n, t = x.shape[:2]
         tail = (self.n_features_in_,) if legacy else (self._spec["n_outputs"],)
         per_position = legacy or self._target["per_position"]
-        if not ragged:
+        if lengths is None:  # dense X
             out = np.empty((n, t) + tail if per_position else (n,) + tail, dtype=model.dtype)
             step = max(1, _PREDICT_ROWS // max(t, 1))
             for s in range(0, n, step):
@@ -490,7 +613,7 @@ class _SequenceEstimator(EstimatorParams):
             return out, None
         order = np.argsort(lengths, kind="stable")
         pooled = np.empty((n,) + tail, dtype=model.dtype) if not per_position else None
-        parts = [None] * n
+        parts: list[FloatArray | None] = [None] * n
         step = max(1, _PREDICT_ROWS // t)
         for s in range(0, n, step):
             idx = order[s:s + step]
@@ -501,21 +624,25 @@ class _SequenceEstimator(EstimatorParams):
                 for j, i in enumerate(idx):
                     parts[i] = y[j, :int(lengths[i])].copy()
             else:
+                assert pooled is not None  # allocated above when not per_position
                 pooled[idx] = y
-        return (parts if per_position else pooled), lengths
+        if per_position:
+            return cast("list[FloatArray]", parts), lengths  # order covers every sample
+        assert pooled is not None
+        return pooled, lengths
 
     # ---- persistence ---------------------------------------------------
-    def save(self, path):
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write configuration, weights, optimizer and RNG state to exactly `path`, a
         safetensors file (see attnx.io); attnx.load(path) reads it back."""
         from .io import save
 
         save(self, path)
 
-    def _model_spec(self):
+    def _model_spec(self) -> dict[str, Any]:
         """The fitted model's architecture as JSON-able values (for save and pickle)."""
         m = self.model_
-        if not self._is_legacy():
+        if not isinstance(m, (MultiHeadAttention, Transformer)):  # not self._is_legacy()
             return {"kind": "sequence", **self._spec}
         spec = dict(d_model=m.d_model, n_heads=m.n_heads, causal=m.causal, bias=m.bias,
                     rope=m.rope, dtype=m.dtype.name, attention=m.attention)
@@ -523,32 +650,36 @@ class _SequenceEstimator(EstimatorParams):
             spec.update(n_layers=m.n_layers, d_hidden=m.d_hidden)
         return spec
 
-    def _restore_model(self, spec, params, opt_hyper, opt_state):
+    def _restore_model(self, spec: Mapping[str, Any], params: AnyArray,
+                       opt_hyper: Mapping[str, Any], opt_state: Any) -> None:
         """Rebuild model_ and optimizer_ from _model_spec(), params.flat and AdamW state."""
         spec = dict(spec)
         params = np.asarray(params)
         kind = spec.pop("kind", "legacy")
         # sizes come from a file or a pickle: check them against the weights that
         # are really there before building (and allocating) a model of that size
+        legacy_class = self._legacy_class
         if kind == "sequence":
             expected = _sequence_n_params(spec)
-        elif self._legacy_class is Transformer:
+        elif legacy_class is Transformer:
             expected = Transformer.n_params(int(spec["d_model"]), int(spec["n_layers"]),
                                             int(spec["d_hidden"]), bool(spec["bias"]))
-        elif self._legacy_class is MultiHeadAttention:
+        elif legacy_class is MultiHeadAttention:
             expected = MultiHeadAttention.n_params(int(spec["d_model"]), bool(spec["bias"]))
         else:
             raise ValueError(f"a {type(self).__name__} has no model of kind {kind!r}")
         if params.ndim != 1 or expected != params.size:
             raise ValueError(f"the weights ({params.size} values) do not fit the model "
                              f"(which needs {expected})")
+        model: _Model
         if kind == "sequence":
             self._spec = spec
             model = self._build(spec, 0)
         else:
+            assert legacy_class is not None  # a legacy kind without a legacy class raised above
             d = spec.pop("d_model")
             spec["dtype"] = check_dtype(spec["dtype"])
-            model = self._legacy_class(d, **spec, random_state=0, input_grad=False)
+            model = legacy_class(d, **spec, random_state=0, input_grad=False)
         if params.shape != model.params.flat.shape or params.dtype != model.dtype:
             raise ValueError(f"the weights ({params.dtype} {params.shape}) do not fit the model "
                              f"({model.dtype} {model.params.flat.shape})")
@@ -561,13 +692,13 @@ class _SequenceEstimator(EstimatorParams):
     # the state besides hyper-parameters and public fitted attributes (attnx._state)
     _state_attributes = ("_target",)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         # the same state as a model file (attnx._state): hyper-parameters, weights,
         # optimizer and RNG states, fitted attributes; workspaces and batch buffers
         # are caches, left out
         return {"attnx_state": _state.get_state(self, portable=False)}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
         _state.set_state(self, *state["attnx_state"])
 
 
@@ -575,10 +706,21 @@ class _SequenceEstimator(EstimatorParams):
 class _Regressor(_SequenceEstimator):
 
     @staticmethod
-    def _loss(batch, m):
+    def _loss(batch: Batch, m: int) -> tuple[float, float]:
         return _regression_loss(batch, m)
 
-    def predict(self, X):
+    def partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
+                    comm: Any = None) -> Self:
+        """One more epoch over X, y from the current weights and optimizer state. Returns self.
+
+        The first call builds the model (as fit would, from random_state). Later
+        calls keep the architecture and dtype of the model but take lr, betas,
+        eps and weight_decay as currently set. No validation split and no early
+        stopping here (as in scikit-learn's MLPRegressor.partial_fit). comm: as in fit.
+        """
+        return self._partial_fit(X, y, sample_weight, None, comm)
+
+    def predict(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Predictions in the model's dtype, in the form of y at fit: (n,) or (n, k) per
         sequence, (n, T, k) per position (a list of (T_i, ...) arrays for ragged X).
 
@@ -592,7 +734,8 @@ class _Regressor(_SequenceEstimator):
             return [o[..., 0] for o in out]
         return out[..., 0]
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X: ArrayLike, y: ArrayLike,
+              sample_weight: ArrayLike | None = None) -> float:
         """R^2 of predict(X) against y (scikit-learn's r2_score, uniform over outputs):
         rows are the sequences, or for per-position targets every valid position;
         sample_weight (n_samples,) weights the rows of each sample."""
@@ -613,6 +756,7 @@ class _Regressor(_SequenceEstimator):
         if not per_position:
             return r2_score(yv, raw, sample_weight=w)
         if isinstance(raw, list):
+            assert lengths is not None  # a list comes from ragged X
             valid = seqs.valid_positions(lengths, t)
             pred = np.concatenate(raw, axis=0).reshape(-1, yv.shape[2])
             true = yv[valid]
@@ -622,22 +766,22 @@ class _Regressor(_SequenceEstimator):
         return r2_score(yv.reshape(-1, yv.shape[2]), raw.reshape(-1, raw.shape[2]),
                         sample_weight=rows_w)
 
-    def attention_weights(self, X):
+    def attention_weights(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Attention probabilities of the bare model on X: (n, n_heads, T, T); a
         TransformerRegressor gives a list with one such array per layer."""
         model = self._fitted_model()
         if not self._is_legacy():
             raise ValueError("attention_weights is available for the bare X -> Y model "
                              "only (d_model=None with y of X's shape)")
-        X = seqs.sequences("X", X, model.dtype, self.n_features_in_)[0]
-        n, t, _ = X.shape
+        x: FloatArray = seqs.sequences("X", X, model.dtype, self.n_features_in_)[0]
+        n, t, _ = x.shape
         step = max(1, _PREDICT_ROWS // t)
-        parts = []
+        parts: list[list[FloatArray]] = []
         for s in range(0, n, step):
-            model.forward(X[s:s + step], grad=True)  # grad=True keeps the probabilities
+            model.forward(x[s:s + step], grad=True)  # grad=True keeps the probabilities
             w = model.attention_weights()
             parts.append(w if isinstance(w, list) else [w])
-        layers = [np.concatenate(p, axis=0) for p in zip(*parts)]
+        layers: list[FloatArray] = [np.concatenate(p, axis=0) for p in zip(*parts)]
         return layers if isinstance(model, Transformer) else layers[0]
 
 
@@ -699,13 +843,18 @@ class AttentionRegressor(_Regressor):
 
     _legacy_class = MultiHeadAttention
 
-    def __init__(self, n_heads=1, *, d_model=None, positional="none", norm=None,
-                 pooling="mean", d_hidden=None, dropout=0.0, max_len=None, causal=False,
-                 bias=True, rope=False, epochs=100, batch_size=32, lr=1e-3, betas=(0.9, 0.999),
-                 eps=1e-8, weight_decay=0.01, shuffle=True, validation_fraction=0.0,
-                 early_stopping=False, n_iter_no_change=10, tol=1e-4, warm_start=False,
-                 max_iter=None, learning_rate_init=None, random_state=None, verbose=0,
-                 dtype=np.float32):
+    def __init__(self, n_heads: int = 1, *, d_model: int | None = None,
+                 positional: Positional = "none", norm: Norm = None, pooling: Pooling = "mean",
+                 d_hidden: int | None = None, dropout: float = 0.0, max_len: int | None = None,
+                 causal: bool = False, bias: bool = True, rope: bool = False, epochs: int = 100,
+                 batch_size: int = 32, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, shuffle: bool = True,
+                 validation_fraction: float = 0.0, early_stopping: bool = False,
+                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
+                 max_iter: int | None = None, learning_rate_init: float | None = None,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
 
@@ -720,21 +869,28 @@ class TransformerRegressor(_Regressor):
     Fitted attributes as for AttentionRegressor.
     """
 
+    n_layers: int
+
     _legacy_class = Transformer
 
-    def __init__(self, n_heads=1, n_layers=2, d_hidden=None, *, d_model=None,
-                 positional="none", norm=None, pooling="mean", dropout=0.0, max_len=None,
-                 causal=False, bias=True, rope=False, epochs=100, batch_size=32, lr=1e-3,
-                 betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, shuffle=True,
-                 validation_fraction=0.0, early_stopping=False, n_iter_no_change=10, tol=1e-4,
-                 warm_start=False, max_iter=None, learning_rate_init=None, random_state=None,
-                 verbose=0, dtype=np.float32):
+    def __init__(self, n_heads: int = 1, n_layers: int = 2, d_hidden: int | None = None, *,
+                 d_model: int | None = None, positional: Positional = "none",
+                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
+                 max_len: int | None = None, causal: bool = False, bias: bool = True,
+                 rope: bool = False, epochs: int = 100, batch_size: int = 32, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, shuffle: bool = True,
+                 validation_fraction: float = 0.0, early_stopping: bool = False,
+                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
+                 max_iter: int | None = None, learning_rate_init: float | None = None,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
-    def _n_layers(self):
+    def _n_layers(self) -> int:
         return check_positive_int("n_layers", self.n_layers)
 
-    def _legacy_kwargs(self, cfg):
+    def _legacy_kwargs(self, cfg: _Config) -> dict[str, Any]:
         kw = super()._legacy_kwargs(cfg)
         kw["n_layers"] = cfg.n_layers
         kw["d_hidden"] = cfg.d_hidden
@@ -743,22 +899,27 @@ class TransformerRegressor(_Regressor):
 
 # ---- classifiers ---------------------------------------------------------------
 class _Classifier(ClassifierParams, _SequenceEstimator):
-    _classifier = True
+    class_weight: ClassWeight
+    classes_: AnyArray  # the sorted labels (any sortable dtype)
 
     @staticmethod
-    def _loss(batch, m):
+    def _loss(batch: Batch, m: int) -> tuple[float, float]:
         return _cross_entropy(batch, m)
 
-    def partial_fit(self, X, y, classes=None, sample_weight=None, comm=None):
+    def partial_fit(self, X: ArrayLike, y: ArrayLike, classes: ArrayLike | None = None,
+                    sample_weight: ArrayLike | None = None, comm: Any = None) -> Self:
         """One more epoch over X, y (as the regressors' partial_fit). The first call
         needs `classes`, every label that will ever be seen (as scikit-learn)."""
         return self._partial_fit(X, y, sample_weight, classes, comm)
 
-    def _prepare_labels(self, x, lengths, ragged, y, w, cfg, fitted, classes, partial):
+    def _prepare_labels(self, x: FloatArray, lengths: IntArray | None, ragged: bool, y: Any,
+                        w: _F64Array | None, cfg: _Config, fitted: bool, classes: Any,
+                        partial: bool) -> _Prepared:
         lab, per_position = seqs.labels(y, x, lengths, ragged)
         seqs.check_labels_finite(lab)
         n, t = x.shape[:2]
-        valid = seqs.valid_positions(lengths, t) if (ragged and per_position) else None
+        valid = (seqs.valid_positions(lengths, t) if (lengths is not None and per_position)
+                 else None)
         seen = lab[valid] if valid is not None else lab.ravel()
         if fitted:
             if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
@@ -790,7 +951,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
                                  "of zero: nothing to learn from")
         return seqs.Data(x, lengths, codes, weights, per_position), False, (per_position, None)
 
-    def _class_weights(self, seen):
+    def _class_weights(self, seen: AnyArray) -> _F64Array | None:
         cw = self.class_weight
         if cw is None:
             return None
@@ -816,7 +977,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
         raise ValueError(f"class_weight must be None, 'balanced' or a dict label -> weight, "
                          f"got {cw!r}")
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Log-probabilities of the classes (columns in classes_ order): (n, C), or
         (n, T, C) / a list of (T_i, C) arrays for per-position labels."""
         raw, _ = self._forward_all(X)
@@ -824,21 +985,23 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
             return [_log_softmax(r) for r in raw]
         return _log_softmax(raw)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Class probabilities (rows sum to 1), shaped as predict_log_proba."""
         lp = self.predict_log_proba(X)
         if isinstance(lp, list):
             return [np.exp(a) for a in lp]
         return np.exp(lp)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> AnyArray | list[AnyArray]:
         """The most probable label: (n,), or (n, T) / a list of (T_i,) arrays."""
         raw, _ = self._forward_all(X)
         if isinstance(raw, list):
             return [self.classes_[np.argmax(r, axis=-1)] for r in raw]
-        return self.classes_[np.argmax(raw, axis=-1)]
+        labels: AnyArray = self.classes_[np.argmax(raw, axis=-1)]
+        return labels
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X: ArrayLike, y: ArrayLike,
+              sample_weight: ArrayLike | None = None) -> float:
         """Accuracy of predict(X) against y (over every valid position for per-position
         labels), weighted by sample_weight (n_samples,) when given."""
         model = self._fitted_model()
@@ -851,6 +1014,7 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
             raise ValueError(f"y must hold labels {what}, as at fit")
         pred = self.predict(X)
         if isinstance(pred, list):
+            assert lengths is not None  # a list comes from ragged X
             valid = seqs.valid_positions(lengths, t)
             hits = np.concatenate(pred) == lab[valid]
             rw = None if w is None else np.repeat(w, lengths)
@@ -874,13 +1038,18 @@ class AttentionClassifier(_Classifier):
     Fitted attributes: classes_, and those of AttentionRegressor.
     """
 
-    def __init__(self, n_heads=1, *, d_model=None, positional="none", norm=None,
-                 pooling="mean", d_hidden=None, dropout=0.0, max_len=None, causal=False,
-                 bias=True, rope=False, class_weight=None, epochs=100, batch_size=32, lr=1e-3,
-                 betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, shuffle=True,
-                 validation_fraction=0.0, early_stopping=False, n_iter_no_change=10, tol=1e-4,
-                 warm_start=False, max_iter=None, learning_rate_init=None, random_state=None,
-                 verbose=0, dtype=np.float32):
+    def __init__(self, n_heads: int = 1, *, d_model: int | None = None,
+                 positional: Positional = "none", norm: Norm = None, pooling: Pooling = "mean",
+                 d_hidden: int | None = None, dropout: float = 0.0, max_len: int | None = None,
+                 causal: bool = False, bias: bool = True, rope: bool = False,
+                 class_weight: ClassWeight = None, epochs: int = 100, batch_size: int = 32,
+                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01, shuffle: bool = True,
+                 validation_fraction: float = 0.0, early_stopping: bool = False,
+                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
+                 max_iter: int | None = None, learning_rate_init: float | None = None,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
 
@@ -894,21 +1063,29 @@ class TransformerClassifier(_Classifier):
     class_weight : as for AttentionClassifier.
     """
 
-    def __init__(self, n_heads=1, n_layers=2, d_hidden=None, *, d_model=None,
-                 positional="none", norm=None, pooling="mean", dropout=0.0, max_len=None,
-                 causal=False, bias=True, rope=False, class_weight=None, epochs=100,
-                 batch_size=32, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 shuffle=True, validation_fraction=0.0, early_stopping=False,
-                 n_iter_no_change=10, tol=1e-4, warm_start=False, max_iter=None,
-                 learning_rate_init=None, random_state=None, verbose=0, dtype=np.float32):
+    n_layers: int
+
+    def __init__(self, n_heads: int = 1, n_layers: int = 2, d_hidden: int | None = None, *,
+                 d_model: int | None = None, positional: Positional = "none",
+                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
+                 max_len: int | None = None, causal: bool = False, bias: bool = True,
+                 rope: bool = False, class_weight: ClassWeight = None, epochs: int = 100,
+                 batch_size: int = 32, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, shuffle: bool = True,
+                 validation_fraction: float = 0.0, early_stopping: bool = False,
+                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
+                 max_iter: int | None = None, learning_rate_init: float | None = None,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32) -> None:
         _store(self, locals())
 
-    def _n_layers(self):
+    def _n_layers(self) -> int:
         return check_positive_int("n_layers", self.n_layers)
 
 
 # ---- helpers ---------------------------------------------------------------
-def _store(est, args):
+def _store(est: _SequenceEstimator, args: Mapping[str, Any]) -> None:
     """Keep every constructor argument unchanged, as scikit-learn requires."""
     for name, value in args.items():
         if name not in ("self", "__class__"):
@@ -919,7 +1096,8 @@ class _NonFinite(Exception):
     """A training step met NaN or infinity (the message says where)."""
 
 
-def _step(model, opt, batch, m, loss_fn, dist, guard=None):
+def _step(model: _Model, opt: AdamW, batch: Batch, m: int, loss_fn: _LossFn,
+          dist: distributed.Local, guard: InterruptGuard | None = None) -> tuple[float, float]:
     """One AdamW step on the first m samples of the batch; returns (batch loss before
     the step, its weight). Raises _NonFinite when the loss, the gradients or the
     updated weights are not finite.
@@ -953,7 +1131,7 @@ def _step(model, opt, batch, m, loss_fn, dist, guard=None):
     return loss, weight
 
 
-def _regression_loss(batch, m):
+def _regression_loss(batch: Batch, m: int) -> tuple[float, float]:
     """(loss, weight) and dL/dY in batch.dy. Unweighted: the MSE over the first m rows
     (mse_loss); weighted: sum(w * squared error) / (outputs per weight * sum(w))."""
     if batch.w is None:
@@ -977,11 +1155,12 @@ def _regression_loss(batch, m):
     return loss, total
 
 
-def _cross_entropy(batch, m):
+def _cross_entropy(batch: Batch, m: int) -> tuple[float, float]:
     """(loss, weight) and dL/dlogits in batch.dy: softmax cross-entropy, the weighted
     mean over the labels (padding and short-batch rows weigh 0)."""
     from . import cross_entropy_loss
 
+    assert batch.w is not None  # a classifier's batches always carry weights (see _batch)
     total = float(batch.w.sum())
     if total == 0:
         batch.dy[...] = 0
@@ -991,13 +1170,14 @@ def _cross_entropy(batch, m):
     return float(loss), total
 
 
-def _log_softmax(z):
+def _log_softmax(z: FloatArray) -> FloatArray:
     z = np.asarray(z)
-    shifted = z - z.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    shifted: FloatArray = z - z.max(axis=-1, keepdims=True)
+    out: FloatArray = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return out
 
 
-def _unique(name, labels):
+def _unique(name: str, labels: AnyArray) -> AnyArray:
     try:
         classes = np.unique(labels)
     except TypeError as exc:
@@ -1008,7 +1188,7 @@ def _unique(name, labels):
     return classes
 
 
-def _encode(lab, classes, valid):
+def _encode(lab: AnyArray, classes: AnyArray, valid: BoolArray | None) -> IntArray:
     """Class indices (int64) of the labels; ValueError naming y for unseen labels."""
     codes = np.searchsorted(classes, lab)
     codes = np.clip(codes, 0, len(classes) - 1)
@@ -1022,7 +1202,7 @@ def _encode(lab, classes, valid):
     return codes.astype(np.int64)
 
 
-def _sequence_n_params(spec):
+def _sequence_n_params(spec: Mapping[str, Any]) -> int:
     """Weights of a SequenceModel with this spec, computed before building it."""
     f, d, o = int(spec["n_features"]), int(spec["d_model"]), int(spec["n_outputs"])
     layers = int(spec["n_layers"])
@@ -1040,7 +1220,8 @@ def _sequence_n_params(spec):
     return n
 
 
-def _split(data, fraction, seed, dist):
+def _split(data: seqs.Data, fraction: float, seed: int, dist: distributed.Local
+           ) -> tuple[seqs.Data, seqs.Data | None]:
     """(train, validation or None): a random ceil(fraction * n) samples held out (n
     and the draw global with comm; each rank keeps its own part of both)."""
     if fraction == 0:
@@ -1052,25 +1233,27 @@ def _split(data, fraction, seed, dist):
     return data.take(dist.local_part(train)), data.take(dist.local_part(val))
 
 
-def _setup(dist, data, params=None):
+def _setup(dist: distributed.Local, data: seqs.Data, params: Any = None) -> seqs.Data:
     """dist.setup for Data: global count and lengths; with comm, ragged data padded to
     the longest sequence of every rank (a global batch may hold it). Returns data."""
     ragged = data.lengths is not None
     dist.setup(data.n, data.x.shape[2:] if ragged else data.x.shape[1:], params,
                lengths=data.lengths)
-    if ragged and dist.distributed and data.x.shape[1] < dist.t_max:
-        data = distributed.pad_positions(data, dist.t_max)
+    t_max = dist.t_max  # the longest sequence of every rank; None for dense data
+    if ragged and dist.distributed and t_max is not None and data.x.shape[1] < t_max:
+        data = distributed.pad_positions(data, t_max)
     return data
 
 
-def _check_comm_options(dist, cfg):
+def _check_comm_options(dist: distributed.Local, cfg: _Config) -> None:
     if dist.distributed and cfg.dropout > 0:
         raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm: each rank "
                          f"would draw its own dropout masks, so the fit would differ from a "
                          f"single-process one; use dropout=0 with comm")
 
 
-def _alias(name, value, default, alias, alias_value, check):
+def _alias(name: str, value: Any, default: Any, alias: str, alias_value: Any,
+           check: Callable[[str, Any], _T]) -> _T:
     """The canonical hyper-parameter, or its scikit-learn alias when that is given."""
     if alias_value is None:
         return check(name, value)
@@ -1080,28 +1263,29 @@ def _alias(name, value, default, alias, alias_value, check):
     return check(alias, alias_value)
 
 
-def _equal(a, b):
+def _equal(a: object, b: object) -> bool:
     try:
         return type(a) is type(b) and bool(a == b)
     except Exception:
         return False
 
 
-def _bool(name, v):
+def _bool(name: str, v: object) -> bool:
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
     raise TypeError(f"{name} must be True or False, got {v!r}")
 
 
-def _real(name, v, lo, hi, what):
+def _real(name: str, v: object, lo: float, hi: float, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name} must be a real number {what}, got {v!r}")
-    if not lo <= v < hi:
+    # numbers.Real declares no ordering for the type checker; every Real compares
+    if not lo <= cast(float, v) < hi:
         raise ValueError(f"{name} must be {what}, got {v!r}")
     return float(v)
 
 
-def _verbose(v):
+def _verbose(v: object) -> int:
     if isinstance(v, (bool, np.bool_)):
         return int(v)
     if not isinstance(v, numbers.Integral) or v < 0:
@@ -1109,7 +1293,7 @@ def _verbose(v):
     return int(v)
 
 
-def _rng(random_state):
+def _rng(random_state: RandomStateLike | np.random.SeedSequence) -> np.random.Generator:
     if isinstance(random_state, np.random.RandomState):
         # scikit-learn's convention: the RandomState is drawn from (and so advances)
         return np.random.default_rng(int(random_state.randint(0, 2**63 - 1, dtype=np.int64)))
@@ -1126,6 +1310,7 @@ def _rng(random_state):
                          f"RandomState, got {random_state!r}") from exc
 
 
-def _seeds(random_state):
+def _seeds(random_state: RandomStateLike) -> tuple[int, int, int]:
     """(init, shuffle, split) seeds drawn from random_state."""
-    return tuple(int(s) for s in _rng(random_state).integers(0, 2**63 - 1, size=3))
+    init, shuffle, split = (int(s) for s in _rng(random_state).integers(0, 2**63 - 1, size=3))
+    return init, shuffle, split
