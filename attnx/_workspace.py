@@ -5,15 +5,26 @@ buffers are kept per Python thread, so several threads can call predict on one
 fitted model at once: the kernels release the GIL and each call writes only
 its own thread's scratch.
 """
+from __future__ import annotations
+
 import os
 import threading
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    import numpy.typing as npt
+
+    _T = TypeVar("_T")
 
 _MAX_ENTRIES = 16
 
 
-def physical_memory():
+def physical_memory() -> int | None:
     """Bytes of RAM on this machine, or None when the OS does not say."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -21,7 +32,7 @@ def physical_memory():
         return None
 
 
-def check_size(nbytes, what):
+def check_size(nbytes: int, what: str) -> None:
     """MemoryError before allocating more than the machine's RAM (instead of the OOM killer)."""
     ram = physical_memory()
     if ram is not None and nbytes > ram:
@@ -34,11 +45,14 @@ def check_size(nbytes, what):
 class WorkspaceCache:
     """key -> buffers; `shape` (the leading key fields) changing drops other shapes."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items = {}
+        # values: whatever the owner's `make` builds (one kind of buffers per owner)
+        self._items: dict[tuple[Any, ...], Any] = {}
 
-    def get(self, key, store, make):
+    def get(self, key: tuple[Any, ...], store: bool, make: Callable[[], _T]) -> _T:
+        """The buffers for `key` (made by `make` when missing); per Python thread
+        unless `store`."""
         if not store:
             key = key + (threading.get_ident(),)
         item = self._items.get(key)
@@ -52,10 +66,10 @@ class WorkspaceCache:
                 self._items = items
         return item
 
-    def clear(self):
+    def clear(self) -> None:
         with self._lock:
             self._items = {}
 
 
-def nbytes_of(dtype, *counts):
+def nbytes_of(dtype: npt.DTypeLike, *counts: int) -> int:
     return int(sum(counts)) * np.dtype(dtype).itemsize

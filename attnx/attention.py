@@ -1,5 +1,8 @@
 """Multi-head attention layer: weights, workspaces and the calls into the kernels."""
+from __future__ import annotations
+
 import functools
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -9,11 +12,33 @@ from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    import numpy.typing as npt
+
+    from ._typing import AnyArray, FloatArray, RandomStateLike
+
+    _U8Array = npt.NDArray[np.uint8]
+
+    class _Views(TypedDict):
+        """A layer's weights (or gradients) as the kernels take them."""
+        qkv: FloatArray            # (d_model, 3 d_model) = [Wq | Wk | Wv]
+        o: FloatArray              # (d_model, d_model)
+        bqkv: FloatArray | None    # (3 d_model,), None without bias
+        bo: FloatArray | None      # (d_model,), None without bias
+
+    #: what backward needs from the last training forward: x2, ctx2, nb, tq, tk, ws,
+    #: threads, rope cos, rope sin, key padding mask (uint8)
+    _Last = tuple[FloatArray, FloatArray | None, int, int, int, "_Workspace", int,
+                  FloatArray | None, FloatArray | None, AnyArray | None]
+
 _NAMES_W = ("Wq", "Wk", "Wv", "Wo")
 _NAMES_B = ("bq", "bk", "bv", "bo")
 
 
-def rope_tables(t_len, d_head, dtype, base=10000.0):
+def rope_tables(t_len: int, d_head: int, dtype: npt.DTypeLike,
+                base: float = 10000.0) -> tuple[FloatArray, FloatArray]:
     """cos and sin of angle t * base^(-2i/d_head): arrays (t_len, d_head // 2)."""
     i = np.arange(d_head // 2, dtype=np.float64)
     theta = base ** (-2.0 * i / d_head)
@@ -22,7 +47,8 @@ def rope_tables(t_len, d_head, dtype, base=10000.0):
             np.ascontiguousarray(np.sin(ang), dtype=dtype))
 
 
-def _copy_rows(buf, a, dtype, name="x"):
+def _copy_rows(buf: FloatArray | None, a: AnyArray, dtype: npt.DTypeLike,
+               name: str = "x") -> FloatArray:
     """Copy a (B, T, w) array into the 2-D buffer buf (made on first use), cast to dtype;
     ValueError naming `name` when the cast overflows."""
     rows = a.shape[0] * a.shape[1]
@@ -41,9 +67,25 @@ class _Workspace:
     linear in T.
     """
 
-    def __init__(self, nb, tq, tk, d, n_heads, cross, store, blocked, threads, dtype,
-                 fused=False):
-        e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
+    x: FloatArray | None
+    ctx: FloatArray | None
+    kv: FloatArray | None
+    probs: FloatArray
+    lse: FloatArray | None
+    tbuf: FloatArray | None
+    _bwd_per_thread: int
+    # backward buffers, made by for_backward
+    dzcat: FloatArray
+    dq: FloatArray
+    dkv: FloatArray | None
+    scratch: FloatArray
+
+    def __init__(self, nb: int, tq: int, tk: int, d: int, n_heads: int, cross: bool,
+                 store: bool, blocked: bool, threads: int, dtype: np.dtype[Any],
+                 fused: bool = False) -> None:
+        def e(*shape: int) -> FloatArray:
+            return np.empty(shape, dtype=dtype)
+
         self.x = self.ctx = None  # copies of the public forward's inputs, made there
         self.q = e(nb * tq, d if cross else 3 * d)
         self.kv = e(nb * tk, 2 * d) if cross else None
@@ -69,14 +111,15 @@ class _Workspace:
             self._bwd_per_thread = tq * tk
         self.mask = np.empty((nb, tk), dtype=np.uint8)
         # backward buffers are made on the first backward only
-        self.dzcat = self.dq = self.dkv = self.scratch = None
+        self._has_backward = False
 
-    def for_backward(self, threads):
-        if self.dzcat is None:
+    def for_backward(self, threads: int) -> _Workspace:
+        if not self._has_backward:
             self.dzcat = np.empty_like(self.zcat)
             self.dq = np.empty_like(self.q)
             self.dkv = np.empty_like(self.kv) if self.kv is not None else None
             self.scratch = np.empty(threads * self._bwd_per_thread, dtype=self.zcat.dtype)
+            self._has_backward = True
         return self
 
 
@@ -109,18 +152,20 @@ _SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
 
 @functools.lru_cache(maxsize=1)
-def _blas_small_gemm():
+def _blas_small_gemm() -> bool:
     """Whether scipy's OpenBLAS runs kernels with a small-matrix path (False when
     it cannot be told: the fused path is then preferred for small heads)."""
     try:
-        from ._threads import _scipy_openblas
-        lib = _scipy_openblas()
+        from ._threads import controller
+        libs = [i for i in controller().info() if i.get("internal_api") == "openblas"]
     except Exception:  # threadpoolctl could not inspect this process
         return False
-    return lib is not None and str(lib.architecture).lower() in _SMALL_GEMM_CORES
+    # controller() holds scipy's BLAS when it could be told apart, else every BLAS
+    return bool(libs) and all(str(i.get("architecture")).lower() in _SMALL_GEMM_CORES
+                              for i in libs)
 
 
-def _index(name, i, n):
+def _index(name: str, i: object, n: int) -> int:
     if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n <= i < n:
         raise ValueError(f"{name} must be an int in [0, {n}), got {i!r}")
     return int(i) % n
@@ -159,9 +204,14 @@ class MultiHeadAttention:
     `params` and `grads` map names to live views of the layer's storage.
     """
 
-    def __init__(self, d_model, n_heads, *, causal=False, bias=False, rope=False,
-                 dtype=np.float32, random_state=None, input_grad=True, attention="auto",
-                 _storage=None):
+    _rope: dict[int, tuple[FloatArray, FloatArray]]
+    _last: _Last | None
+
+    def __init__(self, d_model: int, n_heads: int, *, causal: bool = False,
+                 bias: bool = False, rope: bool = False, dtype: npt.DTypeLike = np.float32,
+                 random_state: RandomStateLike = None, input_grad: bool = True,
+                 attention: str = "auto",
+                 _storage: tuple[FloatArray, FloatArray, int] | None = None) -> None:
         d = check_positive_int("d_model", d_model)
         h = check_positive_int("n_heads", n_heads)
         if d % h:
@@ -193,12 +243,12 @@ class MultiHeadAttention:
 
     # ---- storage -------------------------------------------------------
     @staticmethod
-    def n_params(d_model, bias):
+    def n_params(d_model: int, bias: bool) -> int:
         """Number of parameters of a layer with this width."""
         d = d_model
         return 4 * d * d + (4 * d if bias else 0)
 
-    def _views(self, flat, start):
+    def _views(self, flat: FloatArray, start: int) -> _Views:
         d = self.d_model
         alloc = FlatAllocator()
         alloc.size = start
@@ -210,16 +260,16 @@ class MultiHeadAttention:
             bo = flat[alloc.reserve(d):alloc.size]
         return {"qkv": qkv, "o": wo, "bqkv": bqkv, "bo": bo}
 
-    def _named(self, v):
+    def _named(self, v: _Views) -> dict[str, FloatArray]:
         d = self.d_model
         out = {"Wq": v["qkv"][:, :d], "Wk": v["qkv"][:, d:2 * d],
                "Wv": v["qkv"][:, 2 * d:], "Wo": v["o"]}
-        if self.bias:
-            out.update(bq=v["bqkv"][:d], bk=v["bqkv"][d:2 * d], bv=v["bqkv"][2 * d:],
-                       bo=v["bo"])
+        bqkv, bo = v["bqkv"], v["bo"]
+        if bqkv is not None and bo is not None:  # bias
+            out.update(bq=bqkv[:d], bk=bqkv[d:2 * d], bv=bqkv[2 * d:], bo=bo)
         return out
 
-    def init_weights(self, random_state=None):
+    def init_weights(self, random_state: RandomStateLike = None) -> None:
         """Re-draw weights uniform in +-1/sqrt(d_model); zero the biases."""
         rng = np.random.default_rng(random_state)
         lim = 1.0 / np.sqrt(self.d_model)
@@ -231,7 +281,7 @@ class MultiHeadAttention:
                 self.params[name][...] = 0
 
     # ---- workspaces ----------------------------------------------------
-    def _path(self, tq, tk):
+    def _path(self, tq: int, tk: int) -> str:
         """'dense', 'blocked' or 'fused' for this shape (see `attention`)."""
         if self.attention != "auto":
             return self.attention
@@ -241,10 +291,11 @@ class MultiHeadAttention:
             return "fused"
         return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
 
-    def _use_blocked(self, tq, tk):
+    def _use_blocked(self, tq: int, tk: int) -> bool:
         return self._path(tq, tk) == "blocked"
 
-    def _workspace(self, nb, tq, tk, cross, store, threads=None):
+    def _workspace(self, nb: int, tq: int, tk: int, cross: bool, store: bool,
+                   threads: int | None = None) -> tuple[_Workspace, int]:
         threads = num_threads() if threads is None else threads
         path = self._path(tq, tk)
         blocked = path == "blocked"
@@ -253,7 +304,7 @@ class MultiHeadAttention:
         key = (nb, tq, tk, cross, store, path, threads,
                _attention.block_sizes() if blocked else None)
 
-        def make():
+        def make() -> _Workspace:
             d, h = self.d_model, self.n_heads
             if path == "fused":
                 att = (threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
@@ -269,7 +320,7 @@ class MultiHeadAttention:
 
         return self._ws.get(key, store, make), threads
 
-    def _goes_parallel(self, nb, tq, tk):
+    def _goes_parallel(self, nb: int, tq: int, tk: int) -> bool:
         """Whether a kernel call at these sizes starts any OpenMP region (the kernels'
         own work thresholds: heads loop nb*H*Tq*Tk*d_head >= 1e5, split GEMMs
         m*n*k >= 2e5; the blocked path always). Smaller calls run with one thread and
@@ -278,7 +329,7 @@ class MultiHeadAttention:
         return (self._use_blocked(tq, tk) or nb * tq * tk * d >= 1e5
                 or 3.0 * nb * max(tq, tk) * d * d >= 2e5)
 
-    def _rope_tables(self, t_len):
+    def _rope_tables(self, t_len: int) -> tuple[FloatArray, FloatArray]:
         tab = self._rope.get(t_len)
         if tab is None:
             self._rope = {t_len: rope_tables(t_len, self.d_head, self.dtype)}
@@ -286,7 +337,9 @@ class MultiHeadAttention:
         return tab
 
     # ---- forward / backward on internal buffers ------------------------
-    def _forward_buffers(self, x2, ctx2, mask, y2, nb, store, ws, threads, residual=None):
+    def _forward_buffers(self, x2: FloatArray, ctx2: FloatArray | None, mask: AnyArray | None,
+                         y2: FloatArray, nb: int, store: bool, ws: _Workspace, threads: int,
+                         residual: FloatArray | None = None) -> None:
         """Run the forward kernel on 2-D row buffers owned by attnx (or the caller of
         this private method); remember what backward needs when store. The
         buffers must stay unchanged until backward."""
@@ -301,7 +354,7 @@ class MultiHeadAttention:
             if ws.fused:
                 _flash.attention_forward(
                     x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"], ws.q, ws.kv, ws.zcat,
-                    ws.lse, ws.probs, y2, nb, self.n_heads, self.causal, mask, rc, rs,
+                    ws.lse, ws.probs, y2, nb, self.n_heads, self.causal, mask, rc, rs,  # type: ignore[arg-type]  # fused: lse is set
                     residual, run)
             else:
                 _attention.attention_forward(
@@ -312,7 +365,9 @@ class MultiHeadAttention:
         if store:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
-    def _backward_buffers(self, dy2, dx2, dctx2, dx_accumulate=False, dctx_accumulate=False):
+    def _backward_buffers(self, dy2: FloatArray, dx2: FloatArray | None,
+                          dctx2: FloatArray | None, dx_accumulate: bool = False,
+                          dctx_accumulate: bool = False) -> None:
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
         x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask = self._last
@@ -323,7 +378,7 @@ class MultiHeadAttention:
         with blas_single(run):
             if ws.fused:
                 _flash.attention_backward(
-                    x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,
+                    x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,  # type: ignore[arg-type]  # fused: lse is set
                     ws.dq, ws.dkv, ws.probs, ws.scratch, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
                     nb, self.n_heads, self.causal, mask, rc, rs, dx_accumulate,
                     dctx_accumulate, run)
@@ -336,7 +391,9 @@ class MultiHeadAttention:
                 ws.lse, mask, ws.tbuf, nthreads=run)
 
     # ---- public API ----------------------------------------------------
-    def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
+    def forward(self, x: npt.ArrayLike, context: npt.ArrayLike | None = None,
+                key_padding_mask: npt.ArrayLike | None = None, *, grad: bool = True,
+                out: FloatArray | None = None) -> FloatArray:
         """Y for x of shape (B, Tq, d_model); returns an array (B, Tq, d_model).
 
         context: (B, Tk, d_model) keys/values for cross-attention (None: x).
@@ -349,19 +406,19 @@ class MultiHeadAttention:
         x = as_input("x", x, self.d_model)
         check_params(self.params)
         nb, tq = x.shape[0], x.shape[1]
-        cross = context is not None
-        if cross:
-            context = as_input("context", context, self.d_model, batch=nb)
-        tk = context.shape[1] if cross else tq
-        mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, tk)
+        ctx = None if context is None else as_input("context", context, self.d_model, batch=nb)
+        cross = ctx is not None
+        tk = ctx.shape[1] if ctx is not None else tq
+        mask: AnyArray | None = (None if key_padding_mask is None
+                                 else as_mask(key_padding_mask, nb, tk))
         y = self._out("out", out, (nb, tq, self.d_model))
         ws, threads = self._workspace(nb, tq, tk, cross, grad)
         if grad:  # the buffers below may be the last forward's: it can no longer be backed
             self._last = None
         # copies: backward needs the inputs as they were, whatever the caller does next
         ws.x = _copy_rows(ws.x, x, self.dtype)
-        if cross:
-            ws.ctx = _copy_rows(ws.ctx, context, self.dtype, "context")
+        if ctx is not None:
+            ws.ctx = _copy_rows(ws.ctx, ctx, self.dtype, "context")
         if mask is not None:
             np.copyto(ws.mask, mask)
             mask = ws.mask
@@ -371,7 +428,10 @@ class MultiHeadAttention:
 
     __call__ = forward
 
-    def backward(self, dy, *, out=None):
+    def backward(
+        self, dy: npt.ArrayLike, *,
+        out: FloatArray | tuple[FloatArray | None, FloatArray | None] | None = None,
+    ) -> FloatArray | tuple[FloatArray | None, FloatArray | None] | None:
         """Fill `grads` from dL/dY (B, Tq, d_model) of the last forward.
 
         Returns dL/dX (B, Tq, d_model), or (dL/dX, dL/dcontext) after a
@@ -394,7 +454,7 @@ class MultiHeadAttention:
             None if dctx is None else dctx.reshape(nb * tk, d))
         return (dx, dctx) if cross else dx
 
-    def _out(self, name, out, shape):
+    def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
         if out is None:
             return np.empty(shape, dtype=self.dtype)
         if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
@@ -405,7 +465,8 @@ class MultiHeadAttention:
                              f"of shape {shape}, got {got}")
         return out
 
-    def attention_weights(self, sample=None, head=None):
+    def attention_weights(self, sample: int | None = None,
+                          head: int | None = None) -> FloatArray:
         """Attention probabilities of the last forward pass (with grad=True).
 
         All of them as (B, n_heads, Tq, Tk), or one sample (n_heads, Tq, Tk), one
@@ -434,7 +495,8 @@ class MultiHeadAttention:
             out = out[0]
         return out
 
-    def _recompute_probs(self, ws, b, h, tq, tk, mask):
+    def _recompute_probs(self, ws: _Workspace, b: int, h: int, tq: int, tk: int,
+                         mask: AnyArray | None) -> FloatArray:
         """softmax(scale Q_h K_h^T + mask) for one sample and head from the kept Q and K
         (blocked path), in float64 with the row max subtracted."""
         d, dh = self.d_model, self.d_head
@@ -454,10 +516,11 @@ class MultiHeadAttention:
         mx[~np.isfinite(mx)] = 0.0
         e = np.exp(s - mx)
         den = e.sum(axis=1, keepdims=True)
-        return np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+        probs: FloatArray = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+        return probs
 
     # ---- PyTorch weight exchange (attnx._torch_layout) -----------------
-    def torch_state_dict(self):
+    def torch_state_dict(self) -> dict[str, AnyArray]:
         """Weights as a torch.nn.MultiheadAttention(d_model, n_heads, bias=bias,
         batch_first=True) state dict of NumPy arrays (copies): in_proj_weight
         (3 d_model, d_model) = [Wq^T; Wk^T; Wv^T], out_proj.weight = Wo^T, and with
@@ -467,7 +530,7 @@ class MultiHeadAttention:
 
         return attention_to_torch(self.params, self.d_model, self.bias)
 
-    def load_torch_state_dict(self, state_dict):
+    def load_torch_state_dict(self, state_dict: Any) -> MultiHeadAttention:
         """Set the weights from a torch.nn.MultiheadAttention(d_model, n_heads,
         bias=bias, batch_first=True) state dict (torch tensors or NumPy arrays);
         the keys and shapes must match exactly. All or nothing. Returns self."""
@@ -480,7 +543,7 @@ class MultiHeadAttention:
         check_and_assign(self.params, attention_from_torch(sd, self.d_model, self.bias))
         return self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
         return (f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")

@@ -1,12 +1,22 @@
 """Loss functions."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._ops import mse_into
 from ._seq import cross_entropy_rows
 from ._validate import as_dtype, finite
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
-def mse_loss(y, y_true, *, out=None):
+    from ._typing import FloatArray
+
+
+def mse_loss(y: FloatArray, y_true: npt.ArrayLike, *,
+             out: FloatArray | None = None) -> tuple[float, FloatArray]:
     """Mean squared error and its gradient.
 
     loss = sum((y - y_true)**2) / N  with N = y.size (the plain mean over every
@@ -38,7 +48,9 @@ def mse_loss(y, y_true, *, out=None):
     return float(loss), out
 
 
-def cross_entropy_loss(logits, labels, *, sample_weight=None, out=None):
+def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
+                       sample_weight: npt.ArrayLike | None = None,
+                       out: FloatArray | None = None) -> tuple[float, FloatArray]:
     """Softmax cross-entropy and its gradient, as torch.nn.functional.cross_entropy.
 
     logits: float32 or float64 array (..., C) of unnormalised class scores.
@@ -76,16 +88,17 @@ def cross_entropy_loss(logits, labels, *, sample_weight=None, out=None):
     z = np.ascontiguousarray(logits).reshape(-1, n_cls)
     lab = labels.reshape(-1).astype(np.int64, copy=False)
     n = lab.shape[0]
+    w: npt.NDArray[np.float64] | None
     if sample_weight is None:
         w = None
         total = float(n)
     else:
-        w = np.asarray(sample_weight)
-        if w.shape != lead:
-            raise ValueError(f"sample_weight must have the shape of labels {lead}, got {w.shape}")
-        if w.dtype.kind not in "fiub":
-            raise TypeError(f"sample_weight must hold real numbers, got dtype {w.dtype}")
-        w = w.reshape(-1).astype(np.float64)
+        wa = np.asarray(sample_weight)
+        if wa.shape != lead:
+            raise ValueError(f"sample_weight must have the shape of labels {lead}, got {wa.shape}")
+        if wa.dtype.kind not in "fiub":
+            raise TypeError(f"sample_weight must hold real numbers, got dtype {wa.dtype}")
+        w = wa.reshape(-1).astype(np.float64)
         if not np.all(np.isfinite(w)) or np.any(w < 0):
             raise ValueError("sample_weight must be finite and >= 0")
         total = float(w.sum())

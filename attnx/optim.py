@@ -1,6 +1,9 @@
 """AdamW optimizer over flat parameter buffers."""
+from __future__ import annotations
+
 import numbers
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -8,6 +11,9 @@ from ._optim import adamw_step
 from ._threads import num_threads
 from ._params import ParamDict
 from ._validate import finite
+
+if TYPE_CHECKING:
+    from ._typing import FloatArray
 
 
 class AdamW:
@@ -27,7 +33,9 @@ class AdamW:
     dict of C-contiguous writeable float arrays of one dtype.
     """
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+    def __init__(self, params: Mapping[str, FloatArray], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01) -> None:
         self.lr, self.betas, self.eps, self.weight_decay = _check_hyper(lr, betas, eps,
                                                                         weight_decay)
         if not isinstance(params, Mapping) or not params:
@@ -36,9 +44,9 @@ class AdamW:
         self._keys = tuple(params)
         self._shapes = {k: np.shape(v) for k, v in params.items()}
         if isinstance(params, ParamDict):
-            self._bufs = [params.flat]
+            self._bufs: list[FloatArray] = [params.flat]
         else:
-            bufs = []
+            bufs: list[FloatArray] = []
             for k, v in params.items():
                 if (not isinstance(v, np.ndarray) or v.dtype not in (np.float32, np.float64)
                         or not v.flags.c_contiguous or not v.flags.writeable):
@@ -53,7 +61,7 @@ class AdamW:
         self.v = [np.zeros_like(b) for b in self._bufs]
         self.t = 0
 
-    def _grad_buffers(self, grads):
+    def _grad_buffers(self, grads: Mapping[str, Any]) -> list[FloatArray]:
         if not isinstance(grads, Mapping) or set(grads) != set(self._keys):
             raise ValueError(f"grads must have the keys of params {list(self._keys)}, got "
                              f"{list(grads) if isinstance(grads, Mapping) else type(grads).__name__}")
@@ -61,7 +69,7 @@ class AdamW:
             return [grads.flat]
         if self._flat:
             raise ValueError("grads must be the model's .grads when params is the model's .params")
-        out = []
+        out: list[FloatArray] = []
         for k, b in zip(self._keys, self._bufs):
             g = np.ascontiguousarray(grads[k], dtype=b.dtype)
             if g.shape != self._shapes[k]:
@@ -69,7 +77,7 @@ class AdamW:
             out.append(g.reshape(-1))
         return out
 
-    def step(self, grads):
+    def step(self, grads: Mapping[str, Any]) -> None:
         """Update every parameter in place from `grads` (same keys as params)."""
         gbufs = self._grad_buffers(grads)
         for g in gbufs:
@@ -84,11 +92,11 @@ class AdamW:
             nth = nthreads if p.shape[0] >= 1 << 17 else 1
             adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t, nth)
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """Step count and moment buffers (copies), for saving."""
         return {"t": self.t, "m": [m.copy() for m in self.m], "v": [v.copy() for v in self.v]}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if len(state["m"]) != len(self.m) or any(
                 a.shape != b.shape for a, b in zip(state["m"] + state["v"], self.m + self.v)):
             raise ValueError("optimizer state does not match these parameters")
@@ -97,11 +105,18 @@ class AdamW:
             dst[...] = src
 
 
-def _check_hyper(lr, betas, eps, weight_decay):
-    def real(name, v):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
+def _check_hyper(lr: object, betas: Any, eps: object,
+                 weight_decay: object) -> tuple[float, tuple[float, float], float, float]:
+    def real(name: str, v: object) -> float:
+        f = float("nan")
+        if not isinstance(v, bool) and isinstance(v, numbers.Real):
+            try:  # float() first: np.isfinite rejects reals numpy has no dtype for (Fraction)
+                f = float(v)
+            except OverflowError:  # an int beyond the float range
+                pass
+        if not np.isfinite(f):
             raise TypeError(f"{name} must be a finite real number, got {v!r}")
-        return float(v)
+        return f
 
     lr = real("lr", lr)
     if lr < 0:

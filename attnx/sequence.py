@@ -2,7 +2,10 @@
 
 X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pooled.
 """
+from __future__ import annotations
+
 import numbers
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -14,13 +17,58 @@ from ._validate import as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 from .attention import MultiHeadAttention
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Protocol, TypeVar
+
+    import numpy.typing as npt
+
+    from ._typing import FloatArray, RandomStateLike
+
+    _T = TypeVar("_T")
+    _U8Array = npt.NDArray[np.uint8]
+
+    class _Kernels(Protocol):
+        """The row kernels a SequenceModel calls: attnx._seq, or a test's NumPy
+        stand-in with the same functions (see attnx/_seq.pyi for the contract)."""
+
+        def linear_forward(self, x: FloatArray, w: FloatArray, b: FloatArray, y: FloatArray,
+                           nthreads: int = 1, pos: FloatArray | None = None,
+                           t: int = 1) -> None: ...
+        def linear_backward(self, dy: FloatArray, x: FloatArray, w: FloatArray,
+                            dw: FloatArray, db: FloatArray, dx: FloatArray | None,
+                            nthreads: int = 1) -> None: ...
+        def positions_backward(self, dh: FloatArray, dp: FloatArray, t: int,
+                               nthreads: int = 1) -> None: ...
+        def layernorm_forward(self, x: FloatArray, g: FloatArray, b: FloatArray,
+                              y: FloatArray, st: FloatArray, eps: float,
+                              nthreads: int = 1) -> None: ...
+        def layernorm_backward(self, dy: FloatArray, x: FloatArray, g: FloatArray,
+                               st: FloatArray, dg: FloatArray, db: FloatArray, dx: FloatArray,
+                               add: FloatArray | None, part: FloatArray,
+                               nthreads: int = 1) -> None: ...
+        def pool_forward(self, h: FloatArray, km: _U8Array | None, pooled: FloatArray,
+                         nb: int, t: int, last: bool, nthreads: int = 1) -> None: ...
+        def pool_backward(self, dpooled: FloatArray, km: _U8Array | None, dh: FloatArray,
+                          nb: int, t: int, last: bool, nthreads: int = 1) -> None: ...
+        def zero_masked_rows(self, y: FloatArray, km: _U8Array, nthreads: int = 1) -> None: ...
+        def add_sub(self, out: FloatArray, a: FloatArray | None, b: FloatArray | None,
+                    nthreads: int = 1) -> None: ...
+        def masked_add(self, out: FloatArray, res: FloatArray | None, a: FloatArray,
+                       b: FloatArray | None, mult: FloatArray, nthreads: int = 1) -> None: ...
+        def dropout_mask(self, u: FloatArray, p: float, nthreads: int = 1) -> None: ...
+
+    #: nb, T, buffers, threads, key padding mask (uint8) and dropout of the last
+    #: training forward
+    _Last = tuple[int, int, "_Buffers", int, _U8Array | None, bool]
+
 LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 POOLING = (None, "mean", "last")
 NORM = (None, "pre")
 
 
-def sinusoidal_table(t_len, d_model, dtype):
+def sinusoidal_table(t_len: int, d_model: int, dtype: npt.DTypeLike) -> FloatArray:
     """PE (t_len, d_model): PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same)."""
     pos = np.arange(t_len, dtype=np.float64)[:, None]
     i2 = np.arange(0, d_model, 2, dtype=np.float64)
@@ -31,21 +79,41 @@ def sinusoidal_table(t_len, d_model, dtype):
     return np.ascontiguousarray(pe, dtype=dtype)
 
 
-def _choice(name, value, options):
-    if not any(value is o or (isinstance(value, str) and value == o) for o in options):
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
-    return value
+def _choice(name: str, value: object, options: tuple[_T, ...]) -> _T:
+    """The option that `value` is (or equals, for a string)."""
+    for o in options:
+        if value is o or (isinstance(value, str) and value == o):
+            return o
+    raise ValueError(f"{name} must be one of {options}, got {value!r}")
 
 
 class _Buffers:
-    """Activations and backward scratch of one (batch, T, store, threads) signature."""
+    """Activations and backward scratch of one (batch, T, store, threads) signature.
 
-    def __init__(self, m, nb, t, store):
+    Buffers a configuration does not use are None (single arrays) or empty lists
+    (per-layer lists)."""
+
+    # backward scratch, made by for_backward (dpooled without pooling and dbr
+    # without dropout stay None)
+    dy: FloatArray
+    dpooled: FloatArray | None
+    dhf: FloatArray
+    da: FloatArray
+    db: FloatArray
+    dzt: FloatArray
+    dhid: FloatArray
+    part: FloatArray
+    dbr: FloatArray | None
+
+    def __init__(self, m: SequenceModel, nb: int, t: int, store: bool) -> None:
         rows, d, dh, L = nb * t, m.d_model, m.d_hidden, m.n_layers
-        e = lambda *shape: np.empty(shape, dtype=m.dtype)  # noqa: E731
+
+        def e(*shape: int) -> FloatArray:
+            return np.empty(shape, dtype=m.dtype)
+
         pre = m.norm == "pre"
 
-        def per_layer(*shape):
+        def per_layer(*shape: int) -> list[FloatArray]:
             # training keeps every layer's activations for backward; inference
             # reuses one set for all layers
             if store:
@@ -63,10 +131,10 @@ class _Buffers:
         self.s = per_layer(rows, dh)         # silu
         self.sg = per_layer(rows, dh)        # sigmoid, for backward
         # pre-norm: LN outputs and their row statistics (mean, 1/std)
-        self.u1 = per_layer(rows, d) if pre else None
-        self.u2 = per_layer(rows, d) if pre else None
-        self.st1 = per_layer(2, rows) if pre else None
-        self.st2 = per_layer(2, rows) if pre else None
+        self.u1 = per_layer(rows, d) if pre else []
+        self.u2 = per_layer(rows, d) if pre else []
+        self.st1 = per_layer(2, rows) if pre else []
+        self.st2 = per_layer(2, rows) if pre else []
         self.hf = e(rows, d) if pre else self.hs[L]      # after the final norm
         self.stf = e(2, rows) if pre else None
         self.pooled = e(nb, d) if m.pooling is not None else self.hf
@@ -74,21 +142,23 @@ class _Buffers:
         # dropout: a branch's output before it is masked, and the multipliers
         drop = m.dropout > 0
         self.branch = e(rows, d) if drop and store else None
-        self.m1 = [e(rows, d) for _ in range(L)] if drop and store else None
-        self.m2 = [e(rows, d) for _ in range(L)] if drop and store else None
-        self.dy = self.dpooled = self.dhf = self.da = self.db = self.dzt = None
-        self.dhid = self.part = self.dbr = None
+        self.m1 = [e(rows, d) for _ in range(L)] if drop and store else []
+        self.m2 = [e(rows, d) for _ in range(L)] if drop and store else []
+        self._has_backward = False
 
-    def draw_masks(self, m):
+    def draw_masks(self, m: SequenceModel) -> None:
         """New dropout multipliers (0 or 1/(1-p)) from the model's generator."""
         for buf in self.m1 + self.m2:
             m.dropout_rng.random(out=buf, dtype=buf.dtype)
             m._k.dropout_mask(buf, m.dropout)
 
-    def for_backward(self, m, nb, t, threads):
-        if self.dzt is None:
+    def for_backward(self, m: SequenceModel, nb: int, t: int, threads: int) -> _Buffers:
+        if not self._has_backward:
             rows, d = nb * t, m.d_model
-            e = lambda *shape: np.empty(shape, dtype=m.dtype)  # noqa: E731
+
+            def e(*shape: int) -> FloatArray:
+                return np.empty(shape, dtype=m.dtype)
+
             self.dy = e(nb if m.pooling is not None else rows, m.n_outputs)
             self.dpooled = e(nb, d) if m.pooling is not None else None
             self.dhf = e(rows, d)
@@ -96,6 +166,7 @@ class _Buffers:
             self.dbr = e(rows, d) if m.dropout > 0 else None
             self.dhid = e(rows, m.d_hidden)
             self.part = e(max(threads, 1), 2 * d)   # per-thread LayerNorm gain sums
+            self._has_backward = True
         return self
 
 
@@ -147,9 +218,26 @@ class SequenceModel:
     Set `input_grad = False` to skip dL/dX in backward (it then returns None).
     """
 
-    def __init__(self, n_features, d_model, n_heads, n_layers, n_outputs, *, d_hidden=None,
-                 pooling=None, positional="none", norm=None, causal=False, bias=True,
-                 dropout=0.0, max_len=None, dtype=np.float32, random_state=None):
+    dtype: np.dtype[np.floating[Any]]
+    dropout: float
+    input_grad: bool
+    _freeze_dropout: bool
+    _bufs: WorkspaceCache
+    attn: list[MultiHeadAttention]
+    params: ParamDict
+    grads: ParamDict
+    _w: dict[str, FloatArray]
+    _g: dict[str, FloatArray]
+    _tables: dict[int, FloatArray]
+    _last: _Last | None
+    _k: _Kernels
+
+    def __init__(self, n_features: int, d_model: int, n_heads: int, n_layers: int,
+                 n_outputs: int, *, d_hidden: int | None = None, pooling: str | None = None,
+                 positional: str = "none", norm: str | None = None, causal: bool = False,
+                 bias: bool = True, dropout: float = 0.0, max_len: int | None = None,
+                 dtype: npt.DTypeLike = np.float32,
+                 random_state: RandomStateLike = None) -> None:
         self.n_features = check_positive_int("n_features", n_features)
         d = self.d_model = check_positive_int("d_model", d_model)
         h = self.n_heads = check_positive_int("n_heads", n_heads)
@@ -173,7 +261,7 @@ class SequenceModel:
         elif self.positional == "learned":
             raise ValueError("positional='learned' needs max_len (the longest sequence), "
                              "got max_len=None")
-        self.max_len = max_len
+        self.max_len: int | None = max_len
         self.dtype = check_dtype(dtype)
         self.input_grad = True
         self._build(random_state)
@@ -184,20 +272,21 @@ class SequenceModel:
         self._freeze_dropout = False  # tests: keep the last masks (finite differences)
 
     # ---- storage -------------------------------------------------------
-    def _build(self, random_state):
+    def _build(self, random_state: RandomStateLike) -> None:
         d, dh, L, f, k = self.d_model, self.d_hidden, self.n_layers, self.n_features, self.n_outputs
         pre = self.norm == "pre"
         n_att = MultiHeadAttention.n_params(d, self.bias)
         a = FlatAllocator()
-        spans = {}
+        spans: dict[str, tuple[int, tuple[int, ...]]] = {}
 
-        def res(name, *shape):
+        def res(name: str, *shape: int) -> None:
             spans[name] = (a.reserve(int(np.prod(shape))), shape)
 
         res("embed.W", f, d)
         res("embed.b", d)
-        if self.positional == "learned":
-            res("pos.P", self.max_len, d)
+        max_len = self.max_len   # an int with positional="learned" (checked in __init__)
+        if self.positional == "learned" and max_len is not None:
+            res("pos.P", max_len, d)
         att_start = []
         for i in range(L):
             att_start.append(a.reserve(n_att))
@@ -217,7 +306,7 @@ class SequenceModel:
         theta = np.zeros(a.size, self.dtype)
         grad = np.zeros(a.size, self.dtype)
 
-        def view(flat, name):
+        def view(flat: FloatArray, name: str) -> FloatArray:
             st, shape = spans[name]
             return flat[st:st + int(np.prod(shape))].reshape(shape)
 
@@ -242,8 +331,8 @@ class SequenceModel:
                 w[f"layers.{i}.ln2.g"][...] = 1
         if pre:
             w["norm.g"][...] = 1
-        if self.positional == "learned":
-            w["pos.P"][...] = rng.normal(0.0, 0.02, size=(self.max_len, d))
+        if self.positional == "learned" and max_len is not None:
+            w["pos.P"][...] = rng.normal(0.0, 0.02, size=(max_len, d))
         w["head.W"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, k))
         # dropout masks come from their own stream, seeded from the same random_state
         self.dropout_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
@@ -252,7 +341,7 @@ class SequenceModel:
         self.params = ParamDict(theta, {n: w[n] for n in order})
         self.grads = ParamDict(grad, {n: g[n] for n in order})
 
-    def _order(self):
+    def _order(self) -> list[str]:
         names = ["embed.W", "embed.b"] + (["pos.P"] if self.positional == "learned" else [])
         per = ["Wq", "Wk", "Wv", "Wo", "W1", "W2"]
         if self.bias:
@@ -266,18 +355,18 @@ class SequenceModel:
         return names + ["head.W", "head.b"]
 
     @property
-    def n_params(self):
+    def n_params(self) -> int:
         """Number of trainable values."""
         return self.params.flat.size
 
     # ---- workspaces ----------------------------------------------------
-    def _buffers(self, nb, t, store):
+    def _buffers(self, nb: int, t: int, store: bool) -> tuple[_Buffers, int]:
         threads = num_threads()
         # the cache keeps the entries whose first three fields match the newest
         # key's: the shape, so that training and inference buffers live side by side
         key = (nb, t, self.n_features, store, threads)
 
-        def make():
+        def make() -> _Buffers:
             rows, d = nb * t, self.d_model
             # BLAS takes 32-bit sizes: check before allocating (the attention layers
             # check theirs in their own workspace call)
@@ -293,14 +382,14 @@ class SequenceModel:
 
         return self._bufs.get(key, store, make), threads
 
-    def _table(self, t):
+    def _table(self, t: int) -> FloatArray:
         tab = self._tables.get(t)
         if tab is None:
             self._tables = {t: sinusoidal_table(t, self.d_model, self.dtype)}
             tab = self._tables[t]
         return tab
 
-    def _out(self, name, out, shape):
+    def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
         if out is None:
             return np.empty(shape, dtype=self.dtype)
         if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
@@ -311,14 +400,15 @@ class SequenceModel:
                              f"of shape {shape}, got {got}")
         return out
 
-    def output_shape(self, batch, seq_len):
+    def output_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
         """Shape of Y for an input (batch, seq_len, n_features)."""
         if self.pooling is None:
             return (batch, seq_len, self.n_outputs)
         return (batch, self.n_outputs)
 
     # ---- public API ----------------------------------------------------
-    def forward(self, x, key_padding_mask=None, *, grad=True, out=None):
+    def forward(self, x: npt.ArrayLike, key_padding_mask: npt.ArrayLike | None = None, *,
+                grad: bool = True, out: FloatArray | None = None) -> FloatArray:
         """Y for x (B, T, n_features): (B, T, n_outputs) with pooling=None, else
         (B, n_outputs).
 
@@ -354,7 +444,8 @@ class SequenceModel:
 
     __call__ = forward
 
-    def _forward_layers(self, b, km, nb, t, grad, drop, threads, y2):
+    def _forward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, t: int, grad: bool,
+                        drop: bool, threads: int, y2: FloatArray) -> None:
         """Embedding, blocks, final norm, pooling and head on the buffers b."""
         k, w, nth = self._k, self._w, self._nth(nb * t, threads)
         h0 = b.hs[0]
@@ -363,7 +454,7 @@ class SequenceModel:
         k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth, pos, t)
         for i in range(self.n_layers):
             self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
-        if self.norm == "pre":
+        if b.stf is not None:  # pre-norm: the final LayerNorm
             k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
             k.pool_forward(b.hf, km, b.pooled, nb, t, self.pooling == "last", nth)
@@ -371,11 +462,12 @@ class SequenceModel:
         if self.pooling is None and km is not None:
             k.zero_masked_rows(y2, km)
 
-    def _nth(self, rows, threads):
+    def _nth(self, rows: int, threads: int) -> int:
         """Threads for the elementwise kernels: one for small work."""
         return threads if rows * self.d_model >= 16384 else 1
 
-    def _block_forward(self, i, b, km, nb, t, grad, drop, threads, nth):
+    def _block_forward(self, i: int, b: _Buffers, km: _U8Array | None, nb: int, t: int,
+                       grad: bool, drop: bool, threads: int, nth: int) -> None:
         """H_{i+1} from H_i (b.hs[i]); see the class docstring for the formulas."""
         k, w, p = self._k, self._w, f"layers.{i}."
         att = self.attn[i]
@@ -387,9 +479,10 @@ class SequenceModel:
             ain = b.u1[i]
         else:
             ain = hi
-        if drop:  # Z~ = H + mask1 * Attn(.)
-            att._forward_buffers(ain, None, km, b.branch, nb, grad, ws, threads)
-            k.masked_add(zt, hi, b.branch, None, b.m1[i], nth)
+        branch = b.branch if drop else None   # set whenever drop
+        if branch is not None:  # Z~ = H + mask1 * Attn(.)
+            att._forward_buffers(ain, None, km, branch, nb, grad, ws, threads)
+            k.masked_add(zt, hi, branch, None, b.m1[i], nth)
         else:     # the attention kernel adds the residual itself
             att._forward_buffers(ain, None, km, zt, nb, grad, ws, threads, residual=hi)
         if self.norm == "pre":
@@ -399,15 +492,16 @@ class SequenceModel:
         else:
             u2 = zt
         # the MLP kernel returns MLP(u2) + u2 (its own residual)
-        out = b.branch if drop else b.hs[i + 1]
+        out = branch if branch is not None else b.hs[i + 1]
         _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
                          b.hid[i], b.s[i], b.sg[i], out, nthreads=threads)
-        if drop:      # H' = Z~ + mask2 * (out - u2)
-            k.masked_add(b.hs[i + 1], zt, b.branch, u2, b.m2[i], nth)
+        if branch is not None:  # H' = Z~ + mask2 * (out - u2)
+            k.masked_add(b.hs[i + 1], zt, branch, u2, b.m2[i], nth)
         elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
             k.add_sub(b.hs[i + 1], zt, u2, nth)
 
-    def backward(self, dy, *, out=None):
+    def backward(self, dy: npt.ArrayLike, *,
+                 out: FloatArray | None = None) -> FloatArray | None:
         """Fill `grads` from dL/dY of the last forward (grad=True); returns dL/dX
         (B, T, n_features), or None when `input_grad` is False. `out` receives
         dL/dX without allocating."""
@@ -429,11 +523,12 @@ class SequenceModel:
                                   None if dx is None else dx.reshape(-1, self.n_features))
         return dx
 
-    def _backward_layers(self, b, km, nb, t, drop, threads, dx2):
+    def _backward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, t: int, drop: bool,
+                         threads: int, dx2: FloatArray | None) -> None:
         k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
         if self.pooling is None and km is not None:
             k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
-        if self.pooling is None:
+        if b.dpooled is None:   # pooling=None
             k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf,
                               nth)
         else:
@@ -441,7 +536,7 @@ class SequenceModel:
                               b.dpooled, nth)
             k.pool_backward(b.dpooled, km, b.dhf, nb, t, self.pooling == "last", nth)
         # dcur: dL/d(block output), walking down the stack
-        if self.norm == "pre":
+        if b.stf is not None:   # pre-norm: the final LayerNorm
             k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], b.stf, g["norm.g"], g["norm.b"],
                                  b.da, None, b.part, nth)
             dcur = b.da
@@ -453,15 +548,17 @@ class SequenceModel:
             k.positions_backward(dcur, g["pos.P"], t, nth)
         k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"], dx2, nth)
 
-    def _block_backward(self, i, b, dcur, drop, threads, nth):
+    def _block_backward(self, i: int, b: _Buffers, dcur: FloatArray, drop: bool, threads: int,
+                        nth: int) -> None:
         """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
         k, w, g, p = self._k, self._w, self._g, f"layers.{i}."
         pre = self.norm == "pre"
         u2 = b.u2[i] if pre else b.zt[i]
         # MLP branch: dbr = dL/d(branch output); the kernel returns dL/du2 + dbr in db
-        if drop:
-            k.masked_add(b.dbr, None, dcur, None, b.m2[i], nth)
-            dbr = b.dbr
+        drop_buf = b.dbr if drop else None   # set whenever drop
+        if drop_buf is not None:
+            k.masked_add(drop_buf, None, dcur, None, b.m2[i], nth)
+            dbr = drop_buf
         else:
             dbr = dcur
         _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
@@ -477,9 +574,9 @@ class SequenceModel:
         else:       # the kernel's residual already is dcur
             b.dzt, b.db = b.db, b.dzt
         # attention branch: datt = dL/d(attention output)
-        if drop:
-            k.masked_add(b.dbr, None, b.dzt, None, b.m1[i], nth)
-            datt = b.dbr
+        if drop_buf is not None:
+            k.masked_add(drop_buf, None, b.dzt, None, b.m1[i], nth)
+            datt = drop_buf
         else:
             datt = b.dzt
         if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
@@ -490,7 +587,15 @@ class SequenceModel:
             np.copyto(dcur, b.dzt)
             self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
 
-    def attention_weights(self, layer=None, sample=None, head=None):
+    @overload
+    def attention_weights(self, layer: None = None, sample: int | None = None,
+                          head: int | None = None) -> list[FloatArray]: ...
+    @overload
+    def attention_weights(self, layer: int, sample: int | None = None,
+                          head: int | None = None) -> FloatArray: ...
+
+    def attention_weights(self, layer: int | None = None, sample: int | None = None,
+                          head: int | None = None) -> FloatArray | list[FloatArray]:
         """Attention probabilities of the last training forward (grad=True): a list
         with one array per layer, or that of one `layer`; sample/head select as in
         MultiHeadAttention.attention_weights."""
@@ -503,7 +608,7 @@ class SequenceModel:
                 sample, head)
         return [a.attention_weights(sample, head) for a in self.attn]
 
-    def dropout_masks(self):
+    def dropout_masks(self) -> dict[str, FloatArray]:
         """The residual-branch dropout multipliers of the last training forward:
         name -> (B, T, d_model) copies with values 0 or 1/(1-dropout); names
         "layers.{i}.res1" (attention branch) and "layers.{i}.res2" (MLP branch).
@@ -517,7 +622,7 @@ class SequenceModel:
             out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, t, -1).copy()
         return out
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         """The constructor arguments (without random_state) that rebuild this model."""
         return dict(n_features=self.n_features, d_model=self.d_model, n_heads=self.n_heads,
                     n_layers=self.n_layers, n_outputs=self.n_outputs, d_hidden=self.d_hidden,
@@ -525,13 +630,13 @@ class SequenceModel:
                     causal=self.causal, bias=self.bias, dropout=self.dropout,
                     max_len=self.max_len, dtype=self.dtype.name)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., SequenceModel], tuple[Any, ...]]:
         # pickles the weights, the dropout generator and input_grad; workspaces,
         # gradients and the last forward's state start afresh
         return (_rebuild, (self.get_config(), self.params.flat.copy(),
                            self.dropout_rng.bit_generator.state, self.input_grad))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         opts = []
         for k, default in (("pooling", None), ("positional", "none"), ("norm", None),
                            ("causal", False), ("bias", True), ("dropout", 0.0),
@@ -545,7 +650,8 @@ class SequenceModel:
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
 
 
-def _rebuild(config, flat, rng_state, input_grad):
+def _rebuild(config: dict[str, Any], flat: FloatArray, rng_state: dict[str, Any],
+             input_grad: bool) -> SequenceModel:
     m = SequenceModel(**config, random_state=0)
     m.params.flat[...] = flat
     m.dropout_rng.bit_generator.state = rng_state

@@ -1,4 +1,8 @@
 """Transformer: stacked (attention + residual, SiLU MLP + residual) layers."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, overload
+
 import numpy as np
 
 from . import _mlp
@@ -8,12 +12,37 @@ from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from .attention import MultiHeadAttention, _copy_rows
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    import numpy.typing as npt
+
+    from ._typing import AnyArray, FloatArray, RandomStateLike
+
+    class _MLPViews(TypedDict):
+        """One layer's MLP weights (or gradients) as the kernels take them."""
+        W1: FloatArray            # (d_model, d_hidden)
+        W2: FloatArray            # (d_hidden, d_model)
+        b1: FloatArray | None     # (d_hidden,), None without bias
+        b2: FloatArray | None     # (d_model,), None without bias
+
 
 class _Buffers:
     """Activations of one (batch, T, Tk, store, threads) signature, reused across steps."""
 
-    def __init__(self, n_layers, rows, d, d_hidden, dtype):
-        e = lambda *shape: np.empty(shape, dtype=dtype)  # noqa: E731
+    ctx: FloatArray | None
+    mask: npt.NDArray[np.uint8] | None
+    # backward scratch, made by for_backward
+    dzt: FloatArray
+    dh: FloatArray
+    dx: FloatArray
+
+    def __init__(self, n_layers: int, rows: int, d: int, d_hidden: int,
+                 dtype: np.dtype[Any]) -> None:
+        def e(*shape: int) -> FloatArray:
+            return np.empty(shape, dtype=dtype)
+
         # xs[i] is layer i's input; xs[n_layers] the model output
         self.xs = [e(rows, d) for _ in range(n_layers + 1)]
         self.zt = [e(rows, d) for _ in range(n_layers)]       # Z~ = attention(X) + X
@@ -22,13 +51,14 @@ class _Buffers:
         self.sg = [e(rows, d_hidden) for _ in range(n_layers)]  # sigmoid(H), for backward
         self.ctx = None
         self.mask = None
-        self.dzt = self.dh = self.dx = None
+        self._has_backward = False
 
-    def for_backward(self, rows, d, d_hidden, dtype):
-        if self.dzt is None:
+    def for_backward(self, rows: int, d: int, d_hidden: int, dtype: np.dtype[Any]) -> _Buffers:
+        if not self._has_backward:
             self.dzt = np.empty((rows, d), dtype=dtype)
             self.dh = np.empty((rows, d_hidden), dtype=dtype)
             self.dx = np.empty((rows, d), dtype=dtype)
+            self._has_backward = True
         return self
 
 
@@ -52,9 +82,17 @@ class Transformer:
     live views into one flat buffer, so AdamW updates the model in one call.
     """
 
-    def __init__(self, d_model, n_heads, n_layers=2, d_hidden=None, *, causal=False,
-                 bias=False, rope=False, dtype=np.float32, random_state=None, input_grad=True,
-                 attention="auto"):
+    attn: list[MultiHeadAttention]
+    _mlp_w: list[_MLPViews]
+    _mlp_g: list[_MLPViews]
+    #: nb, T, Tk, cross, buffers and threads of the last training forward
+    _last: tuple[int, int, int, bool, _Buffers, int] | None
+
+    def __init__(self, d_model: int, n_heads: int, n_layers: int = 2,
+                 d_hidden: int | None = None, *, causal: bool = False, bias: bool = False,
+                 rope: bool = False, dtype: npt.DTypeLike = np.float32,
+                 random_state: RandomStateLike = None, input_grad: bool = True,
+                 attention: str = "auto") -> None:
         d = check_positive_int("d_model", d_model)
         n_layers = check_positive_int("n_layers", n_layers)
         d_hidden = 4 * d if d_hidden is None else check_positive_int("d_hidden", d_hidden)
@@ -73,7 +111,8 @@ class Transformer:
 
         rng = np.random.default_rng(random_state)
         self.attn, self._mlp_w, self._mlp_g = [], [], []
-        pviews, gviews = {}, {}
+        pviews: dict[str, FloatArray] = {}
+        gviews: dict[str, FloatArray] = {}
         for i, st in enumerate(starts):
             att = MultiHeadAttention(d, n_heads, causal=causal, bias=bias, rope=rope,
                                      dtype=self.dtype, random_state=rng, attention=attention,
@@ -89,26 +128,28 @@ class Transformer:
             for src, dst in ((att.params, pviews), (att.grads, gviews)):
                 for k, v in src.items():
                     dst[f"layers.{i}.{k}"] = v
-            for k in ("W1", "W2") + (("b1", "b2") if bias else ()):
-                pviews[f"layers.{i}.{k}"] = mw[k]
-                gviews[f"layers.{i}.{k}"] = mg[k]
+            for k, wv, gv in (("W1", mw["W1"], mg["W1"]), ("W2", mw["W2"], mg["W2"]),
+                              ("b1", mw["b1"], mg["b1"]), ("b2", mw["b2"], mg["b2"])):
+                if wv is not None and gv is not None:  # the biases only with bias=True
+                    pviews[f"layers.{i}.{k}"] = wv
+                    gviews[f"layers.{i}.{k}"] = gv
         self.params = ParamDict(theta, _ordered(pviews, n_layers))
         self.grads = ParamDict(grad, _ordered(gviews, n_layers))
         self._bufs = WorkspaceCache()
         self._last = None
 
     @staticmethod
-    def n_params(d_model, n_layers, d_hidden, bias):
+    def n_params(d_model: int, n_layers: int, d_hidden: int, bias: bool) -> int:
         """Number of parameters of a Transformer with these sizes."""
         d = d_model
         per_layer = MultiHeadAttention.n_params(d, bias) + 2 * d * d_hidden
         return n_layers * (per_layer + ((d_hidden + d) if bias else 0))
 
-    def _mlp_views(self, flat, start):
+    def _mlp_views(self, flat: FloatArray, start: int) -> _MLPViews:
         d, dh = self.d_model, self.d_hidden
         a = FlatAllocator()
         a.size = start
-        v = {"W1": flat[a.reserve(d * dh):a.size].reshape(d, dh),
+        v: _MLPViews = {"W1": flat[a.reserve(d * dh):a.size].reshape(d, dh),
              "W2": flat[a.reserve(dh * d):a.size].reshape(dh, d),
              "b1": None, "b2": None}
         if self.bias:
@@ -116,11 +157,12 @@ class Transformer:
             v["b2"] = flat[a.reserve(d):a.size]
         return v
 
-    def _buffers(self, nb, t, tk, cross, store):
+    def _buffers(self, nb: int, t: int, tk: int, cross: bool,
+                 store: bool) -> tuple[_Buffers, int]:
         threads = num_threads()
         key = (nb, t, tk, cross, store, threads)
 
-        def make():
+        def make() -> _Buffers:
             rows = nb * t
             check_size(nbytes_of(self.dtype, self.n_layers * rows * (2 * self.d_model
                                                                      + 3 * self.d_hidden)),
@@ -129,7 +171,7 @@ class Transformer:
 
         return self._bufs.get(key, store, make), threads
 
-    def _run_threads(self, threads, nb, t, tk):
+    def _run_threads(self, threads: int, nb: int, t: int, tk: int) -> int:
         """threads when some kernel of a pass starts an OpenMP region (MLP from
         rows*d_hidden >= 16384, attention as MultiHeadAttention._goes_parallel), else 1."""
         if nb * t * self.d_hidden >= 16384 or self.attn[0]._goes_parallel(nb, t, tk):
@@ -137,7 +179,9 @@ class Transformer:
         return 1
 
     # ---- public API ----------------------------------------------------
-    def forward(self, x, context=None, key_padding_mask=None, *, grad=True, out=None):
+    def forward(self, x: npt.ArrayLike, context: npt.ArrayLike | None = None,
+                key_padding_mask: npt.ArrayLike | None = None, *, grad: bool = True,
+                out: FloatArray | None = None) -> FloatArray:
         """Y (B, T, d_model) for x (B, T, d_model); options as MultiHeadAttention.forward.
 
         With context (B, Tk, d_model), every layer's attention takes its keys and
@@ -147,19 +191,19 @@ class Transformer:
         x = as_input("x", x, d)
         check_params(self.params)
         nb, t = x.shape[:2]
-        cross = context is not None
-        if cross:
-            context = as_input("context", context, d, batch=nb)
-        tk = context.shape[1] if cross else t
-        mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, tk)
+        ctx = None if context is None else as_input("context", context, d, batch=nb)
+        cross = ctx is not None
+        tk = ctx.shape[1] if ctx is not None else t
+        mask: AnyArray | None = (None if key_padding_mask is None
+                                 else as_mask(key_padding_mask, nb, tk))
         y = self.attn[0]._out("out", out, (nb, t, d))
         bufs, threads = self._buffers(nb, t, tk, cross, grad)
         if grad:  # the buffers below may be the last forward's: it can no longer be backed
             self._last = None
         rows = nb * t
         cast_into("x", bufs.xs[0], x.reshape(rows, d))
-        if cross:
-            bufs.ctx = _copy_rows(bufs.ctx, context, self.dtype, "context")
+        if ctx is not None:
+            bufs.ctx = _copy_rows(bufs.ctx, ctx, self.dtype, "context")
         if mask is not None:
             if bufs.mask is None:
                 bufs.mask = np.empty((nb, tk), dtype=np.uint8)
@@ -182,7 +226,10 @@ class Transformer:
 
     __call__ = forward
 
-    def backward(self, dy, *, out=None):
+    def backward(
+        self, dy: npt.ArrayLike, *,
+        out: FloatArray | tuple[FloatArray | None, FloatArray | None] | None = None,
+    ) -> FloatArray | tuple[FloatArray | None, FloatArray | None] | None:
         """Fill `grads` from dL/dY; return dL/dX (or (dL/dX, dL/dcontext)), None for
         dL/dX when input_grad is False."""
         if self._last is None:
@@ -200,7 +247,9 @@ class Transformer:
             self._backward_layers(dy, dx, dctx, bufs, nb, tk, rows, d, threads)
         return (dx, dctx) if cross else dx
 
-    def _backward_layers(self, dy, dx, dctx, bufs, nb, tk, rows, d, threads):
+    def _backward_layers(self, dy: FloatArray, dx: FloatArray | None, dctx: FloatArray | None,
+                         bufs: _Buffers, nb: int, tk: int, rows: int, d: int,
+                         threads: int) -> None:
         dcur = dy
         for i in reversed(range(self.n_layers)):
             mw, mg = self._mlp_w[i], self._mlp_g[i]
@@ -208,6 +257,7 @@ class Transformer:
                               bufs.sg[i], bufs.dh, mg["W1"], mg["b1"], mg["W2"], mg["b2"],
                               bufs.dzt, nthreads=threads)
             # dX_i = dZ~ (residual) + attention backward, accumulated in place
+            target: FloatArray | None
             if i > 0:
                 target = bufs.dx
             else:
@@ -217,9 +267,17 @@ class Transformer:
             self.attn[i]._backward_buffers(
                 bufs.dzt, target, None if dctx is None else dctx.reshape(nb * tk, d),
                 dx_accumulate=True, dctx_accumulate=i < self.n_layers - 1)
-            dcur = target
+            dcur = bufs.dx  # = target below layer 0 (unused after it)
 
-    def attention_weights(self, layer=None, sample=None, head=None):
+    @overload
+    def attention_weights(self, layer: None = None, sample: int | None = None,
+                          head: int | None = None) -> list[FloatArray]: ...
+    @overload
+    def attention_weights(self, layer: int, sample: int | None = None,
+                          head: int | None = None) -> FloatArray: ...
+
+    def attention_weights(self, layer: int | None = None, sample: int | None = None,
+                          head: int | None = None) -> FloatArray | list[FloatArray]:
         """Attention probabilities of the last forward (grad=True): a list with one
         array per layer, or that of one `layer`; sample/head select as in
         MultiHeadAttention.attention_weights."""
@@ -227,14 +285,14 @@ class Transformer:
             return self.attn[layer].attention_weights(sample, head)
         return [a.attention_weights(sample, head) for a in self.attn]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
         return (f"Transformer(d_model={self.d_model}, n_heads={self.n_heads}, "
                 f"n_layers={self.n_layers}, d_hidden={self.d_hidden}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
 
 
-def _ordered(views, n_layers):
+def _ordered(views: Mapping[str, FloatArray], n_layers: int) -> dict[str, FloatArray]:
     order = ("Wq", "Wk", "Wv", "Wo", "W1", "W2", "bq", "bk", "bv", "bo", "b1", "b2")
     return {f"layers.{i}.{k}": views[f"layers.{i}.{k}"]
             for i in range(n_layers) for k in order if f"layers.{i}.{k}" in views}

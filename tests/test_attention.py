@@ -251,3 +251,23 @@ def test_mse_loss(rng):
     np.testing.assert_allclose(dy, 2 * (y - t) / y.size, rtol=1e-12)
     with pytest.raises(ValueError, match="shape"):
         attnx.mse_loss(y, t[:2])
+
+
+def test_blas_small_gemm_reads_the_openblas_architecture():
+    """The auto rule's BLAS probe reports what threadpoolctl says of the OpenBLAS
+    that attnx calls (it used to import a helper that does not exist and so always
+    answered False, sending every small-head float32 layer to the fused path)."""
+    from threadpoolctl import threadpool_info
+
+    from attnx import _threads, attention
+    attention._blas_small_gemm.cache_clear()
+    try:
+        got = attention._blas_small_gemm()
+    finally:
+        attention._blas_small_gemm.cache_clear()
+    _threads.controller()  # identifies scipy's BLAS (BLAS_PATH) when it can
+    libs = [i for i in threadpool_info() if i.get("internal_api") == "openblas"
+            and (_threads.BLAS_PATH is None or i["filepath"] == _threads.BLAS_PATH)]
+    want = bool(libs) and all(str(i.get("architecture")).lower()
+                              in attention._SMALL_GEMM_CORES for i in libs)
+    assert got is want

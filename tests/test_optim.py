@@ -74,6 +74,20 @@ def test_bad_arguments():
         _optim.adamw_step(p, p.copy(), p.copy(), p.copy(), *HYPER, 1, nthreads=0)
 
 
+def test_adamw_hyperparameters_any_finite_real():
+    """Hyper-parameters: any finite real (a Fraction too, which np.isfinite rejects);
+    others raise TypeError naming the argument."""
+    from fractions import Fraction
+    layer = attnx.MultiHeadAttention(8, 2, random_state=0)
+    opt = attnx.AdamW(layer.params, lr=Fraction(1, 100), betas=(Fraction(9, 10), 0.999))
+    assert opt.lr == 0.01 and opt.betas == (0.9, 0.999) and type(opt.lr) is float
+    for kw, name in [({"lr": 10**400}, "lr"), ({"lr": float("nan")}, "lr"),
+                     ({"eps": "1e-8"}, "eps"), ({"weight_decay": True}, "weight_decay"),
+                     ({"betas": (0.9, None)}, r"betas\[1\]")]:
+        with pytest.raises(TypeError, match=name):
+            attnx.AdamW(layer.params, **kw)
+
+
 def test_adamw_class_uses_the_kernel():
     """attnx.AdamW over a model's flat buffer equals the kernel applied by hand."""
     layer = attnx.MultiHeadAttention(16, 2, random_state=0)
