@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     import numpy.typing as npt
 
-    from ._typing import FloatArray, RandomStateLike
+    from ._typing import AnyArray, FloatArray, RandomStateLike
 
     _T = TypeVar("_T")
     _U8Array = npt.NDArray[np.uint8]
@@ -621,6 +621,29 @@ class SequenceModel:
             out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, t, -1).copy()
             out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, t, -1).copy()
         return out
+
+    # ---- PyTorch weight exchange (attnx._torch_layout) -----------------
+    def torch_encoder_layer_state_dict(self, layer: int) -> dict[str, AnyArray]:
+        """Block `layer` of a ``norm="pre"`` model as the state dict (NumPy copies) of
+        ``torch.nn.TransformerEncoderLayer(d_model, n_heads, d_hidden, dropout=0,
+        activation=F.silu, batch_first=True, norm_first=True, bias=bias)``: self_attn.*
+        as MultiHeadAttention.torch_state_dict, linear1/linear2 = W1^T/W2^T (out, in),
+        norm1/norm2 = ln1/ln2. Convert with torch.from_numpy for load_state_dict.
+        torch's layer has no rotary positions; causal is its src_mask / is_causal."""
+        from ._torch_layout import encoder_layer_state_dict
+
+        return encoder_layer_state_dict(self, layer)
+
+    def load_torch_encoder_layer_state_dict(self, layer: int,
+                                            state_dict: Any) -> SequenceModel:
+        """Set block `layer` of a ``norm="pre"`` model from a
+        torch.nn.TransformerEncoderLayer state dict (torch tensors or NumPy arrays; the
+        inverse of torch_encoder_layer_state_dict). Keys and shapes must match exactly;
+        all or nothing. Returns self."""
+        from ._torch_layout import load_encoder_layer_state_dict
+
+        load_encoder_layer_state_dict(self, layer, state_dict)
+        return self
 
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments (without random_state) that rebuild this model."""

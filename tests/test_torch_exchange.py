@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx._torch_layout import encoder_layer_state_dict, load_encoder_layer_state_dict
 from conftest import rel_err
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
@@ -153,7 +152,7 @@ def test_sequence_model_blocks_both_directions(torch, dtype, bias, causal):
                     p.add_(torch.randn_like(p) * 0.3)
     model = attnx.SequenceModel(**kw, random_state=1)
     for i, layer in enumerate(layers):
-        load_encoder_layer_state_dict(model, i, layer.state_dict())
+        assert model.load_torch_encoder_layer_state_dict(i, layer.state_dict()) is model
     ref = _torch_sequence_forward(torch, model, layers, x, mask)
     got = model.forward(x, key_padding_mask=mask, grad=False)
     assert rel_err(got[valid], ref[valid]) < 10 * TOL[dtype]
@@ -165,7 +164,7 @@ def test_sequence_model_blocks_both_directions(torch, dtype, bias, causal):
             w[...] += rng.normal(0, 0.3, w.shape)
     layers2 = _torch_stack(torch, model2, dtype)
     for i, layer in enumerate(layers2):
-        sd = encoder_layer_state_dict(model2, i)
+        sd = model2.torch_encoder_layer_state_dict(i)
         assert set(sd) == set(layer.state_dict())
         layer.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
     ref2 = model2.forward(x, key_padding_mask=mask, grad=False)
@@ -176,16 +175,16 @@ def test_sequence_model_blocks_both_directions(torch, dtype, bias, causal):
 def test_encoder_layer_exchange_refuses_what_does_not_map(torch):
     post = attnx.SequenceModel(4, 8, 2, 1, 2)
     with pytest.raises(ValueError, match="norm='pre'"):
-        encoder_layer_state_dict(post, 0)
+        post.torch_encoder_layer_state_dict(0)
     pre = attnx.SequenceModel(4, 8, 2, 2, 2, norm="pre", bias=False)
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\), got 2"):
-        encoder_layer_state_dict(pre, 2)
+        pre.torch_encoder_layer_state_dict(2)
     pre.params["layers.1.ln2.b"][...] = 0.5
     with pytest.raises(ValueError, match="layers.1.ln2.b is not zero"):
-        encoder_layer_state_dict(pre, 1)
-    sd = encoder_layer_state_dict(pre, 0)
+        pre.torch_encoder_layer_state_dict(1)
+    sd = pre.torch_encoder_layer_state_dict(0)
     with pytest.raises(ValueError, match=r"unexpected keys \['linear1.bias'\]"):
-        load_encoder_layer_state_dict(pre, 0, {**sd, "linear1.bias": np.zeros(32)})
+        pre.load_torch_encoder_layer_state_dict(0, {**sd, "linear1.bias": np.zeros(32)})
 
 
 def test_saved_model_file_loads_into_torch(torch, tmp_path):
