@@ -142,6 +142,37 @@ def test_padding_mask_matches_ragged_predict(tmp_path):
     assert rel_err(p, est.predict_proba(X), floor=1.0) < 1e-10
 
 
+@pytest.mark.parametrize("kind", ["regressor", "classifier"])
+def test_per_position_outputs_at_padded_positions(tmp_path, kind):
+    """Per-position models: valid positions match ragged predict; padded positions are
+    defined (regression 0, class probabilities uniform), as README documents."""
+    rng = np.random.default_rng(4)
+    lengths = (5, 8, 3, 6)
+    X = [rng.standard_normal((t, 3)) for t in lengths]
+    if kind == "regressor":
+        y = [rng.standard_normal(t) for t in lengths]
+        est = attnx.TransformerRegressor(2, d_model=8, epochs=2, random_state=0,
+                                         dtype=np.float64).fit(X, y)
+        ref = est.predict(X)
+    else:
+        y = [rng.integers(0, 3, size=t) for t in lengths]
+        est = attnx.TransformerClassifier(2, d_model=8, epochs=2, random_state=0,
+                                          dtype=np.float64).fit(X, y)
+        ref = est.predict_proba(X)
+    aonnx.export(est, tmp_path / "p.onnx")
+    xp = np.zeros((4, 8, 3))
+    mask = np.ones((4, 8), dtype=bool)
+    for i, s in enumerate(X):
+        xp[i, :len(s)] = s
+        mask[i, :len(s)] = False
+    (out,) = _session(tmp_path / "p.onnx").run(None, {"x": xp, "key_padding_mask": mask})
+    for i, t in enumerate(lengths):
+        assert rel_err(out[i, :t], ref[i], floor=1.0) < 1e-10
+        pad = out[i, t:]
+        expected = 0.0 if kind == "regressor" else 1.0 / 3
+        assert pad.size == 0 or np.array_equal(pad, np.full_like(pad, expected)), pad
+
+
 def test_without_mask_input_and_other_opsets(tmp_path):
     model = attnx.SequenceModel(4, 8, 2, 1, 2, norm="pre", pooling="mean", dtype=np.float64,
                                 random_state=0)
