@@ -1,5 +1,5 @@
-"""Long-sequence attention: attnx (blocked path) against PyTorch's
-scaled_dot_product_attention (its CPU flash kernel) with autograd.
+"""Long-sequence attention: attnx (the path its "auto" rule picks, printed per row)
+against PyTorch's scaled_dot_product_attention (its CPU flash kernel) with autograd.
 
 Each (implementation, configuration) runs in its own subprocess, so that the
 peak-memory figure (ru_maxrss after the timed steps minus ru_maxrss after setup)
@@ -46,6 +46,7 @@ def worker(impl, t, causal, steps, threads):
 
             def predict():
                 layer.forward(x, grad=False, out=y)
+            path = layer._path(t, t)
         else:
             import torch
             import torch.nn.functional as F
@@ -73,6 +74,7 @@ def worker(impl, t, causal, steps, threads):
             def predict():
                 with torch.no_grad():
                     fwd()
+            path = f"sdpa ({torch.backends.cpu.get_cpu_capability()})"
 
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out = {}
@@ -86,6 +88,13 @@ def worker(impl, t, causal, steps, threads):
             out[name] = sorted(times)[len(times) // 2]
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out["peak_mib"] = (peak - base) / 1024
+        out["path"] = path
+        if impl == "attnx":
+            from run import _blas_by_impl, _cpu_name
+            from threadpoolctl import threadpool_info
+            out["cpu"] = _cpu_name()
+            out["blas"] = _blas_by_impl(threadpool_info(), attnx, None)["attnx"]
+            out["simd"] = attnx._ops.simd_level_name()
     return out
 
 
@@ -108,7 +117,7 @@ def main(argv=None):
                OPENBLAS_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     print(f"long-sequence attention, B={BATCH}, d={D_MODEL}, heads={N_HEADS}, float32, "
           f"{args.threads} thread(s), OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(not set)')}")
-    print(f"{'T':>6} {'causal':>6} | {'attnx train':>11} {'sdpa train':>10} {'ratio':>6} | "
+    print(f"{'T':>6} {'causal':>6} {'attnx path':>10} | {'attnx train':>11} {'sdpa train':>10} {'ratio':>6} | "
           f"{'attnx fwd':>9} {'sdpa fwd':>8} {'ratio':>6} | {'attnx MiB':>9} {'sdpa MiB':>8}")
     rows = []
     for t in args.t:
@@ -126,7 +135,10 @@ def main(argv=None):
             a, s = res["attnx"], res["torch-sdpa"]
             rows.append({"T": t, "causal": causal, **{f"{k}_{m}": v[m] for k, v in res.items()
                                                     for m in v}})
-            print(f"{t:>6} {str(causal):>6} | {a['train'] * 1e3:>9.0f}ms {s['train'] * 1e3:>8.0f}ms "
+            if not rows[:-1]:
+                print(f"# CPU {a['cpu']}; attnx SIMD level {a['simd']}; {a['blas']}; "
+                      f"torch {s['path']}", flush=True)
+            print(f"{t:>6} {str(causal):>6} {a['path']:>10} | {a['train'] * 1e3:>9.0f}ms {s['train'] * 1e3:>8.0f}ms "
                   f"{s['train'] / a['train']:>6.2f} | {a['predict'] * 1e3:>7.0f}ms "
                   f"{s['predict'] * 1e3:>6.0f}ms {s['predict'] / a['predict']:>6.2f} | "
                   f"{a['peak_mib']:>9.0f} {s['peak_mib']:>8.0f}", flush=True)
