@@ -108,6 +108,12 @@ QUICK_CONFIGS = (
 )
 
 
+# Variables that cap the instruction sets each library uses (an AVX2 stand-in on an
+# AVX-512 machine: ATTNX_SIMD=1 OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2
+# MKL_ENABLE_INSTRUCTIONS=AVX2).
+CPU_CAP_VARS = ("ATTNX_SIMD", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
 def _attention_flops(c, train, dx):
     """Matrix-product FLOPs (2mnk each) of one self-attention block on B*T rows."""
     n, d, bt2d = c.B * c.T, c.d, c.B * c.T * c.T * c.d
@@ -309,6 +315,9 @@ def format_report(doc):
         f"{env['numpy']}, scipy {env['scipy']}, torch {env.get('torch') or 'absent'}")
     out(f"OPENBLAS_CORETYPE: {env['openblas_coretype']}  (one environment for every "
         "implementation)")
+    if "attnx_simd" in env:
+        caps = ", ".join(f"{k}={v}" for k, v in env.get("cpu_caps_env", {}).items())
+        out(f"attnx SIMD level: {env['attnx_simd']}" + (f"; set: {caps}" if caps else ""))
     out("BLAS in use:")
     for who, what in first["blas_by_impl"].items():
         out(f"  {who:<11} {what}")
@@ -444,6 +453,8 @@ def run_worker(args):
         "torch": torch.__version__ if torch is not None else None,
         "threadpoolctl": threadpoolctl.__version__,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "(not set)"),
+        "attnx_simd": attnx._ops.simd_level_name(),
+        "cpu_caps_env": {v: os.environ[v] for v in CPU_CAP_VARS if v in os.environ},
         "thread_vars": {v: os.environ.get(v) for v in THREAD_VARS},
     }
     blas_by_impl = _blas_by_impl(info, attnx, torch)
