@@ -91,6 +91,21 @@ FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vexpw)(FL_NAME(vwide) xw)
     const __m512 p = FL_POLY(r);
     return (FL_NAME(vwide)) _mm512_maskz_scalef_ps(keep, p, fn);
 }
+#elif FL_SCALEF_PD
+/* AVX-512 float64: as the float32 version above, 8 lanes. */
+FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vexpw)(FL_NAME(vwide) xw)
+{
+    const __m512d x = (__m512d) xw, lo = _mm512_set1_pd(FL_EXPLO);
+    const __mmask8 keep = _mm512_cmp_pd_mask(x, lo, _CMP_NLT_UQ);
+    const __m512d xc = _mm512_min_pd(_mm512_set1_pd(FL_EXPHI), _mm512_max_pd(lo, x));
+    const __m512d fn = _mm512_roundscale_pd(
+        _mm512_mul_pd(xc, _mm512_set1_pd(1.44269504088896340735992468100189214)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(FL_LN2HI), xc);
+    r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(FL_LN2LO), r);
+    const __m512d p = FL_POLY(r);
+    return (FL_NAME(vwide)) _mm512_maskz_scalef_pd(keep, p, fn);
+}
 #else
 FL_VEXP(fl_vexpw, FL_NAME(vwide))
 #endif
@@ -501,10 +516,17 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                     memset(sr, 0, sizeof(FL_T) * nk);
                     continue;
                 }
-                FL_T alpha = FL_NAME(fl_exp)(mold - mx);
                 FL_T sum = FL_NAME(fl_expsum)(sr, nk, mx);
-                lrow[r] = lrow[r] * alpha + sum;
                 mrow[r] = mx;
+                if (mold == -INFINITY) {
+                    /* the row's first block with a key (the only one when Tk <= BK):
+                     * nothing to rescale, acc holds only products with zero weights
+                     * (which rescaling by exp(-inf) = 0 would leave as they are) */
+                    lrow[r] = sum;
+                    continue;
+                }
+                FL_T alpha = FL_NAME(fl_exp)(mold - mx);
+                lrow[r] = lrow[r] * alpha + sum;
                 if (alpha != 1) {
                     FL_T *ar = acc + r * dhp;
                     for (c = 0; c < dhp; c++)
