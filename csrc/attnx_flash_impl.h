@@ -127,6 +127,14 @@ FL_ATTR static inline FL_T FL_NAME(fl_hsum32)(FL_NAME(v32) v)
 
 FL_ATTR static inline FL_T FL_NAME(fl_hsumw)(FL_NAME(vwide) v)
 {
+#if FL_SCALEF_PS
+    /* the memcpy halves below made GCC keep fl_expsum's running sum on the stack
+     * (a store and reload in its loop-carried chain, the hottest spot of the
+     * float32 AVX-512 forward) */
+    return _mm512_reduce_add_ps((__m512) v);
+#elif FL_SCALEF_PD
+    return _mm512_reduce_add_pd((__m512d) v);
+#endif
     FL_NAME(v32) lo, hi;
     if (sizeof(v) == 32) {
         memcpy(&lo, &v, 32);
