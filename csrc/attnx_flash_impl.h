@@ -71,41 +71,34 @@ FL_ATTR static inline VT FL_NAME(NAME)(VT x)                                    
     return FL_SEL(below, zero, out);                                                  \
 }
 FL_VEXP(fl_vexp, FL_NAME(v32))
+#if FL_SCALEF_PS || FL_SCALEF_PD
+/* AVX-512, the wide vector: the same range reduction and polynomial, with
+ * vrndscale for the rounding and vscalef for p * 2^n (one instruction each in
+ * place of the magic-number round and the integer exponent build), max/min for the
+ * clamp (NaN is their second operand, so it passes through) and a zeroing mask for
+ * x below FL_EXPLO. exp is about as many instructions as the products around it
+ * at d_head 8, so each one counts. Same results as FL_VEXP. VT: __m512 or
+ * __m512d, MT its mask type, S: ps or pd. */
+#define FL_VEXPW_AVX512(VT, MT, S)                                                    \
+FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vexpw)(FL_NAME(vwide) xw)               \
+{                                                                                     \
+    const VT x = (VT) xw, lo = _mm512_set1_##S(FL_EXPLO);                             \
+    const MT keep = _mm512_cmp_##S##_mask(x, lo, _CMP_NLT_UQ);   /* x >= lo or NaN */  \
+    const VT xc = _mm512_min_##S(_mm512_set1_##S(FL_EXPHI), _mm512_max_##S(lo, x));   \
+    const VT fn = _mm512_roundscale_##S(                                              \
+        _mm512_mul_##S(xc, _mm512_set1_##S((FL_T) 1.44269504088896340735992468100189214)), \
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                               \
+    VT r = _mm512_fnmadd_##S(fn, _mm512_set1_##S(FL_LN2HI), xc);                      \
+    r = _mm512_fnmadd_##S(fn, _mm512_set1_##S(FL_LN2LO), r);                          \
+    const VT p = FL_POLY(r);                                                          \
+    return (FL_NAME(vwide)) _mm512_maskz_scalef_##S(keep, p, fn);                     \
+}
 #if FL_SCALEF_PS
-/* AVX-512 float32, the wide vector: the same range reduction and polynomial, with
- * vrndscaleps for the rounding and vscalefps for p * 2^n (one instruction each
- * in place of the magic-number round and the integer exponent build), max/min for
- * the clamp (NaN is their second operand, so it passes through) and a zeroing
- * mask for x below FL_EXPLO. exp is about as many instructions as the products
- * around it at d_head 8, so each one counts. Same results as FL_VEXP. */
-FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vexpw)(FL_NAME(vwide) xw)
-{
-    const __m512 x = (__m512) xw, lo = _mm512_set1_ps(FL_EXPLO);
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);   /* x >= lo or NaN */
-    const __m512 xc = _mm512_min_ps(_mm512_set1_ps(FL_EXPHI), _mm512_max_ps(lo, x));
-    const __m512 fn = _mm512_roundscale_ps(
-        _mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896340735992468100189214f)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(FL_LN2HI), xc);
-    r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(FL_LN2LO), r);
-    const __m512 p = FL_POLY(r);
-    return (FL_NAME(vwide)) _mm512_maskz_scalef_ps(keep, p, fn);
-}
-#elif FL_SCALEF_PD
-/* AVX-512 float64: as the float32 version above, 8 lanes. */
-FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vexpw)(FL_NAME(vwide) xw)
-{
-    const __m512d x = (__m512d) xw, lo = _mm512_set1_pd(FL_EXPLO);
-    const __mmask8 keep = _mm512_cmp_pd_mask(x, lo, _CMP_NLT_UQ);
-    const __m512d xc = _mm512_min_pd(_mm512_set1_pd(FL_EXPHI), _mm512_max_pd(lo, x));
-    const __m512d fn = _mm512_roundscale_pd(
-        _mm512_mul_pd(xc, _mm512_set1_pd(1.44269504088896340735992468100189214)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(FL_LN2HI), xc);
-    r = _mm512_fnmadd_pd(fn, _mm512_set1_pd(FL_LN2LO), r);
-    const __m512d p = FL_POLY(r);
-    return (FL_NAME(vwide)) _mm512_maskz_scalef_pd(keep, p, fn);
-}
+FL_VEXPW_AVX512(__m512, __mmask16, ps)
+#else
+FL_VEXPW_AVX512(__m512d, __mmask8, pd)
+#endif
+#undef FL_VEXPW_AVX512
 #else
 FL_VEXP(fl_vexpw, FL_NAME(vwide))
 #endif
