@@ -13,8 +13,9 @@ from libc.stdint cimport uint8_t
 from libc.math cimport exp, log, INFINITY
 
 from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport (fill_rows, add_rows, colsum, rope_rotate, pgemm, simd_attach,
-                         attnx_get_level, attnx_dispatched_levels)
+from attnx._ops cimport (rope_rotate, simd_attach, attnx_get_level, attnx_dispatched_levels,
+                         key_columns, in1, in2, out1, out2, qkv_project, out_project, qkv_project_backward,
+                         out_project_backward)
 from attnx._blas import check_blas_int
 
 cdef extern from "attnx_math.h" nogil:
@@ -511,31 +512,12 @@ def attention_forward(
         _need("probs", probs.shape[0], (nb * n_heads if store else nth) * tq * tk)
         _need("tbuf", tbuf.shape[0] if tbuf is not None else 0, nth * d_head * tk)
     qp = &qbuf[0, 0]
+    kp = key_columns(qp, out2(kvbuf) if cross else NULL, d, &ldq, &ldkv)
+    vp = kp + d
     with nogil:
-        if not cross:
-            ldq = 3 * d
-            ldkv = 3 * d
-            kp = qp + d
-            vp = qp + 2 * d
-            if b_qkv is not None:
-                fill_rows(qp, &b_qkv[0], rq, 3 * d, ldq)
-            pgemm(NT, NT, rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
-        else:
-            ldq = d
-            ldkv = 2 * d
-            kp = &kvbuf[0, 0]
-            vp = kp + d
-            if b_qkv is not None:
-                fill_rows(qp, &b_qkv[0], rq, d, ldq)
-                fill_rows(kp, &b_qkv[d], rk, 2 * d, ldkv)
-            pgemm(NT, NT, rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nth)
-            pgemm(NT, NT, rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
-                  <floating> (1 if b_qkv is not None else 0), kp, ldkv, nth)
-        if rope_cos is not None:
-            rope_rotate(qp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
-            rope_rotate(kp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
+        qkv_project(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], in1(b_qkv), qp,
+                    kp if cross else NULL, nb, tq, tk, d, n_heads,
+                    in2(rope_cos), in2(rope_sin), nth)
         if lse is not None:
             heads_forward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &lse[0], &probs[0],
                                   per_thread, bq, bk, nb, tq, tk, n_heads, d_head, scale,
@@ -543,13 +525,7 @@ def attention_forward(
         else:
             heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store, &tbuf[0],
                           nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
-        # y starts as bo + residual (or zero) and the projection GEMM adds onto it
-        if residual is not None:
-            add_rows(&y[0, 0], &residual[0, 0], &b_o[0] if b_o is not None else NULL, rq, d)
-        elif b_o is not None:
-            fill_rows(&y[0, 0], &b_o[0], rq, d, d)
-        pgemm(NT, NT, rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
-              <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d, nth)
+        out_project(&zcat[0, 0], &w_o[0, 0], in1(b_o), in2(residual), &y[0, 0], rq, d, nth)
 
 
 def attention_backward(
@@ -635,13 +611,8 @@ def attention_backward(
     vp = kp + d
     dvp = dkp + d
     with nogil:
-        # output projection: dWo = Zcat^T dY, dZcat = dY Wo^T
-        pgemm(TR, NT, d, d, rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
-              <floating> 0, &dw_o[0, 0], d, nth)
-        if db_o is not None:
-            colsum(&dy[0, 0], rq, d, d, &db_o[0])
-        pgemm(NT, TR, rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
-              <floating> 0, &dzcat[0, 0], d, nth)
+        out_project_backward(&zcat[0, 0], &dy[0, 0], &w_o[0, 0], &dw_o[0, 0], out1(db_o),
+                             &dzcat[0, 0], rq, d, nth)
         if lse is not None:
             heads_backward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d,
                                    &lse[0], &scratch[0], per_thread, bq, bk, dqp, dkp, dvp,
@@ -650,28 +621,8 @@ def attention_backward(
             heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
                            &tbuf[0], dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale,
                            causal, nth)
-        if rope_cos is not None:
-            rope_rotate(dqp, ldq, nb, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
-            rope_rotate(dkp, ldkv, nb, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
-        if not cross:
-            pgemm(TR, NT, d, 3 * d, rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
-                  <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
-            if db_qkv is not None:
-                colsum(dqp, rq, 3 * d, 3 * d, &db_qkv[0])
-            if dx is not None:
-                pgemm(NT, TR, rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
-                      bx, &dx[0, 0], d, nth)
-        else:
-            pgemm(TR, NT, d, d, rq, <floating> 1, &x[0, 0], d, dqp, d,
-                  <floating> 0, &dw_qkv[0, 0], 3 * d, nth)
-            pgemm(TR, NT, d, 2 * d, rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
-                  <floating> 0, &dw_qkv[0, d], 3 * d, nth)
-            if db_qkv is not None:
-                colsum(dqp, rq, d, d, &db_qkv[0])
-                colsum(dkp, rk, 2 * d, 2 * d, &db_qkv[d])
-            if dx is not None:
-                pgemm(NT, TR, rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
-                      bx, &dx[0, 0], d, nth)
-            if dctx is not None:
-                pgemm(NT, TR, rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
-                      bc, &dctx[0, 0], d, nth)
+        qkv_project_backward(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], dqp,
+                             dkp if cross else NULL, &dw_qkv[0, 0], out1(db_qkv), out2(dx),
+                             out2(dctx) if cross else NULL, bx, bc, nb, tq, tk, d, n_heads,
+                             in2(rope_cos), in2(rope_sin),
+                             nth)

@@ -19,7 +19,8 @@ from libc.stdint cimport uint8_t
 import numpy as np
 
 from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport add_rows, colsum, fill_rows, pgemm
+from attnx._ops cimport (in1, in2, out1, out2, key_columns, out_project, out_project_backward, qkv_project,
+                         qkv_project_backward)
 
 cdef extern from "attnx_flash.h" nogil:
     enum:
@@ -115,27 +116,33 @@ def block_sizes():
     return ATTNX_FL_BQ, ATTNX_FL_BK
 
 
-# ---------------------------------------------------------------- row helpers
-cdef void rope(floating *x, Py_ssize_t ldx, Py_ssize_t rows, Py_ssize_t t_len, int n_heads,
-               int d_head, const floating *cos_t, const floating *sin_t,
-               bint inverse) noexcept nogil:
-    """Rotate pairs (2i, 2i+1) of every head of row r by angle (r % t_len) * theta_i;
-    inverse rotates back (the backward: a rotation's transpose is its inverse)."""
-    cdef Py_ssize_t r, t
-    cdef int h, i, half = d_head // 2
-    cdef floating c, s, a, b
-    cdef floating *row
-    for r in range(rows):
-        t = r % t_len
-        for h in range(n_heads):
-            row = x + r * ldx + h * d_head
-            for i in range(half):
-                c = cos_t[t * half + i]
-                s = -sin_t[t * half + i] if inverse else sin_t[t * half + i]
-                a = row[2 * i]
-                b = row[2 * i + 1]
-                row[2 * i] = a * c - b * s
-                row[2 * i + 1] = a * s + b * c
+# ---------------------------------------------------------------- typed entry points
+cdef inline void forward_rows(const floating *q, Py_ssize_t ldq, const floating *k,
+                              const floating *v, Py_ssize_t ldkv, floating *z, Py_ssize_t ldz,
+                              floating *lse, int i0, int nq, int tk, int dh, floating scale,
+                              bint causal, const uint8_t *km, floating *ws) noexcept nogil:
+    """The C forward kernel of this float type (one query chunk of one head)."""
+    if floating is float:
+        attnx_flash_forward_rows_f32(q, ldq, k, v, ldkv, z, ldz, lse, i0, nq, tk, dh, scale,
+                                     causal, km, ws)
+    else:
+        attnx_flash_forward_rows_f64(q, ldq, k, v, ldkv, z, ldz, lse, i0, nq, tk, dh, scale,
+                                     causal, km, ws)
+
+
+cdef inline void backward_head(const floating *q, Py_ssize_t ldq, const floating *k,
+                               const floating *v, Py_ssize_t ldkv, const floating *z,
+                               const floating *dz, Py_ssize_t ldz, const floating *lse,
+                               floating *dq, Py_ssize_t lddq, floating *dk, floating *dv,
+                               int tq, int tk, int ka, int kb, int dh, floating scale,
+                               bint causal, const uint8_t *km, floating *ws) noexcept nogil:
+    """The C backward kernel of this float type (one key range of one head)."""
+    if floating is float:
+        attnx_flash_backward_head_f32(q, ldq, k, v, ldkv, z, dz, ldz, lse, dq, lddq, dk, dv,
+                                      tq, tk, ka, kb, dh, scale, causal, km, ws)
+    else:
+        attnx_flash_backward_head_f64(q, ldq, k, v, ldkv, z, dz, ldz, lse, dq, lddq, dk, dv,
+                                      tq, tk, ka, kb, dh, scale, causal, km, ws)
 
 
 # ---------------------------------------------------------------- heads
@@ -169,18 +176,10 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k,
         nq = <int> (tq - i0 if tq - i0 < rows else rows)
         km = (keymask + b * tk) if keymask != NULL else NULL
         ws = scratch + threadid() * per_thread
-        if floating is float:
-            attnx_flash_forward_rows_f32(
-                q + (b * tq + i0) * ldq + h * d_head, ldq,
-                k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
-                z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
-                <int> i0, nq, tk, d_head, scale, causal, km, ws)
-        else:
-            attnx_flash_forward_rows_f64(
-                q + (b * tq + i0) * ldq + h * d_head, ldq,
-                k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
-                z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
-                <int> i0, nq, tk, d_head, scale, causal, km, ws)
+        forward_rows(q + (b * tq + i0) * ldq + h * d_head, ldq,
+                     k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
+                     z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
+                     <int> i0, nq, tk, d_head, scale, causal, km, ws)
 
 
 cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,
@@ -221,20 +220,11 @@ cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,
         else:
             dqt = parts + ((c - 1) * nbh + bh) * tq * d_head
             lddq = d_head
-        if floating is float:
-            attnx_flash_backward_head_f32(
-                q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
-                v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
-                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
-                dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
-                tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
-        else:
-            attnx_flash_backward_head_f64(
-                q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
-                v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
-                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
-                dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
-                tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
+        backward_head(q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
+                      v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
+                      dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
+                      dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
+                      tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
     if nsplit > 1:
         for row in prange(nbh * tq, schedule="static", num_threads=nthreads):
             bh = row // tq
@@ -288,41 +278,16 @@ def attention_forward(
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
     if scratch.shape[0] < nthreads * per_thread or lse.shape[0] < nb * n_heads * tq:
         raise ValueError("scratch or lse too small for this shape and thread count")
+    qp = &qbuf[0, 0]
+    kp = key_columns(qp, out2(kvbuf) if cross else NULL, d, &ldq, &ldkv)
+    vp = kp + d
     with nogil:
-        if not cross:
-            ldq = 3 * d
-            ldkv = 3 * d
-            kp = qp + d
-            vp = qp + 2 * d
-            if b_qkv is not None:
-                fill_rows(qp, &b_qkv[0], rq, 3 * d, ldq)
-            pgemm(NT, NT, rq, 3 * d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nthreads)
-        else:
-            ldq = d
-            ldkv = 2 * d
-            kp = &kvbuf[0, 0]
-            vp = kp + d
-            if b_qkv is not None:
-                fill_rows(qp, &b_qkv[0], rq, d, ldq)
-                fill_rows(kp, &b_qkv[d], rk, 2 * d, ldkv)
-            pgemm(NT, NT, rq, d, d, <floating> 1, &x[0, 0], d, &w_qkv[0, 0], 3 * d,
-                  <floating> (1 if b_qkv is not None else 0), qp, ldq, nthreads)
-            pgemm(NT, NT, rk, 2 * d, d, <floating> 1, &ctx[0, 0], d, &w_qkv[0, d], 3 * d,
-                  <floating> (1 if b_qkv is not None else 0), kp, ldkv, nthreads)
-        if rope_cos is not None:
-            rope(qp, ldq, rq, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
-            rope(kp, ldkv, rk, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], False)
+        qkv_project(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], in1(b_qkv), qp,
+                    kp if cross else NULL, nb, tq, tk, d, n_heads,
+                    in2(rope_cos), in2(rope_sin), nthreads)
         heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &lse[0], &scratch[0], per_thread,
                       nb, tq, tk, n_heads, d_head, scale, causal, km, nthreads)
-        # y starts as bo + residual (or zero) and the projection GEMM adds onto it
-        if residual is not None:
-            add_rows(&y[0, 0], &residual[0, 0], &b_o[0] if b_o is not None else NULL, rq, d)
-        elif b_o is not None:
-            fill_rows(&y[0, 0], &b_o[0], rq, d, d)
-        pgemm(NT, NT, rq, d, d, <floating> 1, &zcat[0, 0], d, &w_o[0, 0], d,
-              <floating> (1 if (b_o is not None or residual is not None) else 0), &y[0, 0], d,
-              nthreads)
+        out_project(&zcat[0, 0], &w_o[0, 0], in1(b_o), in2(residual), &y[0, 0], rq, d, nthreads)
 
 
 def attention_backward(
@@ -389,41 +354,16 @@ def attention_backward(
     vp = kp + d
     dvp = dkp + d
     with nogil:
-        # output projection: dWo = Zcat^T dY, dZcat = dY Wo^T
-        pgemm(TR, NT, d, d, rq, <floating> 1, &zcat[0, 0], d, &dy[0, 0], d,
-              <floating> 0, &dw_o[0, 0], d, nthreads)
-        if db_o is not None:
-            colsum(&dy[0, 0], rq, d, d, &db_o[0])
-        pgemm(NT, TR, rq, d, d, <floating> 1, &dy[0, 0], d, &w_o[0, 0], d,
-              <floating> 0, &dzcat[0, 0], d, nthreads)
+        out_project_backward(&zcat[0, 0], &dy[0, 0], &w_o[0, 0], &dw_o[0, 0], out1(db_o),
+                             &dzcat[0, 0], rq, d, nthreads)
         heads_backward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d, &lse[0],
                        dqp, dkp, dvp, &scratch[0], per_thread, partp, nb, tq, tk, n_heads,
                        d_head, scale, causal, km, nthreads)
-        if rope_cos is not None:
-            rope(dqp, ldq, rq, tq, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
-            rope(dkp, ldkv, rk, tk, n_heads, d_head, &rope_cos[0, 0], &rope_sin[0, 0], True)
-        if not cross:
-            pgemm(TR, NT, d, 3 * d, rq, <floating> 1, &x[0, 0], d, dqp, 3 * d,
-                  <floating> 0, &dw_qkv[0, 0], 3 * d, nthreads)
-            if db_qkv is not None:
-                colsum(dqp, rq, 3 * d, 3 * d, &db_qkv[0])
-            if dx is not None:
-                pgemm(NT, TR, rq, d, 3 * d, <floating> 1, dqp, 3 * d, &w_qkv[0, 0], 3 * d,
-                      bx, &dx[0, 0], d, nthreads)
-        else:
-            pgemm(TR, NT, d, d, rq, <floating> 1, &x[0, 0], d, dqp, d,
-                  <floating> 0, &dw_qkv[0, 0], 3 * d, nthreads)
-            pgemm(TR, NT, d, 2 * d, rk, <floating> 1, &ctx[0, 0], d, dkp, 2 * d,
-                  <floating> 0, &dw_qkv[0, d], 3 * d, nthreads)
-            if db_qkv is not None:
-                colsum(dqp, rq, d, d, &db_qkv[0])
-                colsum(dkp, rk, 2 * d, 2 * d, &db_qkv[d])
-            if dx is not None:
-                pgemm(NT, TR, rq, d, d, <floating> 1, dqp, d, &w_qkv[0, 0], 3 * d,
-                      bx, &dx[0, 0], d, nthreads)
-            if dctx is not None:
-                pgemm(NT, TR, rk, d, 2 * d, <floating> 1, dkp, 2 * d, &w_qkv[0, d], 3 * d,
-                      bc, &dctx[0, 0], d, nthreads)
+        qkv_project_backward(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], dqp,
+                             dkp if cross else NULL, &dw_qkv[0, 0], out1(db_qkv), out2(dx),
+                             out2(dctx) if cross else NULL, bx, bc, nb, tq, tk, d, n_heads,
+                             in2(rope_cos), in2(rope_sin),
+                             nthreads)
 
 
 def exp_array(const floating[::1] x):

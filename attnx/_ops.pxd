@@ -49,3 +49,38 @@ cdef void colsum(const floating *x, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t
 cdef void rope_rotate(floating *x, Py_ssize_t ldx, Py_ssize_t batch, Py_ssize_t t_len,
                       Py_ssize_t n_heads, Py_ssize_t d_head, const floating *cos_t,
                       const floating *sin_t, bint inverse) noexcept nogil
+
+# Optional buffers (None allowed) as pointers: NULL for None.
+cdef inline const floating *in1(const floating[::1] a) noexcept nogil:
+    if a is None:
+        return NULL
+    return &a[0]
+cdef inline const floating *in2(const floating[:, ::1] a) noexcept nogil:
+    if a is None:
+        return NULL
+    return &a[0, 0]
+cdef inline floating *out1(floating[::1] a) noexcept nogil:
+    return NULL if a is None else &a[0]
+cdef inline floating *out2(floating[:, ::1] a) noexcept nogil:
+    return NULL if a is None else &a[0, 0]
+
+# The attention layers' projections and their gradients (see _ops.pyx).
+cdef floating *key_columns(floating *qp, floating *kvp, Py_ssize_t d, Py_ssize_t *ldq,
+                           Py_ssize_t *ldkv) noexcept nogil
+cdef void qkv_project(const floating *x, const floating *ctx, const floating *w_qkv,
+                      const floating *b_qkv, floating *qp, floating *kvp, Py_ssize_t nb,
+                      Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d, Py_ssize_t n_heads,
+                      const floating *cos_t, const floating *sin_t,
+                      int nthreads) noexcept nogil
+cdef void out_project(const floating *zcat, const floating *w_o, const floating *b_o,
+                      const floating *residual, floating *y, Py_ssize_t rq, Py_ssize_t d,
+                      int nthreads) noexcept nogil
+cdef void out_project_backward(const floating *zcat, const floating *dy, const floating *w_o,
+                               floating *dw_o, floating *db_o, floating *dzcat,
+                               Py_ssize_t rq, Py_ssize_t d, int nthreads) noexcept nogil
+cdef void qkv_project_backward(
+        const floating *x, const floating *ctx, const floating *w_qkv, floating *dqp,
+        floating *dkvp, floating *dw_qkv, floating *db_qkv, floating *dx, floating *dctx,
+        floating bx, floating bc, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d,
+        Py_ssize_t n_heads, const floating *cos_t, const floating *sin_t,
+        int nthreads) noexcept nogil

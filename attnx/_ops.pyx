@@ -149,16 +149,29 @@ cdef void rope_rotate(floating *x, Py_ssize_t ldx, Py_ssize_t batch, Py_ssize_t 
 
 
 def mse_into(const floating[::1] y, const floating[::1] t, floating[::1] dy):
-    """Mean squared error of flat y against t; writes dL/dy = 2 (y - t) / n into dy."""
-    cdef Py_ssize_t i, n = y.shape[0]
-    cdef double acc = 0.0, diff
+    """Mean squared error of flat y against t; writes dL/dy = 2 (y - t) / n into dy.
+
+    The sum of squares is kept in float64 in 8 interleaved partial sums: one
+    running sum is a chain of dependent adds, about 4 cycles an element."""
+    cdef Py_ssize_t i, u, n = y.shape[0], n8 = n - n % 8
+    cdef double acc[8]
+    cdef double total = 0.0, diff
     cdef floating g = <floating> (2.0 / n)
     with nogil:
-        for i in range(n):
+        for u in range(8):
+            acc[u] = 0.0
+        for i in range(0, n8, 8):
+            for u in range(8):
+                diff = <double> y[i + u] - <double> t[i + u]
+                acc[u] += diff * diff
+                dy[i + u] = <floating> ((y[i + u] - t[i + u]) * g)
+        for i in range(n8, n):
             diff = <double> y[i] - <double> t[i]
-            acc += diff * diff
+            acc[0] += diff * diff
             dy[i] = <floating> ((y[i] - t[i]) * g)
-    return acc / n
+        for u in range(8):
+            total += acc[u]
+    return total / n
 
 
 def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating[::1] v,
@@ -216,3 +229,112 @@ def all_finite(const floating[::1] x):
         else:
             bad = attnx_any_nonfinite_f64(&x[0], x.shape[0])
     return not bad
+
+
+# ---------------------------------------------------------------- projections
+# The attention layers' GEMMs around the heads, shared by the dense, blocked and
+# fused paths (attnx._attention, attnx._flash). Self-attention (ctx NULL): one
+# (B*Tq, 3d) buffer [Q | K | V] from one GEMM. Cross-attention: Q (B*Tq, d) and
+# [K | V] (B*Tk, 2d), one GEMM each.
+
+cdef floating *key_columns(floating *qp, floating *kvp, Py_ssize_t d, Py_ssize_t *ldq,
+                           Py_ssize_t *ldkv) noexcept nogil:
+    """Start of K and the leading dimensions of the Q and K buffers. Self-attention
+    (kvp NULL): K is columns d:2d of the [Q | K | V] buffer qp; cross: K starts the
+    [K | V] buffer kvp. V is always K + d, with K's leading dimension."""
+    if kvp == NULL:
+        ldq[0] = 3 * d
+        ldkv[0] = 3 * d
+        return qp + d
+    ldq[0] = d
+    ldkv[0] = 2 * d
+    return kvp
+
+
+cdef void qkv_project(const floating *x, const floating *ctx, const floating *w_qkv,
+                      const floating *b_qkv, floating *qp, floating *kvp, Py_ssize_t nb,
+                      Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d, Py_ssize_t n_heads,
+                      const floating *cos_t, const floating *sin_t,
+                      int nthreads) noexcept nogil:
+    """Q, K, V = x Wq + bq, ctx Wk + bk, ctx Wv + bv, then Q and K rotated (rotary
+    position embedding) when cos_t is not NULL. Self-attention: ctx and kvp NULL,
+    tk = tq. b_qkv may be NULL."""
+    cdef floating beta = 1 if b_qkv != NULL else 0
+    cdef Py_ssize_t rq = nb * tq, rk = nb * tk, ldq, ldkv
+    cdef floating *kp = key_columns(qp, kvp, d, &ldq, &ldkv)
+    if ctx == NULL:
+        if b_qkv != NULL:
+            fill_rows(qp, b_qkv, rq, 3 * d, 3 * d)
+        pgemm(NT, NT, rq, 3 * d, d, <floating> 1, x, d, w_qkv, 3 * d, beta, qp, 3 * d,
+              nthreads)
+    else:
+        if b_qkv != NULL:
+            fill_rows(qp, b_qkv, rq, d, d)
+            fill_rows(kp, b_qkv + d, rk, 2 * d, 2 * d)
+        pgemm(NT, NT, rq, d, d, <floating> 1, x, d, w_qkv, 3 * d, beta, qp, d, nthreads)
+        pgemm(NT, NT, rk, 2 * d, d, <floating> 1, ctx, d, w_qkv + d, 3 * d, beta, kp, 2 * d,
+              nthreads)
+    if cos_t != NULL:
+        rope_rotate(qp, ldq, nb, tq, n_heads, d // n_heads, cos_t, sin_t, False)
+        rope_rotate(kp, ldkv, nb, tk, n_heads, d // n_heads, cos_t, sin_t, False)
+
+
+cdef void out_project(const floating *zcat, const floating *w_o, const floating *b_o,
+                      const floating *residual, floating *y, Py_ssize_t rq, Py_ssize_t d,
+                      int nthreads) noexcept nogil:
+    """y = zcat Wo + bo (+ residual); b_o and residual may be NULL."""
+    # y starts as bo + residual (or zero) and the projection GEMM adds onto it
+    if residual != NULL:
+        add_rows(y, residual, b_o, rq, d)
+    elif b_o != NULL:
+        fill_rows(y, b_o, rq, d, d)
+    pgemm(NT, NT, rq, d, d, <floating> 1, zcat, d, w_o, d,
+          <floating> (1 if (b_o != NULL or residual != NULL) else 0), y, d, nthreads)
+
+
+cdef void out_project_backward(const floating *zcat, const floating *dy, const floating *w_o,
+                               floating *dw_o, floating *db_o, floating *dzcat,
+                               Py_ssize_t rq, Py_ssize_t d, int nthreads) noexcept nogil:
+    """dWo = zcat^T dY, dbo = colsum(dY) (db_o may be NULL), dZcat = dY Wo^T."""
+    pgemm(TR, NT, d, d, rq, <floating> 1, zcat, d, dy, d, <floating> 0, dw_o, d, nthreads)
+    if db_o != NULL:
+        colsum(dy, rq, d, d, db_o)
+    pgemm(NT, TR, rq, d, d, <floating> 1, dy, d, w_o, d, <floating> 0, dzcat, d, nthreads)
+
+
+cdef void qkv_project_backward(
+        const floating *x, const floating *ctx, const floating *w_qkv, floating *dqp,
+        floating *dkvp, floating *dw_qkv, floating *db_qkv, floating *dx, floating *dctx,
+        floating bx, floating bc, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d,
+        Py_ssize_t n_heads, const floating *cos_t, const floating *sin_t,
+        int nthreads) noexcept nogil:
+    """From dQ, dK, dV laid out as qkv_project wrote Q, K, V (dkvp NULL for
+    self-attention): rotate dQ, dK back in place when cos_t is not NULL, then dWqkv,
+    dbqkv (NULL to skip), dx = dQKV Wqkv^T + bx dx and, cross, dctx = d[K|V] Wkv^T
+    + bc dctx (NULL to skip)."""
+    cdef Py_ssize_t rq = nb * tq, rk = nb * tk, ldq, ldkv
+    cdef floating *dkp = key_columns(dqp, dkvp, d, &ldq, &ldkv)
+    if cos_t != NULL:
+        rope_rotate(dqp, ldq, nb, tq, n_heads, d // n_heads, cos_t, sin_t, True)
+        rope_rotate(dkp, ldkv, nb, tk, n_heads, d // n_heads, cos_t, sin_t, True)
+    if ctx == NULL:
+        pgemm(TR, NT, d, 3 * d, rq, <floating> 1, x, d, dqp, 3 * d,
+              <floating> 0, dw_qkv, 3 * d, nthreads)
+        if db_qkv != NULL:
+            colsum(dqp, rq, 3 * d, 3 * d, db_qkv)
+        if dx != NULL:
+            pgemm(NT, TR, rq, d, 3 * d, <floating> 1, dqp, 3 * d, w_qkv, 3 * d,
+                  bx, dx, d, nthreads)
+    else:
+        pgemm(TR, NT, d, d, rq, <floating> 1, x, d, dqp, d,
+              <floating> 0, dw_qkv, 3 * d, nthreads)
+        pgemm(TR, NT, d, 2 * d, rk, <floating> 1, ctx, d, dkp, 2 * d,
+              <floating> 0, dw_qkv + d, 3 * d, nthreads)
+        if db_qkv != NULL:
+            colsum(dqp, rq, d, d, db_qkv)
+            colsum(dkp, rk, 2 * d, 2 * d, db_qkv + d)
+        if dx != NULL:
+            pgemm(NT, TR, rq, d, d, <floating> 1, dqp, d, w_qkv, 3 * d, bx, dx, d, nthreads)
+        if dctx != NULL:
+            pgemm(NT, TR, rk, d, 2 * d, <floating> 1, dkp, 2 * d, w_qkv + d, 3 * d,
+                  bc, dctx, d, nthreads)

@@ -40,7 +40,10 @@
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define ATTNX_FL_X86 1
+#include <immintrin.h>
 #endif
+#define FL_SCALEF_PS 0   /* exp through vscalefps/pd: the AVX-512 builds only (redefined */
+#define FL_SCALEF_PD 0   /* there) */
 
 /* ---- per-type constants (the narrow tile is 32 bytes wide for both types,
  * so padding does not depend on the level) */
@@ -96,8 +99,10 @@
 #undef FL_VWBYTES
 
 #undef FL_PAIR
+#undef FL_SCALEF_PS
 #define FL_NAME(x) x##_f32_avx512
 #define FL_PAIR 1
+#define FL_SCALEF_PS 1
 #define FL_ATTR __attribute__((target("avx512f,avx2,fma")))
 #define FL_VWBYTES 64
 #define FL_VEC 1
@@ -114,6 +119,8 @@
 #undef FL_VWBYTES
 #undef FL_PAIR
 #define FL_PAIR 0
+#undef FL_SCALEF_PS
+#define FL_SCALEF_PS 0
 #endif
 
 #undef FL_T
@@ -176,6 +183,8 @@
 #undef FL_MRN
 #undef FL_VWBYTES
 
+#undef FL_SCALEF_PD
+#define FL_SCALEF_PD 1
 #define FL_NAME(x) x##_f64_avx512
 #define FL_ATTR __attribute__((target("avx512f,avx2,fma")))
 #define FL_VWBYTES 64
@@ -191,6 +200,8 @@
 #undef FL_NRW
 #undef FL_MRN
 #undef FL_VWBYTES
+#undef FL_SCALEF_PD
+#define FL_SCALEF_PD 0
 #endif
 
 #undef FL_T

@@ -71,7 +71,37 @@ FL_ATTR static inline VT FL_NAME(NAME)(VT x)                                    
     return FL_SEL(below, zero, out);                                                  \
 }
 FL_VEXP(fl_vexp, FL_NAME(v32))
+#if FL_SCALEF_PS || FL_SCALEF_PD
+/* AVX-512, the wide vector: the same range reduction and polynomial, with
+ * vrndscale for the rounding and vscalef for p * 2^n (one instruction each in
+ * place of the magic-number round and the integer exponent build), max/min for the
+ * clamp (NaN is their second operand, so it passes through) and a zeroing mask for
+ * x below FL_EXPLO. exp is about as many instructions as the products around it
+ * at d_head 8, so each one counts. Same results as FL_VEXP. VT: __m512 or
+ * __m512d, MT its mask type, S: ps or pd. */
+#define FL_VEXPW_AVX512(VT, MT, S)                                                    \
+FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vexpw)(FL_NAME(vwide) xw)               \
+{                                                                                     \
+    const VT x = (VT) xw, lo = _mm512_set1_##S(FL_EXPLO);                             \
+    const MT keep = _mm512_cmp_##S##_mask(x, lo, _CMP_NLT_UQ);   /* x >= lo or NaN */  \
+    const VT xc = _mm512_min_##S(_mm512_set1_##S(FL_EXPHI), _mm512_max_##S(lo, x));   \
+    const VT fn = _mm512_roundscale_##S(                                              \
+        _mm512_mul_##S(xc, _mm512_set1_##S((FL_T) 1.44269504088896340735992468100189214)), \
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                               \
+    VT r = _mm512_fnmadd_##S(fn, _mm512_set1_##S(FL_LN2HI), xc);                      \
+    r = _mm512_fnmadd_##S(fn, _mm512_set1_##S(FL_LN2LO), r);                          \
+    const VT p = FL_POLY(r);                                                          \
+    return (FL_NAME(vwide)) _mm512_maskz_scalef_##S(keep, p, fn);                     \
+}
+#if FL_SCALEF_PS
+FL_VEXPW_AVX512(__m512, __mmask16, ps)
+#else
+FL_VEXPW_AVX512(__m512d, __mmask8, pd)
+#endif
+#undef FL_VEXPW_AVX512
+#else
 FL_VEXP(fl_vexpw, FL_NAME(vwide))
+#endif
 
 typedef FL_T FL_NAME(v16) __attribute__((vector_size(16)));
 
@@ -90,6 +120,14 @@ FL_ATTR static inline FL_T FL_NAME(fl_hsum32)(FL_NAME(v32) v)
 
 FL_ATTR static inline FL_T FL_NAME(fl_hsumw)(FL_NAME(vwide) v)
 {
+#if FL_SCALEF_PS
+    /* the memcpy halves below made GCC keep fl_expsum's running sum on the stack
+     * (a store and reload in its loop-carried chain, the hottest spot of the
+     * float32 AVX-512 forward) */
+    return _mm512_reduce_add_ps((__m512) v);
+#elif FL_SCALEF_PD
+    return _mm512_reduce_add_pd((__m512d) v);
+#endif
     FL_NAME(v32) lo, hi;
     if (sizeof(v) == 32) {
         memcpy(&lo, &v, 32);
@@ -479,10 +517,17 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                     memset(sr, 0, sizeof(FL_T) * nk);
                     continue;
                 }
-                FL_T alpha = FL_NAME(fl_exp)(mold - mx);
                 FL_T sum = FL_NAME(fl_expsum)(sr, nk, mx);
-                lrow[r] = lrow[r] * alpha + sum;
                 mrow[r] = mx;
+                if (mold == -INFINITY) {
+                    /* the row's first block with a key (the only one when Tk <= BK):
+                     * nothing to rescale, acc holds only products with zero weights
+                     * (which rescaling by exp(-inf) = 0 would leave as they are) */
+                    lrow[r] = sum;
+                    continue;
+                }
+                FL_T alpha = FL_NAME(fl_exp)(mold - mx);
+                lrow[r] = lrow[r] * alpha + sum;
                 if (alpha != 1) {
                     FL_T *ar = acc + r * dhp;
                     for (c = 0; c < dhp; c++)
