@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the kernel-level tests once per SIMD level this machine supports
-# (0 portable C, 1 AVX2+FMA, 2 AVX-512F; ATTNX_SIMD caps the level at import)
+# (0 portable C, 1 AVX2+FMA with OpenBLAS's Haswell kernels, 2 AVX-512F; ATTNX_SIMD caps
+# the level at import)
 # and say which levels ran. Uses the attnx importable from here (installed, or
 # PYTHONPATH=. for an in-place build). Usage: .ci/simd_levels.sh [pytest args]
 set -euo pipefail
@@ -38,7 +39,12 @@ for level in $(seq 0 "$max"); do
         echo "ATTNX_SIMD=$level asked, but attnx dispatches to level $got on a CPU that has it" >&2
         exit 1
     fi
-    ATTNX_SIMD=$level $PY -m pytest -q -p no:cacheprovider $FILES "$@"
+    # at the AVX2 level OpenBLAS runs its AVX2 (Haswell) kernels too, as on an AVX2-only
+    # CPU (e.g. AMD Zen 2/3); an OPENBLAS_CORETYPE set by the caller is kept
+    coretype=${OPENBLAS_CORETYPE:-}
+    [[ $level == 1 && -z "$coretype" ]] && coretype=Haswell
+    echo "   OPENBLAS_CORETYPE=${coretype:-(not set)}"
+    OPENBLAS_CORETYPE=$coretype ATTNX_SIMD=$level $PY -m pytest -q -p no:cacheprovider $FILES "$@"
     ran+=("$level (${names[$level]})")
 done
 echo "== SIMD levels run: ${ran[*]}"

@@ -294,11 +294,12 @@ def test_key_split_backward_matches_torch(torch, dtype, opts, shape, rng):
 
 
 def test_threads_agree():
-    """One and two OpenMP threads (query chunks and key ranges split differently):
-    the forward is the same to the bit (each output element is computed by one
-    thread in a fixed order); the backward agrees to rounding (two threads split
-    the head into key ranges and sum their dQ shares) and is the same to the bit
-    from run to run at a fixed thread count."""
+    """One and two OpenMP threads (query chunks and key ranges split differently)
+    agree to rounding: the forward's projections split their GEMM rows between the
+    threads, and OpenBLAS kernels may round a row differently by where it falls in
+    a block (its Haswell kernels do: 300 rows split at 150); the backward also sums
+    two threads' dQ shares. At a fixed thread count everything is the same to the
+    bit from run to run."""
     code = r"""
 import sys, numpy as np
 from threadpoolctl import threadpool_limits
@@ -318,7 +319,7 @@ for n in (1, 2, 2, 1):
             assert np.array_equal(a, b), n
     outs[n] = out
 a, b = outs[1], outs[2]
-assert np.array_equal(a[0], b[0])
+assert np.abs(a[0] - b[0]).max() <= 1e-6 * np.abs(a[0]).max()
 from attnx import _flash
 assert _flash.dq_parts_elements(1, 300, 300, 2, 16, 2) > 0   # two threads split the heads
 for u, v in zip(a[1:], b[1:]):
