@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -547,3 +547,32 @@ class MultiHeadAttention:
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
         return (f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
+
+
+class _AttentionStack:
+    """attention_weights for the models built from a stack of MultiHeadAttention
+    layers (`attn`, `n_layers`): Transformer and SequenceModel."""
+
+    attn: list[MultiHeadAttention]
+    n_layers: int
+
+    def _check_weights_kept(self) -> None:
+        """Raise when the model's last forward kept no attention weights."""
+
+    @overload
+    def attention_weights(self, layer: None = None, sample: int | None = None,
+                          head: int | None = None) -> list[FloatArray]: ...
+    @overload
+    def attention_weights(self, layer: int, sample: int | None = None,
+                          head: int | None = None) -> FloatArray: ...
+
+    def attention_weights(self, layer: int | None = None, sample: int | None = None,
+                          head: int | None = None) -> FloatArray | list[FloatArray]:
+        """Attention probabilities of the last forward with grad=True: a list with one
+        (B, H, Tq, Tk) array per layer, or that of one `layer`; sample/head select as in
+        MultiHeadAttention.attention_weights."""
+        self._check_weights_kept()
+        if layer is not None:
+            return self.attn[_index("layer", layer, self.n_layers)].attention_weights(
+                sample, head)
+        return [a.attention_weights(sample, head) for a in self.attn]

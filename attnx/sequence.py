@@ -5,7 +5,7 @@ X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pool
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, _AttentionStack
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -170,7 +170,7 @@ class _Buffers:
         return self
 
 
-class SequenceModel:
+class SequenceModel(_AttentionStack):
     """A transformer for sequences with its own width, pooling and output head.
 
         H0 = X embed.W + embed.b (+ positions)          X: (B, T, n_features)
@@ -587,26 +587,10 @@ class SequenceModel:
             np.copyto(dcur, b.dzt)
             self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
 
-    @overload
-    def attention_weights(self, layer: None = None, sample: int | None = None,
-                          head: int | None = None) -> list[FloatArray]: ...
-    @overload
-    def attention_weights(self, layer: int, sample: int | None = None,
-                          head: int | None = None) -> FloatArray: ...
-
-    def attention_weights(self, layer: int | None = None, sample: int | None = None,
-                          head: int | None = None) -> FloatArray | list[FloatArray]:
-        """Attention probabilities of the last training forward (grad=True): a list
-        with one array per layer, or that of one `layer`; sample/head select as in
-        MultiHeadAttention.attention_weights."""
+    def _check_weights_kept(self) -> None:
         if self._last is None:
             raise RuntimeError("no attention weights kept: call forward(x) with grad=True "
                                "first")
-        if layer is not None:
-            from .attention import _index
-            return self.attn[_index("layer", layer, self.n_layers)].attention_weights(
-                sample, head)
-        return [a.attention_weights(sample, head) for a in self.attn]
 
     def dropout_masks(self) -> dict[str, FloatArray]:
         """The residual-branch dropout multipliers of the last training forward:

@@ -1,7 +1,7 @@
 """Transformer: stacked (attention + residual, SiLU MLP + residual) layers."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -9,7 +9,7 @@ from . import _mlp
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
-from .attention import MultiHeadAttention, _copy_rows
+from .attention import MultiHeadAttention, _AttentionStack, _copy_rows
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class _Buffers:
         return self
 
 
-class Transformer:
+class Transformer(_AttentionStack):
     """A stack of n_layers transformer layers, each attention followed by a SiLU MLP,
     both with a residual connection:
 
@@ -268,22 +268,6 @@ class Transformer:
                 bufs.dzt, target, None if dctx is None else dctx.reshape(nb * tk, d),
                 dx_accumulate=True, dctx_accumulate=i < self.n_layers - 1)
             dcur = bufs.dx  # = target below layer 0 (unused after it)
-
-    @overload
-    def attention_weights(self, layer: None = None, sample: int | None = None,
-                          head: int | None = None) -> list[FloatArray]: ...
-    @overload
-    def attention_weights(self, layer: int, sample: int | None = None,
-                          head: int | None = None) -> FloatArray: ...
-
-    def attention_weights(self, layer: int | None = None, sample: int | None = None,
-                          head: int | None = None) -> FloatArray | list[FloatArray]:
-        """Attention probabilities of the last forward (grad=True): a list with one
-        array per layer, or that of one `layer`; sample/head select as in
-        MultiHeadAttention.attention_weights."""
-        if layer is not None:
-            return self.attn[layer].attention_weights(sample, head)
-        return [a.attention_weights(sample, head) for a in self.attn]
 
     def __repr__(self) -> str:
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
