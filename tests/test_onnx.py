@@ -125,6 +125,18 @@ def test_estimators_match_predict(dtype, tmp_path):
             assert json.loads(props["classes"]) == list(est.classes_)
 
 
+def _right_padded(X):
+    """Ragged (T_i, f) sequences as one zero-padded (B, max T, f) batch and its key
+    padding mask (True = padding)."""
+    t_max = max(len(s) for s in X)
+    xp = np.zeros((len(X), t_max, X[0].shape[1]))
+    mask = np.ones((len(X), t_max), dtype=bool)
+    for i, s in enumerate(X):
+        xp[i, :len(s)] = s
+        mask[i, :len(s)] = False
+    return xp, mask
+
+
 def test_padding_mask_matches_ragged_predict(tmp_path):
     """A right-padded batch through the graph gives what predict gives for ragged input."""
     rng = np.random.default_rng(3)
@@ -133,11 +145,7 @@ def test_padding_mask_matches_ragged_predict(tmp_path):
     est = attnx.TransformerClassifier(2, n_layers=1, d_model=8, norm="pre", epochs=2,
                                       random_state=0, dtype=np.float64).fit(X, y)
     aonnx.export(est, tmp_path / "r.onnx")
-    xp = np.zeros((5, 7, 3))
-    mask = np.ones((5, 7), dtype=bool)
-    for i, s in enumerate(X):
-        xp[i, :len(s)] = s
-        mask[i, :len(s)] = False
+    xp, mask = _right_padded(X)
     (p,) = _session(tmp_path / "r.onnx").run(None, {"x": xp, "key_padding_mask": mask})
     assert rel_err(p, est.predict_proba(X), floor=1.0) < 1e-10
 
@@ -160,11 +168,7 @@ def test_per_position_outputs_at_padded_positions(tmp_path, kind):
                                           dtype=np.float64).fit(X, y)
         ref = est.predict_proba(X)
     aonnx.export(est, tmp_path / "p.onnx")
-    xp = np.zeros((4, 8, 3))
-    mask = np.ones((4, 8), dtype=bool)
-    for i, s in enumerate(X):
-        xp[i, :len(s)] = s
-        mask[i, :len(s)] = False
+    xp, mask = _right_padded(X)
     (out,) = _session(tmp_path / "p.onnx").run(None, {"x": xp, "key_padding_mask": mask})
     for i, t in enumerate(lengths):
         assert rel_err(out[i, :t], ref[i], floor=1.0) < 1e-10
