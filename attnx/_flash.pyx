@@ -49,8 +49,8 @@ cdef extern from "attnx_flash.h" nogil:
         const double *z, const double *dz, Py_ssize_t ldz, const double *lse,
         double *dq, Py_ssize_t lddq, double *dk, double *dv, int tq, int tk, int ka, int kb,
         int dh, double scale, int causal, const uint8_t *km, double *ws)
-    void attnx_flash_exp_f32(const float *x, float *y, Py_ssize_t n)
-    void attnx_flash_exp_f64(const double *x, double *y, Py_ssize_t n)
+    void attnx_flash_exp_f32(const float *x, float *y, Py_ssize_t n, float shift)
+    void attnx_flash_exp_f64(const double *x, double *y, Py_ssize_t n, double shift)
 
 
 # ---------------------------------------------------------------- CPU level
@@ -366,14 +366,16 @@ def attention_backward(
                              nthreads)
 
 
-def exp_array(const floating[::1] x):
-    """The fused kernels' exp over an array, at the level in use (accuracy tests)."""
+def exp_array(const floating[::1] x, double shift=0.0):
+    """exp(x - shift) over an array with the fused kernels' softmax exp at the level
+    in use (accuracy tests; the kernels call it with shift = the row's max or
+    log-sum-exp, so x - shift <= 0 there)."""
     out = np.empty(x.shape[0], dtype=np.float32 if floating is float else np.float64)
     cdef floating[::1] o = out
     if x.shape[0]:
         with nogil:
             if floating is float:
-                attnx_flash_exp_f32(&x[0], &o[0], x.shape[0])
+                attnx_flash_exp_f32(&x[0], &o[0], x.shape[0], <float> shift)
             else:
-                attnx_flash_exp_f64(&x[0], &o[0], x.shape[0])
+                attnx_flash_exp_f64(&x[0], &o[0], x.shape[0], shift)
     return out
