@@ -144,9 +144,18 @@ BLOCKED_MIN_SCORES = 512 * 512
 # (0.96-1.04x), so it stays on dense/blocked. Rule: fused when d_head <=
 # FUSED_MAX_D_HEAD and (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix
 # kernels, or float64, or d_head <= FUSED_ALWAYS_D_HEAD).
+# Inference (forward with grad=False keeps no probabilities either way) since the
+# softmax exp in base 2 and the one-vector tiles: forward only, 1 thread, thread
+# CPU time, min of 15 interleaved: B64 T64 d128 H4 (d_head 32) fused 8.79 ms vs
+# dense 9.08, B32 T128 d128/d256 H8 (d_head 16/32) 11.37/32.21 vs 11.50/32.45;
+# at d_head 16 and T64 dense stays ahead (3.40 vs 3.29 ms), as at tiny shapes.
+# Rule for grad=False: fused also when d_head > FUSED_INFER_MIN_D_HEAD and
+# Tq*Tk >= FUSED_INFER_MIN_SCORES.
 FUSED_MAX_D_HEAD = 32
 FUSED_MIN_SCORES = 256 * 256
 FUSED_ALWAYS_D_HEAD = 8
+FUSED_INFER_MIN_D_HEAD = 16
+FUSED_INFER_MIN_SCORES = 64 * 64
 # OpenBLAS cores (threadpoolctl's "architecture") with small-matrix GEMM kernels
 _SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
@@ -281,13 +290,16 @@ class MultiHeadAttention:
                 self.params[name][...] = 0
 
     # ---- workspaces ----------------------------------------------------
-    def _path(self, tq: int, tk: int) -> str:
-        """'dense', 'blocked' or 'fused' for this shape (see `attention`)."""
+    def _path(self, tq: int, tk: int, store: bool = True) -> str:
+        """'dense', 'blocked' or 'fused' for this shape (see `attention`); store:
+        a forward that keeps what backward needs (False: inference)."""
         if self.attention != "auto":
             return self.attention
         if self.d_head <= FUSED_MAX_D_HEAD and (
                 tq * tk >= FUSED_MIN_SCORES or not _blas_small_gemm()
-                or self.dtype == np.float64 or self.d_head <= FUSED_ALWAYS_D_HEAD):
+                or self.dtype == np.float64 or self.d_head <= FUSED_ALWAYS_D_HEAD
+                or (not store and self.d_head > FUSED_INFER_MIN_D_HEAD
+                    and tq * tk >= FUSED_INFER_MIN_SCORES)):
             return "fused"
         return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
 
@@ -297,7 +309,7 @@ class MultiHeadAttention:
     def _workspace(self, nb: int, tq: int, tk: int, cross: bool, store: bool,
                    threads: int | None = None) -> tuple[_Workspace, int]:
         threads = num_threads() if threads is None else threads
-        path = self._path(tq, tk)
+        path = self._path(tq, tk, store)
         blocked = path == "blocked"
         _attention.check_sizes(nb, tq, tk, self.d_model)   # BLAS int limits, before allocating
         # the blocked scratch is sized by the block sizes: they are part of the key

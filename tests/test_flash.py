@@ -149,7 +149,8 @@ def test_fused_finite_differences(rng):
 @pytest.mark.parametrize("small_gemm", [False, True])
 def test_auto_rule(monkeypatch, small_gemm):
     """The documented rule: fused for d_head <= FUSED_MAX_D_HEAD when the sequence is
-    long, when BLAS has no small-matrix kernels, in float64, or at d_head <= 8."""
+    long, when BLAS has no small-matrix kernels, in float64, or at d_head <= 8;
+    for inference also at d_head 17..32 from 64 x 64 scores."""
     from attnx import attention
     monkeypatch.setattr(attention, "_blas_small_gemm", lambda: small_gemm)
     long_t = 256
@@ -165,6 +166,18 @@ def test_auto_rule(monkeypatch, small_gemm):
             (128, 2, np.float32, 1024, "blocked")]:
         layer = attnx.MultiHeadAttention(d, h, dtype=dtype)
         assert layer._path(t, t) == want, (d, h, dtype, t)
+    # inference (grad=False): fused also at d_head 17..32 from 64 x 64 scores
+    for d, h, t, want in [(64, 2, 128, "fused"), (128, 4, 64, "fused"),
+                          (64, 4, 128, "dense" if small_gemm else "fused"),
+                          (64, 2, 32, "dense" if small_gemm else "fused"),
+                          (128, 2, 128, "dense")]:
+        layer = attnx.MultiHeadAttention(d, h)
+        assert layer._path(t, t, store=False) == want, (d, h, t)
+    layer = attnx.MultiHeadAttention(64, 2)
+    for t, want in [(32, "dense" if small_gemm else "fused"), (64, "fused")]:
+        x = np.random.default_rng(0).normal(size=(2, t, 64)).astype(np.float32)
+        layer.forward(x, grad=False)     # the forward takes the path of the rule
+        assert [k[5] for k in layer._ws._items] == [want]
     assert attention.FUSED_MIN_SCORES <= long_t * long_t
     assert FUSED_MAX_D_HEAD == 32 and attention.FUSED_ALWAYS_D_HEAD == 8
 
