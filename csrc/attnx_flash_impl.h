@@ -508,17 +508,18 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
     const int bkp = ATTNX_FL_BK;
     const int kall = causal ? (i0 + nq < tk ? i0 + nq : tk) : tk;   /* keys any row sees */
     const int tkp = ATTNX_FL_PAD(kall > 0 ? kall : 1, FL_NRN);
+    const int ldt = ATTNX_FL_LDT(tkp, FL_NRN);      /* row stride of K^T */
     FL_T *s = ws;                                   /* (BQ, BK) scores, then P */
-    FL_T *acc = s + ATTNX_FL_BQ * bkp;              /* (BQ, dhp) unnormalised Z */
-    FL_T *mrow = acc + ATTNX_FL_BQ * dhp;           /* running max */
-    FL_T *lrow = mrow + ATTNX_FL_BQ;                /* running sum */
-    FL_T *kt = lrow + ATTNX_FL_BQ;                  /* (dh, tkp) K^T */
-    FL_T *vp = kt + (ptrdiff_t) dh * tkp;           /* (tkp, dhp) V, when padding is needed */
+    FL_T *acc = s + ATTNX_FL_BQ * bkp;              /* (QG*BQ, dhp) unnormalised Z */
+    FL_T *mrow = acc + ATTNX_FL_QG * ATTNX_FL_BQ * dhp;  /* (QG*BQ) running max */
+    FL_T *lrow = mrow + ATTNX_FL_QG * ATTNX_FL_BQ;       /* (QG*BQ) running sum */
+    FL_T *kt = lrow + ATTNX_FL_QG * ATTNX_FL_BQ;         /* (dh, ldt) K^T */
+    FL_T *vp = kt + (ptrdiff_t) dh * ldt;           /* (tkp, dhp) V, when padding is needed */
     const FL_T *vb = v;                             /* V as the B operand of P V */
     ptrdiff_t ldv = ldkv;
-    int r, c, j0, bk, nk, ib, bq, jend;
+    int r, c, j0, bk, nk, ib, bq, jend, ig, g, ng, jmax;
 
-    FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, tkp);
+    FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, ldt);
 #if FL_PAIR
     const int pair = dhp == 8;
     if (pair)
@@ -530,72 +531,92 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
         vb = vp;
         ldv = dhp;
     }
-    for (ib = 0; ib < nq; ib += bq) {
-        const int qi = i0 + ib;                     /* first query row of the block */
-        const FL_T *qb = q + (ptrdiff_t) ib * ldq;
-        bq = nq - ib < ATTNX_FL_BQ ? nq - ib : ATTNX_FL_BQ;
-        jend = causal ? (qi + bq < tk ? qi + bq : tk) : tk;
-        for (r = 0; r < bq; r++) {
-            mrow[r] = -INFINITY;
-            lrow[r] = 0;
-        }
-        memset(acc, 0, sizeof(FL_T) * bq * dhp);
-        for (j0 = 0; j0 < jend; j0 += bk) {
-            bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
-            nk = ATTNX_FL_PAD(bk, FL_NRN);
-            /* S = scale Q K^T for the block */
-            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, tkp, s, bkp, scale, 0);
-            if (causal || km != NULL)
-                FL_NAME(fl_mask)(s, bkp, bq, bk, qi, j0, causal, km);
-            FL_NAME(fl_pad_inf)(s, bkp, bq, bk, nk);
+    /* Groups of QG query blocks share each sweep over the key blocks: a block of
+     * K^T and V is read once per group, not once per query block (the packed K^T
+     * and V of a long sequence, 2 MB each at 16384 keys, do not stay in L2). Each
+     * query block still sees its key blocks in the same order, so the results do
+     * not depend on the grouping. */
+    for (ig = 0; ig < nq; ig += ATTNX_FL_QG * ATTNX_FL_BQ) {
+        ng = (nq - ig + ATTNX_FL_BQ - 1) / ATTNX_FL_BQ;
+        ng = ng < ATTNX_FL_QG ? ng : ATTNX_FL_QG;
+        jmax = 0;
+        for (g = 0; g < ng; g++) {
+            ib = ig + g * ATTNX_FL_BQ;
+            bq = nq - ib < ATTNX_FL_BQ ? nq - ib : ATTNX_FL_BQ;
+            jend = causal ? (i0 + ib + bq < tk ? i0 + ib + bq : tk) : tk;
+            jmax = jend > jmax ? jend : jmax;
             for (r = 0; r < bq; r++) {
-                FL_T *sr = s + r * bkp;
-                FL_T mold = mrow[r];
-                FL_T mx = FL_NAME(fl_rowmax)(sr, nk, mold);
-                if (mx == -INFINITY && FL_NAME(fl_hasnan)(sr, nk))
-                    mx = (FL_T) NAN;                /* a NaN score among masked keys */
-                if (mx == -INFINITY) {              /* every key so far is masked */
-                    memset(sr, 0, sizeof(FL_T) * nk);
-                    continue;
-                }
-                FL_T sum = FL_NAME(fl_expsum)(sr, nk, mx);
-                mrow[r] = mx;
-                if (mold == -INFINITY) {
-                    /* the row's first block with a key (the only one when Tk <= BK):
-                     * nothing to rescale, acc holds only products with zero weights
-                     * (which rescaling by exp(-inf) = 0 would leave as they are) */
-                    lrow[r] = sum;
-                    continue;
-                }
-                FL_T alpha = FL_NAME(fl_exp)(mold - mx);
-                lrow[r] = lrow[r] * alpha + sum;
-                if (alpha != 1) {
-                    FL_T *ar = acc + r * dhp;
-                    for (c = 0; c < dhp; c++)
-                        ar[c] *= alpha;
-                }
+                mrow[g * ATTNX_FL_BQ + r] = -INFINITY;
+                lrow[g * ATTNX_FL_BQ + r] = 0;
             }
-            /* acc += P V */
-#if FL_PAIR
-            if (pair)
-                FL_NAME(fl_gemm_pair)(bq, bk, s, bkp, vp + (ptrdiff_t) j0 * 8, acc, dhp, 1, 1);
-            else
-#endif
-            FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vb + (ptrdiff_t) j0 * ldv, ldv, acc, dhp,
-                             1, 1);
         }
-        for (r = 0; r < bq; r++) {
+        memset(acc, 0, sizeof(FL_T) * ng * ATTNX_FL_BQ * dhp);
+        for (j0 = 0; j0 < jmax; j0 += ATTNX_FL_BK)
+            for (g = 0; g < ng; g++) {
+                ib = ig + g * ATTNX_FL_BQ;
+                const int qi = i0 + ib;             /* first query row of the block */
+                const FL_T *qb = q + (ptrdiff_t) ib * ldq;
+                FL_T *accg = acc + (ptrdiff_t) g * ATTNX_FL_BQ * dhp;
+                FL_T *mg = mrow + g * ATTNX_FL_BQ, *lg = lrow + g * ATTNX_FL_BQ;
+                bq = nq - ib < ATTNX_FL_BQ ? nq - ib : ATTNX_FL_BQ;
+                jend = causal ? (qi + bq < tk ? qi + bq : tk) : tk;
+                if (j0 >= jend)
+                    continue;
+                bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
+                nk = ATTNX_FL_PAD(bk, FL_NRN);
+                /* S = scale Q K^T for the block */
+                FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, ldt, s, bkp, scale, 0);
+                if (causal || km != NULL)
+                    FL_NAME(fl_mask)(s, bkp, bq, bk, qi, j0, causal, km);
+                FL_NAME(fl_pad_inf)(s, bkp, bq, bk, nk);
+                for (r = 0; r < bq; r++) {
+                    FL_T *sr = s + r * bkp;
+                    FL_T mold = mg[r];
+                    FL_T mx = FL_NAME(fl_rowmax)(sr, nk, mold);
+                    if (mx == -INFINITY && FL_NAME(fl_hasnan)(sr, nk))
+                        mx = (FL_T) NAN;            /* a NaN score among masked keys */
+                    if (mx == -INFINITY) {          /* every key so far is masked */
+                        memset(sr, 0, sizeof(FL_T) * nk);
+                        continue;
+                    }
+                    FL_T sum = FL_NAME(fl_expsum)(sr, nk, mx);
+                    mg[r] = mx;
+                    if (mold == -INFINITY) {
+                        /* the row's first block with a key (the only one when Tk <= BK):
+                         * nothing to rescale, acc holds only products with zero weights
+                         * (which rescaling by exp(-inf) = 0 would leave as they are) */
+                        lg[r] = sum;
+                        continue;
+                    }
+                    FL_T alpha = FL_NAME(fl_exp)(mold - mx);
+                    lg[r] = lg[r] * alpha + sum;
+                    if (alpha != 1) {
+                        FL_T *ar = accg + r * dhp;
+                        for (c = 0; c < dhp; c++)
+                            ar[c] *= alpha;
+                    }
+                }
+                /* acc += P V */
+#if FL_PAIR
+                if (pair)
+                    FL_NAME(fl_gemm_pair)(bq, bk, s, bkp, vp + (ptrdiff_t) j0 * 8, accg, dhp, 1, 1);
+                else
+#endif
+                FL_NAME(fl_gemm)(bq, dhp, bk, s, bkp, 1, vb + (ptrdiff_t) j0 * ldv, ldv, accg,
+                                 dhp, 1, 1);
+            }
+        for (r = 0; r < nq - ig && r < ATTNX_FL_QG * ATTNX_FL_BQ; r++) {
             FL_T l = lrow[r];
-            FL_T *zr = z + (ptrdiff_t) (ib + r) * ldz;
+            FL_T *zr = z + (ptrdiff_t) (ig + r) * ldz;
             if (l > 0 || l != l) {
                 FL_T inv = 1 / l;
                 for (c = 0; c < dh; c++)
                     zr[c] = acc[r * dhp + c] * inv;
-                lse[ib + r] = mrow[r] + (FL_T) log(l);
+                lse[ig + r] = mrow[r] + (FL_T) log(l);
             } else {
                 for (c = 0; c < dh; c++)
                     zr[c] = 0;
-                lse[ib + r] = -INFINITY;
+                lse[ig + r] = -INFINITY;
             }
         }
     }
@@ -623,25 +644,26 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
     const int nkr = kb - ka;                         /* keys of this range */
     const int dhp = ATTNX_FL_PAD(dh, FL_NRN);
     const int tkp = ATTNX_FL_PAD(nkr > 0 ? nkr : 1, FL_NRN);
+    const int ldt = ATTNX_FL_LDT(tkp, FL_NRN);       /* row stride of the transposes */
     const int bkp = ATTNX_FL_BK;
     FL_T *p = ws;                                    /* (BQ, BK) P */
     FL_T *dp = p + ATTNX_FL_BQ * bkp;                /* (BQ, BK) dP, then dS */
-    FL_T *dqa = dp + ATTNX_FL_BQ * bkp;              /* (BQ, dhp) dQ block */
-    FL_T *dvec = dqa + ATTNX_FL_BQ * dhp;            /* (BQ) D */
-    FL_T *kt = dvec + ATTNX_FL_BQ;                   /* (dh, tkp) K^T of the range */
-    FL_T *vt = kt + (ptrdiff_t) dh * tkp;            /* (dh, tkp) V^T */
-    FL_T *dkt = vt + (ptrdiff_t) dh * tkp;           /* (dh, tkp) dK^T */
-    FL_T *dvt = dkt + (ptrdiff_t) dh * tkp;          /* (dh, tkp) dV^T */
-    FL_T *kp = dvt + (ptrdiff_t) dh * tkp;           /* (tkp, dhp) K, when padding is needed */
+    FL_T *dqa = dp + ATTNX_FL_BQ * bkp;              /* (QG*BQ, dhp) dQ of the group */
+    FL_T *dvec = dqa + ATTNX_FL_QG * ATTNX_FL_BQ * dhp;  /* (QG*BQ) D */
+    FL_T *kt = dvec + ATTNX_FL_QG * ATTNX_FL_BQ;     /* (dh, ldt) K^T of the range */
+    FL_T *vt = kt + (ptrdiff_t) dh * ldt;            /* (dh, ldt) V^T */
+    FL_T *dkt = vt + (ptrdiff_t) dh * ldt;           /* (dh, ldt) dK^T */
+    FL_T *dvt = dkt + (ptrdiff_t) dh * ldt;          /* (dh, ldt) dV^T */
+    FL_T *kp = dvt + (ptrdiff_t) dh * ldt;           /* (tkp, dhp) K, when padding is needed */
     const FL_T *kb_ = k + (ptrdiff_t) ka * ldkv;     /* K as the B operand of dS K */
     ptrdiff_t ldkb = ldkv;
-    int i0, bq, j0, bk, nk, jend, r, c;
+    int i0, bq, j0, bk, nk, jend, r, c, ig, g, ng, jmax;
 
     (void) tk;
     if (nkr <= 0)
         return;
-    FL_NAME(fl_pack_t)(k + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, kt, tkp);
-    FL_NAME(fl_pack_t)(v + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, vt, tkp);
+    FL_NAME(fl_pack_t)(k + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, kt, ldt);
+    FL_NAME(fl_pack_t)(v + (ptrdiff_t) ka * ldkv, ldkv, nkr, dh, vt, ldt);
 #if FL_PAIR
     const int pair = dhp == 8;
     if (pair)
@@ -653,71 +675,89 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
         kb_ = kp;
         ldkb = dhp;
     }
-    memset(dkt, 0, sizeof(FL_T) * dh * tkp);
-    memset(dvt, 0, sizeof(FL_T) * dh * tkp);
-    for (i0 = 0; i0 < tq; i0 += bq) {
-        bq = tq - i0 < ATTNX_FL_BQ ? tq - i0 : ATTNX_FL_BQ;
-        /* Q and dZ are only ever broadcast from (A operands): read in place */
-        const FL_T *qb = q + (ptrdiff_t) i0 * ldq;
-        const FL_T *dzb = dz + (ptrdiff_t) i0 * ldz;
-        memset(dqa, 0, sizeof(FL_T) * bq * dhp);
-        jend = causal ? (i0 + bq < kb ? i0 + bq : kb) : kb;
-        if (jend > ka)
-            for (r = 0; r < bq; r++) {
-                FL_T dd = 0;
-                const FL_T *zr = z + (ptrdiff_t) (i0 + r) * ldz;
-                const FL_T *dzr = dzb + (ptrdiff_t) r * ldz;
-                for (c = 0; c < dh; c++)
-                    dd += dzr[c] * zr[c];
-                dvec[r] = dd;
-            }
-        for (j0 = ka; j0 < jend; j0 += bk) {
-            const int jr = j0 - ka;                  /* column in the packed range */
-            bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
-            nk = ATTNX_FL_PAD(bk, FL_NRN);
-            FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + jr, tkp, p, bkp, scale, 0);
-            if (causal || km != NULL)
-                FL_NAME(fl_mask)(p, bkp, bq, bk, i0, j0, causal, km);
-            FL_NAME(fl_pad_inf)(p, bkp, bq, bk, nk);
-            for (r = 0; r < bq; r++) {
-                FL_T L = lse[i0 + r];
-                if (L == -INFINITY)
-                    memset(p + r * bkp, 0, sizeof(FL_T) * nk);
-                else
-                    FL_NAME(fl_expsub)(p + r * bkp, nk, L);
-            }
-            /* dV^T[:, j0:] += dZ^T P: keys along the vector lanes, as in S (a small
-             * d_head would leave most lanes of a (keys, d_head) tile empty) */
-            FL_NAME(fl_gemm)(dh, nk, bq, dzb, 1, ldz, p, bkp, dvt + jr, tkp, 1, 1);
-            /* dP = dZ V^T */
-            FL_NAME(fl_gemm)(bq, nk, dh, dzb, ldz, 1, vt + jr, tkp, dp, bkp, 1, 0);
-            for (r = 0; r < bq; r++) {
-                FL_T dd = dvec[r];
-                FL_T *pr = p + r * bkp;
-                FL_T *dr = dp + r * bkp;
-                FL_SIMD
-                for (c = 0; c < nk; c++)
-                    dr[c] = pr[c] * (dr[c] - dd);
-            }
-            /* dQ += scale dS K ; dK[j0:] += scale dS^T Q */
-#if FL_PAIR
-            if (pair)
-                FL_NAME(fl_gemm_pair)(bq, bk, dp, bkp, kp + (ptrdiff_t) jr * 8, dqa, dhp, scale, 1);
-            else
-#endif
-            FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kb_ + (ptrdiff_t) jr * ldkb, ldkb, dqa, dhp,
-                             scale, 1);
-            FL_NAME(fl_gemm)(dh, nk, bq, qb, 1, ldq, dp, bkp, dkt + jr, tkp, scale, 1);
+    memset(dkt, 0, sizeof(FL_T) * dh * ldt);
+    memset(dvt, 0, sizeof(FL_T) * dh * ldt);
+    /* groups of QG query blocks per sweep over the key blocks, as in the forward
+     * (each key block's dK and dV still receive the query blocks in order) */
+    for (ig = 0; ig < tq; ig += ATTNX_FL_QG * ATTNX_FL_BQ) {
+        ng = (tq - ig + ATTNX_FL_BQ - 1) / ATTNX_FL_BQ;
+        ng = ng < ATTNX_FL_QG ? ng : ATTNX_FL_QG;
+        jmax = ka;
+        for (g = 0; g < ng; g++) {
+            i0 = ig + g * ATTNX_FL_BQ;
+            bq = tq - i0 < ATTNX_FL_BQ ? tq - i0 : ATTNX_FL_BQ;
+            jend = causal ? (i0 + bq < kb ? i0 + bq : kb) : kb;
+            jmax = jend > jmax ? jend : jmax;
+            if (jend > ka)
+                for (r = 0; r < bq; r++) {
+                    FL_T dd = 0;
+                    const FL_T *zr = z + (ptrdiff_t) (i0 + r) * ldz;
+                    const FL_T *dzr = dz + (ptrdiff_t) (i0 + r) * ldz;
+                    for (c = 0; c < dh; c++)
+                        dd += dzr[c] * zr[c];
+                    dvec[g * ATTNX_FL_BQ + r] = dd;
+                }
         }
-        for (r = 0; r < bq; r++)
+        memset(dqa, 0, sizeof(FL_T) * ng * ATTNX_FL_BQ * dhp);
+        for (j0 = ka; j0 < jmax; j0 += ATTNX_FL_BK)
+            for (g = 0; g < ng; g++) {
+                const int jr = j0 - ka;              /* column in the packed range */
+                i0 = ig + g * ATTNX_FL_BQ;
+                bq = tq - i0 < ATTNX_FL_BQ ? tq - i0 : ATTNX_FL_BQ;
+                jend = causal ? (i0 + bq < kb ? i0 + bq : kb) : kb;
+                if (j0 >= jend)
+                    continue;
+                /* Q and dZ are only ever broadcast from (A operands): read in place */
+                const FL_T *qb = q + (ptrdiff_t) i0 * ldq;
+                const FL_T *dzb = dz + (ptrdiff_t) i0 * ldz;
+                const FL_T *dg = dvec + g * ATTNX_FL_BQ;
+                FL_T *dqg = dqa + (ptrdiff_t) g * ATTNX_FL_BQ * dhp;
+                bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
+                nk = ATTNX_FL_PAD(bk, FL_NRN);
+                FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + jr, ldt, p, bkp, scale, 0);
+                if (causal || km != NULL)
+                    FL_NAME(fl_mask)(p, bkp, bq, bk, i0, j0, causal, km);
+                FL_NAME(fl_pad_inf)(p, bkp, bq, bk, nk);
+                for (r = 0; r < bq; r++) {
+                    FL_T L = lse[i0 + r];
+                    if (L == -INFINITY)
+                        memset(p + r * bkp, 0, sizeof(FL_T) * nk);
+                    else
+                        FL_NAME(fl_expsub)(p + r * bkp, nk, L);
+                }
+                /* dV^T[:, j0:] += dZ^T P: keys along the vector lanes, as in S (a small
+                 * d_head would leave most lanes of a (keys, d_head) tile empty) */
+                FL_NAME(fl_gemm)(dh, nk, bq, dzb, 1, ldz, p, bkp, dvt + jr, ldt, 1, 1);
+                /* dP = dZ V^T */
+                FL_NAME(fl_gemm)(bq, nk, dh, dzb, ldz, 1, vt + jr, ldt, dp, bkp, 1, 0);
+                for (r = 0; r < bq; r++) {
+                    FL_T dd = dg[r];
+                    FL_T *pr = p + r * bkp;
+                    FL_T *dr = dp + r * bkp;
+                    FL_SIMD
+                    for (c = 0; c < nk; c++)
+                        dr[c] = pr[c] * (dr[c] - dd);
+                }
+                /* dQ += scale dS K ; dK[j0:] += scale dS^T Q */
+#if FL_PAIR
+                if (pair)
+                    FL_NAME(fl_gemm_pair)(bq, bk, dp, bkp, kp + (ptrdiff_t) jr * 8, dqg, dhp,
+                                          scale, 1);
+                else
+#endif
+                FL_NAME(fl_gemm)(bq, dhp, bk, dp, bkp, 1, kb_ + (ptrdiff_t) jr * ldkb, ldkb, dqg,
+                                 dhp, scale, 1);
+                FL_NAME(fl_gemm)(dh, nk, bq, qb, 1, ldq, dp, bkp, dkt + jr, ldt, scale, 1);
+            }
+        for (r = 0; r < tq - ig && r < ATTNX_FL_QG * ATTNX_FL_BQ; r++)
             for (c = 0; c < dh; c++)
-                dq[(ptrdiff_t) (i0 + r) * lddq + c] = dqa[r * dhp + c];
+                dq[(ptrdiff_t) (ig + r) * lddq + c] = dqa[r * dhp + c];
     }
     /* (causal keys past the last query never get a gradient: their rows stay 0) */
     for (r = 0; r < nkr; r++)
         for (c = 0; c < dh; c++) {
-            dk[(ptrdiff_t) (ka + r) * ldkv + c] = dkt[c * tkp + r];
-            dv[(ptrdiff_t) (ka + r) * ldkv + c] = dvt[c * tkp + r];
+            dk[(ptrdiff_t) (ka + r) * ldkv + c] = dkt[c * ldt + r];
+            dv[(ptrdiff_t) (ka + r) * ldkv + c] = dvt[c * ldt + r];
         }
 }
 
