@@ -102,7 +102,7 @@
 #define FL_ATTR __attribute__((target("avx2,fma")))
 #define FL_VWBYTES 32
 #define FL_VEC 1
-#define FL_MRW 4
+#define FL_MRW 6
 #define FL_NRW 16
 #define FL_MRN 8
 #include "attnx_flash_impl.h"

@@ -56,6 +56,8 @@ def _run(layer, x, c, kpm, dy):
 
 # d_head 2, 6, 8, 24, 64 and T 1, 7, 129 (not multiples of the 32-row query block,
 # the 128-key block or the 8/16-wide register tiles); 300 keys span three key blocks.
+# Tq 260 and 300: three groups of query blocks (4 x 32 rows per sweep over the keys),
+# the last one partial; 260+ keys: the transposes' padded row stride.
 SHAPES = [  # (batch, Tq, Tk for cross, d_model, heads)
     (2, 1, 3, 4, 2),
     (2, 7, 5, 12, 2),
@@ -63,6 +65,8 @@ SHAPES = [  # (batch, Tq, Tk for cross, d_model, heads)
     (1, 129, 129, 48, 2),
     (2, 33, 300, 64, 1),
     (1, 129, 40, 128, 2),
+    (1, 300, 260, 32, 2),
+    (1, 260, 300, 24, 3),
 ]
 OPTS = [dict(), dict(causal=True), dict(mask=True), dict(cross=True), dict(rope=True),
         dict(causal=True, mask=True, cross=True, rope=True)]
