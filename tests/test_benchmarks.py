@@ -245,3 +245,23 @@ def test_run_quick_smoke(tmp_path):
     bad = [(p, v) for p, v in nums if not (math.isfinite(v) and v > 0)
            and not p.endswith(".foreign_cpu")]
     assert not bad, bad[:10]
+
+
+def test_profile_step_smoke():
+    """benchmarks/profile_step.py: every phase printed with a positive time, and the
+    path the layer took (fused at the seed shape's d_head 8)."""
+    env = dict(os.environ)
+    root = str(Path(attnx.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    r = subprocess.run([sys.executable, str(BENCH / "profile_step.py"), "--steps", "2",
+                        "--shape", "2,16,16,2"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "path fused" in r.stdout
+    times = {}
+    for line in r.stdout.splitlines()[1:]:
+        name, rest = line.split(None, 1)
+        times[name] = float(rest.split()[0])
+    assert list(times) == ["forward", "loss", "backward", "adamw", "step"]
+    assert all(v > 0 for v in times.values()), times
+    assert abs(times["step"] - sum(v for k, v in times.items() if k != "step")) < 1e-2
