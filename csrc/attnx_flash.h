@@ -62,18 +62,9 @@
 /* ================================================================ float32 */
 #define FL_T float
 #define FL_UINT uint32_t
-#define FL_EXPLO (-87.0f)
-#define FL_EXPHI 88.0f
 #define FL_MAGIC 12582912.0f             /* 1.5 * 2^23 */
-#define FL_LN2HI 0.693359375f
-#define FL_LN2LO (-2.12194440e-4f)
 #define FL_BIAS 127u
 #define FL_MANT 23
-/* degree 5, fitted here for the least maximum relative error on |r| <= ln2/2:
- * 1.1e-7 in exact arithmetic, 1.8e-7 evaluated in float32 (a float32 softmax
- * rounds at 6e-8 anyway); two FMAs fewer than a degree-7 fit per element */
-#define FL_POLY(r) (((((8.31253e-3f * (r) + 4.189012e-2f) * (r) + 0.16667114f) * (r)         \
-                     + 0.49999232f) * (r) * (r) + (r) + 1.0f))
 /* 2^r on |r| <= 1/2 with p(0) = 1 exactly, degree 5, fitted here for the least
  * maximum relative error: 9.1e-8 in exact arithmetic, 1.9e-7 evaluated in float32 */
 #define FL_POLY2(r) (1.0f + (r) * (0.693147004f + (r) * (0.240222424f + (r) * (0.0555073358f   \
@@ -143,14 +134,9 @@
 
 #undef FL_T
 #undef FL_UINT
-#undef FL_EXPLO
-#undef FL_EXPHI
 #undef FL_MAGIC
-#undef FL_LN2HI
-#undef FL_LN2LO
 #undef FL_BIAS
 #undef FL_MANT
-#undef FL_POLY
 #undef FL_POLY2
 #undef FL_LOG2E
 #undef FL_T2LO
@@ -160,11 +146,7 @@
 /* ================================================================ float64 */
 #define FL_T double
 #define FL_UINT uint64_t
-#define FL_EXPLO (-708.0)
-#define FL_EXPHI 709.0
 #define FL_MAGIC 6755399441055744.0      /* 1.5 * 2^52 */
-#define FL_LN2HI 6.93147180369123816490e-01
-#define FL_LN2LO 1.90821492927058770002e-10
 #define FL_BIAS 1023u
 #define FL_MANT 52
 /* Taylor series to r^12: |r| <= ln2/2 leaves a relative error below 2e-16 */
@@ -235,11 +217,7 @@
 
 #undef FL_T
 #undef FL_UINT
-#undef FL_EXPLO
-#undef FL_EXPHI
 #undef FL_MAGIC
-#undef FL_LN2HI
-#undef FL_LN2LO
 #undef FL_BIAS
 #undef FL_MANT
 #undef FL_POLY

@@ -6,7 +6,7 @@
  *   FL_ATTR    the function attribute of the level (target("avx2,fma"), ...)
  *   FL_VEC     1: register tiles as GCC/Clang vector types; 0: plain C loops
  *              (the portable path, any C99 compiler)
- *   FL_MAXARG  -> FL_EXPLO/FL_EXPHI etc. (set by attnx_flash.h per type)
+ *   FL_T2LO, FL_T2HI, FL_POLY2, FL_LOG2E, FL_MAGIC, ...: the exp's constants (attnx_flash.h)
  *
  * Layout conventions. Every "B" operand of the small products is packed into
  * per-thread scratch with rows padded to a multiple of the narrow tile width
@@ -17,30 +17,6 @@
  */
 
 /* ---------------------------------------------------------------- exp */
-
-/* exp(x) as a polynomial after range reduction x = n ln2 + r, |r| <= ln2/2,
- * written branch-free so the loops around it vectorise. NaN in gives NaN out;
- * x below FL_EXPLO (-inf, a masked score) gives exactly 0. */
-FL_ATTR static inline FL_T FL_NAME(fl_exp)(FL_T x)
-{
-    FL_T xc = x < FL_EXPLO ? FL_EXPLO : x;
-    xc = xc > FL_EXPHI ? FL_EXPHI : xc;
-    xc = (x != x) ? (FL_T) 0 : xc;          /* keep NaN out of the integer part */
-    FL_T t = xc * (FL_T) 1.44269504088896340735992468100189214;   /* x / ln2 */
-    FL_T big = t + FL_MAGIC;                /* round to nearest, n in the low bits */
-    FL_T fn = big - FL_MAGIC;
-    FL_T r = xc - fn * FL_LN2HI;
-    r = r - fn * FL_LN2LO;
-    FL_T p = FL_POLY(r);
-    FL_UINT bits;
-    memcpy(&bits, &big, sizeof bits);
-    bits = (bits + FL_BIAS) << FL_MANT;     /* 2^n: the high bits of big shift out */
-    FL_T two_n;
-    memcpy(&two_n, &bits, sizeof bits);
-    FL_T out = p * two_n;
-    out = x < FL_EXPLO ? (FL_T) 0 : out;
-    return (x != x) ? x : out;
-}
 
 /* 2^t for the softmax: exp(s - m) is evaluated as 2^t with t = s log2(e) - m log2(e)
  * (one FMA, no separate subtraction), t = n + r with |r| <= 1/2 and 2^r a
@@ -100,18 +76,18 @@ FL_VPOW2(fl_vpow2, FL_NAME(v32))
 #if FL_SCALEF_PS || FL_SCALEF_PD
 /* AVX-512, the wide vector: vrndscale for the rounding and vscalef for p * 2^n
  * (one instruction each in place of the magic-number round and the integer
- * exponent build), min for the upper clamp (NaN is its second operand, so it
- * passes through) and a zeroing mask for t below FL_T2LO (no lower clamp needed:
- * those lanes are discarded). Same results as FL_VPOW2. VT: __m512 or __m512d,
- * MT its mask type, S: ps or pd. */
+ * exponent build) and a zeroing mask for t below FL_T2LO (no lower clamp needed:
+ * those lanes are discarded). No upper clamp either: vscalef overflows to inf by
+ * itself, and the kernels' t = (s - m) log2 e is <= 0 (m is the row's max or
+ * log-sum-exp); NaN passes through every step. Same results as FL_VPOW2 for
+ * t <= FL_T2HI. VT: __m512 or __m512d, MT its mask type, S: ps or pd. */
 #define FL_VPOW2W_AVX512(VT, MT, S)                                                   \
 FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vpow2w)(FL_NAME(vwide) tw)            \
 {                                                                                     \
     const VT t = (VT) tw;                                                             \
     const MT keep = _mm512_cmp_##S##_mask(t, _mm512_set1_##S(FL_T2LO), _CMP_NLT_UQ);   \
-    const VT tc = _mm512_min_##S(_mm512_set1_##S(FL_T2HI), t);                        \
-    const VT fn = _mm512_roundscale_##S(tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
-    const VT r = _mm512_sub_##S(tc, fn);                                              \
+    const VT fn = _mm512_roundscale_##S(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
+    const VT r = _mm512_sub_##S(t, fn);                                               \
     const VT p = FL_POLY2(r);                                                         \
     return (FL_NAME(vwide)) _mm512_maskz_scalef_##S(keep, p, fn);                     \
 }
@@ -574,6 +550,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
     const FL_T *vb = v;                             /* V as the B operand of P V */
     ptrdiff_t ldv = ldkv;
     int r, c, j0, bk, nk, ib, bq, jend, ig, g, ng, jmax;
+    FL_T mxa[ATTNX_FL_BQ], al[ATTNX_FL_BQ];         /* per row of a block: max, factor */
 
     FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, ldt);
 #if FL_PAIR
@@ -625,12 +602,23 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                 if (causal || km != NULL)
                     FL_NAME(fl_mask)(s, bkp, bq, bk, qi, j0, causal, km);
                 FL_NAME(fl_pad_inf)(s, bkp, bq, bk, nk);
+                /* each row's new max, then every row's rescale factor exp(mold - max)
+                 * in one vector pass (a scalar exp per row cost as much as a tenth
+                 * of the block's softmax at 4 key blocks per row), then exp and sum */
                 for (r = 0; r < bq; r++) {
                     FL_T *sr = s + r * bkp;
                     FL_T mold = mg[r];
                     FL_T mx = FL_NAME(fl_rowmax)(sr, nk, mold);
                     if (mx == -INFINITY && FL_NAME(fl_hasnan)(sr, nk))
                         mx = (FL_T) NAN;            /* a NaN score among masked keys */
+                    mxa[r] = mx;
+                    /* (no rescale at a row's first block with a key: factor unused) */
+                    al[r] = (mold == -INFINITY || mx == -INFINITY) ? (FL_T) 0 : mold - mx;
+                }
+                FL_NAME(fl_expsub)(al, bq, 0);
+                for (r = 0; r < bq; r++) {
+                    FL_T *sr = s + r * bkp;
+                    FL_T mold = mg[r], mx = mxa[r];
                     if (mx == -INFINITY) {          /* every key so far is masked */
                         memset(sr, 0, sizeof(FL_T) * nk);
                         continue;
@@ -644,7 +632,9 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                         lg[r] = sum;
                         continue;
                     }
-                    FL_T alpha = FL_NAME(fl_exp)(mold - mx);
+                    /* the factor's rounding (t = (mold - mx) log2 e) scales acc and the
+                     * sum alike, so it cancels in Z = acc / sum */
+                    FL_T alpha = al[r];
                     lg[r] = lg[r] * alpha + sum;
                     if (alpha != 1) {
                         FL_T *ar = accg + r * dhp;
