@@ -427,14 +427,19 @@ class MultiHeadAttention:
         ws, threads = self._workspace(nb, tq, tk, cross, grad)
         if grad:  # the buffers below may be the last forward's: it can no longer be backed
             self._last = None
-        # copies: backward needs the inputs as they were, whatever the caller does next
-        ws.x = _copy_rows(ws.x, x, self.dtype)
-        if ctx is not None:
-            ws.ctx = _copy_rows(ws.ctx, ctx, self.dtype, "context")
+        if grad:
+            # copies: backward needs the inputs as they were, whatever the caller does next
+            x2 = ws.x = _copy_rows(ws.x, x, self.dtype)
+            ctx2 = ws.ctx = (None if ctx is None
+                             else _copy_rows(ws.ctx, ctx, self.dtype, "context"))
+        else:  # inference reads the inputs in place when their dtype and layout allow
+            x2 = as_dtype("x", x, self.dtype).reshape(nb * tq, self.d_model)
+            ctx2 = (None if ctx is None else
+                    as_dtype("context", ctx, self.dtype).reshape(nb * tk, self.d_model))
         if mask is not None:
             np.copyto(ws.mask, mask)
             mask = ws.mask
-        self._forward_buffers(ws.x, ws.ctx, mask, y.reshape(nb * tq, self.d_model),
+        self._forward_buffers(x2, ctx2, mask, y.reshape(nb * tq, self.d_model),
                               nb, grad, ws, threads)
         return y
 

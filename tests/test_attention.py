@@ -154,6 +154,29 @@ def test_inputs_not_modified_and_outputs_fresh(rng):
     np.testing.assert_array_equal(y1, y1c)  # an earlier result is not overwritten
 
 
+@pytest.mark.parametrize("path", ["dense", "blocked", "fused"])
+@pytest.mark.parametrize("cross", [False, True])
+def test_inference_reads_inputs_in_place(path, cross, rng):
+    """grad=False reads x (and context) without copying them: the inputs stay as they
+    were, the result equals a training forward's, and out= may be x itself."""
+    layer = attnx.MultiHeadAttention(16, 2, attention=path, random_state=0, bias=True,
+                                     dtype=np.float64)
+    x = rng.normal(size=(2, 9, 16))
+    c = rng.normal(size=(2, 5, 16)) if cross else None
+    x0, c0 = x.copy(), (None if c is None else c.copy())
+    want = layer.forward(x, c)
+    got = layer.forward(x, c, grad=False)
+    np.testing.assert_array_equal(x, x0)
+    if cross:
+        np.testing.assert_array_equal(c, c0)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    layer.forward(x, c, grad=False, out=x)          # in place over the input
+    np.testing.assert_allclose(x, want, rtol=1e-12, atol=1e-14)
+    # a non-contiguous or other-dtype input still works (copied then)
+    xf = np.asfortranarray(x0.astype(np.float32))
+    np.testing.assert_allclose(layer.forward(xf, c, grad=False), want, rtol=1e-5, atol=1e-5)
+
+
 def test_input_grad_off_returns_none(rng):
     layer = _layer(8, 2, input_grad=False)
     layer.forward(rng.normal(size=(2, 3, 8)))
