@@ -653,11 +653,13 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
             }
         for (r = 0; r < nq - ig && r < ATTNX_FL_QG * ATTNX_FL_BQ; r++) {
             FL_T l = lrow[r];
-            FL_T *zr = z + (ptrdiff_t) (ig + r) * ldz;
+            FL_T *restrict zr = z + (ptrdiff_t) (ig + r) * ldz;
+            const FL_T *restrict ar = acc + r * dhp;
             if (l > 0 || l != l) {
                 FL_T inv = 1 / l;
+                FL_SIMD
                 for (c = 0; c < dh; c++)
-                    zr[c] = acc[r * dhp + c] * inv;
+                    zr[c] = ar[c] * inv;
                 lse[ig + r] = mrow[r] + (FL_T) log(l);
             } else {
                 for (c = 0; c < dh; c++)
