@@ -45,13 +45,15 @@ def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const float
                 const floating[:, ::1] w2, const floating[::1] b2,
                 floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] sg,
                 floating[:, ::1] out, int nthreads=0):
-    """out = silu(z W1 + b1) W2 + b2 + z; keeps H, S = silu(H) and sigmoid(H) for backward.
+    """out = silu(z W1 + b1) W2 + b2 + z; keeps H, S = silu(H) and sigmoid(H) for backward
+    (sg None: inference, sigmoid(H) not written: a pass of rows*d_hidden stores saved).
     nthreads: OpenMP threads (attnx._threads.num_threads())."""
     cdef Py_ssize_t rows = z.shape[0], i, j
     cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
     _check("SiLU MLP forward", rows, d, dh, nthreads,
            (("h", h.shape[0], h.shape[1], dh), ("s", s.shape[0], s.shape[1], dh),
-            ("sg", sg.shape[0], sg.shape[1], dh), ("out", out.shape[0], out.shape[1], d)))
+            ("out", out.shape[0], out.shape[1], d))
+           + ((("sg", sg.shape[0], sg.shape[1], dh),) if sg is not None else ()))
     if w1.shape[0] != d or w2.shape[0] != dh or w2.shape[1] != d:
         raise ValueError("SiLU MLP forward: W1 must be (d, d_hidden) and W2 (d_hidden, d)")
     cdef int nth = nthreads if rows * dh >= 16384 else 1
@@ -61,7 +63,7 @@ def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const float
         pgemm(NT, NT, rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
              <floating> (1 if b1 is not None else 0), &h[0, 0], dh, nth)
         for i in prange(rows, schedule="static", num_threads=nth):
-            silu_row(&h[i, 0], &s[i, 0], &sg[i, 0], dh)
+            silu_row(&h[i, 0], &s[i, 0], &sg[i, 0] if sg is not None else NULL, dh)
             for j in range(d):
                 out[i, j] = z[i, j] + (b2[j] if b2 is not None else 0)
         pgemm(NT, NT, rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,

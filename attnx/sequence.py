@@ -129,7 +129,7 @@ class _Buffers:
         self.zt = per_layer(rows, d)         # Z~ = attention branch + residual
         self.hid = per_layer(rows, dh)       # Z W1 + b1
         self.s = per_layer(rows, dh)         # silu
-        self.sg = per_layer(rows, dh)        # sigmoid, for backward
+        self.sg = per_layer(rows, dh) if store else []   # sigmoid, for backward
         # pre-norm: LN outputs and their row statistics (mean, 1/std)
         self.u1 = per_layer(rows, d) if pre else []
         self.u2 = per_layer(rows, d) if pre else []
@@ -494,7 +494,7 @@ class SequenceModel(_AttentionStack):
         # the MLP kernel returns MLP(u2) + u2 (its own residual)
         out = branch if branch is not None else b.hs[i + 1]
         _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                         b.hid[i], b.s[i], b.sg[i], out, nthreads=threads)
+                         b.hid[i], b.s[i], b.sg[i] if grad else None, out, nthreads=threads)
         if branch is not None:  # H' = Z~ + mask2 * (out - u2)
             k.masked_add(b.hs[i + 1], zt, branch, u2, b.m2[i], nth)
         elif u2 is not zt:  # pre-norm: the residual is Z~, not u2

@@ -39,7 +39,7 @@ class _Buffers:
     dx: FloatArray
 
     def __init__(self, n_layers: int, rows: int, d: int, d_hidden: int,
-                 dtype: np.dtype[Any]) -> None:
+                 dtype: np.dtype[Any], store: bool = True) -> None:
         def e(*shape: int) -> FloatArray:
             return np.empty(shape, dtype=dtype)
 
@@ -48,7 +48,8 @@ class _Buffers:
         self.zt = [e(rows, d) for _ in range(n_layers)]       # Z~ = attention(X) + X
         self.h = [e(rows, d_hidden) for _ in range(n_layers)]
         self.s = [e(rows, d_hidden) for _ in range(n_layers)]
-        self.sg = [e(rows, d_hidden) for _ in range(n_layers)]  # sigmoid(H), for backward
+        # sigmoid(H), for backward (inference does not write it)
+        self.sg = [e(rows, d_hidden) for _ in range(n_layers)] if store else []
         self.ctx = None
         self.mask = None
         self._has_backward = False
@@ -167,7 +168,8 @@ class Transformer(_AttentionStack):
             check_size(nbytes_of(self.dtype, self.n_layers * rows * (2 * self.d_model
                                                                      + 3 * self.d_hidden)),
                        f"a {self.n_layers}-layer transformer over batch={nb}, T={t}")
-            return _Buffers(self.n_layers, rows, self.d_model, self.d_hidden, self.dtype)
+            return _Buffers(self.n_layers, rows, self.d_model, self.d_hidden, self.dtype,
+                            store)
 
         return self._bufs.get(key, store, make), threads
 
@@ -218,7 +220,8 @@ class Transformer(_AttentionStack):
                                      grad, ws, threads, residual=xi)
                 mw = self._mlp_w[i]
                 _mlp.mlp_forward(bufs.zt[i], mw["W1"], mw["b1"], mw["W2"], mw["b2"],
-                                 bufs.h[i], bufs.s[i], bufs.sg[i], bufs.xs[i + 1],
+                                 bufs.h[i], bufs.s[i], bufs.sg[i] if grad else None,
+                                 bufs.xs[i + 1],
                                  nthreads=threads)
         if grad:  # inference leaves the last training forward's state alone (thread safety)
             self._last = (nb, t, tk, cross, bufs, threads)

@@ -343,7 +343,7 @@ ATTNX_AVX512 static void attnx_exp_array_f32_avx512(const float *x, float *y, pt
     for (; i < n; i++) y[i] = attnx_expf(x[i]);
 }
 
-/* ---- SiLU: s = h * sigmoid(h), keeping sigmoid(h) for backward ----------- */
+/* ---- SiLU: s = h * sigmoid(h), keeping sigmoid(h) for backward (sg NULL: inference) */
 ATTNX_AVX2 static void attnx_silu_row_f32_avx2(const float *h, float *s, float *sg, ptrdiff_t n)
 {
     ptrdiff_t j;
@@ -351,10 +351,10 @@ ATTNX_AVX2 static void attnx_silu_row_f32_avx2(const float *h, float *s, float *
     for (j = 0; j + 8 <= n; j += 8) {
         __m256 hv = _mm256_loadu_ps(h + j);
         __m256 g = _mm256_div_ps(one, _mm256_add_ps(one, attnx_exp8(_mm256_sub_ps(zero, hv))));
-        _mm256_storeu_ps(sg + j, g);
+        if (sg != NULL) _mm256_storeu_ps(sg + j, g);
         _mm256_storeu_ps(s + j, _mm256_mul_ps(hv, g));
     }
-    for (; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
+    for (; j < n; j++) { float g = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
 
 ATTNX_AVX512 static void attnx_silu_row_f32_avx512(const float *h, float *s, float *sg, ptrdiff_t n)
@@ -364,10 +364,10 @@ ATTNX_AVX512 static void attnx_silu_row_f32_avx512(const float *h, float *s, flo
     for (j = 0; j + 16 <= n; j += 16) {
         __m512 hv = _mm512_loadu_ps(h + j);
         __m512 g = _mm512_div_ps(one, _mm512_add_ps(one, attnx_exp16(_mm512_sub_ps(zero, hv))));
-        _mm512_storeu_ps(sg + j, g);
+        if (sg != NULL) _mm512_storeu_ps(sg + j, g);
         _mm512_storeu_ps(s + j, _mm512_mul_ps(hv, g));
     }
-    for (; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
+    for (; j < n; j++) { float g = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
 
 ATTNX_AVX2 static void attnx_silu_row_f64_avx2(const double *h, double *s, double *sg, ptrdiff_t n)
@@ -377,10 +377,10 @@ ATTNX_AVX2 static void attnx_silu_row_f64_avx2(const double *h, double *s, doubl
     for (j = 0; j + 4 <= n; j += 4) {
         __m256d hv = _mm256_loadu_pd(h + j);
         __m256d g = _mm256_div_pd(one, _mm256_add_pd(one, attnx_exp4d(_mm256_sub_pd(zero, hv))));
-        _mm256_storeu_pd(sg + j, g);
+        if (sg != NULL) _mm256_storeu_pd(sg + j, g);
         _mm256_storeu_pd(s + j, _mm256_mul_pd(hv, g));
     }
-    for (; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
+    for (; j < n; j++) { double g = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
 
 ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, double *sg, ptrdiff_t n)
@@ -390,10 +390,10 @@ ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, d
     for (j = 0; j + 8 <= n; j += 8) {
         __m512d hv = _mm512_loadu_pd(h + j);
         __m512d g = _mm512_div_pd(one, _mm512_add_pd(one, attnx_exp8d(_mm512_sub_pd(zero, hv))));
-        _mm512_storeu_pd(sg + j, g);
+        if (sg != NULL) _mm512_storeu_pd(sg + j, g);
         _mm512_storeu_pd(s + j, _mm512_mul_pd(hv, g));
     }
-    for (; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
+    for (; j < n; j++) { double g = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
 #endif
 
@@ -541,7 +541,7 @@ ATTNX_UNUSED static void attnx_silu_row_f32(const float *h, float *s, float *sg,
     if (level == 1) { attnx_silu_row_f32_avx2(h, s, sg, n); return; }
 #endif
     (void)level;
-    for (ptrdiff_t j = 0; j < n; j++) { sg[j] = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * sg[j]; }
+    for (ptrdiff_t j = 0; j < n; j++) { float g = 1.0f / (1.0f + attnx_expf(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
 
 ATTNX_UNUSED static void attnx_silu_row_f64(const double *h, double *s, double *sg, ptrdiff_t n)
@@ -552,7 +552,7 @@ ATTNX_UNUSED static void attnx_silu_row_f64(const double *h, double *s, double *
     if (level == 1) { attnx_silu_row_f64_avx2(h, s, sg, n); return; }
 #endif
     (void)level;
-    for (ptrdiff_t j = 0; j < n; j++) { sg[j] = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * sg[j]; }
+    for (ptrdiff_t j = 0; j < n; j++) { double g = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
 
 ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, ptrdiff_t n)

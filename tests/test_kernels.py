@@ -206,3 +206,28 @@ def test_mlp_kernel_checks_shapes():
         _mlp.mlp_forward(z, w1, None, w2, None, h, s, np.empty((3, 16), f), out, nthreads=1)
     with pytest.raises(ValueError, match="nthreads"):
         _mlp.mlp_forward(z, w1, None, w2, None, h, s, sg, out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mlp_forward_without_sigmoid_is_the_same(dtype, rng):
+    """Inference passes sg=None: the same H, S and output, sigmoid(H) not written
+    (33 columns: the vector loops and their scalar tails)."""
+    from attnx import _mlp
+    z = rng.normal(size=(5, 8)).astype(dtype)
+    w1, w2 = rng.normal(size=(8, 33)).astype(dtype), rng.normal(size=(33, 8)).astype(dtype)
+    b1, b2 = rng.normal(size=33).astype(dtype), rng.normal(size=8).astype(dtype)
+    outs = []
+    for keep in (True, False):
+        h, s = np.empty((5, 33), dtype), np.empty((5, 33), dtype)
+        sg = np.full((5, 33), 7.0, dtype)
+        out = np.empty((5, 8), dtype)
+        _mlp.mlp_forward(z, w1, b1, w2, b2, h, s, sg if keep else None, out, nthreads=1)
+        outs.append((h, s, out))
+        if keep:
+            np.testing.assert_allclose(sg, 1 / (1 + np.exp(-h)), rtol=1e-6)
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+    hh = z.astype(np.float64) @ w1 + b1
+    want = (hh / (1 + np.exp(-hh))) @ w2 + b2 + z
+    np.testing.assert_allclose(outs[1][2], want, rtol=1e-4 if dtype == np.float32 else 1e-12,
+                               atol=1e-4 if dtype == np.float32 else 1e-12)
