@@ -203,7 +203,10 @@ class Transformer(_AttentionStack):
         if grad:  # the buffers below may be the last forward's: it can no longer be backed
             self._last = None
         rows = nb * t
-        cast_into("x", bufs.xs[0], x.reshape(rows, d))
+        if grad:  # backward needs the input as it was, whatever the caller does next
+            cast_into("x", bufs.xs[0], x.reshape(rows, d))
+        else:     # inference reads it in place when its dtype and layout allow
+            bufs.xs[0] = as_dtype("x", x, self.dtype).reshape(rows, d)
         if ctx is not None:
             bufs.ctx = _copy_rows(bufs.ctx, ctx, self.dtype, "context")
         if mask is not None:

@@ -158,3 +158,26 @@ def test_seed001_training_beats_mean_predictor(rng):
     # i.e. 7-9% of the mean predictor's loss; asserted with margin
     assert final < 0.15 * baseline, (final, baseline)
     assert final < 0.04
+
+
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_inference_reads_input_in_place(n_layers, rng):
+    """grad=False reads x without copying it: x stays as it was, the result equals a
+    training forward's, out=x works, and a later training step is unaffected."""
+    m = attnx.Transformer(16, 2, n_layers, 32, dtype=np.float64, random_state=0)
+    x = rng.normal(size=(2, 9, 16))
+    x0 = x.copy()
+    want = m.forward(x)
+    got = m.forward(x, grad=False)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    m.forward(x, grad=False, out=x)
+    np.testing.assert_allclose(x, want, rtol=1e-12, atol=1e-14)
+    # the training forward's buffers are its own: backward still matches a fresh run
+    m2 = attnx.Transformer(16, 2, n_layers, 32, dtype=np.float64, random_state=0)
+    dy = rng.normal(size=want.shape)
+    m.forward(x0)
+    m.forward(x0 * 3, grad=False)
+    dx = m.backward(dy)
+    m2.forward(x0)
+    np.testing.assert_allclose(dx, m2.backward(dy), rtol=1e-12, atol=1e-14)
