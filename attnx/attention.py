@@ -127,35 +127,29 @@ class _Workspace:
 # measured on 2 cores (see benchmarks/): below it the dense path is faster.
 BLOCKED_MIN_SCORES = 512 * 512
 
-# "auto" and the fused small-head kernels (attnx._flash). Measured with one
-# thread on a 2-core AMD EPYC (AVX-512), training step, fused vs the best of
-# dense/blocked: B1 T2048 d256 H8 (d_head 32) 1.11-1.18x (causal or not, both
-# dtypes); B8 T512 d256 H8 1.04x float32, 1.07x float64. B32 T128 d64, layer
-# forward + backward, min thread CPU time of 15 interleaved steps (robust to the
-# machine being shared), after the one-pass row max and the degree-5 float32
-# exp: d_head 8 / 16 / 32 float32 1.01-1.04x / 0.96-0.97x / 0.94-0.96x,
-# float64 1.46x / 1.23-1.30x / 1.07-1.11x. float32 at d_head 16-32 trails
-# because OpenBLAS's SkylakeX kernels (AVX-512 CPUs) have a small-matrix path
-# that the dense path's per-head GEMMs use; with OpenBLAS's Haswell kernels
-# (AVX2 CPUs: no small-matrix path; OPENBLAS_CORETYPE=Haswell, ATTNX_SIMD=1)
-# the fused path led at every d_head <= 32 (1.20x / 1.11x / 1.04x float32).
-# At float32 d_head 8 fused is even or ahead and keeps no (B, H, Tq, Tk)
-# probability block (16 MB at B32 T128 H8). d_head 64 is about even
-# (0.96-1.04x), so it stays on dense/blocked. Rule: fused when d_head <=
-# FUSED_MAX_D_HEAD and (Tq*Tk >= FUSED_MIN_SCORES, or BLAS has no small-matrix
+# "auto" and the fused small-head kernels (attnx._flash). Re-measured after the
+# base-2 softmax exp, the grouped key sweeps and the batched rescale factors:
+# float32, SkylakeX OpenBLAS kernels (AVX-512 CPU), min / median of 15
+# interleaved steps, fused vs dense, training step (forward, MSE, backward, AdamW):
+#   1 thread (thread CPU time): B32 T128 d128 H8 29.4 vs 31.9 ms, d256 79.6 vs 82.3,
+#     B16 T128 d64 H4 5.34 vs 5.71, B64 T64 d128 H4 22.7 vs 22.8, B64 T64 d64 H4
+#     8.49 vs 8.73; at T <= 32 dense leads (B16 T32 d64 H4 0.93 vs 0.88, B64 T16
+#     d64 H2 1.28 vs 1.20);
+#   2 threads (wall time): B32 T128 d128/d256 H8 15.7/41.3 vs 16.7/42.3 ms; at
+#     T64 dense leads by 1-3% (B64 T64 d128 H4 11.9 vs 11.6).
+# Inference (grad=False): fused ahead from T64 at 1 thread (B64 T64 d64 H4 2.67 vs
+# 2.80 ms, d128 H4 7.6 vs 7.7) and even at 2 threads.
+# Long sequences (B1 T2048 d256 H8) and float64 favour fused at every d_head <= 32;
+# with OpenBLAS's Haswell kernels (AVX2 CPUs: no small-matrix path, see
+# _blas_small_gemm) fused led at every d_head <= 32 before these changes already.
+# d_head 64 was about even (0.96-1.04x) and stays on dense/blocked. Rule: fused
+# when d_head <= FUSED_MAX_D_HEAD and (Tq*Tk >= FUSED_MIN_SCORES, or
+# Tq*Tk >= FUSED_INFER_MIN_SCORES for inference, or BLAS has no small-matrix
 # kernels, or float64, or d_head <= FUSED_ALWAYS_D_HEAD).
-# Inference (forward with grad=False keeps no probabilities either way) since the
-# softmax exp in base 2 and the one-vector tiles: forward only, 1 thread, thread
-# CPU time, min of 15 interleaved: B64 T64 d128 H4 (d_head 32) fused 8.79 ms vs
-# dense 9.08, B32 T128 d128/d256 H8 (d_head 16/32) 11.37/32.21 vs 11.50/32.45;
-# at d_head 16 and T64 dense stays ahead (3.40 vs 3.29 ms), as at tiny shapes.
-# Rule for grad=False: fused also when d_head > FUSED_INFER_MIN_D_HEAD and
-# Tq*Tk >= FUSED_INFER_MIN_SCORES.
 FUSED_MAX_D_HEAD = 32
-FUSED_MIN_SCORES = 256 * 256
-FUSED_ALWAYS_D_HEAD = 8
-FUSED_INFER_MIN_D_HEAD = 16
+FUSED_MIN_SCORES = 128 * 128
 FUSED_INFER_MIN_SCORES = 64 * 64
+FUSED_ALWAYS_D_HEAD = 8
 # OpenBLAS cores (threadpoolctl's "architecture") with small-matrix GEMM kernels
 _SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 
@@ -298,8 +292,7 @@ class MultiHeadAttention:
         if self.d_head <= FUSED_MAX_D_HEAD and (
                 tq * tk >= FUSED_MIN_SCORES or not _blas_small_gemm()
                 or self.dtype == np.float64 or self.d_head <= FUSED_ALWAYS_D_HEAD
-                or (not store and self.d_head > FUSED_INFER_MIN_D_HEAD
-                    and tq * tk >= FUSED_INFER_MIN_SCORES)):
+                or (not store and tq * tk >= FUSED_INFER_MIN_SCORES)):
             return "fused"
         return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
 

@@ -153,26 +153,26 @@ def test_fused_finite_differences(rng):
 @pytest.mark.parametrize("small_gemm", [False, True])
 def test_auto_rule(monkeypatch, small_gemm):
     """The documented rule: fused for d_head <= FUSED_MAX_D_HEAD when the sequence is
-    long, when BLAS has no small-matrix kernels, in float64, or at d_head <= 8;
-    for inference also at d_head 17..32 from 64 x 64 scores."""
+    long (128 x 128 scores on), when BLAS has no small-matrix kernels, in float64, or
+    at d_head <= 8; for inference from 64 x 64 scores."""
     from attnx import attention
     monkeypatch.setattr(attention, "_blas_small_gemm", lambda: small_gemm)
-    long_t = 256
+    long_t = 128
     for d, h, dtype, t, want in [
-            (64, 8, np.float32, 128, "fused"),
-            (64, 4, np.float32, 128, "dense" if small_gemm else "fused"),
-            (64, 2, np.float32, 128, "dense" if small_gemm else "fused"),
-            (64, 8, np.float64, 128, "fused"),
-            (64, 2, np.float64, 128, "fused"),
+            (64, 8, np.float32, 64, "fused"),
+            (64, 4, np.float32, 64, "dense" if small_gemm else "fused"),
+            (64, 2, np.float32, 64, "dense" if small_gemm else "fused"),
+            (64, 8, np.float64, 64, "fused"),
+            (64, 2, np.float64, 64, "fused"),
             (64, 2, np.float32, long_t, "fused"),
+            (64, 4, np.float32, long_t, "fused"),
             (64, 8, np.float32, 2048, "fused"),
             (128, 2, np.float32, 128, "dense"),
             (128, 2, np.float32, 1024, "blocked")]:
         layer = attnx.MultiHeadAttention(d, h, dtype=dtype)
         assert layer._path(t, t) == want, (d, h, dtype, t)
-    # inference (grad=False): fused also at d_head 17..32 from 64 x 64 scores
-    for d, h, t, want in [(64, 2, 128, "fused"), (128, 4, 64, "fused"),
-                          (64, 4, 128, "dense" if small_gemm else "fused"),
+    # inference (grad=False): fused from 64 x 64 scores
+    for d, h, t, want in [(64, 2, 64, "fused"), (128, 4, 64, "fused"), (64, 4, 64, "fused"),
                           (64, 2, 32, "dense" if small_gemm else "fused"),
                           (128, 2, 128, "dense")]:
         layer = attnx.MultiHeadAttention(d, h)
