@@ -123,32 +123,34 @@ class _Workspace:
         return self
 
 
-# "auto" switches to the blocked path at this many scores per (sample, head):
-# measured on 2 cores (see benchmarks/): below it the dense path is faster.
-BLOCKED_MIN_SCORES = 512 * 512
-
-# "auto" and the fused small-head kernels (attnx._flash). Re-measured after the
-# base-2 softmax exp, the grouped key sweeps and the batched rescale factors:
-# float32, SkylakeX OpenBLAS kernels (AVX-512 CPU), min / median of 15
-# interleaved steps, fused vs dense, training step (forward, MSE, backward, AdamW):
-#   1 thread (thread CPU time): B32 T128 d128 H8 29.4 vs 31.9 ms, d256 79.6 vs 82.3,
+# "auto" and the fused kernels (attnx._flash), re-measured after the base-2
+# softmax exp, the grouped key sweeps and the batched rescale factors. float32,
+# SkylakeX OpenBLAS kernels (AVX-512 CPU), min / median of 15 interleaved steps,
+# fused vs the other paths, training step (forward, MSE, backward, AdamW), 1 thread
+# (thread CPU time) unless said:
+#   d_head 8-32: B32 T128 d128 H8 29.4 vs 31.9 ms (dense), d256 79.6 vs 82.3,
 #     B16 T128 d64 H4 5.34 vs 5.71, B64 T64 d128 H4 22.7 vs 22.8, B64 T64 d64 H4
-#     8.49 vs 8.73; at T <= 32 dense leads (B16 T32 d64 H4 0.93 vs 0.88, B64 T16
-#     d64 H2 1.28 vs 1.20);
-#   2 threads (wall time): B32 T128 d128/d256 H8 15.7/41.3 vs 16.7/42.3 ms; at
-#     T64 dense leads by 1-3% (B64 T64 d128 H4 11.9 vs 11.6).
-# Inference (grad=False): fused ahead from T64 at 1 thread (B64 T64 d64 H4 2.67 vs
-# 2.80 ms, d128 H4 7.6 vs 7.7) and even at 2 threads.
-# Long sequences (B1 T2048 d256 H8) and float64 favour fused at every d_head <= 32;
-# with OpenBLAS's Haswell kernels (AVX2 CPUs: no small-matrix path, see
-# _blas_small_gemm) fused led at every d_head <= 32 before these changes already.
-# d_head 64 was about even (0.96-1.04x) and stays on dense/blocked. Rule: fused
-# when d_head <= FUSED_MAX_D_HEAD and (Tq*Tk >= FUSED_MIN_SCORES, or
-# Tq*Tk >= FUSED_INFER_MIN_SCORES for inference, or BLAS has no small-matrix
-# kernels, or float64, or d_head <= FUSED_ALWAYS_D_HEAD).
-FUSED_MAX_D_HEAD = 32
+#     8.49 vs 8.73; 2 threads (wall) B32 T128 d128/d256 H8 15.7/41.3 vs 16.7/42.3,
+#     but at T64 dense leads by 1-3% (B64 T64 d128 H4 11.9 vs 11.6); at T <= 32 dense
+#     leads (B16 T32 d64 H4 0.93 vs 0.88, B64 T16 d64 H2 1.28 vs 1.20 ms);
+#   d_head 64-256, where the paths before used per-head BLAS: B32 T128 d512 H8
+#     244 vs 252 (dense; float64 483 vs 498), B16 T256 d256 H4 95.1 vs 102.0
+#     (2 threads 49.5 vs 53.2), B16 T256 d512 H4 279 vs 287, B8 T512 d256 H1 127.0
+#     vs 127.6; long sequences against the blocked path: B2 T1024 d512 H8 251 vs
+#     304, B1 T2048 d512 H8 402 vs 504 (2 threads 202 vs 254), H4 399 vs 474,
+#     B4 T1024 d256 H1 198 vs 224; but B16 T64 d256 H4 16.8 vs 16.3 (dense).
+# Inference (grad=False) favours fused from T64 (B64 T64 d64 H4 2.67 vs 2.80 ms,
+# B8 T512 d256 H1 42.9 vs 47.3, B4 T512 d512 H8 64.7 vs 71.2) and is even at T64
+# with 2 threads. float64, and OpenBLAS's Haswell kernels (AVX2 CPUs: no
+# small-matrix path, see _blas_small_gemm), favour fused at small heads whatever
+# the length. Rule: fused when Tq*Tk >= FUSED_MIN_SCORES (training) or
+# FUSED_INFER_MIN_SCORES (inference), at any d_head; below that, fused for
+# d_head <= FUSED_MAX_D_HEAD when BLAS has no small-matrix kernels, in float64, or
+# at d_head <= FUSED_ALWAYS_D_HEAD; else dense. The blocked path (BLAS per key
+# block) stays available as attention="blocked"; auto no longer takes it.
 FUSED_MIN_SCORES = 128 * 128
 FUSED_INFER_MIN_SCORES = 64 * 64
+FUSED_MAX_D_HEAD = 32
 FUSED_ALWAYS_D_HEAD = 8
 # OpenBLAS cores (threadpoolctl's "architecture") with small-matrix GEMM kernels
 _SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
@@ -197,10 +199,11 @@ class MultiHeadAttention:
         (B, heads, Tq, Tk) probabilities for backward; blocked streams key blocks
         with an online softmax and keeps only a log-sum-exp per row (memory linear
         in T, probabilities recomputed in backward). Fused is blocked attention
-        in register-tiled C kernels (no per-head BLAS call), for small heads.
-        Auto picks fused for small heads (d_head <= FUSED_MAX_D_HEAD, by the
-        measured rule next to that constant), else blocked from
-        BLOCKED_MIN_SCORES = Tq * Tk on, else dense. All give the same results
+        in register-tiled C kernels (no per-head BLAS call, no (Tq, Tk) block
+        in memory). Auto picks fused from Tq * Tk = FUSED_MIN_SCORES (128 x 128;
+        FUSED_INFER_MIN_SCORES = 64 x 64 for a forward with grad=False) at any
+        d_head, and for small heads at any length where measured faster (the
+        rule next to those constants), else dense. All give the same results
         to rounding.
 
     Weights are laid out so that Y = X @ W: Wq, Wk, Wv, Wo are (d_model, d_model).
@@ -289,12 +292,13 @@ class MultiHeadAttention:
         a forward that keeps what backward needs (False: inference)."""
         if self.attention != "auto":
             return self.attention
-        if self.d_head <= FUSED_MAX_D_HEAD and (
-                tq * tk >= FUSED_MIN_SCORES or not _blas_small_gemm()
-                or self.dtype == np.float64 or self.d_head <= FUSED_ALWAYS_D_HEAD
-                or (not store and tq * tk >= FUSED_INFER_MIN_SCORES)):
+        if tq * tk >= (FUSED_MIN_SCORES if store else FUSED_INFER_MIN_SCORES):
             return "fused"
-        return "blocked" if tq * tk >= BLOCKED_MIN_SCORES else "dense"
+        if self.d_head <= FUSED_MAX_D_HEAD and (
+                not _blas_small_gemm() or self.dtype == np.float64
+                or self.d_head <= FUSED_ALWAYS_D_HEAD):
+            return "fused"
+        return "dense"
 
     def _use_blocked(self, tq: int, tk: int) -> bool:
         return self._path(tq, tk) == "blocked"

@@ -54,7 +54,7 @@ def _run(layer, x, c, kpm, dy):
     return y, dx, dc, {k: v.copy() for k, v in layer.grads.items()}
 
 
-# d_head 2, 6, 8, 24, 64 and T 1, 7, 129 (not multiples of the 32-row query block,
+# d_head 2, 6, 8, 24, 64, 128 and T 1, 7, 129 (not multiples of the 32-row query block,
 # the 128-key block or the 8/16-wide register tiles); 300 keys span three key blocks.
 # Tq 260 and 300: three groups of query blocks (4 x 32 rows per sweep over the keys),
 # the last one partial; 260+ keys: the transposes' padded row stride.
@@ -67,6 +67,7 @@ SHAPES = [  # (batch, Tq, Tk for cross, d_model, heads)
     (1, 129, 40, 128, 2),
     (1, 300, 260, 32, 2),
     (1, 260, 300, 24, 3),
+    (2, 70, 140, 256, 2),     # d_head 128 (auto takes the fused kernels at any width)
 ]
 OPTS = [dict(), dict(causal=True), dict(mask=True), dict(cross=True), dict(rope=True),
         dict(causal=True, mask=True, cross=True, rope=True)]
@@ -152,37 +153,38 @@ def test_fused_finite_differences(rng):
 
 @pytest.mark.parametrize("small_gemm", [False, True])
 def test_auto_rule(monkeypatch, small_gemm):
-    """The documented rule: fused for d_head <= FUSED_MAX_D_HEAD when the sequence is
-    long (128 x 128 scores on), when BLAS has no small-matrix kernels, in float64, or
-    at d_head <= 8; for inference from 64 x 64 scores."""
+    """The documented rule: fused from 128 x 128 scores at any d_head (64 x 64 for
+    inference); below that, fused for d_head <= FUSED_MAX_D_HEAD when BLAS has no
+    small-matrix kernels, in float64, or at d_head <= 8; else dense."""
     from attnx import attention
     monkeypatch.setattr(attention, "_blas_small_gemm", lambda: small_gemm)
-    long_t = 128
     for d, h, dtype, t, want in [
-            (64, 8, np.float32, 64, "fused"),
+            (64, 8, np.float32, 64, "fused"),                     # d_head 8
             (64, 4, np.float32, 64, "dense" if small_gemm else "fused"),
             (64, 2, np.float32, 64, "dense" if small_gemm else "fused"),
             (64, 8, np.float64, 64, "fused"),
             (64, 2, np.float64, 64, "fused"),
-            (64, 2, np.float32, long_t, "fused"),
-            (64, 4, np.float32, long_t, "fused"),
-            (64, 8, np.float32, 2048, "fused"),
-            (128, 2, np.float32, 128, "dense"),
-            (128, 2, np.float32, 1024, "blocked")]:
+            (128, 2, np.float64, 64, "dense"),                    # d_head 64, short
+            (128, 2, np.float32, 64, "dense"),
+            (64, 2, np.float32, 128, "fused"),                    # 128 x 128 scores
+            (128, 2, np.float32, 128, "fused"),
+            (256, 1, np.float32, 128, "fused"),
+            (128, 2, np.float32, 4096, "fused"),
+            (64, 8, np.float32, 2048, "fused")]:
         layer = attnx.MultiHeadAttention(d, h, dtype=dtype)
         assert layer._path(t, t) == want, (d, h, dtype, t)
-    # inference (grad=False): fused from 64 x 64 scores
-    for d, h, t, want in [(64, 2, 64, "fused"), (128, 4, 64, "fused"), (64, 4, 64, "fused"),
+    for d, h, t, want in [(64, 2, 64, "fused"), (128, 2, 64, "fused"), (256, 1, 64, "fused"),
                           (64, 2, 32, "dense" if small_gemm else "fused"),
-                          (128, 2, 128, "dense")]:
+                          (128, 2, 32, "dense")]:
         layer = attnx.MultiHeadAttention(d, h)
         assert layer._path(t, t, store=False) == want, (d, h, t)
+    assert attnx.MultiHeadAttention(64, 2)._path(200, 82) == "fused"   # cross: Tq * Tk
     layer = attnx.MultiHeadAttention(64, 2)
     for t, want in [(32, "dense" if small_gemm else "fused"), (64, "fused")]:
         x = np.random.default_rng(0).normal(size=(2, t, 64)).astype(np.float32)
         layer.forward(x, grad=False)     # the forward takes the path of the rule
         assert [k[5] for k in layer._ws._items] == [want]
-    assert attention.FUSED_MIN_SCORES <= long_t * long_t
+    assert attention.FUSED_MIN_SCORES == 128 * 128 and attention.FUSED_INFER_MIN_SCORES == 64 * 64
     assert FUSED_MAX_D_HEAD == 32 and attention.FUSED_ALWAYS_D_HEAD == 8
 
 
