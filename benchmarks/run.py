@@ -14,10 +14,14 @@ How it measures
     threadpoolctl.threadpool_limits(N) and torch.set_num_threads(N), checks that
     every library reports N, and returns its results as JSON.
   * Implementations run interleaved in rounds: each round gives every
-    implementation one turn of consecutive steps, the order rotates from round
-    to round, and a short pause precedes each turn (OpenBLAS and OpenMP worker
-    threads spin for a while after a call and would slow the next library down).
-    Every step is timed on its own after `--warmup` untimed steps.
+    implementation one turn of consecutive steps, and the order rotates from
+    round to round. Each turn starts with a pause and `--turn-warmup` untimed
+    steps, so that every library is timed in the steady state of a training
+    loop, not in the wake of the previous library: OpenBLAS's idle workers
+    keep spinning for ~0.1 s after a call (measured here: an attnx step 30 ms
+    after NumPy's 2-thread matmuls took 13 ms instead of 7), and the first step
+    after any pause finds cold caches and sleeping OpenMP workers (up to 2x on
+    a small step). Every step is timed on its own after `--warmup` untimed steps.
   * GFLOP/s counts 2*m*n*k per matrix product of the step (see step_flops);
     masked (causal) attention is counted as full for every implementation,
     including PyTorch SDPA whose kernel skips the masked blocks, so GFLOP/s
@@ -187,8 +191,10 @@ def parse_args(argv=None):
                    "(default 3; 1 with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="rounds the timed steps are "
                    "split into (default 5; 3 with --quick)")
-    p.add_argument("--pause", type=float, default=0.03, help="seconds of sleep before "
-                   "each turn")
+    p.add_argument("--pause", type=float, default=0.15, help="seconds of sleep before "
+                   "each turn (longer than OpenBLAS's idle workers spin)")
+    p.add_argument("--turn-warmup", type=int, default=None, help="untimed steps at the "
+                   "start of every turn (default 1; 0 with --quick)")
     p.add_argument("--gemm-size", type=int, default=None, help="n of the n x n x n "
                    "GEMM-limit measurement (default 2048; 128 with --quick)")
     p.add_argument("--wait-quiet", type=float, default=None, metavar="SECONDS",
@@ -207,11 +213,14 @@ def parse_args(argv=None):
 
     quick = args.quick
     for name, full, small in (("steps", 20, 3), ("warmup", 3, 1), ("rounds", 5, 3),
-                              ("gemm_size", 2048, 128), ("wait_quiet", 120.0, 0.0)):
+                              ("gemm_size", 2048, 128), ("wait_quiet", 120.0, 0.0),
+                              ("turn_warmup", 1, 0)):
         if getattr(args, name) is None:
             setattr(args, name, small if quick else full)
-    if args.steps < 1 or args.warmup < 0 or args.rounds < 1 or args.gemm_size < 1:
-        p.error("--steps, --rounds and --gemm-size must be >= 1, --warmup >= 0")
+    if (args.steps < 1 or args.warmup < 0 or args.rounds < 1 or args.gemm_size < 1
+            or args.turn_warmup < 0 or args.pause < 0):
+        p.error("--steps, --rounds and --gemm-size must be >= 1, --warmup, --turn-warmup "
+                "and --pause >= 0")
     args.rounds = min(args.rounds, args.steps)
     args.dtype_list = [s.strip() for s in args.dtypes.split(",") if s.strip()]
     if not args.dtype_list or any(s not in ("float32", "float64") for s in args.dtype_list):
@@ -270,7 +279,8 @@ def run_parent(args, argv, passthrough):
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "attnx_commit": _git_state(),
         "settings": {"steps": args.steps, "warmup": args.warmup, "rounds": args.rounds,
-                     "pause_s": args.pause, "gemm_size": args.gemm_size, "seed": args.seed,
+                     "pause_s": args.pause, "turn_warmup": args.turn_warmup,
+                     "gemm_size": args.gemm_size, "seed": args.seed,
                      "quick": args.quick, "hyper": HYPER,
                      **({"wait_quiet_s": args.wait_quiet} if args.wait_quiet > 0 else {})},
         "runs": runs,
@@ -310,7 +320,8 @@ def format_report(doc):
         + ("  WARNING: the workers ran different builds" if len(builds) > 1 else ""))
     s = doc["settings"]
     out(f"steps: {s['steps']} timed after {s['warmup']} warm-up, interleaved in "
-        f"{s['rounds']} rounds (order rotated, {s['pause_s'] * 1e3:.0f} ms pause per turn)")
+        f"{s['rounds']} rounds (order rotated; each turn: {s['pause_s'] * 1e3:.0f} ms pause, "
+        f"{s.get('turn_warmup', 0)} untimed step(s), then the timed ones)")
     out(f"machine: {env['cpu']}, {env['cpus']} CPUs, Python {env['python']}, numpy "
         f"{env['numpy']}, scipy {env['scipy']}, torch {env.get('torch') or 'absent'}")
     out(f"OPENBLAS_CORETYPE: {env['openblas_coretype']}  (one environment for every "
@@ -775,6 +786,8 @@ class _Bench:
             for name in order[k:] + order[:k]:
                 fn, times = fns[name], stats[name]["times"]
                 time.sleep(args.pause)
+                for _ in range(args.turn_warmup):
+                    fn()
                 for _ in range(per_turn):
                     t0 = clock()
                     fn()
@@ -800,6 +813,9 @@ class _Bench:
         for i in range(args.warmup + args.steps):
             if i % max(1, args.steps // args.rounds) == 0:
                 time.sleep(args.pause)
+                for _ in range(args.turn_warmup):
+                    for fn in parts:
+                        fn()
             for k, fn in zip(names, parts):
                 t0 = time.perf_counter()
                 fn()
