@@ -306,14 +306,14 @@ FL_BWD_PROTO(float, f32)
 FL_BWD_PROTO(double, f64)
 
 /* exp(x - shift) over an array with the softmax exp of the level in use
- * (accuracy tests). */
+ * (accuracy tests): 2^(x log2 e - shift log2 e), as the kernels with scale 1. */
 static void attnx_flash_exp_f32(const float *x, float *y, ptrdiff_t n, float shift)
 {
     ptrdiff_t i, c;
     memcpy(y, x, sizeof(float) * n);
     for (i = 0; i < n; i += c) {
         c = n - i < (1 << 20) ? n - i : (1 << 20);
-        FL_DISPATCH(fl_expsub, f32, (y + i, (int) c, shift));
+        FL_DISPATCH(fl_expsub, f32, (y + i, (int) c, 1.44269504f, shift * 1.44269504f));
     }
 }
 
@@ -323,7 +323,8 @@ static void attnx_flash_exp_f64(const double *x, double *y, ptrdiff_t n, double 
     memcpy(y, x, sizeof(double) * n);
     for (i = 0; i < n; i += c) {
         c = n - i < (1 << 20) ? n - i : (1 << 20);
-        FL_DISPATCH(fl_expsub, f64, (y + i, (int) c, shift));
+        FL_DISPATCH(fl_expsub, f64, (y + i, (int) c, 1.44269504088896340736,
+                                          shift * 1.44269504088896340736));
     }
 }
 

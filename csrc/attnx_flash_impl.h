@@ -172,11 +172,13 @@ FL_ATTR static inline int FL_NAME(fl_hasnan)(const FL_T *s, int n)
     return nan;
 }
 
-/* s[j] = exp(s[j] - m) in place (as 2^(s[j] log2e - m log2e), see fl_pow2),
- * returns the sum (exp and sum in one pass). */
-FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
+/* s[j] = 2^(s[j] c - mt) in place, returns the sum (exp and sum in one pass).
+ * With c = log2 e and mt = m log2 e this is exp(s[j] - m) (see fl_pow2); the
+ * kernels pass c = scale log2 e for unscaled scores Q K^T, so the softmax's
+ * scale costs nothing (it rides on the FMA that forms t) and the score tiles
+ * store their accumulators as they are. */
+FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T c, FL_T mt)
 {
-    const FL_T mt = m * FL_LOG2E;
     int j = 0;
     FL_T sum = 0;
 #if FL_VEC
@@ -186,7 +188,7 @@ FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
     if (wl > vl) {
         W accw = (W) {0};
         for (; j + wl <= n; j += wl) {
-            W e = FL_NAME(fl_vpow2w)(*(W *) (s + j) * FL_LOG2E - mt);
+            W e = FL_NAME(fl_vpow2w)(*(W *) (s + j) * c - mt);
             *(W *) (s + j) = e;
             accw += e;
         }
@@ -195,7 +197,7 @@ FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
     if (j + vl <= n) {              /* (no lane reduction of an empty accumulator) */
         V acc = (V) {0};
         for (; j + vl <= n; j += vl) {
-            V e = FL_NAME(fl_vpow2)(*(V *) (s + j) * FL_LOG2E - mt);
+            V e = FL_NAME(fl_vpow2)(*(V *) (s + j) * c - mt);
             *(V *) (s + j) = e;
             acc += e;
         }
@@ -203,17 +205,16 @@ FL_ATTR static inline FL_T FL_NAME(fl_expsum)(FL_T *s, int n, FL_T m)
     }
 #endif
     for (; j < n; j++) {
-        FL_T e = FL_NAME(fl_pow2)(s[j] * FL_LOG2E - mt);
+        FL_T e = FL_NAME(fl_pow2)(s[j] * c - mt);
         s[j] = e;
         sum += e;
     }
     return sum;
 }
 
-/* s[j] = exp(s[j] - m) in place (as fl_expsum, without the sum). */
-FL_ATTR static inline void FL_NAME(fl_expsub)(FL_T *s, int n, FL_T m)
+/* s[j] = 2^(s[j] c - mt) in place (as fl_expsum, without the sum). */
+FL_ATTR static inline void FL_NAME(fl_expsub)(FL_T *s, int n, FL_T c, FL_T mt)
 {
-    const FL_T mt = m * FL_LOG2E;
     int j = 0;
 #if FL_VEC
     typedef FL_NAME(v32) V;
@@ -221,12 +222,12 @@ FL_ATTR static inline void FL_NAME(fl_expsub)(FL_T *s, int n, FL_T m)
     const int vl = (int) (sizeof(V) / sizeof(FL_T)), wl = (int) (sizeof(W) / sizeof(FL_T));
     if (wl > vl)
         for (; j + wl <= n; j += wl)
-            *(W *) (s + j) = FL_NAME(fl_vpow2w)(*(W *) (s + j) * FL_LOG2E - mt);
+            *(W *) (s + j) = FL_NAME(fl_vpow2w)(*(W *) (s + j) * c - mt);
     for (; j + vl <= n; j += vl)
-        *(V *) (s + j) = FL_NAME(fl_vpow2)(*(V *) (s + j) * FL_LOG2E - mt);
+        *(V *) (s + j) = FL_NAME(fl_vpow2)(*(V *) (s + j) * c - mt);
 #endif
     for (; j < n; j++)
-        s[j] = FL_NAME(fl_pow2)(s[j] * FL_LOG2E - mt);
+        s[j] = FL_NAME(fl_pow2)(s[j] * c - mt);
 }
 
 /* ---------------------------------------------------------------- tiles */
@@ -534,6 +535,22 @@ FL_ATTR static inline void FL_NAME(fl_pad_inf)(FL_T *s, ptrdiff_t lds, int rows,
             s[r * lds + j] = -INFINITY;
 }
 
+/* The unscaled scores of one (query block, key block): s = Q[0:bq] K^T[:, 0:nk]
+ * (the scale is applied inside the exp, see fl_expsum), -inf at masked keys
+ * (causal after query qi+r, or padding) and in the padding columns [bk, nk).
+ * The forward and the backward (which recomputes P) share it, so both see the
+ * same scores. */
+FL_ATTR static inline void FL_NAME(fl_scores)(int bq, int bk, int nk, int dh, const FL_T *qb,
+                                              ptrdiff_t ldq, const FL_T *ktb, ptrdiff_t ldt,
+                                              FL_T *s, ptrdiff_t lds, int qi, int j0,
+                                              int causal, const uint8_t *km)
+{
+    FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, ktb, ldt, s, lds, 1, 0);
+    if (causal || km != NULL)
+        FL_NAME(fl_mask)(s, lds, bq, bk, qi, j0, causal, km);
+    FL_NAME(fl_pad_inf)(s, lds, bq, bk, nk);
+}
+
 /* ---------------------------------------------------------------- forward */
 
 /* Query rows [i0, i0+nq) of one (sample, head) against every allowed key: K^T
@@ -557,7 +574,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
     const int ldt = ATTNX_FL_LDT(tkp, FL_NRN);      /* row stride of K^T */
     FL_T *s = ws;                                   /* (BQ, BK) scores, then P */
     FL_T *acc = s + ATTNX_FL_BQ * bkp;              /* (QG*BQ, dhp) unnormalised Z */
-    FL_T *mrow = acc + ATTNX_FL_QG * ATTNX_FL_BQ * dhp;  /* (QG*BQ) running max */
+    FL_T *mrow = acc + ATTNX_FL_QG * ATTNX_FL_BQ * dhp;  /* (QG*BQ) running max (unscaled) */
     FL_T *lrow = mrow + ATTNX_FL_QG * ATTNX_FL_BQ;       /* (QG*BQ) running sum */
     FL_T *kt = lrow + ATTNX_FL_QG * ATTNX_FL_BQ;         /* (dh, ldt) K^T */
     FL_T *vp = kt + (ptrdiff_t) dh * ldt;           /* (tkp, dhp) V, when padding is needed */
@@ -565,6 +582,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
     ptrdiff_t ldv = ldkv;
     int r, c, j0, bk, nk, ib, bq, jend, ig, g, ng, jmax;
     FL_T mxa[ATTNX_FL_BQ], al[ATTNX_FL_BQ];         /* per row of a block: max, factor */
+    const FL_T c2 = scale * FL_LOG2E;               /* exp(scale x) = 2^(c2 x) */
 
     FL_NAME(fl_pack_t)(k, ldkv, kall, dh, kt, ldt);
 #if FL_PAIR
@@ -611,11 +629,9 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                     continue;
                 bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
                 nk = ATTNX_FL_PAD(bk, FL_NRN);
-                /* S = scale Q K^T for the block */
-                FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + j0, ldt, s, bkp, scale, 0);
-                if (causal || km != NULL)
-                    FL_NAME(fl_mask)(s, bkp, bq, bk, qi, j0, causal, km);
-                FL_NAME(fl_pad_inf)(s, bkp, bq, bk, nk);
+                /* S = Q K^T for the block, unscaled (maxima and mrow too) */
+                FL_NAME(fl_scores)(bq, bk, nk, dh, qb, ldq, kt + j0, ldt, s, bkp, qi, j0,
+                                   causal, km);
                 /* each row's new max, then every row's rescale factor exp(mold - max)
                  * in one vector pass (a scalar exp per row cost as much as a tenth
                  * of the block's softmax at 4 key blocks per row), then exp and sum */
@@ -629,7 +645,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                     /* (no rescale at a row's first block with a key: factor unused) */
                     al[r] = (mold == -INFINITY || mx == -INFINITY) ? (FL_T) 0 : mold - mx;
                 }
-                FL_NAME(fl_expsub)(al, bq, 0);
+                FL_NAME(fl_expsub)(al, bq, c2, 0);
                 for (r = 0; r < bq; r++) {
                     FL_T *sr = s + r * bkp;
                     FL_T mold = mg[r], mx = mxa[r];
@@ -637,7 +653,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                         memset(sr, 0, sizeof(FL_T) * nk);
                         continue;
                     }
-                    FL_T sum = FL_NAME(fl_expsum)(sr, nk, mx);
+                    FL_T sum = FL_NAME(fl_expsum)(sr, nk, c2, mx * c2);
                     mg[r] = mx;
                     if (mold == -INFINITY) {
                         /* the row's first block with a key (the only one when Tk <= BK):
@@ -646,7 +662,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                         lg[r] = sum;
                         continue;
                     }
-                    /* the factor's rounding (t = (mold - mx) log2 e) scales acc and the
+                    /* the factor's rounding (t = (mold - mx) scale log2 e) scales acc and the
                      * sum alike, so it cancels in Z = acc / sum */
                     FL_T alpha = al[r];
                     lg[r] = lg[r] * alpha + sum;
@@ -674,7 +690,7 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                 FL_SIMD
                 for (c = 0; c < dh; c++)
                     zr[c] = ar[c] * inv;
-                lse[ig + r] = mrow[r] + (FL_T) log(l);
+                lse[ig + r] = mrow[r] * scale + (FL_T) log(l);
             } else {
                 for (c = 0; c < dh; c++)
                     zr[c] = 0;
@@ -720,6 +736,7 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
     const FL_T *kb_ = k + (ptrdiff_t) ka * ldkv;     /* K as the B operand of dS K */
     ptrdiff_t ldkb = ldkv;
     int i0, bq, j0, bk, nk, jend, r, c, ig, g, ng, jmax;
+    const FL_T c2 = scale * FL_LOG2E;                /* exp(scale x) = 2^(c2 x) */
 
     (void) tk;
     if (nkr <= 0)
@@ -776,16 +793,15 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
                 FL_T *dqg = dqa + (ptrdiff_t) g * ATTNX_FL_BQ * dhp;
                 bk = jend - j0 < ATTNX_FL_BK ? jend - j0 : ATTNX_FL_BK;
                 nk = ATTNX_FL_PAD(bk, FL_NRN);
-                FL_NAME(fl_gemm)(bq, nk, dh, qb, ldq, 1, kt + jr, ldt, p, bkp, scale, 0);
-                if (causal || km != NULL)
-                    FL_NAME(fl_mask)(p, bkp, bq, bk, i0, j0, causal, km);
-                FL_NAME(fl_pad_inf)(p, bkp, bq, bk, nk);
+                /* P = exp(scale Q K^T - lse) */
+                FL_NAME(fl_scores)(bq, bk, nk, dh, qb, ldq, kt + jr, ldt, p, bkp, i0, j0,
+                                   causal, km);
                 for (r = 0; r < bq; r++) {
                     FL_T L = lse[i0 + r];
                     if (L == -INFINITY)
                         memset(p + r * bkp, 0, sizeof(FL_T) * nk);
                     else
-                        FL_NAME(fl_expsub)(p + r * bkp, nk, L);
+                        FL_NAME(fl_expsub)(p + r * bkp, nk, c2, L * FL_LOG2E);
                 }
                 /* dV^T[:, j0:] += dZ^T P: keys along the vector lanes, as in S (a small
                  * d_head would leave most lanes of a (keys, d_head) tile empty) */
