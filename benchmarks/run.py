@@ -172,7 +172,7 @@ def parse_args(argv=None):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
     p.add_argument("--quick", action="store_true",
                    help="tiny shapes and few steps (smoke test); sets --steps 3 --warmup 1 "
-                        "--rounds 3 --gemm-size 128 unless given")
+                        "--rounds 3 --gemm-size 128 --pause 0.03 unless given")
     p.add_argument("--only", choices=("attention", "transformer", "sequence"),
                    help="one model kind")
     p.add_argument("--configs", default="",
@@ -191,10 +191,11 @@ def parse_args(argv=None):
                    "(default 3; 1 with --quick)")
     p.add_argument("--rounds", type=int, default=None, help="rounds the timed steps are "
                    "split into (default 5; 3 with --quick)")
-    p.add_argument("--pause", type=float, default=0.15, help="seconds of sleep before "
-                   "each turn (longer than OpenBLAS's idle workers spin)")
-    p.add_argument("--turn-warmup", type=int, default=None, help="untimed steps at the "
-                   "start of every turn (default 1; 0 with --quick)")
+    p.add_argument("--pause", type=float, default=None, help="seconds of sleep before "
+                   "each turn (default 0.15, longer than OpenBLAS's idle workers spin; "
+                   "0.03 with --quick)")
+    p.add_argument("--turn-warmup", type=int, default=1, help="untimed steps at the "
+                   "start of every turn")
     p.add_argument("--gemm-size", type=int, default=None, help="n of the n x n x n "
                    "GEMM-limit measurement (default 2048; 128 with --quick)")
     p.add_argument("--wait-quiet", type=float, default=None, metavar="SECONDS",
@@ -214,7 +215,7 @@ def parse_args(argv=None):
     quick = args.quick
     for name, full, small in (("steps", 20, 3), ("warmup", 3, 1), ("rounds", 5, 3),
                               ("gemm_size", 2048, 128), ("wait_quiet", 120.0, 0.0),
-                              ("turn_warmup", 1, 0)):
+                              ("pause", 0.15, 0.03)):
         if getattr(args, name) is None:
             setattr(args, name, small if quick else full)
     if (args.steps < 1 or args.warmup < 0 or args.rounds < 1 or args.gemm_size < 1
