@@ -281,6 +281,15 @@ FL_ATTR static inline void FL_NAME(NAME)(int kd, const FL_T *restrict a, ptrdiff
 #if FL_VEC
 FL_TILE(fl_tile_w, FL_MRW, FL_NRW * (int) sizeof(FL_T) / FL_VWBYTES, FL_NAME(vwide))
 FL_TILE(fl_tile_n, FL_MRN, 1, FL_NAME(v32))
+#if FL_MRW == 6
+/* AVX2 float32: 6-row wide tiles leave a remainder at the row counts the kernels
+ * use (32 = 5 x 6 + 2, 16, 8): a full 6-row tile over 2 rows wasted a ninth of
+ * every product at d_head 32 and a third of the d_head x keys ones at d_head 8.
+ * The last up-to-8 rows go through 4-row tiles instead (8 accumulators, enough to
+ * cover the FMA latency): 32 = 4 x 6 + 2 x 4. */
+#define FL_MRW4 4
+FL_TILE(fl_tile_w4, FL_MRW4, FL_NRW * (int) sizeof(FL_T) / FL_VWBYTES, FL_NAME(vwide))
+#endif
 #if FL_VWBYTES > 32
 /* one wide vector of columns (16 floats / 8 doubles on AVX-512), more rows: the
  * P V and dS K products at d_head 16 (float32) or 8 (float64), which two narrow
@@ -329,9 +338,22 @@ FL_ATTR static void FL_NAME(fl_gemm)(int m, int n, int kd, const FL_T *a, ptrdif
 {
     int i, j;
     for (j = 0; j + FL_NRW <= n; j += FL_NRW)
-        for (i = 0; i < m; i += FL_MRW)
-            FL_NAME(fl_tile_w)(kd, a + i * ar, ar, ak, m - i < FL_MRW ? m - i : FL_MRW,
-                               b + j, ldb, c + i * ldc + j, ldc, alpha, accumulate);
+        for (i = 0; i < m;) {
+            const int left = m - i;
+#ifdef FL_MRW4
+            if (left <= 8 && left != 5 && left != 6) {
+                const int mr = left < FL_MRW4 ? left : FL_MRW4;
+                FL_NAME(fl_tile_w4)(kd, a + i * ar, ar, ak, mr, b + j, ldb, c + i * ldc + j,
+                                    ldc, alpha, accumulate);
+                i += mr;
+                continue;
+            }
+#endif
+            const int mr = left < FL_MRW ? left : FL_MRW;
+            FL_NAME(fl_tile_w)(kd, a + i * ar, ar, ak, mr, b + j, ldb, c + i * ldc + j, ldc,
+                               alpha, accumulate);
+            i += mr;
+        }
 #ifdef FL_NRM
     for (; j + FL_NRM <= n; j += FL_NRM)
         for (i = 0; i < m; i += FL_MRM)
@@ -842,4 +864,7 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
 
 #ifdef FL_NRM
 #undef FL_NRM
+#endif
+#ifdef FL_MRW4
+#undef FL_MRW4
 #endif
