@@ -16,7 +16,7 @@ def dq_parts_elements(nb: int, tq: int, tk: int, n_heads: int, d_head: int,
                       nthreads: int) -> int: ...
 def attention_forward(
     x: _F, ctx: _F | None, w_qkv: _F, b_qkv: _F | None, w_o: _F, b_o: _F | None,
-    qbuf: _F, kvbuf: _F | None, zcat: _F, lse: _F, scratch: _F, y: _F,
+    qbuf: _F, kvbuf: _F | None, zcat: _F, lse: _F | None, scratch: _F, y: _F,
     nb: int, n_heads: int, causal: bool, key_padding_mask: _M | None,
     rope_cos: _F | None, rope_sin: _F | None, residual: _F | None, nthreads: int,
 ) -> None: ...

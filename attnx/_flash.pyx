@@ -178,7 +178,8 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k,
         ws = scratch + threadid() * per_thread
         forward_rows(q + (b * tq + i0) * ldq + h * d_head, ldq,
                      k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
-                     z + (b * tq + i0) * ldz + h * d_head, ldz, lse + bh * tq + i0,
+                     z + (b * tq + i0) * ldz + h * d_head, ldz,
+                     (lse + bh * tq + i0) if lse != NULL else NULL,
                      <int> i0, nq, tk, d_head, scale, causal, km, ws)
 
 
@@ -249,7 +250,7 @@ def attention_forward(
     floating[:, ::1] qbuf,           # self: (B*Tq, 3d); cross: (B*Tq, d)
     floating[:, ::1] kvbuf,          # self: None; cross: (B*Tk, 2d)
     floating[:, ::1] zcat,           # (B*Tq, d) concatenated head outputs
-    floating[::1] lse,               # (B*H*Tq) per-row log-sum-exp, kept for backward
+    floating[::1] lse,               # (B*H*Tq) per-row log-sum-exp for backward, or None
     floating[::1] scratch,           # (nthreads * scratch_elements(Tk, d_head, dtype))
     floating[:, ::1] y,              # (B*Tq, d) output
     Py_ssize_t nb, int n_heads, bint causal,
@@ -276,7 +277,8 @@ def attention_forward(
                                                   else np.float64)
     if nthreads < 1:
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
-    if scratch.shape[0] < nthreads * per_thread or lse.shape[0] < nb * n_heads * tq:
+    if scratch.shape[0] < nthreads * per_thread or (lse is not None
+                                                     and lse.shape[0] < nb * n_heads * tq):
         raise ValueError("scratch or lse too small for this shape and thread count")
     qp = &qbuf[0, 0]
     kp = key_columns(qp, out2(kvbuf) if cross else NULL, d, &ldq, &ldkv)
@@ -285,7 +287,7 @@ def attention_forward(
         qkv_project(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], in1(b_qkv), qp,
                     kp if cross else NULL, nb, tq, tk, d, n_heads,
                     in2(rope_cos), in2(rope_sin), nthreads)
-        heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &lse[0], &scratch[0], per_thread,
+        heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, out1(lse), &scratch[0], per_thread,
                       nb, tq, tk, n_heads, d_head, scale, causal, km, nthreads)
         out_project(&zcat[0, 0], &w_o[0, 0], in1(b_o), in2(residual), &y[0, 0], rq, d, nthreads)
 

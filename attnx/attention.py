@@ -363,8 +363,8 @@ class MultiHeadAttention:
             if ws.fused:
                 _flash.attention_forward(
                     x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"], ws.q, ws.kv, ws.zcat,
-                    ws.lse, ws.probs, y2, nb, self.n_heads, self.causal, mask, rc, rs,  # type: ignore[arg-type]  # fused: lse is set
-                    residual, run)
+                    ws.lse if store else None, ws.probs, y2, nb, self.n_heads, self.causal,
+                    mask, rc, rs, residual, run)
             else:
                 _attention.attention_forward(
                     x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],

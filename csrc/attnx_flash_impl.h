@@ -603,7 +603,8 @@ FL_ATTR static inline void FL_NAME(fl_scores)(int bq, int bk, int nk, int dh, co
  * blocks of ATTNX_FL_BK with an online softmax (running max, running sum and
  * an accumulator rescaled when the max grows).
  *   q: row i0 of the head (ldq); k, v: row 0 of the head (ldkv); z: row i0 (ldz)
- *   lse: nq per-row log-sum-exp (-inf for a row with no allowed key)
+ *   lse: nq per-row log-sum-exp (-inf for a row with no allowed key), or NULL
+ *        when no backward follows (inference: one log per row saved)
  *   km: the sample's key padding mask (nonzero = ignored) or NULL
  *   ws: attnx_flash_fwd_scratch(tk, dh) elements of scratch
  * A row with no allowed key gets Z = 0; a NaN score makes its row NaN. */
@@ -735,11 +736,13 @@ FL_ATTR static void FL_NAME(fl_forward_rows)(
                 FL_SIMD
                 for (c = 0; c < dh; c++)
                     zr[c] = ar[c] * inv;
-                lse[ig + r] = mrow[r] * scale + (FL_T) log(l);
+                if (lse != NULL)
+                    lse[ig + r] = mrow[r] * scale + (FL_T) log(l);
             } else {
                 for (c = 0; c < dh; c++)
                     zr[c] = 0;
-                lse[ig + r] = -INFINITY;
+                if (lse != NULL)
+                    lse[ig + r] = -INFINITY;
             }
         }
     }
