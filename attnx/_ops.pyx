@@ -12,6 +12,9 @@ cdef extern from "attnx_math.h" nogil:
     void attnx_exp_array_f64(const double *x, double *y, Py_ssize_t n)
     int attnx_any_nonfinite_f32(const float *x, Py_ssize_t n)
     int attnx_any_nonfinite_f64(const double *x, Py_ssize_t n)
+    double attnx_mse_f32(const float *y, const float *t, float *dy, Py_ssize_t n, float g)
+    double attnx_mse_f64(const double *y, const double *t, double *dy, Py_ssize_t n,
+                         double g)
 
 import os as _os
 
@@ -151,27 +154,22 @@ cdef void rope_rotate(floating *x, Py_ssize_t ldx, Py_ssize_t batch, Py_ssize_t 
 def mse_into(const floating[::1] y, const floating[::1] t, floating[::1] dy):
     """Mean squared error of flat y against t; writes dL/dy = 2 (y - t) / n into dy.
 
-    The sum of squares is kept in float64 in 8 interleaved partial sums: one
-    running sum is a chain of dependent adds, about 4 cycles an element."""
-    cdef Py_ssize_t i, u, n = y.shape[0], n8 = n - n % 8
-    cdef double acc[8]
-    cdef double total = 0.0, diff
-    cdef floating g = <floating> (2.0 / n)
+    The sum of squares is kept in float64 in 8 interleaved partial sums (one
+    running sum is a chain of dependent adds, about 4 cycles an element), in the
+    same order at every SIMD level (attnx_mse_* in csrc/attnx_math.h)."""
+    cdef Py_ssize_t n = y.shape[0]
+    cdef double total
+    if t.shape[0] != n or dy.shape[0] != n:
+        raise ValueError(f"y, t and dy must have one length, got {n}, {t.shape[0]}, "
+                         f"{dy.shape[0]}")
+    if n == 0:
+        raise ValueError("mse_into of empty arrays is undefined")
     with nogil:
-        for u in range(8):
-            acc[u] = 0.0
-        for i in range(0, n8, 8):
-            for u in range(8):
-                diff = <double> y[i + u] - <double> t[i + u]
-                acc[u] += diff * diff
-                dy[i + u] = <floating> ((y[i + u] - t[i + u]) * g)
-        for i in range(n8, n):
-            diff = <double> y[i] - <double> t[i]
-            acc[0] += diff * diff
-            dy[i] = <floating> ((y[i] - t[i]) * g)
-        for u in range(8):
-            total += acc[u]
-    return total / n
+        if floating is float:
+            total = attnx_mse_f32(&y[0], &t[0], &dy[0], n, <float> (2.0 / n))
+        else:
+            total = attnx_mse_f64(&y[0], &t[0], &dy[0], n, 2.0 / n)
+    return total
 
 
 def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating[::1] v,

@@ -197,9 +197,12 @@ ATTNX_UNUSED static double attnx_expsub_sum_f64_scalar(double *s, ptrdiff_t n, d
     return sum;
 }
 
-/* Any NaN or inf? Tests the exponent bits (all ones) as integers, which the
- * compiler vectorises without fast-math, one pass, no early exit needed. */
-ATTNX_UNUSED static int attnx_any_nonfinite_f32(const float *x, ptrdiff_t n)
+/* Any NaN or inf? Tests the exponent bits (all ones) as integers, one pass, no
+ * early exit needed. The portable versions; attnx_simd.h adds AVX2 ones (x86-64's
+ * baseline SSE2 has no 64-bit integer compare, so the float64 loop here ran one
+ * element at a time: 13 GB/s, a twentieth of a float64 seed training step's
+ * serial time at 2 threads) and the dispatching entry points. */
+ATTNX_UNUSED static int attnx_any_nonfinite_f32_scalar(const float *x, ptrdiff_t n)
 {
     const uint32_t *u = (const uint32_t *)x;
     uint32_t bad = 0;
@@ -208,7 +211,7 @@ ATTNX_UNUSED static int attnx_any_nonfinite_f32(const float *x, ptrdiff_t n)
     return bad != 0;
 }
 
-ATTNX_UNUSED static int attnx_any_nonfinite_f64(const double *x, ptrdiff_t n)
+ATTNX_UNUSED static int attnx_any_nonfinite_f64_scalar(const double *x, ptrdiff_t n)
 {
     const uint64_t *u = (const uint64_t *)x;
     uint64_t bad = 0;
@@ -217,6 +220,38 @@ ATTNX_UNUSED static int attnx_any_nonfinite_f64(const double *x, ptrdiff_t n)
         bad |= ((u[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull);
     return bad != 0;
 }
+
+/* Mean squared error of y against t over n elements: returns sum((y - t)^2) / n
+ * with the differences and their squares in float64, kept in 8 interleaved
+ * partial sums (element i goes to sum i mod 8; the tail after the last multiple of
+ * 8 to sum 0) added in order at the end, and writes dy = (y - t) g in the
+ * element type. The SIMD versions (attnx_simd.h) keep exactly this order and
+ * never fuse the multiply-add, so every level returns the same bits. */
+#define ATTNX_MSE_SCALAR(T, SUF)                                                      \
+ATTNX_UNUSED static double attnx_mse_##SUF##_scalar(const T *y, const T *t, T *dy,      \
+                                                    ptrdiff_t n, T g)                 \
+{                                                                                     \
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, total = 0.0, diff;                      \
+    ptrdiff_t i, n8 = n - n % 8;                                                      \
+    int u;                                                                            \
+    for (i = 0; i < n8; i += 8)                                                       \
+        for (u = 0; u < 8; u++) {                                                     \
+            diff = (double) y[i + u] - (double) t[i + u];                             \
+            acc[u] += diff * diff;                                                    \
+            dy[i + u] = (T) ((y[i + u] - t[i + u]) * g);                              \
+        }                                                                             \
+    for (i = n8; i < n; i++) {                                                        \
+        diff = (double) y[i] - (double) t[i];                                         \
+        acc[0] += diff * diff;                                                        \
+        dy[i] = (T) ((y[i] - t[i]) * g);                                              \
+    }                                                                                 \
+    for (u = 0; u < 8; u++)                                                           \
+        total += acc[u];                                                              \
+    return total / (double) n;                                                        \
+}
+ATTNX_MSE_SCALAR(float, f32)
+ATTNX_MSE_SCALAR(double, f64)
+#undef ATTNX_MSE_SCALAR
 
 #include "attnx_simd.h"
 

@@ -1,5 +1,6 @@
 """Kernel-level behaviour: float32 exp accuracy, the portable (non-SIMD) path,
 and the multi-threaded paths giving the single-threaded results."""
+import json
 import os
 import subprocess
 import sys
@@ -68,6 +69,69 @@ print("ok", err)
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok")
+
+
+_CHECKS_SCRIPT = r"""
+import hashlib, json
+import numpy as np
+from attnx import _ops
+rng = np.random.default_rng(0)
+out = {"level": _ops.cpu_level()}
+for dt in (np.float32, np.float64):
+    for n in (1, 7, 8, 13, 1000, 65541):
+        y = rng.standard_normal(n).astype(dt)
+        t = (rng.standard_normal(n) * 3).astype(dt)
+        dy = np.empty_like(y)
+        loss = _ops.mse_into(y, t, dy)
+        out[f"mse {np.dtype(dt).name} {n}"] = [loss.hex(),
+                                               hashlib.sha1(dy.tobytes()).hexdigest()]
+    x = rng.standard_normal(1001).astype(dt)
+    bad = [bool(_ops.all_finite(x))]
+    for v in (np.inf, -np.inf, np.nan):
+        for pos in (0, 3, 500, 996, 1000):       # vector body and the tails
+            z = x.copy()
+            z[pos] = v
+            bad.append(bool(_ops.all_finite(z)))
+    out[f"finite {np.dtype(dt).name}"] = bad
+print(json.dumps(out))
+"""
+
+
+def test_loss_and_finite_check_same_bits_at_every_level(tmp_path):
+    """The MSE loss and its gradient are bit-for-bit the same at every SIMD level
+    (same partial sums, no fused multiply-add), the loss matches a float64 NumPy
+    sum, and the non-finite check finds an inf or NaN anywhere, tails included."""
+    runs = []
+    for level in (0, 1, 2):
+        env = dict(os.environ, ATTNX_SIMD=str(level))
+        r = subprocess.run([sys.executable, "-c", _CHECKS_SCRIPT], env=env,
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout))
+    assert runs[0]["level"] == 0
+    for run in runs:
+        for k, v in run.items():
+            if k.startswith("finite"):
+                assert v == [True] + [False] * 15, (run["level"], k)
+        assert {k: v for k, v in run.items() if k != "level"} == \
+            {k: v for k, v in runs[0].items() if k != "level"}, run["level"]
+    rng = np.random.default_rng(5)
+    for dt in (np.float32, np.float64):
+        y = rng.standard_normal(1003).astype(dt)
+        t = rng.standard_normal(1003).astype(dt)
+        dy = np.empty_like(y)
+        loss = _ops.mse_into(y, t, dy)
+        ref = np.mean((y.astype(np.float64) - t.astype(np.float64)) ** 2)
+        assert abs(loss - ref) <= 1e-13 * ref
+        np.testing.assert_array_equal(dy, (y - t) * dt(2 / 1003))
+
+
+def test_mse_into_refuses_mismatched_lengths():
+    y = np.zeros(8)
+    with pytest.raises(ValueError, match="one length"):
+        _ops.mse_into(y, np.zeros(7), np.empty(8))
+    with pytest.raises(ValueError, match="one length"):
+        _ops.mse_into(y, np.zeros(8), np.empty(9))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
