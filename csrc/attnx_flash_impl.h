@@ -834,6 +834,9 @@ FL_ATTR static void FL_NAME(fl_backward_head)(
                     FL_T dd = 0;
                     const FL_T *zr = z + (ptrdiff_t) (i0 + r) * ldz;
                     const FL_T *dzr = dz + (ptrdiff_t) (i0 + r) * ldz;
+                    /* a tree sum (in order it was a chain of d_head dependent adds,
+                     * a tenth of this function's samples at d_head 8) */
+                    FL_SIMD_RED(+, dd)
                     for (c = 0; c < dh; c++)
                         dd += dzr[c] * zr[c];
                     dvec[g * ATTNX_FL_BQ + r] = dd;
