@@ -396,87 +396,76 @@ ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, d
     for (; j < n; j++) { double g = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
 /* ---- input checks and the MSE loss (memory-bound passes: AVX2 at levels 1 and 2) */
-ATTNX_AVX2 static int attnx_any_nonfinite_f32_avx2(const float *x, ptrdiff_t n)
-{
-    const __m256i m = _mm256_set1_epi32(0x7f800000);
-    __m256i bad = _mm256_setzero_si256();
-    ptrdiff_t i;
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), m);
-        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(v, m));
-    }
-    return !_mm256_testz_si256(bad, bad) || attnx_any_nonfinite_f32_scalar(x + i, n - i);
-}
 
-ATTNX_AVX2 static int attnx_any_nonfinite_f64_avx2(const double *x, ptrdiff_t n)
-{
-    const __m256i m = _mm256_set1_epi64x(0x7ff0000000000000ll);
-    __m256i bad = _mm256_setzero_si256();
-    ptrdiff_t i;
-    for (i = 0; i + 4 <= n; i += 4) {
-        __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), m);
-        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi64(v, m));
-    }
-    return !_mm256_testz_si256(bad, bad) || attnx_any_nonfinite_f64_scalar(x + i, n - i);
+/* any element whose exponent bits are all ones (inf or NaN), 32 bytes at a time;
+ * the last partial vector goes to the portable loop */
+#define ATTNX_NONFINITE_AVX2(T, SUF, LANES, EXPBITS, CMPEQ)                          \
+ATTNX_AVX2 static int attnx_any_nonfinite_##SUF##_avx2(const T *x, ptrdiff_t n)         \
+{                                                                                     \
+    const __m256i m = EXPBITS;                                                        \
+    __m256i bad = _mm256_setzero_si256();                                             \
+    ptrdiff_t i;                                                                      \
+    for (i = 0; i + LANES <= n; i += LANES) {                                         \
+        __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), m);  \
+        bad = _mm256_or_si256(bad, CMPEQ(v, m));                                      \
+    }                                                                                 \
+    return !_mm256_testz_si256(bad, bad) || attnx_any_nonfinite_##SUF##_scalar(x + i, n - i); \
 }
+ATTNX_NONFINITE_AVX2(float, f32, 8, _mm256_set1_epi32(0x7f800000), _mm256_cmpeq_epi32)
+ATTNX_NONFINITE_AVX2(double, f64, 4, _mm256_set1_epi64x(0x7ff0000000000000ll),
+                     _mm256_cmpeq_epi64)
+#undef ATTNX_NONFINITE_AVX2
 
 /* attnx_mse_*_scalar's sums, lanes 0-3 and 4-7 of two registers; separate multiply
- * and add (no FMA) so that the bits match the portable code */
-ATTNX_AVX2 static double attnx_mse_f64_avx2(const double *y, const double *t, double *dy,
-                                            ptrdiff_t n, double g)
+ * and add (no FMA) so that the bits match the portable code. Per type only the
+ * group of 8 differs: its differences as two float64 registers, and dy. */
+ATTNX_AVX2 static inline void attnx_mse_group_f64(const double *y, const double *t, double *dy,
+                                                  double g, __m256d *d0, __m256d *d1)
 {
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
     const __m256d gv = _mm256_set1_pd(g);
-    double acc[8], total = 0.0, diff;
-    ptrdiff_t i, n8 = n - n % 8;
-    for (i = 0; i < n8; i += 8) {
-        __m256d d0 = _mm256_sub_pd(_mm256_loadu_pd(y + i), _mm256_loadu_pd(t + i));
-        __m256d d1 = _mm256_sub_pd(_mm256_loadu_pd(y + i + 4), _mm256_loadu_pd(t + i + 4));
-        a0 = _mm256_add_pd(a0, _mm256_mul_pd(d0, d0));
-        a1 = _mm256_add_pd(a1, _mm256_mul_pd(d1, d1));
-        _mm256_storeu_pd(dy + i, _mm256_mul_pd(d0, gv));
-        _mm256_storeu_pd(dy + i + 4, _mm256_mul_pd(d1, gv));
-    }
-    _mm256_storeu_pd(acc, a0);
-    _mm256_storeu_pd(acc + 4, a1);
-    for (; i < n; i++) {
-        diff = y[i] - t[i];
-        acc[0] += diff * diff;
-        dy[i] = diff * g;
-    }
-    for (int u = 0; u < 8; u++)
-        total += acc[u];
-    return total / (double) n;
+    *d0 = _mm256_sub_pd(_mm256_loadu_pd(y), _mm256_loadu_pd(t));
+    *d1 = _mm256_sub_pd(_mm256_loadu_pd(y + 4), _mm256_loadu_pd(t + 4));
+    _mm256_storeu_pd(dy, _mm256_mul_pd(*d0, gv));
+    _mm256_storeu_pd(dy + 4, _mm256_mul_pd(*d1, gv));
 }
 
-ATTNX_AVX2 static double attnx_mse_f32_avx2(const float *y, const float *t, float *dy,
-                                            ptrdiff_t n, float g)
+ATTNX_AVX2 static inline void attnx_mse_group_f32(const float *y, const float *t, float *dy,
+                                                  float g, __m256d *d0, __m256d *d1)
 {
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
-    const __m256 gv = _mm256_set1_ps(g);
-    double acc[8], total = 0.0, diff;
-    ptrdiff_t i, n8 = n - n % 8;
-    for (i = 0; i < n8; i += 8) {
-        __m256 yv = _mm256_loadu_ps(y + i), tv = _mm256_loadu_ps(t + i);
-        __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(yv)),
-                                   _mm256_cvtps_pd(_mm256_castps256_ps128(tv)));
-        __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(yv, 1)),
-                                   _mm256_cvtps_pd(_mm256_extractf128_ps(tv, 1)));
-        a0 = _mm256_add_pd(a0, _mm256_mul_pd(d0, d0));
-        a1 = _mm256_add_pd(a1, _mm256_mul_pd(d1, d1));
-        _mm256_storeu_ps(dy + i, _mm256_mul_ps(_mm256_sub_ps(yv, tv), gv));
-    }
-    _mm256_storeu_pd(acc, a0);
-    _mm256_storeu_pd(acc + 4, a1);
-    for (; i < n; i++) {
-        diff = (double) y[i] - (double) t[i];
-        acc[0] += diff * diff;
-        dy[i] = (y[i] - t[i]) * g;
-    }
-    for (int u = 0; u < 8; u++)
-        total += acc[u];
-    return total / (double) n;
+    const __m256 yv = _mm256_loadu_ps(y), tv = _mm256_loadu_ps(t);
+    *d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(yv)),
+                        _mm256_cvtps_pd(_mm256_castps256_ps128(tv)));
+    *d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(yv, 1)),
+                        _mm256_cvtps_pd(_mm256_extractf128_ps(tv, 1)));
+    _mm256_storeu_ps(dy, _mm256_mul_ps(_mm256_sub_ps(yv, tv), _mm256_set1_ps(g)));
 }
+
+#define ATTNX_MSE_AVX2(T, SUF)                                                        \
+ATTNX_AVX2 static double attnx_mse_##SUF##_avx2(const T *y, const T *t, T *dy,          \
+                                                ptrdiff_t n, T g)                     \
+{                                                                                     \
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), d0, d1;               \
+    double acc[8], total = 0.0, diff;                                                 \
+    ptrdiff_t i;                                                                      \
+    for (i = 0; i + 8 <= n; i += 8) {                                                 \
+        attnx_mse_group_##SUF(y + i, t + i, dy + i, g, &d0, &d1);                      \
+        a0 = _mm256_add_pd(a0, _mm256_mul_pd(d0, d0));                                \
+        a1 = _mm256_add_pd(a1, _mm256_mul_pd(d1, d1));                                \
+    }                                                                                 \
+    _mm256_storeu_pd(acc, a0);                                                        \
+    _mm256_storeu_pd(acc + 4, a1);                                                    \
+    for (; i < n; i++) {                                                              \
+        diff = (double) y[i] - (double) t[i];                                         \
+        acc[0] += diff * diff;                                                        \
+        dy[i] = (T) ((y[i] - t[i]) * g);                                              \
+    }                                                                                 \
+    for (int u = 0; u < 8; u++)                                                       \
+        total += acc[u];                                                              \
+    return total / (double) n;                                                        \
+}
+ATTNX_MSE_AVX2(float, f32)
+ATTNX_MSE_AVX2(double, f64)
+#undef ATTNX_MSE_AVX2
 
 #endif
 
