@@ -90,8 +90,9 @@ FL_VPOW2_AVX2(__m256d, pd, _mm256_castpd_si256, _mm256_slli_epi64)
  * exponent build) and a zeroing mask for t below FL_T2LO (no lower clamp needed:
  * those lanes are discarded). No upper clamp either: vscalef overflows to inf by
  * itself, and the kernels' t = (s - m) log2 e is <= 0 (m is the row's max or
- * log-sum-exp); NaN passes through every step. Same results as FL_VPOW2 for
- * t <= FL_T2HI. VT: __m512 or __m512d, MT its mask type, S: ps or pd. */
+ * log-sum-exp); NaN passes through every step. Same results as fl_vpow2 for
+ * t <= FL_T2HI. Instantiated for float32 only (VT __m512, MT __mmask16, S ps):
+ * float64 uses the table version below. */
 #define FL_VPOW2W_AVX512(VT, MT, S)                                                   \
 FL_ATTR static inline FL_NAME(vwide) FL_NAME(fl_vpow2w)(FL_NAME(vwide) tw)            \
 {                                                                                     \
