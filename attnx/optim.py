@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
@@ -31,13 +31,22 @@ class AdamW:
 
     params: a model's `params` (one kernel call over its flat buffer), or any
     dict of C-contiguous writeable float arrays of one dtype.
+    decay: which parameters weight_decay applies to: "all" (the default, as
+    torch.optim.AdamW over one parameter group), "matrices" (the weight matrices of
+    linear maps: arrays of 2 or more dimensions, except position tables, whose names
+    start with "pos."; biases, norm gains and tokens are not decayed, the usual
+    transformer recipe), or a callable (name, array) -> bool. Over a model's flat
+    buffer, each run of neighbouring parameters with the same decay is one kernel call.
     """
 
     def __init__(self, params: Mapping[str, FloatArray], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01) -> None:
+                 weight_decay: float = 0.01, *,
+                 decay: str | Callable[[str, FloatArray], bool] = "all") -> None:
         self.lr, self.betas, self.eps, self.weight_decay = _check_hyper(lr, betas, eps,
                                                                         weight_decay)
+        self.decay = decay
+        decides = _decay_rule(decay)
         if not isinstance(params, Mapping) or not params:
             raise TypeError("params must be a non-empty dict of name -> ndarray "
                             "(a model's .params)")
@@ -57,6 +66,12 @@ class AdamW:
                 raise TypeError("all params must share one dtype")
             self._bufs = bufs
         self._flat = isinstance(params, ParamDict)
+        # per buffer: runs (start, stop, decayed) of neighbouring values
+        if self._flat:
+            self._runs = [_runs(params, decides)]
+        else:
+            self._runs = [[(0, b.shape[0], bool(decides(k, params[k])))]
+                          for k, b in zip(self._keys, self._bufs)]
         self.m = [np.zeros_like(b) for b in self._bufs]
         self.v = [np.zeros_like(b) for b in self._bufs]
         self.t = 0
@@ -87,10 +102,16 @@ class AdamW:
         self.t += 1
         b1, b2 = self.betas
         nthreads = num_threads()
-        for p, g, m, v in zip(self._bufs, gbufs, self.m, self.v):
-            # threads only for buffers worth splitting (slabs of 2**16 elements)
-            nth = nthreads if p.shape[0] >= 1 << 17 else 1
-            adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay, self.t, nth)
+        for p, g, m, v, runs in zip(self._bufs, gbufs, self.m, self.v, self._runs):
+            for a, z, decayed in runs:
+                wd = self.weight_decay if decayed else 0.0
+                # threads only for buffers worth splitting (slabs of 2**16 elements)
+                nth = nthreads if z - a >= 1 << 17 else 1
+                if a == 0 and z == p.shape[0]:
+                    adamw_step(p, g, m, v, self.lr, b1, b2, self.eps, wd, self.t, nth)
+                else:
+                    adamw_step(p[a:z], g[a:z], m[a:z], v[a:z], self.lr, b1, b2, self.eps,
+                               wd, self.t, nth)
 
     def state_dict(self) -> dict[str, Any]:
         """Step count and moment buffers (copies), for saving."""
@@ -103,6 +124,42 @@ class AdamW:
         self.t = int(state["t"])
         for dst, src in zip(self.m + self.v, list(state["m"]) + list(state["v"])):
             dst[...] = src
+
+
+def _decay_rule(decay: object) -> Callable[[str, FloatArray], bool]:
+    if decay == "all":
+        return lambda name, a: True
+    if decay == "matrices":
+        return lambda name, a: a.ndim >= 2 and not name.startswith("pos.")
+    if callable(decay):
+        return cast("Callable[[str, FloatArray], bool]", decay)
+    raise ValueError(f"decay must be 'all', 'matrices' or a callable (name, array) -> bool, "
+                     f"got {decay!r}")
+
+
+def _runs(params: ParamDict, decides: Callable[[str, FloatArray], bool]
+          ) -> list[tuple[int, int, bool]]:
+    """(start, stop, decayed) runs covering the flat buffer, neighbours of one kind merged
+    (values that belong to no named parameter are decayed like their left neighbour)."""
+    flat = params.flat
+    base = flat.__array_interface__["data"][0]
+    spans = []
+    for k, a in params.items():
+        start = (a.__array_interface__["data"][0] - base) // flat.itemsize
+        spans.append((start, start + a.size, bool(decides(k, a))))
+    spans.sort()
+    runs: list[tuple[int, int, bool]] = []
+    for a, z, d in spans:
+        if runs and runs[-1][2] == d:
+            runs[-1] = (runs[-1][0], z, d)
+        elif runs:
+            runs[-1] = (runs[-1][0], a, runs[-1][2])
+            runs.append((a, z, d))
+        else:
+            runs.append((0, z, d))
+    if runs:
+        runs[-1] = (runs[-1][0], flat.shape[0], runs[-1][2])
+    return runs
 
 
 def _check_hyper(lr: object, betas: Any, eps: object,

@@ -161,3 +161,44 @@ def test_clip_grad_norm_dict_and_errors():
     nan = {"a": np.array([np.nan, 1.0])}
     assert math.isnan(schedules.clip_grad_norm(nan, 1.0))
     assert nan["a"][1] == 1.0   # untouched
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adamw_decay_matrices_matches_torch_param_groups(torch, dtype):
+    """decay="matrices": torch.optim.AdamW with two groups (weights decayed; biases,
+    norms and the position table not), same gradients for 3 steps."""
+    m = attnx.SequenceModel(3, 8, 2, 1, 2, positional="learned", max_len=6, norm="pre",
+                            pooling="mean", dtype=dtype, random_state=0)
+    opt = attnx.AdamW(m.params, lr=1e-2, weight_decay=0.1, decay="matrices")
+    tp = {k: torch.nn.Parameter(torch.tensor(v.copy())) for k, v in m.params.items()}
+    dec = [p for k, p in tp.items() if p.ndim >= 2 and not k.startswith("pos.")]
+    rest = [p for k, p in tp.items() if not (p.ndim >= 2 and not k.startswith("pos."))]
+    assert dec and rest
+    topt = torch.optim.AdamW([{"params": dec, "weight_decay": 0.1},
+                              {"params": rest, "weight_decay": 0.0}], lr=1e-2)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        m.grads.flat[...] = rng.normal(size=m.grads.flat.shape)
+        for k, p in tp.items():
+            p.grad = torch.tensor(m.grads[k].copy())
+        opt.step(m.grads)
+        topt.step()
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    for k, p in tp.items():
+        np.testing.assert_allclose(m.params[k], p.detach().numpy(), rtol=tol, atol=tol)
+
+
+def test_adamw_decay_all_is_one_run_and_rule_checked():
+    m = attnx.SequenceModel(3, 8, 2, 1, 2, random_state=0)
+    assert len(attnx.AdamW(m.params).__dict__["_runs"][0]) == 1
+    runs = attnx.AdamW(m.params, decay="matrices")._runs[0]
+    assert runs[0][0] == 0 and runs[-1][1] == m.params.flat.shape[0]
+    assert all(a[1] == b[0] and a[2] != b[2] for a, b in zip(runs, runs[1:]))
+    with pytest.raises(ValueError, match="decay"):
+        attnx.AdamW(m.params, decay="weights")
+    d = {"w": np.zeros((2, 2)), "b": np.zeros(2)}
+    opt = attnx.AdamW(d, lr=0.1, weight_decay=0.5, decay=lambda name, a: name == "w")
+    d["w"][...] = 1.0
+    d["b"][...] = 1.0
+    opt.step({"w": np.zeros((2, 2)), "b": np.zeros(2)})
+    assert np.allclose(d["w"], 0.95) and np.allclose(d["b"], 1.0)
