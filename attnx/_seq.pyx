@@ -301,17 +301,22 @@ def add_sub(floating[:, ::1] out, const floating[:, ::1] a, const floating[:, ::
 
 
 def cross_entropy_rows(const floating[:, ::1] z, const int64_t[::1] lab,
-                       const double[::1] w, double total, floating[:, ::1] dz):
+                       const double[::1] w, double total, floating[:, ::1] dz,
+                       double smoothing=0.0):
     """sum_r w_r l_r / total with l_r = logsumexp(z_r) - z_r[lab_r] (row max subtracted);
-    dz = w_r / total * (softmax(z_r) - onehot(lab_r)). w None means every w_r = 1."""
+    dz = w_r / total * (softmax(z_r) - onehot(lab_r)). w None means every w_r = 1.
+    smoothing e > 0 replaces the one-hot target by (1 - e) onehot + e / C (PyTorch's
+    label_smoothing): l_r = lse(z_r) - (1 - e) z_r[lab_r] - e mean_j z_r[j]."""
     cdef Py_ssize_t n = z.shape[0], c = z.shape[1], r, j
-    cdef double mx, se, acc = 0, wr, e
+    cdef double mx, se, acc = 0, wr, e, zs, keep = 1.0 - smoothing
     _len("cross-entropy", "labels", lab, n)
     _len("cross-entropy", "sample_weight", w, n)
     _shape("cross-entropy", "dz", dz, n, c)
     if c < 1 or not total > 0:
         raise ValueError(f"cross-entropy: needs classes and a positive total, got "
                          f"{c} classes, total {total}")
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"cross-entropy: label_smoothing must be in [0, 1), got {smoothing}")
     for r in range(n):
         if not 0 <= lab[r] < c:
             raise ValueError(f"cross-entropy: label {lab[r]} at row {r} is outside [0, {c})")
@@ -322,16 +327,26 @@ def cross_entropy_rows(const floating[:, ::1] z, const int64_t[::1] lab,
                 if z[r, j] > mx:
                     mx = z[r, j]
             se = 0
+            zs = 0
             for j in range(c):
                 e = exp(<double> z[r, j] - mx)
                 dz[r, j] = <floating> e
                 se = se + e
+                zs = zs + z[r, j]
             wr = w[r] if w is not None else 1.0
-            acc = acc + wr * (log(se) + mx - z[r, lab[r]])
+            if smoothing == 0.0:
+                acc = acc + wr * (log(se) + mx - z[r, lab[r]])
+            else:
+                acc = acc + wr * (log(se) + mx - keep * z[r, lab[r]] - smoothing * zs / c)
             wr = wr / total
             for j in range(c):
                 dz[r, j] = <floating> (dz[r, j] / se * wr)
-            dz[r, lab[r]] -= <floating> wr
+            if smoothing == 0.0:
+                dz[r, lab[r]] -= <floating> wr
+            else:
+                for j in range(c):
+                    dz[r, j] -= <floating> (wr * smoothing / c)
+                dz[r, lab[r]] -= <floating> (wr * keep)
     return acc / total
 
 

@@ -50,6 +50,7 @@ def mse_loss(y: FloatArray, y_true: npt.ArrayLike, *,
 
 def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
                        sample_weight: npt.ArrayLike | None = None,
+                       label_smoothing: float = 0.0,
                        out: FloatArray | None = None) -> tuple[float, FloatArray]:
     """Softmax cross-entropy and its gradient, as torch.nn.functional.cross_entropy.
 
@@ -61,6 +62,8 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
         how padding is excluded), else the mean of l over every label.
     l = logsumexp(logits) - logits[label], computed with the row maximum
     subtracted so that large scores do not overflow.
+    label_smoothing: e in [0, 1); the target becomes (1 - e) onehot(label) + e / C,
+    as torch's label_smoothing (l = logsumexp - (1 - e) logits[label] - e mean(logits)).
 
     Returns (loss as a Python float, dL/dlogits shaped like logits). `out`, an
     array like logits, receives the gradient without allocating.
@@ -85,6 +88,10 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
                          f"[{labels.min()}, {labels.max()}]")
     if not finite(logits):
         raise ValueError("logits contains NaN or infinity")
+    if (isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float))
+            or not 0.0 <= label_smoothing < 1.0):
+        raise ValueError(f"label_smoothing must be a real number in [0, 1), got "
+                         f"{label_smoothing!r}")
     z = np.ascontiguousarray(logits).reshape(-1, n_cls)
     lab = labels.reshape(-1).astype(np.int64, copy=False)
     n = lab.shape[0]
@@ -111,6 +118,6 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
           or not out.flags.writeable):
         raise ValueError(f"out must be a writeable C-contiguous {logits.dtype} array of shape "
                          f"{logits.shape}")
-    loss = cross_entropy_rows(z, lab, w, total, out.reshape(-1, n_cls))
+    loss = cross_entropy_rows(z, lab, w, total, out.reshape(-1, n_cls), float(label_smoothing))
     return float(loss), out
 

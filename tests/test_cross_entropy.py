@@ -122,3 +122,41 @@ def test_errors(rng):
     z[1, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         attnx.cross_entropy_loss(z, np.zeros(4, int))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("eps", [0.1, 0.3])
+def test_label_smoothing_matches_torch(torch, dtype, eps, rng):
+    logits = (rng.normal(size=(6, 5, 4)) * 2).astype(dtype)
+    labels = rng.integers(0, 4, size=(6, 5))
+    sw = rng.uniform(0, 2, size=(6, 5))
+    loss, d = attnx.cross_entropy_loss(logits, labels, sample_weight=sw, label_smoothing=eps)
+    z = torch.tensor(logits, requires_grad=True)
+    lv = torch.nn.functional.cross_entropy(z.reshape(-1, 4), torch.tensor(labels.reshape(-1)),
+                                           reduction="none", label_smoothing=eps)
+    swt = torch.tensor(sw.reshape(-1), dtype=z.dtype)
+    tl = (lv * swt).sum() / swt.sum()
+    tl.backward()
+    assert abs(loss - tl.item()) <= TOL[dtype] * max(1, abs(tl.item()))
+    assert rel_err(d, z.grad.numpy()) < TOL[dtype] * 10
+
+
+def test_label_smoothing_finite_differences_and_errors(rng):
+    logits = rng.normal(size=(4, 5))
+    labels = rng.integers(0, 5, size=4)
+    _, d = attnx.cross_entropy_loss(logits, labels, label_smoothing=0.2)
+    h = 1e-6
+    for idx in [(0, 0), (1, 3), (3, 4)]:
+        z = logits.copy()
+        z[idx] += h
+        lp, _ = attnx.cross_entropy_loss(z, labels, label_smoothing=0.2)
+        z[idx] -= 2 * h
+        lm, _ = attnx.cross_entropy_loss(z, labels, label_smoothing=0.2)
+        assert abs((lp - lm) / (2 * h) - d[idx]) < 1e-8
+    # 0 keeps the plain loss bit for bit
+    a = attnx.cross_entropy_loss(logits, labels)
+    b = attnx.cross_entropy_loss(logits, labels, label_smoothing=0.0)
+    assert a[0] == b[0] and np.array_equal(a[1], b[1])
+    for bad in (-0.1, 1.0, "x", True):
+        with pytest.raises(ValueError, match="label_smoothing"):
+            attnx.cross_entropy_loss(logits, labels, label_smoothing=bad)
