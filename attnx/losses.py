@@ -121,3 +121,88 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
     loss = cross_entropy_rows(z, lab, w, total, out.reshape(-1, n_cls), float(label_smoothing))
     return float(loss), out
 
+
+
+def _regression_args(name: str, y: FloatArray, y_true: npt.ArrayLike,
+                     out: FloatArray | None, tail: tuple[int, ...] = ()
+                     ) -> tuple[FloatArray, FloatArray]:
+    """(y_true as y's dtype, out) after the checks the elementwise losses share; y_true has
+    y's shape without `tail` trailing axes."""
+    if not isinstance(y, np.ndarray) or y.dtype not in (np.float32, np.float64):
+        raise TypeError(f"y must be a float32 or float64 ndarray, got "
+                        f"{getattr(y, 'dtype', type(y).__name__)}")
+    want = y.shape[:y.ndim - len(tail)] if tail else y.shape
+    t = np.asarray(y_true)
+    if t.shape != want:
+        raise ValueError(f"y_true must have shape {want} for {name}, got {t.shape}")
+    if t.dtype.kind not in "fiu":
+        raise TypeError(f"y_true must hold real numbers, got dtype {t.dtype}")
+    if y.size == 0:
+        raise ValueError(f"{name} of an empty array is undefined")
+    if not finite(np.ascontiguousarray(y)):
+        raise ValueError("y contains NaN or infinity")
+    tc = as_dtype("y_true", t, y.dtype)
+    if not finite(np.ascontiguousarray(tc)):
+        raise ValueError("y_true contains NaN or infinity")
+    if out is None:
+        out = np.empty(y.shape, dtype=y.dtype)
+    elif (not isinstance(out, np.ndarray) or out.shape != y.shape or out.dtype != y.dtype
+          or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out must be a writeable C-contiguous {y.dtype} array of shape {y.shape}")
+    return tc, out
+
+
+def mae_loss(y: FloatArray, y_true: npt.ArrayLike, *,
+             out: FloatArray | None = None) -> tuple[float, FloatArray]:
+    """Mean absolute error and its gradient: loss = mean|y - y_true|,
+    dL/dy = sign(y - y_true) / N (0 where they are equal, as torch's l1_loss)."""
+    t, out = _regression_args("mae_loss", y, y_true, out)
+    np.subtract(y, t, out=out)
+    loss = float(np.abs(out).mean(dtype=np.float64))
+    np.sign(out, out=out)
+    out *= out.dtype.type(1.0 / out.size)
+    return loss, out
+
+
+def huber_loss(y: FloatArray, y_true: npt.ArrayLike, delta: float = 1.0, *,
+               out: FloatArray | None = None) -> tuple[float, FloatArray]:
+    """Huber loss (torch's huber_loss, mean reduction) and its gradient: per element
+    0.5 e^2 where |e| <= delta, delta (|e| - delta / 2) beyond, e = y - y_true;
+    dL/dy = clip(e, -delta, delta) / N."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0 \
+            or not np.isfinite(delta):
+        raise ValueError(f"delta must be a finite real number > 0, got {delta!r}")
+    t, out = _regression_args("huber_loss", y, y_true, out)
+    np.subtract(y, t, out=out)
+    e = out.astype(np.float64)
+    a = np.abs(e)
+    d = float(delta)
+    loss = float(np.where(a <= d, 0.5 * e * e, d * (a - 0.5 * d)).mean())
+    np.clip(out, -d, d, out=out)
+    out *= out.dtype.type(1.0 / out.size)
+    return loss, out
+
+
+def pinball_loss(y: FloatArray, y_true: npt.ArrayLike, quantiles: npt.ArrayLike, *,
+                 out: FloatArray | None = None) -> tuple[float, FloatArray]:
+    """Pinball (quantile) loss over several quantiles at once, and its gradient.
+
+    y (..., Q): one prediction per quantile level q_j; y_true (...): the observed
+    values; quantiles (Q,) in (0, 1). Per element, with e = y_true - y[..., j]:
+    q_j e where e >= 0, (q_j - 1) e where e < 0; the loss is the mean over every
+    element and quantile. dL/dy = (1 - q_j) / N where y is above y_true, -q_j / N
+    where below (0 where equal).
+    """
+    q = np.asarray(quantiles, dtype=np.float64)
+    if q.ndim != 1 or q.size == 0 or not np.all((q > 0) & (q < 1)):
+        raise ValueError(f"quantiles must be a non-empty 1-D sequence of levels in (0, 1), "
+                         f"got {quantiles!r}")
+    if not isinstance(y, np.ndarray) or y.ndim < 1 or y.shape[-1] != q.size:
+        raise ValueError(f"y must end with one column per quantile ({q.size}), got shape "
+                         f"{getattr(y, 'shape', None)}")
+    t, out = _regression_args("pinball_loss", y, y_true, out, tail=(q.size,))
+    e = t[..., None].astype(np.float64) - y.astype(np.float64)
+    loss = float(np.maximum(q * e, (q - 1.0) * e).mean())
+    g = np.where(e > 0, -q, np.where(e < 0, 1.0 - q, 0.0)) / e.size
+    np.copyto(out, g, casting="same_kind")
+    return loss, out
