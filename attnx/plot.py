@@ -185,3 +185,121 @@ def _one_sample(X: npt.ArrayLike, sample: int) -> AnyArray:
     if not 0 <= sample < X.shape[0]:
         raise ValueError(f"sample must be in [0, {X.shape[0]}), got {sample}")
     return X[sample:sample + 1]
+
+
+def attention_over_series(series: npt.ArrayLike, weights: npt.ArrayLike,
+                          ax: Axes | None = None, *, patch_len: int = 1,
+                          patch_stride: int | None = None, cmap: str = "magma_r",
+                          title: str | None = None) -> Axes:
+    """Draw a series with the attention its time steps received shaded beneath it.
+
+    series: (T,) or (T, n_channels) values of one sample. weights: the attention one
+    sample received, as a (Tq, Tk) map (averaged over the queries), a (n_heads, Tq, Tk)
+    stack (averaged over heads and queries) or already a (Tk,) importance per key
+    position. With patches (patch_len, patch_stride), key position j covers the time
+    steps [j*stride, j*stride + patch_len); a step's shade is the mean importance of the
+    positions that cover it. Padded keys (weight 0 everywhere) shade nothing.
+    Returns the Axes.
+    """
+    _matplotlib()
+    y = np.asarray(series, dtype=np.float64)
+    if y.ndim == 1:
+        y = y[:, None]
+    if y.ndim != 2 or y.shape[0] == 0:
+        raise ValueError(f"series must be (T,) or (T, n_channels), got shape "
+                         f"{np.shape(series)}")
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim == 3:
+        w = w.mean(axis=0)
+    if w.ndim == 2:
+        w = w.mean(axis=0)
+    if w.ndim != 1 or w.size == 0 or not np.all(np.isfinite(w)):
+        raise ValueError(f"weights must be (Tk,), (Tq, Tk) or (n_heads, Tq, Tk) finite "
+                         f"values, got shape {np.shape(weights)}")
+    for name, v in (("patch_len", patch_len), ("patch_stride", patch_stride)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)
+                              or v < 1):
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    stride = patch_len if patch_stride is None else int(patch_stride)
+    t_len = y.shape[0]
+    need = (w.size - 1) * stride + patch_len
+    if need > t_len + stride:
+        raise ValueError(f"{w.size} key positions of patch_len={patch_len}, "
+                         f"stride={stride} cover {need} steps, but the series has {t_len}")
+    per_step = np.zeros(t_len)
+    count = np.zeros(t_len)
+    for j, v in enumerate(w):
+        a = j * stride
+        per_step[a:a + patch_len] += v
+        count[a:a + patch_len] += 1
+    per_step = np.divide(per_step, count, out=np.zeros_like(per_step), where=count > 0)
+    if ax is None:
+        ax = _new_axes()
+    lo, hi = float(np.min(y)), float(np.max(y))
+    pad = 0.05 * (hi - lo or 1.0)
+    top = per_step.max() or 1.0
+    ax.imshow(per_step[None, :] / top, aspect="auto", cmap=cmap, vmin=0.0, vmax=1.0,
+              extent=(-0.5, t_len - 0.5, lo - pad, hi + pad), alpha=0.6, origin="lower")
+    for c in range(y.shape[1]):
+        ax.plot(np.arange(t_len), y[:, c], lw=1.2, color="C0" if y.shape[1] == 1 else None)
+    ax.set_xlim(-0.5, t_len - 0.5)
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.set_xlabel("time step")
+    ax.set_ylabel("value")
+    ax.set_title(title or "attention received per time step (darker = more)")
+    return ax
+
+
+def forecast(history: npt.ArrayLike, prediction: npt.ArrayLike, ax: Axes | None = None, *,
+             lower: npt.ArrayLike | None = None, upper: npt.ArrayLike | None = None,
+             actual: npt.ArrayLike | None = None, index: npt.ArrayLike | None = None,
+             coverage: float | None = None, title: str | None = None) -> Axes:
+    """Draw a series' history, its point forecast, an optional interval band and the
+    held-out actual values; returns the Axes.
+
+    history (T,), prediction (H,), lower/upper (H,) (both or neither), actual (H,) the
+    values that came after. index: T + H x positions (dates or numbers; default 0..);
+    coverage labels the band (e.g. 0.9 -> "90% interval").
+    """
+    _matplotlib()
+    hist = np.asarray(history, dtype=np.float64).reshape(-1)
+    pred = np.asarray(prediction, dtype=np.float64).reshape(-1)
+    if hist.size == 0 or pred.size == 0:
+        raise ValueError(f"history and prediction must be non-empty 1-D series, got "
+                         f"{hist.size} and {pred.size} values")
+    h = pred.size
+    if (lower is None) != (upper is None):
+        raise ValueError("give both lower and upper (an interval), or neither")
+    arrays = {}
+    for name, v in (("lower", lower), ("upper", upper), ("actual", actual)):
+        if v is not None:
+            a = np.asarray(v, dtype=np.float64).reshape(-1)
+            if a.size != h:
+                raise ValueError(f"{name} must have one value per forecast step ({h}), "
+                                 f"got {a.size}")
+            arrays[name] = a
+    if index is None:
+        x = np.arange(hist.size + h)
+    else:
+        x = np.asarray(index)
+        if x.shape != (hist.size + h,):
+            raise ValueError(f"index must have len(history) + horizon = {hist.size + h} "
+                             f"entries, got shape {x.shape}")
+    if ax is None:
+        ax = _new_axes()
+    xh, xf = x[:hist.size], x[hist.size:]
+    ax.plot(xh, hist, color="C0", lw=1.2, label="history")
+    if "lower" in arrays:
+        label = "interval" if coverage is None else f"{round(100 * coverage)}% interval"
+        ax.fill_between(xf, arrays["lower"], arrays["upper"], color="C1", alpha=0.25,
+                        label=label)
+    if "actual" in arrays:
+        ax.plot(xf, arrays["actual"], color="k", lw=1.0, ls="--", label="actual")
+    ax.plot(xf, pred, color="C1", lw=1.8, label="forecast")
+    ax.axvline(xh[-1], color="grey", lw=0.8, alpha=0.6)
+    ax.set_xlabel("time")
+    ax.set_ylabel("value")
+    ax.set_title(title or f"forecast, horizon {h}")
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    return ax

@@ -111,3 +111,41 @@ def test_without_matplotlib_the_message_says_what_to_install(monkeypatch):
         plot.attention_heatmap(np.ones((3, 3)))
     with pytest.raises(ImportError, match=r"pip install attnx\[plot\]"):
         plot.loss_curve([1.0, 0.5])
+
+
+def test_forecast_plot(tmp_path):
+    rng = np.random.default_rng(0)
+    hist = np.sin(np.arange(60) / 4) + rng.normal(0, 0.1, 60)
+    pred = np.sin(np.arange(60, 72) / 4)
+    ax = plot.forecast(hist, pred, lower=pred - 0.3, upper=pred + 0.3, actual=pred + 0.05,
+                       coverage=0.9)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["history", "90% interval", "actual", "forecast"]
+    line = next(ln for ln in ax.lines if ln.get_label() == "forecast")
+    np.testing.assert_allclose(line.get_ydata(), pred)
+    np.testing.assert_allclose(line.get_xdata(), np.arange(60, 72))
+    assert _not_blank(_saved_pixels(ax, tmp_path / "fc.png"))
+    with pytest.raises(ValueError, match="both lower and upper"):
+        plot.forecast(hist, pred, lower=pred)
+    with pytest.raises(ValueError, match="actual must have one value per forecast step"):
+        plot.forecast(hist, pred, actual=pred[:3])
+    with pytest.raises(ValueError, match="index"):
+        plot.forecast(hist, pred, index=np.arange(10))
+
+
+def test_attention_over_series(tmp_path):
+    t = np.arange(40, dtype=float)
+    series = np.sin(t / 3)
+    w = np.zeros((2, 10, 10))
+    w[:, :, 4] = 1.0                      # every query looks at key 4
+    ax = plot.attention_over_series(series, w, patch_len=4, patch_stride=4)
+    shade = ax.get_images()[0].get_array()[0]
+    assert shade.shape == (40,)
+    assert np.all(shade[16:20] == 1.0) and np.all(shade[:16] == 0) and np.all(shade[20:] == 0)
+    assert _not_blank(_saved_pixels(ax, tmp_path / "att.png"))
+    with pytest.raises(ValueError, match="cover"):
+        plot.attention_over_series(series[:10], w, patch_len=4)
+    with pytest.raises(ValueError, match="weights must be"):
+        plot.attention_over_series(series, np.ones((1, 1, 1, 1)))
+    with pytest.raises(ValueError, match="patch_len"):
+        plot.attention_over_series(series, w, patch_len=0)
