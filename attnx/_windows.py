@@ -153,7 +153,7 @@ def patchify(x: F64, mask: npt.NDArray[np.bool_], patch_len: int, stride: int
     npch = n_patches(w, patch_len, stride)
     idx = stride * np.arange(npch)[:, None] + np.arange(patch_len)[None, :]
     p = x[:, idx, :].reshape(n, npch, patch_len * c)
-    pm = mask[:, idx].all(axis=2)
+    pm: npt.NDArray[np.bool_] = np.asarray(mask[:, idx].all(axis=2))
     return np.ascontiguousarray(p), pm
 
 

@@ -67,7 +67,7 @@ class AdamW:
             self._bufs = bufs
         self._flat = isinstance(params, ParamDict)
         # per buffer: runs (start, stop, decayed) of neighbouring values
-        if self._flat:
+        if isinstance(params, ParamDict):
             self._runs = [_runs(params, decides)]
         else:
             self._runs = [[(0, b.shape[0], bool(decides(k, params[k])))]
