@@ -158,7 +158,8 @@ def seasonal_naive_scale(y_train: object, season: int = 1) -> _F64:
         raise ValueError(f"y_train must be longer than season={m} to scale MASE, got "
                          f"{y.shape[0]} values")
     y2 = y.reshape(y.shape[0], -1)
-    return np.abs(y2[m:] - y2[:-m]).mean(axis=0)
+    scale: _F64 = np.abs(y2[m:] - y2[:-m]).mean(axis=0)
+    return scale
 
 
 def mase(y_true: object, y_pred: object, y_train: object, season: int = 1) -> float:
@@ -175,7 +176,7 @@ def mase(y_true: object, y_pred: object, y_train: object, season: int = 1) -> fl
     k = 1 if t.ndim == 1 else t.shape[1]
     if scale.shape[0] != k:
         raise ValueError(f"y_train must have the {k} channel(s) of y_true {t.shape}, got "
-                         f"shape {np.shape(y_train)}")
+                         f"{scale.shape[0]}")
     if (scale == 0).any():
         raise ValueError(f"y_train's seasonal naive error (season={season}) is 0 for "
                          f"channel(s) {np.flatnonzero(scale == 0).tolist()}: MASE is "
@@ -358,8 +359,8 @@ class BacktestResult:
 
     def to_frame(self) -> Any:
         """rows as a pandas DataFrame (pandas imported here)."""
-        import pandas as pd
-        return pd.DataFrame(self.rows)
+        import importlib
+        return importlib.import_module("pandas").DataFrame(self.rows)
 
 
 def _is_list_of_series(y: object) -> bool:
@@ -368,8 +369,9 @@ def _is_list_of_series(y: object) -> bool:
 
 def _series_list(name: str, y: object, n: int | None = None) -> list[_F64]:
     """y (one series, or a list of them) as a list of float64 arrays."""
-    if _is_list_of_series(y):
-        out = [_real(f"{name}[{i}]", s) for i, s in enumerate(y)]  # type: ignore[arg-type]
+    out: list[_F64]
+    if isinstance(y, (list, tuple)) and _is_list_of_series(y):
+        out = [_real(f"{name}[{i}]", s) for i, s in enumerate(y)]
     else:
         out = [_real(name, y)]
     if n is not None and len(out) != n:

@@ -420,3 +420,34 @@ def test_backtest_list_errors():
         fc.backtest(est, ys, horizon=3, initial=10, step=2, X=[np.ones(30), np.ones(21)])
     with pytest.raises(ValueError, match="y\\[1\\] must have the channels"):
         fc.backtest(est, [np.ones((30, 2)), np.ones((30, 3))], horizon=3, initial=10, step=2)
+
+
+# ---------------------------------------------------------------- the benchmark harness
+def test_benchmark_harness_scores_seasonal_naive_and_skips_missing_forecaster(tmp_path):
+    pytest.importorskip("statsforecast")
+    pytest.importorskip("statsmodels")
+    import importlib.util
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "forecasting.py"
+    spec = importlib.util.spec_from_file_location("attnx_bench_forecasting", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "fc"
+    assert bench.main(["--sets", "nile", "--peers", "seasonal_naive,ridge_ar,attnx",
+                       "--out", str(out)]) == 0
+    res = json.loads(out.with_suffix(".json").read_text())["results"][0]
+    y = bench.load_set("nile").series[0]
+    assert res["horizon"] == 6 and len(y) == 100
+    # seasonal naive with m = 1 repeats the last training value
+    truth, last = y[-6:], y[-7]
+    scale = np.mean(np.abs(np.diff(y[:-6])))
+    sn = res["peers"]["seasonal_naive"]
+    assert sn["mase"] == pytest.approx(np.mean(np.abs(truth - last)) / scale, rel=1e-12)
+    assert sn["smape"] == pytest.approx(
+        np.mean(200 * np.abs(truth - last) / (np.abs(truth) + last)), rel=1e-12)
+    assert 0.0 <= sn["coverage"] <= 1.0 and res["peers"]["ridge_ar"]["coverage"] is None
+    import attnx
+    if not hasattr(attnx, "TransformerForecaster"):
+        assert "skipped" in res["peers"]["attnx"]["note"]
+    assert "| nile (1, 6, 1) |" in out.with_suffix(".md").read_text()
