@@ -435,7 +435,7 @@ def test_benchmark_harness_scores_seasonal_naive_and_skips_missing_forecaster(tm
     spec.loader.exec_module(bench)
     out = tmp_path / "fc"
     assert bench.main(["--sets", "nile", "--peers", "seasonal_naive,ridge_ar,attnx",
-                       "--out", str(out)]) == 0
+                       "--origins", "1", "--out", str(out)]) == 0
     res = json.loads(out.with_suffix(".json").read_text())["results"][0]
     y = bench.load_set("nile").series[0]
     assert res["horizon"] == 6 and len(y) == 100
@@ -447,6 +447,12 @@ def test_benchmark_harness_scores_seasonal_naive_and_skips_missing_forecaster(tm
     assert sn["smape"] == pytest.approx(
         np.mean(200 * np.abs(truth - last) / (np.abs(truth) + last)), rel=1e-12)
     assert 0.0 <= sn["coverage"] <= 1.0 and res["peers"]["ridge_ar"]["coverage"] is None
+    # one origin of forecasting.backtest is the hold-out itself
+    for peer in ("seasonal_naive", "ridge_ar"):
+        b = res["backtest"]["peers"][peer]
+        assert b["mase"] == pytest.approx(res["peers"][peer]["mase"], rel=1e-12)
+        assert b["n_scores"] == 1
+    assert res["backtest"]["initial"] == 94
     import attnx
     if not hasattr(attnx, "TransformerForecaster"):
         assert "skipped" in res["peers"]["attnx"]["note"]
