@@ -1,0 +1,537 @@
+#!/usr/bin/env python3
+"""Forecasting benchmark: the development panel of issue 24, held-out last h points.
+
+Every series is loaded OFFLINE from data bundled with installed packages; the last
+`h` values are held out and every peer forecasts them from the rest in one run.
+
+Development panel (tune on these only; any other series is a hold-out)
+
+  set        source                                   freq        m    h   series
+  sunspots   statsmodels.datasets.sunspots            yearly      1    6   1 (309 values)
+  co2        statsmodels.datasets.co2, weekly means   monthly    12   18   1 (526 values)
+             resampled to month starts, the few empty
+             months filled forward
+  nile       statsmodels.datasets.nile                yearly      1    6   1 (100 values)
+  uschange   aeon load_uschange: 5 channels           quarterly   4    8   5 (187 values each)
+             (Consumption, Income, Production,
+             Savings, Unemployment), each its own series
+  solar      aeon load_solar: GB solar generation     half-hourly 48  48   1 (289 values)
+  pbs        aeon PBS_dataset.csv: monthly scripts    monthly    12   18   1 (204 values)
+             (a single intermittent count series in
+             aeon, not a panel; its last 38 months are
+             all 0, so the held-out part is all zeros:
+             a forecast scores sMAPE 0 where it says 0
+             and 200 where it does not)
+  m1_yearly  aeon m1_yearly_dataset.tsf (read with    yearly      1    6   181 (15-58 values)
+             aeon's load_from_tsf_file from the
+             bundled file: no download)
+
+Horizons follow the M4 competition's rule per frequency (yearly 6, quarterly 8,
+monthly 18) and one day (48 steps) for the half-hourly series; the seasonal period m is
+M4's too (1 for yearly series, so the 11-year sunspot cycle is not given to anybody).
+MASE's scale is the in-sample seasonal naive MAE with that m on the training part,
+sMAPE is M4's, in percent (attnx.forecasting.mase / smape; a step where truth and
+forecast are both 0 counts 0, a non-zero forecast of a 0 counts 200: solar's nights). For multi-series sets
+(uschange, m1_yearly) the table shows the mean over the series of each metric;
+coverage is the share of all held-out points inside the 90% interval.
+
+Peers (statsforecast models are fitted per series, level=[90] intervals):
+  seasonal_naive  statsforecast SeasonalNaive(season_length=m)
+  auto_ets        statsforecast AutoETS(season_length=m)
+  auto_arima      statsforecast AutoARIMA(season_length=m)
+  auto_theta      statsforecast AutoTheta(season_length=m)
+  ridge_ar        scikit-learn RidgeCV (alphas 1e-4..1e2, leave-one-out) on the last
+                  L = min(max(2m, 12), n_train // 2) standardised values, one step
+                  ahead, applied recursively for h steps; no intervals
+  attnx           attnx.TransformerForecaster(horizon=h, random_state=seed) with its
+                  defaults: one global model over all series of a multi-series set.
+                  Skipped (with a note) until the class exists.
+  torch_twin      the PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py),
+                  skipped until it and the attnx class exist.
+
+Rolling-origin backtest (--origins k, default 3): every peer also goes through
+attnx.forecasting.backtest over the last k windows of h (origins h apart, a fresh fit
+at each; k is lowered for a set whose shortest series would leave fewer than
+max(2m + 1, 8) values to the first training window: M1 yearly keeps 1), giving the
+mean MASE and the 90% coverage over k*h held-out points per series.
+
+Fit time is the wall time of fit + predict of one series (summed over a set's series;
+for the global attnx model, of its one fit + predict). Timings on a loaded machine
+are indicative only. statsforecast's numba functions are compiled before the clock
+starts (each model is run once on a throw-away series).
+
+Examples
+  OMP_NUM_THREADS=1 python benchmarks/forecasting.py               # full panel
+  python benchmarks/forecasting.py --quick                         # smoke run, seconds
+  python benchmarks/forecasting.py --sets nile,sunspots --out /tmp/fc
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+if os.path.exists(os.path.join(REPO, "attnx", "__init__.py")):
+    sys.path.insert(0, REPO)  # the in-place build of this checkout
+
+from attnx.forecasting import backtest, interval_coverage, mase, smape  # noqa: E402
+
+SETS = ("sunspots", "co2", "nile", "uschange", "solar", "pbs", "m1_yearly")
+PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar", "attnx",
+         "torch_twin")
+LEVEL = 90
+
+
+# ---------------------------------------------------------------- the panel
+class Dataset:
+    """One set of the panel: a list of 1-D float64 series, its season and horizon."""
+
+    def __init__(self, name, series, names, freq, season, horizon, source):
+        self.name, self.series, self.names = name, series, names
+        self.freq, self.season, self.horizon, self.source = freq, season, horizon, source
+
+
+def _aeon_data(*parts):
+    import aeon.datasets
+    return os.path.join(os.path.dirname(aeon.datasets.__file__), "data", *parts)
+
+
+def load_set(name, quick=False):
+    """The set `name` as a Dataset (offline; see the module docstring)."""
+    if name == "sunspots":
+        import statsmodels.api as sm
+        y = sm.datasets.sunspots.load_pandas().data["SUNACTIVITY"].to_numpy(float)
+        return Dataset(name, [y], ["sunspots"], "yearly", 1, 6, "statsmodels sunspots")
+    if name == "co2":
+        import statsmodels.api as sm
+        w = sm.datasets.co2.load_pandas().data["co2"]
+        y = w.resample("MS").mean().ffill().to_numpy(float)
+        return Dataset(name, [y], ["co2"], "monthly", 12, 18,
+                       "statsmodels co2, weekly -> monthly means, ffill")
+    if name == "nile":
+        import statsmodels.api as sm
+        y = sm.datasets.nile.load_pandas().data["volume"].to_numpy(float)
+        return Dataset(name, [y], ["nile"], "yearly", 1, 6, "statsmodels nile")
+    if name == "uschange":
+        from aeon.datasets import load_uschange
+        df = load_uschange(return_array=False)  # (5 channels, 187)
+        series = [df.loc[c].to_numpy(float) for c in df.index]
+        return Dataset(name, series, [str(c) for c in df.index], "quarterly", 4, 8,
+                       "aeon load_uschange (5 channels as 5 series)")
+    if name == "solar":
+        from aeon.datasets import load_solar
+        y = np.asarray(load_solar(), dtype=float)
+        return Dataset(name, [y], ["solar"], "half-hourly", 48, 48, "aeon load_solar")
+    if name == "pbs":
+        import pandas as pd
+        y = pd.read_csv(_aeon_data("PBS_dataset", "PBS_dataset.csv"))["Scripts"]
+        return Dataset(name, [y.to_numpy(float)], ["pbs"], "monthly", 12, 18,
+                       "aeon PBS_dataset.csv")
+    if name == "m1_yearly":
+        from aeon.datasets import load_from_tsf_file
+        df, meta = load_from_tsf_file(_aeon_data("m1_yearly_dataset",
+                                                 "m1_yearly_dataset.tsf"))
+        series = [np.asarray(v, dtype=float) for v in df["series_value"]]
+        names = [str(n) for n in df["series_name"]]
+        if quick:
+            series, names = series[:12], names[:12]
+        return Dataset(name, series, names, "yearly", 1, int(meta["forecast_horizon"]),
+                       "aeon m1_yearly_dataset.tsf (bundled)")
+    raise ValueError(f"unknown set {name!r}; choose from {', '.join(SETS)}")
+
+
+# ---------------------------------------------------------------- peers
+def _statsforecast(model_name):
+    import statsforecast.models as sfm
+    cls = {"seasonal_naive": sfm.SeasonalNaive, "auto_ets": sfm.AutoETS,
+           "auto_arima": sfm.AutoARIMA, "auto_theta": sfm.AutoTheta}[model_name]
+
+    def run(y, h, m):
+        out = cls(season_length=m).forecast(y=y, h=h, level=[LEVEL])
+        return out["mean"], out[f"lo-{LEVEL}"], out[f"hi-{LEVEL}"]
+    return run
+
+
+def ridge_ar(y, h, m):
+    """Recursive one-step ridge autoregression on standardised lags (no intervals)."""
+    from sklearn.linear_model import RidgeCV
+    lags = max(1, min(max(2 * m, 12), len(y) // 2))
+    mu, sd = y.mean(), y.std()
+    z = (y - mu) / (sd if sd > 0 else 1.0)
+    Xw = np.lib.stride_tricks.sliding_window_view(z[:-1], lags)
+    model = RidgeCV(alphas=np.logspace(-4, 2, 13)).fit(Xw, z[lags:])
+    hist = list(z[-lags:])
+    out = []
+    for _ in range(h):
+        nxt = float(model.predict(np.asarray(hist[-lags:])[None, :])[0])
+        out.append(nxt)
+        hist.append(nxt)
+    return np.asarray(out) * (sd if sd > 0 else 1.0) + mu, None, None
+
+
+def attnx_forecaster(horizon, seed):
+    """attnx's forecaster with its defaults, or None while attnx has none."""
+    import attnx
+    if not hasattr(attnx, "TransformerForecaster"):
+        return None
+    return attnx.TransformerForecaster(horizon=horizon, random_state=seed)
+
+
+def torch_twin(horizon, seed):
+    """The PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py), or None
+    while it or attnx's forecaster does not exist."""
+    if attnx_forecaster(horizon, seed) is None:
+        return None
+    try:
+        import torch_forecaster  # benchmarks/ is on sys.path when run as a script
+    except ImportError:
+        return None
+    return torch_forecaster.TorchForecaster(horizon=horizon, random_state=seed)
+
+
+def _split_interval(item):
+    """(lower, upper) from a forecaster's interval output: a pair, or an array whose
+    last axis holds (lower, upper)."""
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return item
+    a = np.asarray(item, dtype=float)
+    return a[..., 0], a[..., 1]
+
+
+def run_global(factory, ds, seed):
+    """One model over all series of the set (a single series: fit on it alone).
+    Returns per-series (mean, lower, upper) and the one fit + predict time, or None
+    when the factory gives no model."""
+    h = ds.horizon
+    est = factory(h, seed)
+    if est is None:
+        return None
+    train = [s[:-h] for s in ds.series]
+    single = len(train) == 1
+    t0 = time.perf_counter()
+    est.fit(train[0] if single else train)
+    means = est.predict()
+    elapsed = time.perf_counter() - t0
+    means = [means] if single else list(means)
+    bounds = [(None, None)] * len(train)
+    if hasattr(est, "predict_interval"):
+        out = est.predict_interval(coverage=LEVEL / 100)
+        bounds = [_split_interval(o) for o in ([out] if single else out)]
+    return [(m_, lo, hi) for m_, (lo, hi) in zip(means, bounds)], elapsed
+
+
+STATSFORECAST = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta")
+
+
+def warm_up(peers):
+    """Compile the numba code of the statsforecast peers before any timing."""
+    rng = np.random.default_rng(0)
+    y = 10 + np.sin(np.arange(60) * 2 * np.pi / 12) + rng.normal(0, 0.1, 60)
+    for name in (p for p in peers if p in STATSFORECAST):
+        for m in (1, 12):
+            _statsforecast(name)(y, 6, m)
+
+
+# ---------------------------------------------------------------- scoring
+def score(ds, i, mean, lo, hi):
+    h = ds.horizon
+    y = ds.series[i]
+    train, truth = y[:-h], y[-h:]
+    mean = np.asarray(mean, dtype=float).reshape(h)
+    row = {"mase": mase(truth, mean, train, ds.season), "smape": smape(truth, mean)}
+    if lo is not None and hi is not None:
+        row["coverage"] = interval_coverage(truth, np.reshape(lo, h), np.reshape(hi, h))
+    return row
+
+
+def summarise(rows):
+    """Mean of each metric over the series that produced it."""
+    out = {"n_series": len(rows)}
+    for k in ("mase", "smape", "coverage"):
+        vals = [r[k] for r in rows if k in r]
+        out[k] = float(np.mean(vals)) if vals else None
+    return out
+
+
+def run_set(ds, peers, seed, log):
+    result = {"set": ds.name, "source": ds.source, "freq": ds.freq, "season": ds.season,
+              "horizon": ds.horizon, "n_series": len(ds.series),
+              "lengths": [len(s) for s in ds.series], "peers": {}}
+    for peer in peers:
+        rows, errors, fit_time = [], [], 0.0
+        note = None
+        if peer in ("attnx", "torch_twin"):
+            factory = attnx_forecaster if peer == "attnx" else torch_twin
+            try:
+                got = run_global(factory, ds, seed)
+            except Exception as exc:  # noqa: BLE001 - reported, not hidden
+                got, note = None, f"failed: {type(exc).__name__}: {exc}"
+                log(traceback.format_exc())
+            if got is None:
+                note = note or ("skipped: attnx.TransformerForecaster does not exist yet"
+                                if peer == "attnx" else
+                                "skipped: no attnx forecaster / benchmarks/torch_forecaster.py yet")
+            else:
+                preds, fit_time = got
+                for i, (mean_, lo, hi) in enumerate(preds):
+                    rows.append(dict(series=ds.names[i], **score(ds, i, mean_, lo, hi)))
+        else:
+            run = ridge_ar if peer == "ridge_ar" else _statsforecast(peer)
+            for i, y in enumerate(ds.series):
+                train = y[:-ds.horizon]
+                t0 = time.perf_counter()
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        mean_, lo, hi = run(train, ds.horizon, ds.season)
+                except Exception as exc:  # noqa: BLE001 - counted in the table
+                    errors.append(f"{ds.names[i]}: {type(exc).__name__}: {exc}")
+                    continue
+                elapsed = time.perf_counter() - t0
+                fit_time += elapsed
+                rows.append(dict(series=ds.names[i], fit_time=elapsed,
+                                 **score(ds, i, mean_, lo, hi)))
+        entry = summarise(rows) if rows else {"n_series": 0}
+        entry.update(fit_time=fit_time, errors=errors, note=note, rows=rows)
+        result["peers"][peer] = entry
+        if rows:
+            cov = entry["coverage"]
+            log(f"  {ds.name:10s} {peer:15s} MASE {entry['mase']:.3f}  sMAPE "
+                f"{entry['smape']:.2f}  cov90 {'-' if cov is None else f'{cov:.2f}'}  "
+                f"{fit_time:.2f}s" + (f"  ({len(errors)} failed)" if errors else ""))
+        else:
+            log(f"  {ds.name:10s} {peer:15s} {note or 'no result'}")
+    return result
+
+
+# ---------------------------------------------------------------- rolling-origin backtest
+class PeerForecaster:
+    """A peer behind attnx.forecasting.backtest's protocol. fit(y) forecasts at once
+    (statsforecast's forecast() is fit + predict in one call); predict() and
+    predict_interval(coverage=0.9) return what fit computed. One series or a list
+    (each series fitted on its own)."""
+
+    def __init__(self, peer="seasonal_naive", horizon=6, season=1):
+        self.peer, self.horizon, self.season = peer, horizon, season
+
+    def get_params(self, deep=True):
+        return {"peer": self.peer, "horizon": self.horizon, "season": self.season}
+
+    def fit(self, y, X=None):
+        run = ridge_ar if self.peer == "ridge_ar" else _statsforecast(self.peer)
+        self.single_ = not isinstance(y, list)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.out_ = [run(np.asarray(s, dtype=float), self.horizon, self.season)
+                         for s in ([y] if self.single_ else y)]
+        return self
+
+    def _pack(self, items):
+        return items[0] if self.single_ else items
+
+    def predict(self, y=None, X=None):
+        if y is not None:
+            raise ValueError("PeerForecaster forecasts from the series seen at fit only "
+                             "(use backtest(refit=True))")
+        return self._pack([np.asarray(m) for m, _, _ in self.out_])
+
+    def predict_interval(self, coverage=LEVEL / 100, y=None, X=None):
+        if abs(coverage - LEVEL / 100) > 1e-12 or self.out_[0][1] is None:
+            raise ValueError(f"{self.peer} has only {LEVEL}% intervals here, if any")
+        return self._pack([(np.asarray(lo), np.asarray(hi)) for _, lo, hi in self.out_])
+
+
+def run_backtests(ds, peers, origins, seed, log):
+    """attnx.forecasting.backtest of every peer over the last `origins` windows of h
+    (h apart, refit at each; fewer when the shortest series leaves less than
+    max(2m + 1, 8) values to the first training window)."""
+    h = ds.horizon
+    t_min = min(len(s) for s in ds.series)
+    min_train = max(2 * ds.season + 1, 8)
+    k = origins
+    while k > 1 and t_min - h * k < min_train:
+        k -= 1
+    initial = t_min - h * k
+    out = {"origins": k, "step": h, "initial": initial, "peers": {}}
+    y = ds.series[0] if len(ds.series) == 1 else list(ds.series)
+    for peer in peers:
+        if peer in ("attnx", "torch_twin"):
+            est = (attnx_forecaster if peer == "attnx" else torch_twin)(h, seed)
+            if est is None:
+                out["peers"][peer] = {"note": "skipped"}
+                continue
+            cov = LEVEL / 100 if hasattr(est, "predict_interval") else None
+        else:
+            est = PeerForecaster(peer, h, ds.season)
+            cov = None if peer == "ridge_ar" else LEVEL / 100
+        try:
+            res = backtest(est, y, horizon=h, initial=initial, step=h, season=ds.season,
+                           coverage=cov)
+        except Exception as exc:  # noqa: BLE001 - reported, not hidden
+            out["peers"][peer] = {"note": f"failed: {type(exc).__name__}: {exc}"}
+            log(f"  {ds.name:10s} {peer:15s} backtest failed: {exc}")
+            continue
+        mean = res.mean()
+        entry = {"mase": mean["mase"], "smape": mean["smape"],
+                 "coverage": mean.get("coverage"), "n_scores": len(res.rows),
+                 "time": sum(o["fit_time"] + o["predict_time"] for o in res.per_origin())}
+        out["peers"][peer] = entry
+        log(f"  {ds.name:10s} {peer:15s} backtest x{k}: MASE {entry['mase']:.3f}  cov90 "
+            f"{_fmt(entry['coverage'], '.2f')}")
+    return out
+
+
+# ---------------------------------------------------------------- report
+def _fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(results, meta):
+    peers = [p for p in PEERS if any(p in r["peers"] for r in results)]
+    lines = ["# Forecasting benchmark: development panel (issue 24)", "",
+             f"{meta['date']}, {meta['machine']}, python {meta['python']}, "
+             f"statsforecast {meta['versions'].get('statsforecast')}, scikit-learn "
+             f"{meta['versions'].get('sklearn')}, attnx {meta['versions'].get('attnx')}"
+             + (" (quick run)" if meta["quick"] else ""), "",
+             "Last h points of each series held out; one forecast per series from the rest. "
+             "MASE: in-sample seasonal-naive scale with period m (M4); sMAPE: M4, percent; "
+             f"cov90: share of held-out points inside the {LEVEL}% interval; multi-series sets: "
+             "mean over their series. See benchmarks/forecasting.py for sources and rules.", ""]
+    head = "| set (m, h, series) | " + " | ".join(peers) + " |"
+    sep = "|---|" + "---|" * len(peers)
+    for title, key, spec in (("MASE", "mase", ".3f"), ("sMAPE (%)", "smape", ".2f"),
+                             (f"{LEVEL}% interval coverage", "coverage", ".2f"),
+                             ("fit + predict time (s, whole set)", "fit_time", ".2f")):
+        lines += [f"## {title}", "", head, sep]
+        for r in results:
+            cells = []
+            for p in peers:
+                e = r["peers"].get(p)
+                if e is None or not e.get("rows"):
+                    cells.append("skipped" if e is not None and e.get("note") else "-")
+                    continue
+                val = _fmt(e.get(key), spec)
+                if e["errors"]:
+                    val += f" ({len(e['errors'])} failed)"
+                cells.append(val)
+            # the best MASE / sMAPE of a row in bold
+            if key in ("mase", "smape"):
+                vals = [r["peers"].get(p, {}).get(key) if r["peers"].get(p, {}).get("rows")
+                        else None for p in peers]
+                ok = [v for v in vals if v is not None]
+                if ok:
+                    best = min(ok)
+                    cells = [f"**{c}**" if v == best else c for c, v in zip(cells, vals)]
+            lines.append(f"| {r['set']} ({r['season']}, {r['horizon']}, {r['n_series']}) | "
+                         + " | ".join(cells) + " |")
+        lines.append("")
+    if any(r.get("backtest") for r in results):
+        lines += ["## Rolling-origin backtest: mean MASE / 90% coverage", "",
+                  "attnx.forecasting.backtest over the last k windows of h (origins h apart, "
+                  "refit at each, k = --origins or fewer for short series); means over "
+                  "origins and series.", "",
+                  "| set (origins) | " + " | ".join(peers) + " |", sep]
+        for r in results:
+            b = r.get("backtest")
+            if not b:
+                continue
+            cells = []
+            for p in peers:
+                e = b["peers"].get(p)
+                if e is None or "mase" not in e:
+                    cells.append("skipped" if e and e["note"] == "skipped" else
+                                 ("failed" if e else "-"))
+                else:
+                    cells.append(f"{e['mase']:.3f} / {_fmt(e['coverage'], '.2f')}")
+            lines.append(f"| {r['set']} ({b['origins']}) | " + " | ".join(cells) + " |")
+        lines.append("")
+    notes = sorted({f"{p}: {e['note']}" for r in results for p, e in r["peers"].items()
+                    if e.get("note")})
+    errs = [f"{r['set']} {p}: {x}" for r in results for p, e in r["peers"].items()
+            for x in e.get("errors", [])]
+    if notes or errs:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [f"- {x}" for x in errs[:20]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _versions():
+    out = {}
+    for mod in ("numpy", "statsforecast", "sklearn", "statsmodels", "aeon", "attnx"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001
+            out[mod] = None
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(SETS),
+                    help=f"comma-separated sets (default all: {','.join(SETS)})")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help=f"comma-separated peers (default all: {','.join(PEERS)})")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 12 series of m1_yearly and no AutoARIMA on the "
+                         "half-hourly solar series (m=48 takes minutes)")
+    ap.add_argument("--origins", type=int, default=3,
+                    help="also backtest every peer over the last ORIGINS windows of h "
+                         "(attnx.forecasting.backtest; default 3, 0: off)")
+    ap.add_argument("--seed", type=int, default=0, help="random_state of attnx / torch")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "forecasting_dev"),
+                    help="output prefix: writes PREFIX.md and PREFIX.json "
+                         "(default benchmarks/results/forecasting_dev)")
+    args = ap.parse_args(argv)
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    for s in sets:
+        if s not in SETS:
+            ap.error(f"--sets: unknown set {s!r}; choose from {', '.join(SETS)}")
+    for p in peers:
+        if p not in PEERS:
+            ap.error(f"--peers: unknown peer {p!r}; choose from {', '.join(PEERS)}")
+
+    def log(msg):
+        print(msg, flush=True)
+
+    if any(p in peers for p in STATSFORECAST):
+        t0 = time.perf_counter()
+        warm_up(peers)
+        log(f"statsforecast warm-up (numba compilation) {time.perf_counter() - t0:.1f}s")
+    results = []
+    for s in sets:
+        ds = load_set(s, quick=args.quick)
+        ps = [p for p in peers if not (args.quick and s == "solar" and p == "auto_arima")]
+        results.append(run_set(ds, ps, args.seed, log))
+        if args.origins > 0:
+            results[-1]["backtest"] = run_backtests(ds, ps, args.origins, args.seed, log)
+    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+            "python": platform.python_version(), "versions": _versions(),
+            "quick": args.quick, "seed": args.seed, "origins": args.origins, "level": LEVEL,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1,
+                  default=lambda o: None if isinstance(o, float) and math.isnan(o) else o)
+    text = markdown(results, meta)
+    with open(args.out + ".md", "w") as f:
+        f.write(text)
+    log(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
