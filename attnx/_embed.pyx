@@ -248,7 +248,7 @@ cdef class Windows:
         past the windows of the sequence on its own, n >= (t_b + pad_left + pad_right
         - patch_len) // stride + 1, or when it holds steps of the sequence and every one
         of them is padded. A window of padding only (before n reaches that bound) stays
-        valid, as PatchTST's end patch does."""
+        valid, as PatchTST's end patch does; a sequence with no valid step has none."""
         cdef str what = "windows mask"
         cdef Py_ssize_t b, n, l, i, tb, nbw, nb, t, nwin
         cdef bint real, valid
@@ -272,7 +272,7 @@ cdef class Windows:
             for b in range(nb):
                 tb = _valid_len(k, b, t)
                 nbw = tb + self.pad_left + self.pad_right - self.patch_len
-                nbw = nbw // self.stride + 1 if nbw >= 0 else 0
+                nbw = nbw // self.stride + 1 if nbw >= 0 and tb > 0 else 0
                 for n in range(nwin):
                     real = False
                     valid = False
