@@ -78,6 +78,15 @@ cdef _threads(str what, nthreads):
         raise ValueError(f"{what}: nthreads must be >= 1, got {nthreads}")
 
 
+def _batch(str what, str name, a, nthreads, bint out=False):
+    """(dtype, (B, T, D)) of the call's leading 3-D float buffer a, after checking it
+    and nthreads."""
+    dt = _dtype_of(what, name, a)
+    _check(what, name, a, dt, (-1, -1, -1), out=out)
+    _threads(what, nthreads)
+    return dt, a.shape
+
+
 cdef Py_ssize_t _int(str what, str name, v, Py_ssize_t lo) except? -1:
     """v as an integer >= lo (bool and float refused), else TypeError/ValueError."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -331,10 +340,7 @@ def max_pool_forward(h, km, pooled, idx, nthreads=1):
     (km (B, T) uint8, 1 = padded, or None), idx (B, D) int64 = the step it came from
     (the first on ties); a sequence with no valid step gets 0 and index -1."""
     cdef str what = "max pooling"
-    dt = _dtype_of(what, "h", h)
-    _check(what, "h", h, dt, (-1, -1, -1))
-    nb, t, d = h.shape
-    _threads(what, nthreads)
+    dt, (nb, t, d) = _batch(what, "h", h, nthreads)
     _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
     _check(what, "pooled", pooled, dt, (nb, d), out=True)
     _check(what, "idx", idx, np.int64, (nb, d), out=True)
@@ -349,10 +355,7 @@ def max_pool_backward(dpooled, idx, dh, nthreads=1):
     """dh (B, T, D) = dpooled (B, D) put on the step idx chose, zero elsewhere
     (overwritten; index -1 contributes nothing)."""
     cdef str what = "max pooling backward"
-    dt = _dtype_of(what, "dh", dh)
-    _check(what, "dh", dh, dt, (-1, -1, -1), out=True)
-    nb, t, d = dh.shape
-    _threads(what, nthreads)
+    dt, (nb, t, d) = _batch(what, "dh", dh, nthreads, out=True)
     _check(what, "dpooled", dpooled, dt, (nb, d))
     _check(what, "idx", idx, np.int64, (nb, d))
     if idx.size and (idx.min() < -1 or idx.max() >= t):
@@ -398,10 +401,7 @@ def cls_forward(h, cls, out, km=None, out_km=None, nthreads=1):
     """out (B, T+1, D) = the class token cls (D,) at position 0, then h (B, T, D).
     With km (B, T) given, out_km (B, T+1) = 0 (the token is never padded), then km."""
     cdef str what = "class token"
-    dt = _dtype_of(what, "h", h)
-    _check(what, "h", h, dt, (-1, -1, -1))
-    nb, t, d = h.shape
-    _threads(what, nthreads)
+    dt, (nb, t, d) = _batch(what, "h", h, nthreads)
     _check(what, "cls", cls, dt, (d,))
     _check(what, "out", out, dt, (nb, t + 1, d), out=True)
     _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
@@ -442,6 +442,17 @@ def cls_backward(dout, dh, dcls, accumulate=False, nthreads=1):
 # ---- RevIN: instance normalisation and its inverse ---------------------------------
 # stats (2, B, C): stats[0] = mean, stats[1] = std = sqrt(var + eps) of series (b, c)
 # over its valid steps (population variance); affine (2, C): gamma, beta, or None.
+cdef inline void _put_affine(floating[:, ::1] daff, Py_ssize_t j, double dg, double dbe,
+                             bint acc) noexcept nogil:
+    """Channel j's dgamma and dbeta into daffine (added when acc)."""
+    if acc:
+        daff[0, j] += <floating> dg
+        daff[1, j] += <floating> dbe
+    else:
+        daff[0, j] = <floating> dg
+        daff[1, j] = <floating> dbe
+
+
 cdef void _rv_fwd(const floating[:, :, ::1] x, const uint8_t[:, ::1] km,
                   const floating[:, ::1] aff, floating[:, :, ::1] xn, floating[:, :, ::1] st,
                   double eps, int nth) noexcept:
@@ -517,12 +528,7 @@ cdef void _rv_bwd(const floating[:, :, ::1] dxn, const floating[:, :, ::1] x,
                     else:
                         dx[b, tt, j] = 0
             if daff is not None:
-                if acc:
-                    daff[0, j] += <floating> dg
-                    daff[1, j] += <floating> dbe
-                else:
-                    daff[0, j] = <floating> dg
-                    daff[1, j] = <floating> dbe
+                _put_affine(daff, j, dg, dbe, acc)
 
 
 cdef void _rv_den(const floating[:, :, ::1] yn, const floating[:, ::1] aff,
@@ -571,12 +577,7 @@ cdef void _rv_den_bwd(const floating[:, :, ::1] dy, const floating[:, :, ::1] yn
                 dg = dg - sdz * sd / ge
                 dbe = dbe - sdy * sd / ge
             if daff is not None:
-                if acc:
-                    daff[0, j] += <floating> dg
-                    daff[1, j] += <floating> dbe
-                else:
-                    daff[0, j] = <floating> dg
-                    daff[1, j] = <floating> dbe
+                _put_affine(daff, j, dg, dbe, acc)
 
 
 cdef class RevIN:
@@ -611,10 +612,7 @@ cdef class RevIN:
         """xn (B, T, C) and stats (2, B, C) from x (B, T, C), km (B, T) uint8 or None.
         A series with no valid step gets mean 0 and std sqrt(eps)."""
         cdef str what = "RevIN"
-        dt = _dtype_of(what, "x", x)
-        _check(what, "x", x, dt, (-1, -1, -1))
-        nb, t, c = x.shape
-        _threads(what, nthreads)
+        dt, (nb, t, c) = _batch(what, "x", x, nthreads)
         _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
         _check(what, "affine", affine, dt, (2, c), optional=True)
         _check(what, "xn", xn, dt, (nb, t, c), out=True)
@@ -633,10 +631,7 @@ cdef class RevIN:
         the outputs are not de-normalised); daffine (2, C) gets dgamma, dbeta (added
         when accumulate). dx is zero on padded steps."""
         cdef str what = "RevIN backward"
-        dt = _dtype_of(what, "x", x)
-        _check(what, "x", x, dt, (-1, -1, -1))
-        nb, t, c = x.shape
-        _threads(what, nthreads)
+        dt, (nb, t, c) = _batch(what, "x", x, nthreads)
         _check(what, "dxn", dxn, dt, (nb, t, c))
         _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
         _check(what, "affine", affine, dt, (2, c), optional=True)
@@ -659,10 +654,7 @@ cdef class RevIN:
     def denorm(self, yn, affine, stats, y, nthreads=1):
         """y (B, H, C) = (yn - beta) / (gamma + eps2) * std + mean, stats from forward."""
         cdef str what = "RevIN denorm"
-        dt = _dtype_of(what, "yn", yn)
-        _check(what, "yn", yn, dt, (-1, -1, -1))
-        nb, h, c = yn.shape
-        _threads(what, nthreads)
+        dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
         _check(what, "affine", affine, dt, (2, c), optional=True)
         _check(what, "stats", stats, dt, (2, nb, c))
         _check(what, "y", y, dt, (nb, h, c), out=True)
@@ -678,10 +670,7 @@ cdef class RevIN:
         reaching the mean (sum of dy over H) and the std, for backward; daffine gets
         dgamma, dbeta (added when accumulate)."""
         cdef str what = "RevIN denorm backward"
-        dt = _dtype_of(what, "yn", yn)
-        _check(what, "yn", yn, dt, (-1, -1, -1))
-        nb, h, c = yn.shape
-        _threads(what, nthreads)
+        dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
         _check(what, "dy", dy, dt, (nb, h, c))
         _check(what, "affine", affine, dt, (2, c), optional=True)
         _check(what, "stats", stats, dt, (2, nb, c))
