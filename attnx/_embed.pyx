@@ -439,6 +439,50 @@ def cls_backward(dout, dh, dcls, accumulate=False, nthreads=1):
         _cls_bwd[double](dout, dh, dcls, accumulate, nthreads)
 
 
+cdef void _first(const floating[:, :, ::1] h, floating[:, ::1] pooled, int nth) noexcept:
+    cdef Py_ssize_t nb = pooled.shape[0], d = pooled.shape[1], b, j
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nth):
+            for j in range(d):
+                pooled[b, j] = h[b, 0, j]
+
+
+cdef void _first_bwd(const floating[:, ::1] dpooled, floating[:, :, ::1] dh,
+                     int nth) noexcept:
+    cdef Py_ssize_t nb = dh.shape[0], t1 = dh.shape[1], d = dh.shape[2], b, tt, j
+    with nogil:
+        for b in prange(nb, schedule="static", num_threads=nth):
+            for j in range(d):
+                dh[b, 0, j] = dpooled[b, j]
+            for tt in range(1, t1):
+                for j in range(d):
+                    dh[b, tt, j] = 0
+
+
+def cls_pool_forward(h, pooled, nthreads=1):
+    """pooled (B, D) = h[:, 0] of the blocks' output h (B, T+1, D): the class token's row."""
+    cdef str what = "class token pooling"
+    dt, (nb, t1, d) = _batch(what, "h", h, nthreads)
+    _check(what, "pooled", pooled, dt, (nb, d), out=True)
+    _disjoint(what, [("pooled", pooled)], [("h", h)])
+    if dt == np.float32:
+        _first[float](h, pooled, nthreads)
+    else:
+        _first[double](h, pooled, nthreads)
+
+
+def cls_pool_backward(dpooled, dh, nthreads=1):
+    """dh (B, T+1, D) = dpooled (B, D) on row 0 of each sequence, zero elsewhere."""
+    cdef str what = "class token pooling backward"
+    dt, (nb, t1, d) = _batch(what, "dh", dh, nthreads, out=True)
+    _check(what, "dpooled", dpooled, dt, (nb, d))
+    _disjoint(what, [("dh", dh)], [("dpooled", dpooled)])
+    if dt == np.float32:
+        _first_bwd[float](dpooled, dh, nthreads)
+    else:
+        _first_bwd[double](dpooled, dh, nthreads)
+
+
 # ---- RevIN: instance normalisation and its inverse ---------------------------------
 # stats (2, B, C): stats[0] = mean, stats[1] = std = sqrt(var + eps) of series (b, c)
 # over its valid steps (population variance); affine (2, C): gamma, beta, or None.

@@ -330,6 +330,22 @@ def test_class_token_vs_torch(torch, dtype, rng):
     assert rel_err(dcls, 2 * ct.grad.numpy()) < TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_class_token_pooling_vs_torch(torch, dtype, rng):
+    """pooled = the token's row of the blocks' output (B, T+1, D); backward puts dpooled
+    on that row and zeros elsewhere (outputs prefilled with garbage)."""
+    nb, t, d = 3, 5, 4
+    h = rng.normal(size=(nb, t + 1, d)).astype(dtype)
+    g = rng.normal(size=(nb, d)).astype(dtype)
+    ht = torch.from_numpy(h.copy()).requires_grad_()
+    (ht[:, 0] * torch.from_numpy(g)).sum().backward()
+    pooled, dh = np.full((nb, d), 7.0, dtype), np.full_like(h, 7.0)
+    E.cls_pool_forward(h, pooled)
+    np.testing.assert_array_equal(pooled, ht[:, 0].detach().numpy())
+    E.cls_pool_backward(g, dh)
+    np.testing.assert_array_equal(dh, ht.grad.numpy())
+
+
 def revin_torch(torch, x, km, affine, mix, g_y, g_xn, eps, denorm=True):
     """RevIN written in torch: statistics over the valid steps (population variance),
     affine per channel, de-normalisation (yn - beta) / (gamma + eps^2) * std + mean."""
@@ -432,16 +448,25 @@ def test_max_pool_finite_differences(kind, rng):
 
 
 def test_class_token_finite_differences(rng):
+    """Prepend, a nonlinear per-row stand-in for the blocks (sin), then the token's row
+    and every row both in the loss."""
     h, cls = rng.normal(size=(3, 4, 5)), rng.normal(size=5)
-    g = rng.normal(size=(3, 5, 5))
-    out, dh, dcls = np.empty((3, 5, 5)), np.empty_like(h), np.empty(5)
-    E.cls_backward(g, dh, dcls)
+    g, gp = rng.normal(size=(3, 5, 5)), rng.normal(size=(3, 5))
+    out, pooled = np.empty((3, 5, 5)), np.empty((3, 5))
 
     def loss():
         E.cls_forward(h, cls, out)
-        return float(np.sum(out * g))
+        z = np.sin(out)
+        E.cls_pool_forward(z, pooled)
+        return float(np.sum(z * g) + np.sum(pooled * gp))
+    loss()
+    dz = np.empty_like(out)
+    E.cls_pool_backward(gp, dz)
+    dout = (dz + g) * np.cos(out)
+    dh, dcls = np.empty_like(h), np.empty(5)
+    E.cls_backward(dout, dh, dcls)
     assert check_grads(loss, dict(h=h, cls=cls), dict(h=dh, cls=dcls), rng,
-                       h=1e-3, tol=1e-10) < 1e-10
+                       h=1e-5, tol=1e-8) < 1e-8
 
 
 @pytest.mark.parametrize("denorm", [True, False], ids=["denorm", "norm-only"])
@@ -482,6 +507,9 @@ def test_thread_count_does_not_change_results(rng):
         out, dcls = np.empty((nb, t + 1, c)), np.empty(c)
         E.cls_forward(x, x[0, 0].copy(), out, nthreads=nth)
         E.cls_backward(out, dh.copy(), dcls, nthreads=nth)
+        first, dfirst = np.empty((nb, c)), np.empty_like(out)
+        E.cls_pool_forward(out, first, nth)
+        E.cls_pool_backward(first, dfirst, nth)
         mix = rng.normal(size=(3, t)) if nth == 1 else runs[0][-1]
         aff = np.stack([np.linspace(0.5, 1.5, c), np.linspace(-1, 1, c)])
         rv = E.RevIN()
@@ -494,7 +522,7 @@ def test_thread_count_does_not_change_results(rng):
         rv.denorm_backward(y, yn, aff, st, dyn, daff, dst, nthreads=nth)
         dxr = np.empty_like(x)
         rv.backward(xn, x, km, aff, st, dst, dxr, daff, True, nth)
-        runs.append([u, dx, pooled, idx, dh, out, dcls, xn, st, y, dyn, dst, daff, dxr, mix])
+        runs.append([u, dx, pooled, idx, dh, out, dcls, first, dfirst, xn, st, y, dyn, dst, daff, dxr, mix])
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             np.testing.assert_array_equal(a, b)
@@ -613,6 +641,10 @@ def _bad_cases():
          "km and out_km go together"),
         (lambda: E.cls_backward(np.zeros((2, 1, 4)), np.zeros((2, 0, 4)), np.zeros(4)),
          ValueError, "at least one step"),
+        (lambda: E.cls_pool_forward(h, np.zeros((2, 5))), ValueError,
+         r"pooled must have shape \(2, 4\)"),
+        (lambda: E.cls_pool_backward(np.zeros((3, 4)), h.copy()), ValueError,
+         r"dpooled must have shape \(2, 4\)"),
         (lambda: E.RevIN(eps=0), ValueError, "eps must be > 0"),
         (lambda: E.RevIN(eps2=-1.0), ValueError, "eps2 must be >= 0"),
         (lambda: rv.forward(x, None, np.zeros((3, 2)), x.copy(), st), ValueError,
