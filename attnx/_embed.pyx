@@ -211,9 +211,10 @@ cdef class Windows:
                              f"sequence ({tt} steps); use patch_len <= {tt}")
         return (tt + self.pad_left + self.pad_right - self.patch_len) // self.stride + 1
 
-    cdef Geom _geom(self, str what, x):
+    cdef Geom _geom(self, str what, str name, x, bint out):
+        """The call's sizes from x (B, T, C) (checked as `name`), N from T."""
         cdef Geom g
-        _check(what, "x", x, x.dtype if isinstance(x, np.ndarray) else None, (-1, -1, -1))
+        _check(what, name, x, x.dtype, (-1, -1, -1), out=out)
         g.nb, g.t, g.c = x.shape[0], x.shape[1], x.shape[2]
         g.n = self.count(g.t)
         g.l, g.s, g.pl, g.pr = self.patch_len, self.stride, self.pad_left, self.pad_right
@@ -224,7 +225,7 @@ cdef class Windows:
         """u (B, N, L*C) = the windows of x (B, T, C); km (B, T) uint8 or None."""
         cdef str what = "windows"
         dt = _dtype_of(what, "x", x)
-        cdef Geom g = self._geom(what, x)
+        cdef Geom g = self._geom(what, "x", x, False)
         _threads(what, nthreads)
         _check(what, "key mask", km, np.uint8, (g.nb, g.t), optional=True)
         _check(what, "u", u, dt, (g.nb, g.n, g.l * g.c), out=True)
@@ -240,7 +241,7 @@ cdef class Windows:
         steps. dx is overwritten."""
         cdef str what = "windows backward"
         dt = _dtype_of(what, "dx", dx)
-        cdef Geom g = self._geom(what, dx)
+        cdef Geom g = self._geom(what, "dx", dx, True)
         _threads(what, nthreads)
         _check(what, "key mask", km, np.uint8, (g.nb, g.t), optional=True)
         _check(what, "du", du, dt, (g.nb, g.n, g.l * g.c))

@@ -625,6 +625,8 @@ def _bad_cases():
         (lambda: win.forward(x, None, u, 0), ValueError, "nthreads must be >= 1, got 0"),
         (lambda: win.backward(u[:, :2].copy(), None, x.copy()), ValueError,
          "du must have shape"),
+        (lambda: win.backward(u, None, np.zeros((2, 3, 6)).transpose(0, 2, 1)), ValueError,
+         "dx must be C-contiguous"),
         (lambda: win.mask(km, np.zeros((2, 4), np.uint8)), ValueError,
          r"out must have shape \(2, 3\)"),
         (lambda: E.max_pool_forward(h, None, pooled, idx.astype(np.int32)), ValueError,
