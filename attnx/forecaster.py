@@ -1,0 +1,426 @@
+"""TransformerForecaster: the next `horizon` values of one series or of many (one global
+model), with conformal prediction intervals.
+
+How a forecast is made (PatchTST's recipe, on attnx's transformer):
+1. Each forecast origin t of each series gives a training window: the last `window`
+   values before t (the context) and the `horizon` values from t on (the target).
+2. The window is scaled by its own context's mean and standard deviation (instance
+   normalisation), so one model serves series of every level and scale; forecasts are
+   scaled back with the same two numbers.
+3. The context is cut into patches of `patch_len` steps every `patch_stride` steps; a
+   patch is one token of the transformer (its projection is the patch embedding). The
+   tokens run from the most recent patch backwards, so position 0 is always the patch
+   that ends at the origin, and a short series' missing old patches are masked padding.
+4. A transformer encoder (pre-norm blocks, sinusoidal positions, mean pooling) maps the
+   tokens to all `horizon` values at once (direct multi-horizon; no recursion).
+5. Multivariate y is channel-independent by default: each channel is its own series
+   through the same model (PatchTST), which serves k channels with one set of weights.
+6. Intervals are split-conformal: a first model is trained without the last
+   `calibration` origins of each series; its scaled absolute errors there, per horizon
+   step, give the interval's half-widths; the final model is then trained on every
+   window. Intervals are symmetric, so predict_quantiles never crosses.
+
+Covariates: X (past-observed, aligned with y) are standardised with their fit-time
+statistics and join the context's channels; X_future (known for the future, aligned with
+y at fit; the next `horizon` rows at predict) and static (per series) features are
+appended to every token.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _windows as win
+from ._base import EstimatorParams
+from .estimators import TransformerRegressor
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._typing import RandomStateLike
+
+    F64 = npt.NDArray[np.float64]
+
+__all__ = ["TransformerForecaster"]
+
+_INTERVALS = ("conformal", None)
+# how many times the calibration fit checks its held-out error
+_CHECKS = 10
+
+
+class TransformerForecaster(EstimatorParams):
+    """Multi-horizon forecaster over one series or many (one global model).
+
+    Parameters
+    ----------
+    horizon : how many steps ahead to forecast (all at once).
+    window : context length; None chooses it from the data
+        (``min(max(3*horizon, 4*season, 16), median length - horizon)``, at least
+        ``max(2*horizon, 8)``).
+    patch_len, patch_stride : patch size and step; None: ``clip(window // 8, 1, 16)`` and
+        half of it (half-overlapping patches, about 16 tokens).
+    season : seasonal period of the data (12 for monthly with a yearly cycle; 1 none);
+        used by the default window and documented metrics (MASE) only.
+    d_model, n_heads, n_layers, d_hidden, dropout : the transformer's sizes.
+    channel_independent : multivariate y as separate series through one model.
+    intervals : "conformal" (split-conformal calibration, one extra fit) or None.
+    calibration : origins per series kept for calibration; None: enough for about 200
+        calibration windows in all, between 1 and a quarter of each series' windows.
+    steps : optimizer steps to train for (epochs = steps / batches per epoch, clipped to
+        [20, 300]) when epochs is None.
+    epochs, batch_size, lr, weight_decay : training; AdamW with a warm-up and cosine
+        decay of the learning rate, gradient clipping at norm 1.
+    random_state, verbose, dtype : as the other estimators.
+    """
+
+    def __init__(self, horizon: int = 1, *, window: int | None = None,
+                 patch_len: int | None = None, patch_stride: int | None = None,
+                 season: int = 1, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 d_hidden: int | None = None, dropout: float = 0.1,
+                 channel_independent: bool = True, intervals: str | None = "conformal",
+                 calibration: int | None = None, steps: int = 1500,
+                 epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
+                 weight_decay: float = 0.01, random_state: RandomStateLike = None,
+                 verbose: int = 0, dtype: npt.DTypeLike = np.float32) -> None:
+        for k, v in list(locals().items()):
+            if k != "self":
+                setattr(self, k, v)
+
+    # ---- configuration ---------------------------------------------------
+    def _check(self) -> None:
+        self.horizon_ = win.check_int("horizon", self.horizon, 1)
+        self.season_ = win.check_int("season", self.season, 1)
+        if self.intervals not in _INTERVALS:
+            raise ValueError(f"intervals must be one of {_INTERVALS}, got {self.intervals!r}")
+        for name in ("window", "patch_len", "patch_stride", "calibration", "epochs"):
+            v = getattr(self, name)
+            if v is not None:
+                win.check_int(name, v, 1)
+        win.check_int("steps", self.steps, 1)
+
+    def _regressor(self, n_windows: int, n_tokens: int, seed: int) -> TransformerRegressor:
+        bs = win.check_int("batch_size", self.batch_size, 1)
+        if self.epochs is None:
+            per_epoch = math.ceil(n_windows / bs)
+            epochs = int(np.clip(round(self.steps / per_epoch), 20, 300))
+        else:
+            epochs = int(self.epochs)
+        return TransformerRegressor(
+            n_heads=self.n_heads, n_layers=self.n_layers, d_hidden=self.d_hidden,
+            d_model=self.d_model, positional="sinusoidal", norm="pre", pooling="mean",
+            dropout=self.dropout, max_len=n_tokens, epochs=epochs, batch_size=bs, lr=self.lr,
+            weight_decay=self.weight_decay, n_iter_no_change=10 ** 9,
+            random_state=seed, verbose=self.verbose, dtype=self.dtype)
+
+    # ---- data ------------------------------------------------------------
+    def _targets(self, series: list[F64]) -> list[F64]:
+        """The model's series: each channel alone when channel-independent."""
+        if self.channel_independent and self.k_ > 1:
+            return [s[:, j:j + 1] for s in series for j in range(self.k_)]
+        return series
+
+    def _per_target(self, items: list[F64] | None) -> list[F64] | None:
+        if items is None or not (self.channel_independent and self.k_ > 1):
+            return items
+        return [a for a in items for _ in range(self.k_)]
+
+    def _tokens(self, context: F64, mask: npt.NDArray[np.bool_], extra: F64 | None
+                ) -> tuple[F64, F64, F64, list[F64] | F64]:
+        """Scaled, patched, newest-first tokens of windows (n, W, c) -> model input (a
+        dense (n, N, F) array, or a list of (N_i, F) arrays when some are padded)."""
+        ko = self.k_out_
+        mu, sd = win.scale_stats(context, mask, ko)
+        x = context.copy()
+        x[:, :, :ko] = (x[:, :, :ko] - mu) / sd
+        if x.shape[2] > ko:   # past covariates: fit-time standardisation
+            x[:, :, ko:] = (x[:, :, ko:] - self.cov_mean_) / self.cov_std_
+        p, pm = win.patchify(x, mask, self.patch_len_, self.patch_stride_)
+        p, pm = p[:, ::-1], pm[:, ::-1]
+        if extra is not None:
+            p = np.concatenate([p, np.broadcast_to(extra[:, None, :], p.shape[:2]
+                                                   + extra.shape[1:])], axis=2)
+        p = np.ascontiguousarray(p)
+        if pm.any():
+            n_valid = (~pm).sum(axis=1)
+            return mu, sd, p, [p[i, :max(int(v), 1)] for i, v in enumerate(n_valid)]
+        return mu, sd, p, p
+
+    def _extra(self, static: list[F64] | None, future: list[F64] | None,
+               index: npt.NDArray[np.intp], origins: npt.NDArray[np.intp] | None) -> F64 | None:
+        parts = []
+        if static is not None:
+            parts.append(np.stack([static[i] for i in index]))
+        if future is not None:
+            h = self.horizon_
+            rows = []
+            for i, t in zip(index, origins if origins is not None else [None] * len(index)):
+                f = future[i] if t is None else future[i][t:t + h]
+                rows.append(((f - self.fut_mean_) / self.fut_std_).reshape(-1))
+            parts.append(np.stack(rows))
+        return np.concatenate(parts, axis=1) if parts else None
+
+    # ---- fit / predict ---------------------------------------------------
+    def fit(self, y: Any, X: Any = None, *, X_future: Any = None, static: Any = None,
+            sample_weight: Any = None) -> TransformerForecaster:
+        """Train on y: one series (T,) / (T, k) or a list of series (a global model).
+
+        X: past-observed covariates aligned with y ((T_i, c) per series); X_future:
+        covariates known in advance, aligned with y ((T_i, c_f) per series; predict then
+        needs the next horizon rows); static: per-series features ((s,) per series, or an
+        (n_series, s) array). sample_weight is not supported yet (must be None).
+        """
+        self._check()
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by TransformerForecaster yet; "
+                             "pass None")
+        h = self.horizon_
+        series, self.was_list_ = win.series_list("y", y, min_len=h + 2)
+        self.k_ = series[0].shape[1]
+        self.k_out_ = 1 if self.channel_independent else self.k_
+        cov = self._aligned("X", X, series)
+        fut = self._aligned("X_future", X_future, series)
+        stat = self._static(static, len(series))
+        lengths = [s.shape[0] for s in series]
+        self.window_ = (win.check_int("window", self.window, 2) if self.window is not None
+                        else win.default_window(lengths, h, self.season_))
+        if self.patch_len is None:
+            self.patch_len_, self.patch_stride_ = win.default_patch(self.window_)
+        else:
+            self.patch_len_ = win.check_int("patch_len", self.patch_len, 1)
+            self.patch_stride_ = (self.patch_len_ if self.patch_stride is None
+                                  else win.check_int("patch_stride", self.patch_stride, 1))
+        n_tok = win.n_patches(self.window_, self.patch_len_, self.patch_stride_)
+        min_len = min(lengths)
+        if min_len < self.patch_len_ + h:
+            raise ValueError(f"every series needs at least patch_len + horizon = "
+                             f"{self.patch_len_ + h} time steps; the shortest has {min_len}")
+        self.cov_mean_, self.cov_std_ = _col_stats(cov)
+        self.fut_mean_, self.fut_std_ = _col_stats(fut)
+        targets = self._targets(series)
+        cov_t, fut_t, stat_t = self._per_target(cov), self._per_target(fut), \
+            self._per_target(stat)
+        w = win.cut(targets, self.window_, h, min_context=self._min_context(), covariates=cov_t)
+        extra = self._extra(stat_t, fut_t, w.series, w.origin)
+        mu, sd, dense, xin = self._tokens(w.context, w.mask, extra)
+        tgt = ((w.target - mu) / sd).reshape(len(w.target), -1)
+        seed = int(np.random.default_rng(self.random_state).integers(2 ** 31 - 1))
+        self.calibration_scores_ = None
+        final = self._regressor(len(tgt), n_tok, seed)
+        if self.intervals == "conformal":
+            self.calibration_scores_, best = self._calibrate(w, xin, tgt, seed, n_tok)
+            if self.epochs is None:   # as long as the held-out check liked best
+                final.set_params(epochs=max(1, best))
+        self.regressor_ = final.fit(xin, tgt)
+        self.n_windows_ = len(tgt)
+        # what predict() without y forecasts from: the end of each series seen
+        self.history_ = [s[-self.window_:].copy() for s in series]
+        self.history_cov_ = None if cov is None else [c[-self.window_:].copy() for c in cov]
+        self.static_ = stat
+        self.n_series_ = len(series)
+        return self
+
+    def _min_context(self) -> int:
+        """Real steps a training window's context needs: a scale estimated from fewer
+        steps than this is too noisy to train on (its targets blow up)."""
+        return int(min(self.window_, max(self.patch_len_, self.horizon_, 4)))
+
+    def _calibrate(self, w: win.Windows, xin: list[F64] | F64, tgt: F64, seed: int,
+                   n_tok: int) -> tuple[F64, int]:
+        """Train without the last origins of each series, checking the error on them
+        every few epochs: (scaled absolute errors (n_cal, horizon * k_out) of the best
+        check, the epochs it had trained)."""
+        order = np.lexsort((w.origin, w.series))
+        per = np.bincount(w.series[order])
+        if self.calibration is not None:
+            n_cal = int(self.calibration)
+        else:
+            n_cal = max(1, math.ceil(200 / max(int((per > 0).sum()), 1)))
+        cal = np.zeros(len(tgt), bool)
+        start = 0
+        for cnt in per:
+            take = min(n_cal, max(cnt // 4, 1)) if cnt > 1 else 0
+            cal[order[start + cnt - take:start + cnt]] = True
+            start += cnt
+        if not cal.any() or cal.all():
+            raise ValueError("too few training windows to hold some out for the conformal "
+                             "calibration; use intervals=None or longer series")
+        pick, held = np.flatnonzero(~cal), np.flatnonzero(cal)
+
+        def sub(ix: npt.NDArray[np.intp]) -> list[F64] | F64:
+            return [xin[i] for i in ix] if isinstance(xin, list) else xin[ix]
+        model = self._regressor(len(pick), n_tok, seed)
+        total = model.epochs
+        chunk = max(1, total // _CHECKS)
+        model.set_params(epochs=chunk, warm_start=True)
+        x_fit, x_held, y_fit = sub(pick), sub(held), tgt[pick]
+        best, best_err, best_epochs, done = None, math.inf, total, 0
+        while done < total:
+            model.fit(x_fit, y_fit)
+            done += chunk
+            pred = np.asarray(model.predict(x_held), dtype=np.float64).reshape(len(held), -1)
+            err = np.abs(pred - tgt[held])
+            score = float(np.mean(err ** 2))
+            if score < best_err:
+                best, best_err, best_epochs = err, score, done
+        assert best is not None
+        return best, best_epochs
+
+    def _aligned(self, name: str, X: Any, series: list[F64]) -> list[F64] | None:
+        if X is None:
+            return None
+        items, _ = win.series_list(name, X if isinstance(X, (list, tuple)) or len(series) == 1
+                                   else list(X))
+        if len(items) != len(series):
+            raise ValueError(f"{name} must give one array per series ({len(series)}), "
+                             f"got {len(items)}")
+        for i, (a, s) in enumerate(zip(items, series)):
+            if a.shape[0] != s.shape[0]:
+                raise ValueError(f"{name} for series {i} must have {s.shape[0]} rows (the "
+                                 f"length of y), got {a.shape[0]}")
+        return items
+
+    def _static(self, static: Any, n: int) -> list[F64] | None:
+        if static is None:
+            return None
+        a = np.asarray(static, dtype=np.float64)
+        if a.ndim == 1 and n == 1:
+            a = a[None]
+        if a.ndim != 2 or a.shape[0] != n or not np.all(np.isfinite(a)):
+            raise ValueError(f"static must be finite per-series features (n_series={n}, s), "
+                             f"got shape {np.shape(static)}")
+        return list(a)
+
+    def _fitted(self) -> None:
+        if not hasattr(self, "regressor_"):
+            from ._base import sklearn_class
+            raise sklearn_class("NotFittedError")(
+                "this TransformerForecaster is not fitted yet: call fit first")
+
+    def _forecast(self, y: Any, X: Any, X_future: Any) -> tuple[F64, F64, bool]:
+        """Scaled-back point forecasts (n_series, horizon, k) and the scales (n, 1, k)."""
+        self._fitted()
+        h = self.horizon_
+        if y is None:
+            series, was_list = self.history_, self.was_list_
+            cov = self.history_cov_ if X is None else self._aligned("X", X, series)
+        else:
+            series, was_list = win.series_list("y", y, min_len=self.patch_len_)
+            if series[0].shape[1] != self.k_:
+                raise ValueError(f"y must have {self.k_} channel(s) as at fit, got "
+                                 f"{series[0].shape[1]}")
+            cov = self._aligned("X", X, series)
+        if (cov is None) != (self.cov_mean_ is None):
+            raise ValueError("X (past covariates) must be given at predict exactly when it "
+                             "was given at fit")
+        fut = None
+        if self.fut_mean_ is not None:
+            if X_future is None:
+                raise ValueError(f"X_future must give the next {h} rows of the future "
+                                 f"covariates for each series")
+            fut, _ = win.series_list("X_future", X_future)
+            if len(fut) != len(series) or any(f.shape[0] != h for f in fut):
+                raise ValueError(f"X_future must give {h} rows per series "
+                                 f"({len(series)} series)")
+        elif X_future is not None:
+            raise ValueError("X_future was not given at fit, so it cannot be used at predict")
+        stat = self.static_
+        if stat is not None and len(stat) != len(series):
+            raise ValueError("static features were given at fit for a different number of "
+                             "series; predict(y=...) needs the same series")
+        targets = self._targets(series)
+        ctx, msk = [], []
+        covs = self._per_target(cov)
+        for i, s in enumerate(targets):
+            feats = s if covs is None else np.concatenate([s, covs[i]], axis=1)
+            c = feats[-self.window_:]
+            pad = self.window_ - c.shape[0]
+            m = np.zeros(self.window_, bool)
+            m[:pad] = True
+            if pad:
+                c = np.concatenate([np.repeat(c[:1], pad, axis=0), c], axis=0)
+            ctx.append(c)
+            msk.append(m)
+        index = np.arange(len(targets), dtype=np.intp)
+        extra = self._extra(self._per_target(stat), self._per_target(fut), index, None)
+        mu, sd, _, xin = self._tokens(np.stack(ctx), np.stack(msk), extra)
+        raw = np.asarray(self.regressor_.predict(xin), dtype=np.float64)
+        raw = raw.reshape(len(targets), h, self.k_out_)
+        point = raw * sd + mu
+        return self._merge(point), self._merge(np.broadcast_to(sd, point.shape)), was_list
+
+    def _merge(self, a: F64) -> F64:
+        """(n_targets, h, k_out) -> (n_series, h, k)."""
+        if self.channel_independent and self.k_ > 1:
+            n = a.shape[0] // self.k_
+            return a.reshape(n, self.k_, a.shape[1]).transpose(0, 2, 1).copy()
+        return a
+
+    def _shape(self, a: F64, was_list: bool) -> Any:
+        out = [s if self.k_ > 1 else s[:, 0] for s in a]
+        return out if was_list else out[0]
+
+    def predict(self, y: Any = None, X: Any = None, *, X_future: Any = None) -> Any:
+        """The next `horizon` values after the end of each series: (horizon,) or
+        (horizon, k), a list of those for a list of series. Without y, after the
+        series seen at fit; with y (and X), after the series given."""
+        point, _, was_list = self._forecast(y, X, X_future)
+        return self._shape(point, was_list)
+
+    def predict_interval(self, y: Any = None, X: Any = None, *, X_future: Any = None,
+                         coverage: float = 0.9) -> Any:
+        """(lower, upper) of split-conformal intervals that cover each future value
+        with probability about `coverage`, each shaped as predict's result for one
+        series; for a list of series, a list of such (lower, upper) pairs."""
+        lo_q, _ = win.interval_levels(coverage)
+        if self.calibration_scores_ is None:
+            raise ValueError("this forecaster was fitted with intervals=None: no intervals")
+        point, sd, was_list = self._forecast(y, X, X_future)
+        half = self._half_width(float(coverage))
+        lower = self._shape(point - half * sd, True)
+        upper = self._shape(point + half * sd, True)
+        pairs = list(zip(lower, upper))
+        return pairs if was_list else pairs[0]
+
+    def _half_width(self, coverage: float) -> F64:
+        """Per horizon step (and channel): the conformal quantile of the scaled errors,
+        (1, horizon, k) broadcastable against the forecasts."""
+        s = self.calibration_scores_
+        assert s is not None
+        n = s.shape[0]
+        level = min(1.0, math.ceil((n + 1) * coverage) / n)
+        q = np.quantile(s, level, axis=0, method="higher")
+        q = q.reshape(1, self.horizon_, self.k_out_)
+        if self.channel_independent and self.k_ > 1:
+            q = np.repeat(q, self.k_, axis=2)
+        return q
+
+    def predict_quantiles(self, y: Any = None, X: Any = None, *, X_future: Any = None,
+                          quantiles: Any = (0.1, 0.5, 0.9)) -> Any:
+        """Forecast quantiles, shape predict's result + (n_quantiles,): level q is the
+        lower end of the central (1 - 2q) interval for q < 0.5, the upper end of the
+        central (2q - 1) interval for q > 0.5, the point forecast at 0.5 (so quantiles
+        never cross)."""
+        qs = win.check_quantiles(quantiles)
+        if self.calibration_scores_ is None:
+            raise ValueError("this forecaster was fitted with intervals=None: no quantiles")
+        point, sd, was_list = self._forecast(y, X, X_future)
+        cols = []
+        for q in qs:
+            if q == 0.5:
+                cols.append(point)
+            else:
+                half = self._half_width(abs(2.0 * q - 1.0))
+                cols.append(point + np.sign(q - 0.5) * half * sd)
+        stacked = np.stack(cols, axis=-1)
+        return self._shape(stacked, was_list)
+
+
+def _col_stats(items: list[F64] | None) -> tuple[Any, Any]:
+    if items is None:
+        return None, None
+    allv = np.concatenate(items, axis=0)
+    mu = allv.mean(axis=0)
+    sd = allv.std(axis=0)
+    return mu, np.where(sd > 0, sd, 1.0)
