@@ -163,47 +163,53 @@ class Snapshot:
                 and self.params.dtype == model.params.flat.dtype
                 and len(self.m) == len(optimizer.m))
 
-    def save(self, model: _Model, optimizer: AdamW, rng: np.random.Generator) -> None:
+    def save(self, model: _Model, optimizer: AdamW,
+             rng: np.random.Generator | None = None) -> None:
         np.copyto(self.params, model.params.flat)
         for dst, src in zip(self.m + self.v, optimizer.m + optimizer.v):
             np.copyto(dst, src)
         self.t = optimizer.t
-        self.rng_state = rng.bit_generator.state
+        self.rng_state = None if rng is None else rng.bit_generator.state
 
-    def restore(self, model: _Model, optimizer: AdamW, rng: np.random.Generator) -> None:
+    def restore(self, model: _Model, optimizer: AdamW,
+                rng: np.random.Generator | None = None) -> None:
+        """Put back what save() copied (the RNG state only when both were given one)."""
         np.copyto(model.params.flat, self.params)
         for dst, src in zip(optimizer.m + optimizer.v, self.m + self.v):
             np.copyto(dst, src)
         optimizer.t = self.t
-        assert self.rng_state is not None  # restore() always follows a save()
-        rng.bit_generator.state = self.rng_state
+        if rng is not None:
+            assert self.rng_state is not None  # restore(rng) always follows a save(rng)
+            rng.bit_generator.state = self.rng_state
 
 
 class EarlyStopping:
     """scikit-learn's rule: an epoch improves only when its loss is below best - tol;
     stop after n_iter_no_change epochs without improvement. With keep_best, the
-    weights of the best epoch are kept and restore_best() puts them back."""
+    weights and the optimizer state (moments and step count) of the best epoch are
+    kept and restore_best() puts them back, so that training that goes on (warm
+    start, partial_fit) continues from the best epoch as a whole."""
 
-    def __init__(self, tol: float, n_iter_no_change: int, params: FloatArray,
+    def __init__(self, tol: float, n_iter_no_change: int, model: _Model, optimizer: AdamW,
                  keep_best: bool) -> None:
         self.tol, self.patience = tol, n_iter_no_change
         self.best: float = math.inf
         self.stall = 0
-        self.params = params
-        self.best_params = np.empty_like(params) if keep_best else None
+        self.model, self.optimizer = model, optimizer
+        self.best_state = Snapshot(model, optimizer) if keep_best else None
 
     def update(self, loss: float) -> bool:
         """Record one epoch's loss; True when training should stop."""
         self.stall = self.stall + 1 if loss > self.best - self.tol else 0
         if loss < self.best:
             self.best = loss
-            if self.best_params is not None:
-                np.copyto(self.best_params, self.params)
+            if self.best_state is not None:
+                self.best_state.save(self.model, self.optimizer)
         return self.stall >= self.patience
 
     def restore_best(self) -> None:
-        if self.best_params is not None:
-            np.copyto(self.params, self.best_params)
+        if self.best_state is not None:
+            self.best_state.restore(self.model, self.optimizer)
 
 
 class InterruptGuard:

@@ -321,7 +321,7 @@ class _SequenceEstimator(EstimatorParams):
             prepared = self._prepare(X, y, sample_weight, cfg, fitted=warm)
             _check_comm_options(dist, cfg)
         data, legacy = prepared[0], prepared[1]
-        _setup(dist, data)
+        padded = _setup(dist, data)  # the hyper-parameters were compared in together()
         n = dist.n
         if math.ceil(cfg.validation_fraction * n) >= n:
             raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
@@ -332,6 +332,9 @@ class _SequenceEstimator(EstimatorParams):
         else:
             split_seed = self._initialize(data, cfg, legacy, prepared[2:])
         train, val = _split(data, cfg.validation_fraction, split_seed, dist)
+        # the training part's global count and lengths (one more setup collective
+        # only when a validation part was held out)
+        train = padded if val is None else _setup(dist, train)
         if val is not None and not hasattr(self, "validation_loss_curve_"):
             self.validation_loss_curve_ = []
             self.best_validation_loss_ = math.inf
@@ -346,12 +349,12 @@ class _SequenceEstimator(EstimatorParams):
             fitted = "model_" in self.__dict__
             prepared = self._prepare(X, y, sample_weight, cfg, fitted, classes, partial=True)
             _check_comm_options(dist, cfg)
-        _setup(dist, prepared[0])
+        data = _setup(dist, prepared[0])  # once: _train uses its global count and lengths
         if fitted:
             self._set_optimizer_hyper(cfg)
         else:
-            self._initialize(prepared[0], cfg, prepared[1], prepared[2:])
-        self._train(prepared[0], None, cfg, 1, fit=False)
+            self._initialize(data, cfg, prepared[1], prepared[2:])
+        self._train(data, None, cfg, 1, fit=False)
         return self
 
     def _set_optimizer_hyper(self, cfg: _Config) -> None:
@@ -460,17 +463,17 @@ class _SequenceEstimator(EstimatorParams):
 
     def _train(self, data: seqs.Data, val: seqs.Data | None, cfg: _Config, epochs: int,
                fit: bool) -> None:
-        """Run `epochs` epochs over validated Data of the model's dtype."""
+        """Run `epochs` epochs over validated Data of the model's dtype, set up by
+        _setup (the global sample count, lengths and padded length)."""
         model, opt, rng = self.model_, self.optimizer_, self.shuffle_rng_
         dist = self._comm()
-        data = _setup(dist, data)  # global sample count, lengths and padded length
         n = dist.n
         bs = min(cfg.batch_size, n)
         good = self._snapshot_for()
         good.save(model, opt, rng)  # the state to roll back to if training diverges
         stopper, plateau = None, False
         if fit:
-            stopper = EarlyStopping(cfg.tol, cfg.n_iter_no_change, model.params.flat,
+            stopper = EarlyStopping(cfg.tol, cfg.n_iter_no_change, model, opt,
                                     keep_best=cfg.early_stopping and val is not None)
             plateau = not cfg.early_stopping
         last = self.n_iter_ + epochs
@@ -1233,11 +1236,12 @@ def _split(data: seqs.Data, fraction: float, seed: int, dist: distributed.Local
     return data.take(dist.local_part(train)), data.take(dist.local_part(val))
 
 
-def _setup(dist: distributed.Local, data: seqs.Data, params: Any = None) -> seqs.Data:
+def _setup(dist: distributed.Local, data: seqs.Data) -> seqs.Data:
     """dist.setup for Data: global count and lengths; with comm, ragged data padded to
-    the longest sequence of every rank (a global batch may hold it). Returns data."""
+    the longest sequence of every rank (a global batch may hold it). Returns data.
+    (The ranks' hyper-parameters are compared before, by dist.together(params).)"""
     ragged = data.lengths is not None
-    dist.setup(data.n, data.x.shape[2:] if ragged else data.x.shape[1:], params,
+    dist.setup(data.n, data.x.shape[2:] if ragged else data.x.shape[1:],
                lengths=data.lengths)
     t_max = dist.t_max  # the longest sequence of every rank; None for dense data
     if ragged and dist.distributed and t_max is not None and data.x.shape[1] < t_max:

@@ -133,7 +133,9 @@ def load(path: str | os.PathLike[str]) -> Any:
         return _state.new_from_state(arrays, config, _classes())
     except _state.StateError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    except Exception as exc:  # a field of the wrong type or shape: the file was altered
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        # a field missing or of the wrong type or shape: the file was altered (a
+        # MemoryError or a bug in attnx is not a format error and goes through)
         raise ValueError(f"{path} is not a valid attnx model file ({type(exc).__name__}: "
                          f"{exc})") from None
 

@@ -166,7 +166,7 @@ def _attention(g: _Graph, att: Any, params: Any, p: str, x: str, mask: str | Non
         pad = g.op("Unsqueeze", [mask, g.const_i64([1, 2])])       # (B, 1, 1, T)
         disallowed = pad if disallowed is None else g.op("Or", [disallowed, pad])
     if disallowed is not None:
-        s = g.op("Where", [disallowed, g.scalar(np.finfo(g.dtype).min), s])
+        s = g.op("Where", [disallowed, g.scalar(float(np.finfo(g.dtype).min)), s])
     prob = g.op("Softmax", [s], axis=-1)
     if mask is not None and disallowed is not None:
         # a row with every key masked: softmax is uniform there, make it 0
