@@ -51,7 +51,6 @@ import numpy as np
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ._sequences import Data
     from ._training import InterruptGuard, PlanEntry
     from ._typing import AnyArray, FloatArray, IntArray
 
@@ -467,26 +466,6 @@ def _rebuild(cls: object, text: str) -> Exception:
             pass
     name = getattr(cls, "__name__", str(cls))
     return DistributedError(f"{name}: {text}")
-
-
-def pad_positions(data: Data, t: int) -> Data:
-    """Ragged training Data padded with zeros (weight 0) to t positions: a rank's
-    shard padded to the longest sequence of any rank."""
-    from ._sequences import Data
-
-    @overload
-    def pad(a: AnyArray) -> AnyArray: ...
-    @overload
-    def pad(a: AnyArray | None) -> AnyArray | None: ...
-    def pad(a: AnyArray | None) -> AnyArray | None:
-        if a is None or a.ndim < 2 or a.shape[1] >= t:
-            return a
-        out = np.zeros((a.shape[0], t) + a.shape[2:], a.dtype)
-        out[:, :a.shape[1]] = a
-        return out
-
-    return Data(pad(data.x), data.lengths, pad(data.y) if data.per_position else data.y,
-                pad(data.w) if data.per_position else data.w, data.per_position)
 
 
 def global_r2(comm: MPIComm | None, y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> float:

@@ -30,7 +30,7 @@ import math
 import numbers
 import warnings
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, NoReturn, TypeVar, cast
 
 import numpy as np
 
@@ -44,8 +44,9 @@ from ._validate import finite
 from ._training import (Batch, EarlyStopping, InterruptGuard, Progress, Snapshot,
                         TrainingDivergedError, batch_plan)
 from .attention import MultiHeadAttention
-from .losses import mse_loss
+from .losses import cross_entropy_loss, mse_loss
 from .optim import AdamW, _check_hyper
+from .sequence import SequenceModel
 from .transformer import Transformer
 
 if TYPE_CHECKING:
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
-    from .sequence import SequenceModel
 
     #: The network an estimator trains: the bare X -> Y model or a SequenceModel.
     _Model = Union[MultiHeadAttention, Transformer, SequenceModel]
@@ -127,9 +127,15 @@ def __getattr__(name: str) -> Any:  # NotFittedError is scikit-learn's class, re
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _sequence_model_class() -> type[SequenceModel]:
-    from . import SequenceModel  # the package exports it; imported late (no cycle)
-    return SequenceModel
+class ExportSpec(NamedTuple):
+    """What an exporter (attnx.onnx) needs to reproduce predict: the fitted network,
+    how its raw output becomes predict's output ("y": as it is; "squeeze": drop the
+    single output column; "probabilities": softmax over the classes) and the class
+    labels (classifiers; None otherwise)."""
+
+    model: Any
+    output: str
+    classes: Any = None
 
 
 class _SequenceEstimator(EstimatorParams):
@@ -424,7 +430,7 @@ class _SequenceEstimator(EstimatorParams):
         args = [spec.pop(k) for k in ("n_features", "d_model", "n_heads", "n_layers",
                                       "n_outputs")]
         spec["dtype"] = check_dtype(spec["dtype"])
-        model = _sequence_model_class()(*args, **spec, random_state=seed)
+        model = SequenceModel(*args, **spec, random_state=seed)
         model.input_grad = False  # dL/dX is never needed here
         return model
 
@@ -633,6 +639,13 @@ class _SequenceEstimator(EstimatorParams):
             return cast("list[FloatArray]", parts), lengths  # order covers every sample
         assert pooled is not None
         return pooled, lengths
+
+    def export_spec(self) -> ExportSpec:
+        """The fitted network and how predict turns its output into predictions (see
+        ExportSpec); what attnx.onnx.export reads from an estimator."""
+        model = self._fitted_model()
+        squeeze = not self._is_legacy() and self._target["k"] is None
+        return ExportSpec(model, "squeeze" if squeeze else "y")
 
     # ---- persistence ---------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -980,6 +993,10 @@ class _Classifier(ClassifierParams, _SequenceEstimator):
         raise ValueError(f"class_weight must be None, 'balanced' or a dict label -> weight, "
                          f"got {cw!r}")
 
+    def export_spec(self) -> ExportSpec:
+        """The fitted network, "probabilities" and classes_ (see ExportSpec)."""
+        return ExportSpec(self._fitted_model(), "probabilities", self.classes_)
+
     def predict_log_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Log-probabilities of the classes (columns in classes_ order): (n, C), or
         (n, T, C) / a list of (T_i, C) arrays for per-position labels."""
@@ -1161,8 +1178,6 @@ def _regression_loss(batch: Batch, m: int) -> tuple[float, float]:
 def _cross_entropy(batch: Batch, m: int) -> tuple[float, float]:
     """(loss, weight) and dL/dlogits in batch.dy: softmax cross-entropy, the weighted
     mean over the labels (padding and short-batch rows weigh 0)."""
-    from . import cross_entropy_loss
-
     assert batch.w is not None  # a classifier's batches always carry weights (see _batch)
     total = float(batch.w.sum())
     if total == 0:
@@ -1245,7 +1260,7 @@ def _setup(dist: distributed.Local, data: seqs.Data) -> seqs.Data:
                lengths=data.lengths)
     t_max = dist.t_max  # the longest sequence of every rank; None for dense data
     if ragged and dist.distributed and t_max is not None and data.x.shape[1] < t_max:
-        data = distributed.pad_positions(data, t_max)
+        data = data.padded(t_max)
     return data
 
 
@@ -1318,3 +1333,9 @@ def _seeds(random_state: RandomStateLike) -> tuple[int, int, int]:
     """(init, shuffle, split) seeds drawn from random_state."""
     init, shuffle, split = (int(s) for s in _rng(random_state).integers(0, 2**63 - 1, size=3))
     return init, shuffle, split
+
+
+#: every estimator class a model file may name: attnx.io looks classes up here
+ESTIMATORS: dict[str, type[_SequenceEstimator]] = {
+    cls.__name__: cls for cls in (AttentionRegressor, TransformerRegressor,
+                                  AttentionClassifier, TransformerClassifier)}
