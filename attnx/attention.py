@@ -8,11 +8,12 @@ import numpy as np
 
 from . import _attention, _flash
 from ._threads import blas_single, num_threads
-from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import TypedDict
 
     import numpy.typing as npt
@@ -237,6 +238,7 @@ class MultiHeadAttention:
             n = self.n_params(d, bias)
             _storage = (np.zeros(n, self.dtype), np.zeros(n, self.dtype), 0)
         theta, grad, start = _storage
+        self._start = start  # where this layer's weights begin in the flat buffers
         self._w = self._views(theta, start)
         self._g = self._views(grad, start)
         self.params = ParamDict(theta, self._named(self._w))
@@ -253,6 +255,25 @@ class MultiHeadAttention:
         """Number of parameters of a layer with this width."""
         d = d_model
         return 4 * d * d + (4 * d if bias else 0)
+
+    @classmethod
+    def config_n_params(cls, config: Mapping[str, Any]) -> int:
+        """Number of parameters of the layer get_config() describes (before building it)."""
+        return cls.n_params(int(config["d_model"]), bool(config["bias"]))
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments (without random_state and input_grad) that
+        rebuild this layer."""
+        return dict(d_model=self.d_model, n_heads=self.n_heads, causal=self.causal,
+                    bias=self.bias, rope=self.rope, dtype=self.dtype.name,
+                    attention=self.attention)
+
+    def __reduce__(self) -> tuple[Callable[..., MultiHeadAttention], tuple[Any, ...]]:
+        # the configuration, a copy of the weights and input_grad (a layer inside a
+        # Transformer or SequenceModel pickles as a layer of its own)
+        start = self._start
+        own = self.params.flat[start:start + self.n_params(self.d_model, self.bias)].copy()
+        return (rebuild_model, (type(self), self.get_config(), own, self.input_grad))
 
     def _views(self, flat: FloatArray, start: int) -> _Views:
         d = self.d_model

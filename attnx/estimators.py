@@ -657,14 +657,9 @@ class _SequenceEstimator(EstimatorParams):
 
     def _model_spec(self) -> dict[str, Any]:
         """The fitted model's architecture as JSON-able values (for save and pickle)."""
-        m = self.model_
-        if not isinstance(m, (MultiHeadAttention, Transformer)):  # not self._is_legacy()
-            return {"kind": "sequence", **self._spec}
-        spec = dict(d_model=m.d_model, n_heads=m.n_heads, causal=m.causal, bias=m.bias,
-                    rope=m.rope, dtype=m.dtype.name, attention=m.attention)
-        if isinstance(m, Transformer):
-            spec.update(n_layers=m.n_layers, d_hidden=m.d_hidden)
-        return spec
+        if self._is_legacy():
+            return self.model_.get_config()  # the bare model's constructor arguments
+        return {"kind": "sequence", **self._spec}
 
     def _restore_model(self, spec: Mapping[str, Any], params: AnyArray,
                        opt_hyper: Mapping[str, Any], opt_state: Any) -> None:
@@ -675,15 +670,10 @@ class _SequenceEstimator(EstimatorParams):
         # sizes come from a file or a pickle: check them against the weights that
         # are really there before building (and allocating) a model of that size
         legacy_class = self._legacy_class
-        if kind == "sequence":
-            expected = _sequence_n_params(spec)
-        elif legacy_class is Transformer:
-            expected = Transformer.n_params(int(spec["d_model"]), int(spec["n_layers"]),
-                                            int(spec["d_hidden"]), bool(spec["bias"]))
-        elif legacy_class is MultiHeadAttention:
-            expected = MultiHeadAttention.n_params(int(spec["d_model"]), bool(spec["bias"]))
-        else:
+        model_class = SequenceModel if kind == "sequence" else legacy_class
+        if model_class is None:
             raise ValueError(f"a {type(self).__name__} has no model of kind {kind!r}")
+        expected = model_class.config_n_params(spec)
         if params.ndim != 1 or expected != params.size:
             raise ValueError(f"the weights ({params.size} values) do not fit the model "
                              f"(which needs {expected})")
@@ -1218,24 +1208,6 @@ def _encode(lab: AnyArray, classes: AnyArray, valid: BoolArray | None) -> IntArr
         raise ValueError(f"y holds labels not among classes_ {list(classes)!r}: "
                          f"{list(unseen)!r}")
     return codes.astype(np.int64)
-
-
-def _sequence_n_params(spec: Mapping[str, Any]) -> int:
-    """Weights of a SequenceModel with this spec, computed before building it."""
-    f, d, o = int(spec["n_features"]), int(spec["d_model"]), int(spec["n_outputs"])
-    layers = int(spec["n_layers"])
-    dh = 4 * d if spec["d_hidden"] is None else int(spec["d_hidden"])
-    per_layer = 4 * d * d + 2 * d * dh
-    if spec["bias"]:
-        per_layer += 4 * d + dh + d
-    if spec["norm"] == "pre":
-        per_layer += 4 * d
-    n = f * d + d + layers * per_layer + d * o + o
-    if spec["norm"] == "pre":
-        n += 2 * d
-    if spec["positional"] == "learned":
-        n += int(spec["max_len"]) * d
-    return n
 
 
 def _split(data: seqs.Data, fraction: float, seed: int, dist: distributed.Local

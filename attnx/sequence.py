@@ -18,7 +18,7 @@ from ._workspace import WorkspaceCache, check_size, nbytes_of
 from .attention import MultiHeadAttention, _AttentionStack
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Protocol, TypeVar
 
     import numpy.typing as npt
@@ -272,37 +272,47 @@ class SequenceModel(_AttentionStack):
         self._freeze_dropout = False  # tests: keep the last masks (finite differences)
 
     # ---- storage -------------------------------------------------------
+    @staticmethod
+    def param_layout(config: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of every weight of the model get_config() describes, in the
+        order of the flat buffer; "layers.{i}.attn" is layer i's attention block,
+        (n,) values laid out as MultiHeadAttention's own. The one table of parameter
+        sizes: _build allocates from it, config_n_params sums it."""
+        f, d, k = int(config["n_features"]), int(config["d_model"]), int(config["n_outputs"])
+        dh = 4 * d if config["d_hidden"] is None else int(config["d_hidden"])
+        bias, pre = bool(config["bias"]), config["norm"] == "pre"
+        out: list[tuple[str, tuple[int, ...]]] = [("embed.W", (f, d)), ("embed.b", (d,))]
+        if config["positional"] == "learned":
+            out.append(("pos.P", (int(config["max_len"]), d)))
+        for i in range(int(config["n_layers"])):
+            out += [(f"layers.{i}.attn", (MultiHeadAttention.n_params(d, bias),)),
+                    (f"layers.{i}.W1", (d, dh)), (f"layers.{i}.W2", (dh, d))]
+            if bias:
+                out += [(f"layers.{i}.b1", (dh,)), (f"layers.{i}.b2", (d,))]
+            if pre:
+                out += [(f"layers.{i}.{n}", (d,)) for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b")]
+        if pre:
+            out += [("norm.g", (d,)), ("norm.b", (d,))]
+        return out + [("head.W", (d, k)), ("head.b", (k,))]
+
+    @classmethod
+    def config_n_params(cls, config: Mapping[str, Any]) -> int:
+        """Number of parameters of the model get_config() describes (before building it)."""
+        return sum(int(np.prod(shape)) for _, shape in cls.param_layout(config))
+
     def _build(self, random_state: RandomStateLike) -> None:
         d, dh, L, f, k = self.d_model, self.d_hidden, self.n_layers, self.n_features, self.n_outputs
         pre = self.norm == "pre"
-        n_att = MultiHeadAttention.n_params(d, self.bias)
         a = FlatAllocator()
         spans: dict[str, tuple[int, tuple[int, ...]]] = {}
-
-        def res(name: str, *shape: int) -> None:
-            spans[name] = (a.reserve(int(np.prod(shape))), shape)
-
-        res("embed.W", f, d)
-        res("embed.b", d)
-        max_len = self.max_len   # an int with positional="learned" (checked in __init__)
-        if self.positional == "learned" and max_len is not None:
-            res("pos.P", max_len, d)
         att_start = []
-        for i in range(L):
-            att_start.append(a.reserve(n_att))
-            res(f"layers.{i}.W1", d, dh)
-            res(f"layers.{i}.W2", dh, d)
-            if self.bias:
-                res(f"layers.{i}.b1", dh)
-                res(f"layers.{i}.b2", d)
-            if pre:
-                for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b"):
-                    res(f"layers.{i}.{n}", d)
-        if pre:
-            res("norm.g", d)
-            res("norm.b", d)
-        res("head.W", d, k)
-        res("head.b", k)
+        for name, shape in self.param_layout(self.get_config()):
+            start = a.reserve(int(np.prod(shape)))
+            if name.endswith(".attn"):
+                att_start.append(start)
+            else:
+                spans[name] = (start, shape)
+        max_len = self.max_len   # an int with positional="learned" (checked in __init__)
         theta = np.zeros(a.size, self.dtype)
         grad = np.zeros(a.size, self.dtype)
 

@@ -7,13 +7,13 @@ import numpy as np
 
 from . import _mlp
 from ._threads import blas_single, num_threads
-from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from .attention import MultiHeadAttention, _AttentionStack, _copy_rows
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import TypedDict
 
     import numpy.typing as npt
@@ -145,6 +145,26 @@ class Transformer(_AttentionStack):
         d = d_model
         per_layer = MultiHeadAttention.n_params(d, bias) + 2 * d * d_hidden
         return n_layers * (per_layer + ((d_hidden + d) if bias else 0))
+
+    @classmethod
+    def config_n_params(cls, config: Mapping[str, Any]) -> int:
+        """Number of parameters of the model get_config() describes (before building it)."""
+        return cls.n_params(int(config["d_model"]), int(config["n_layers"]),
+                            int(config["d_hidden"]), bool(config["bias"]))
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments (without random_state and input_grad) that
+        rebuild this model."""
+        return dict(d_model=self.d_model, n_heads=self.n_heads, causal=self.causal,
+                    bias=self.bias, rope=self.rope, dtype=self.dtype.name,
+                    attention=self.attention, n_layers=self.n_layers,
+                    d_hidden=self.d_hidden)
+
+    def __reduce__(self) -> tuple[Callable[..., Transformer], tuple[Any, ...]]:
+        # the configuration, the weights and input_grad; workspaces, gradients and
+        # the last forward's state start afresh
+        return (rebuild_model, (type(self), self.get_config(), self.params.flat.copy(),
+                                self.input_grad))
 
     def _mlp_views(self, flat: FloatArray, start: int) -> _MLPViews:
         d, dh = self.d_model, self.d_hidden

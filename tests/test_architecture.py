@@ -65,3 +65,52 @@ def test_export_spec_names_the_network_and_its_output(rng):
     clf = attnx.AttentionClassifier(epochs=1, random_state=0).fit(X, np.arange(12) % 3)
     spec = clf.export_spec()
     assert spec.output == "probabilities" and list(spec.classes) == [0, 1, 2]
+
+
+def _same_forward(a, b, rng, f):
+    x = rng.standard_normal((2, 5, f)).astype(a.dtype)
+    np.testing.assert_array_equal(a.forward(x, grad=False), b.forward(x, grad=False))
+
+
+def test_every_model_pickles_with_its_configuration_and_weights(rng):
+    models = [attnx.MultiHeadAttention(8, 2),
+              attnx.MultiHeadAttention(8, 2, causal=True, bias=True, rope=True,
+                                       dtype=np.float64, random_state=1, input_grad=False),
+              attnx.Transformer(8, 2),
+              attnx.Transformer(8, 4, 3, 16, bias=True, dtype=np.float64, random_state=2,
+                                attention="dense"),
+              attnx.SequenceModel(3, 8, 2, 2, 4, pooling="mean", norm="pre", random_state=3)]
+    for m in models:
+        back = pickle.loads(pickle.dumps(m))
+        assert type(back) is type(m) and back.get_config() == m.get_config()
+        assert back.input_grad == m.input_grad
+        np.testing.assert_array_equal(back.params.flat, m.params.flat)
+        _same_forward(m, back, rng, getattr(m, "n_features", m.d_model))
+
+
+def test_a_layer_of_a_stack_pickles_as_a_layer_of_its_own(rng):
+    t = attnx.Transformer(8, 2, 2, bias=True, random_state=0)
+    layer = pickle.loads(pickle.dumps(t.attn[1]))
+    assert layer.params.flat.size == attnx.MultiHeadAttention.n_params(8, True)
+    for name, w in t.attn[1].params.items():
+        np.testing.assert_array_equal(layer.params[name], w)
+    _same_forward(t.attn[1], layer, rng, 8)
+
+
+def test_one_size_table_per_model_agrees_with_the_built_model():
+    cases = [attnx.MultiHeadAttention(12, 3, bias=b) for b in (False, True)]
+    cases += [attnx.Transformer(8, 2, n, dh, bias=b) for n, dh, b in ((1, 8, False),
+                                                                        (3, 5, True))]
+    cases += [attnx.SequenceModel(3, 8, 2, n, k, d_hidden=dh, norm=norm, bias=b,
+                                  positional=pos, max_len=7)
+              for n, k, dh, norm, b, pos in ((1, 1, None, None, True, "none"),
+                                             (2, 3, 5, "pre", False, "learned"),
+                                             (3, 2, 16, "pre", True, "sinusoidal"))]
+    for m in cases:
+        assert type(m).config_n_params(m.get_config()) == m.params.flat.size
+    sm = cases[-1]
+    sizes = {name: int(np.prod(shape)) for name, shape in sm.param_layout(sm.get_config())}
+    for name, w in sm.params.items():
+        if "layers" not in name or name.split(".")[2] not in ("Wq", "Wk", "Wv", "Wo",
+                                                              "bq", "bk", "bv", "bo"):
+            assert sizes[name] == w.size, name
