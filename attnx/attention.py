@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
@@ -29,11 +29,6 @@ if TYPE_CHECKING:
         bqkv: FloatArray | None    # (3 d_model,), None without bias
         bo: FloatArray | None      # (d_model,), None without bias
 
-    #: what backward needs from the last training forward: x2, ctx2, nb, tq, tk, ws,
-    #: threads, rope cos, rope sin, key padding mask (uint8)
-    _Last = tuple[FloatArray, FloatArray | None, int, int, int, "_Workspace", int,
-                  FloatArray | None, FloatArray | None, AnyArray | None]
-
 _NAMES_W = ("Wq", "Wk", "Wv", "Wo")
 _NAMES_B = ("bq", "bk", "bv", "bo")
 
@@ -56,6 +51,21 @@ def _copy_rows(buf: FloatArray | None, a: AnyArray, dtype: npt.DTypeLike,
     if buf is None:
         buf = np.empty((rows, a.shape[2]), dtype=dtype)
     return cast_into(name, buf, a.reshape(rows, a.shape[2]))
+
+
+class _Last(NamedTuple):
+    """What backward needs from the last training forward."""
+
+    x2: FloatArray               # the input rows (nb * tq, d)
+    ctx2: FloatArray | None      # the context rows of cross-attention
+    nb: int
+    tq: int
+    tk: int
+    ws: _Workspace
+    threads: int                 # the forward's thread count
+    rope_cos: FloatArray | None
+    rope_sin: FloatArray | None
+    mask: AnyArray | None        # the key padding mask (uint8)
 
 
 class _Workspace:
@@ -211,6 +221,9 @@ class MultiHeadAttention:
     `params` and `grads` map names to live views of the layer's storage.
     """
 
+    #: estimators score validation data with forward(grad=True): the training
+    #: workspace and kernels, so that the loss is the one training computes
+    validation_grad = True
     _rope: dict[int, tuple[FloatArray, FloatArray]]
     _last: _Last | None
 
@@ -255,6 +268,10 @@ class MultiHeadAttention:
         """Number of parameters of a layer with this width."""
         d = d_model
         return 4 * d * d + (4 * d if bias else 0)
+
+    def output_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
+        """Shape of forward's output for x of shape (batch, seq_len, d_model)."""
+        return (batch, seq_len, self.d_model)
 
     @classmethod
     def config_n_params(cls, config: Mapping[str, Any]) -> int:
@@ -393,7 +410,7 @@ class MultiHeadAttention:
                     nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse,
                     ws.tbuf, nthreads=run)
         if store:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
+            self._last = _Last(x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
     def _backward_buffers(self, dy2: FloatArray, dx2: FloatArray | None,
                           dctx2: FloatArray | None, dx_accumulate: bool = False,
@@ -475,7 +492,8 @@ class MultiHeadAttention:
         """
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
-        x2, ctx2, nb, tq, tk, *_ = self._last
+        last = self._last
+        x2, ctx2, nb, tq, tk = last.x2, last.ctx2, last.nb, last.tq, last.tk
         d = self.d_model
         dy = as_input("dy", dy, d, batch=nb, length=tq)
         dy = as_dtype("dy", dy, self.dtype)
@@ -512,7 +530,8 @@ class MultiHeadAttention:
         """
         if self._last is None:
             raise RuntimeError("no attention weights kept: call forward(x) with grad=True first")
-        _, _, nb, tq, tk, ws, _, _, _, mask = self._last
+        last = self._last
+        nb, tq, tk, ws, mask = last.nb, last.tq, last.tk, last.ws, last.mask
         h_all = self.n_heads
         samples = range(nb) if sample is None else [_index("sample", sample, nb)]
         heads = range(h_all) if head is None else [_index("head", head, h_all)]

@@ -5,7 +5,7 @@ X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pool
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -57,10 +57,6 @@ if TYPE_CHECKING:
         def masked_add(self, out: FloatArray, res: FloatArray | None, a: FloatArray,
                        b: FloatArray | None, mult: FloatArray, nthreads: int = 1) -> None: ...
         def dropout_mask(self, u: FloatArray, p: float, nthreads: int = 1) -> None: ...
-
-    #: nb, T, buffers, threads, key padding mask (uint8) and dropout of the last
-    #: training forward
-    _Last = tuple[int, int, "_Buffers", int, _U8Array | None, bool]
 
 LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
@@ -170,6 +166,17 @@ class _Buffers:
         return self
 
 
+class _Last(NamedTuple):
+    """What backward needs from the last training forward."""
+
+    nb: int
+    t: int
+    bufs: _Buffers
+    threads: int                 # the forward's thread count
+    km: _U8Array | None          # the key padding mask (uint8)
+    dropout: bool                # whether it drew dropout masks
+
+
 class SequenceModel(_AttentionStack):
     """A transformer for sequences with its own width, pooling and output head.
 
@@ -218,6 +225,9 @@ class SequenceModel(_AttentionStack):
     Set `input_grad = False` to skip dL/dX in backward (it then returns None).
     """
 
+    #: estimators score validation data with forward(grad=False): the inference
+    #: path, without dropout
+    validation_grad = False
     dtype: np.dtype[np.floating[Any]]
     dropout: float
     input_grad: bool
@@ -449,7 +459,7 @@ class SequenceModel(_AttentionStack):
         with blas_single(threads):   # BLAS single-threaded beside attnx's own threads
             self._forward_layers(b, km, nb, t, grad, drop, threads, y.reshape(-1, self.n_outputs))
         if grad:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = (nb, t, b, threads, km, drop)
+            self._last = _Last(nb, t, b, threads, km, drop)
         return y
 
     __call__ = forward
@@ -607,9 +617,10 @@ class SequenceModel(_AttentionStack):
         name -> (B, T, d_model) copies with values 0 or 1/(1-dropout); names
         "layers.{i}.res1" (attention branch) and "layers.{i}.res2" (MLP branch).
         Empty when the last forward used no dropout."""
-        if self._last is None or not self._last[5]:
+        last = self._last
+        if last is None or not last.dropout:
             return {}
-        nb, t, b = self._last[:3]
+        nb, t, b = last.nb, last.t, last.bufs
         out = {}
         for i in range(self.n_layers):
             out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, t, -1).copy()
