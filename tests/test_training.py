@@ -52,3 +52,45 @@ def test_the_setup_collective_runs_once_per_training_set(rng, monkeypatch):
     calls.clear()
     est.set_params(validation_fraction=0.25).fit(X, Y)
     assert calls == [40, 30]
+
+
+def test_every_hyper_parameter_has_one_declared_constraint():
+    for cls in attnx.estimators.ESTIMATORS.values():
+        assert list(cls._parameter_constraints) != []
+        assert set(cls._parameter_constraints) == set(cls._param_names()), cls
+
+
+def test_trainer_hooks_schedule_the_lr_and_transform_the_gradient(rng, monkeypatch):
+    """lr_schedule(step) sets the lr of each step (a constant one changes nothing);
+    grad_transform sees the global gradient before the step (zeroing it leaves
+    only AdamW's weight decay)."""
+    from attnx import _estimator
+
+    X, Y = _data(rng)
+    kw = dict(n_heads=2, epochs=2, batch_size=8, random_state=0, dtype=np.float64)
+    plain = attnx.AttentionRegressor(**kw).fit(X, Y)
+    steps, seen = [], []
+    real = _estimator.SequenceEstimator._trainer
+
+    def hooked(self, cfg):
+        tr = real(self, cfg)
+        tr.lr_schedule = lambda t: (steps.append(t), cfg.lr)[1]
+        return tr
+
+    monkeypatch.setattr(_estimator.SequenceEstimator, "_trainer", hooked)
+    est = attnx.AttentionRegressor(**kw).fit(X, Y)
+    np.testing.assert_array_equal(est.model_.params.flat, plain.model_.params.flat)
+    assert steps == list(range(10))  # 40 samples in batches of 8, two epochs
+
+    def frozen(self, cfg):
+        tr = real(self, cfg)
+        tr.grad_transform = lambda g: (seen.append(float(np.abs(g).max())), g.fill(0))
+        return tr
+
+    monkeypatch.setattr(_estimator.SequenceEstimator, "_trainer", frozen)
+    est = attnx.AttentionRegressor(**kw, lr=0.1, weight_decay=0.0).fit(X, Y)
+    assert len(seen) == 10 and max(seen) > 0
+    monkeypatch.setattr(_estimator.SequenceEstimator, "_trainer", real)
+    init = attnx.AttentionRegressor(**kw, lr=0.0).fit(X, Y)  # the initial weights
+    np.testing.assert_array_equal(est.model_.params.flat, init.model_.params.flat)
+    assert not np.array_equal(init.model_.params.flat, plain.model_.params.flat)
