@@ -19,8 +19,7 @@ from .losses import cross_entropy_loss, mse_loss
 from .optim import AdamW
 from .sequence import SequenceModel
 from .transformer import Transformer
-
-__version__ = "0.1.0"
+from ._version import __version__
 __all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_loss",
            "cross_entropy_loss", "__version__"]
 

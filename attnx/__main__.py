@@ -46,24 +46,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             comm = _world()
         run: Callable[..., int] = args.run
         return run(args) if comm is None else run(args, comm)
-    except (ValueError, TypeError, OSError, ImportError, KeyError, ArithmeticError,
-            MemoryError, RuntimeError) as exc:
-        # with --distributed every rank raises the same error (attnx.distributed):
-        # rank 0 reports it
+    except Exception as exc:
+        # bad input and files (ValueError, TypeError, OSError), a missing optional
+        # package, a diverged fit, or an error every rank of a --distributed run
+        # raises alike (attnx.distributed): a one-line message, from rank 0. Any other
+        # exception is a bug or a machine limit: its traceback is shown (below).
+        if not (isinstance(exc, _REPORTED) or getattr(exc, "_attnx_agreed", False)):
+            _abort_others(comm)
+            raise
         if comm is None or comm.Get_rank() == 0:
             name = "attnx" + (f" {args.command}" if args.command else "")
             print(f"{name}: error: {exc}", file=sys.stderr)
         return 1
     except BaseException:
-        if comm is not None and comm.Get_size() > 1:
-            # an error the ranks did not agree on: the others may wait in a collective
-            # for this rank forever, so end the whole job
-            import traceback
-
-            traceback.print_exc()
-            sys.stderr.flush()
-            comm.Abort(1)
+        _abort_others(comm)
         raise
+
+
+# errors reported in one line (see main)
+_REPORTED = (ValueError, TypeError, OSError, ImportError, ArithmeticError)
+
+
+def _abort_others(comm: MPI.Intracomm | None) -> None:
+    """With --distributed: an error the ranks did not agree on may leave the others
+    waiting in a collective for this rank forever, so end the whole job."""
+    if comm is not None and comm.Get_size() > 1:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        comm.Abort(1)
 
 
 def _world() -> MPI.Intracomm:
@@ -188,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---- demo ------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    from . import AttentionRegressor
+    from .estimators import AttentionRegressor
     from ._metrics import mae_per_output, r2_per_output
     from .datasets import max_position_task
 
@@ -264,7 +276,8 @@ def _load_arrays(path: str, keys: Sequence[str], optional: Sequence[str] = ()
 
 
 def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
-    from . import AttentionRegressor, TransformerRegressor, distributed
+    from . import distributed
+    from .estimators import AttentionRegressor, TransformerRegressor
 
     dist = distributed.wrap(comm)
     with dist.together():  # a rank that cannot read the file stops every rank

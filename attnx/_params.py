@@ -8,8 +8,8 @@ del), so a name can never be detached from the storage.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ._typing import FloatArray
+
+
+class _Model(Protocol):
+    params: ParamDict
+    input_grad: bool
+
+
+_M = TypeVar("_M", bound=_Model)
 
 
 class ParamDict(Mapping[str, "FloatArray"]):
@@ -90,3 +98,14 @@ def check_positive_int(name: str, value: object) -> int:
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return int(value)
+
+
+def rebuild_model(cls: Callable[..., _M], config: Mapping[str, Any], flat: FloatArray,
+                  input_grad: bool) -> _M:
+    """The model `cls(**config)` holding the weights `flat` (what a model's
+    __reduce__ pickles: its configuration and weights; workspaces, gradients and
+    the last forward's state start afresh)."""
+    model = cls(**config, random_state=0)
+    model.params.flat[...] = flat
+    model.input_grad = input_grad
+    return model

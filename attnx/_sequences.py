@@ -46,6 +46,20 @@ class Data:
         return Data(self.x[idx], lengths, self.y[idx],
                     None if self.w is None else self.w[idx], self.per_position)
 
+    def padded(self, t: int) -> Data:
+        """Ragged data padded with zeros (weight 0) to t positions (with comm: a
+        rank's shard padded to the longest sequence of any rank)."""
+        def pad(a: AnyArray) -> AnyArray:
+            if a.ndim < 2 or a.shape[1] >= t:
+                return a
+            out = np.zeros((a.shape[0], t) + a.shape[2:], a.dtype)
+            out[:, :a.shape[1]] = a
+            return out
+
+        per = self.per_position
+        return Data(pad(self.x), self.lengths, pad(self.y) if per else self.y,
+                    None if self.w is None else (pad(self.w) if per else self.w), per)
+
 
 def is_ragged(X: object) -> TypeGuard[list[Any] | tuple[Any, ...]]:
     """True for a list/tuple of arrays (the ragged form), False for anything array-like."""

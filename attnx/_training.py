@@ -1,13 +1,20 @@
-"""Pieces of the estimators' training loop: batch buffers, snapshots, Ctrl-C, progress bars."""
+"""The estimators' training: the Trainer (loop, step, validation, early stopping,
+rollback) and its pieces: batch buffers and plans, snapshots, Ctrl-C, progress bars,
+the validation split and the seeds."""
 from __future__ import annotations
 
 import math
+import numbers
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Union
+import warnings
+from typing import (TYPE_CHECKING, Any, Callable, Literal, Mapping, NoReturn, Protocol, Union,
+                    cast)
 
 import numpy as np
+
+from ._validate import finite
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -16,7 +23,8 @@ if TYPE_CHECKING:
 
     from ._params import ParamDict
     from ._sequences import Data
-    from ._typing import AnyArray, BoolArray, FloatArray, IntArray
+    from ._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
+    from .distributed import Local
     from .optim import AdamW
 
     F64Array = npt.NDArray[np.float64]
@@ -30,6 +38,30 @@ if TYPE_CHECKING:
 
         @property
         def params(self) -> ParamDict: ...
+
+    class Network(_Model, Protocol):
+        """What the Trainer drives: every model an estimator trains."""
+
+        # which forward scores validation data: grad=True (the bare layers reuse
+        # their training workspace) or grad=False (the inference path)
+        validation_grad: bool
+
+        @property
+        def grads(self) -> ParamDict: ...
+        def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any: ...
+        def backward(self, dy: Any, *args: Any, **kwargs: Any) -> Any: ...
+
+    class History(Protocol):
+        """The estimator's training record, which the Trainer appends to."""
+
+        n_iter_: int
+        loss_curve_: list[float]
+        best_loss_: float
+        validation_loss_curve_: list[float]
+        best_validation_loss_: float
+
+    #: a batch loss: (batch, m) -> (loss, weight), dL/dY into batch.dy
+    LossFn = Callable[["Batch", int], "tuple[float, float]"]
 
     class _Bar(Protocol):
         """What attnx uses of a tqdm progress bar."""
@@ -163,47 +195,53 @@ class Snapshot:
                 and self.params.dtype == model.params.flat.dtype
                 and len(self.m) == len(optimizer.m))
 
-    def save(self, model: _Model, optimizer: AdamW, rng: np.random.Generator) -> None:
+    def save(self, model: _Model, optimizer: AdamW,
+             rng: np.random.Generator | None = None) -> None:
         np.copyto(self.params, model.params.flat)
         for dst, src in zip(self.m + self.v, optimizer.m + optimizer.v):
             np.copyto(dst, src)
         self.t = optimizer.t
-        self.rng_state = rng.bit_generator.state
+        self.rng_state = None if rng is None else rng.bit_generator.state
 
-    def restore(self, model: _Model, optimizer: AdamW, rng: np.random.Generator) -> None:
+    def restore(self, model: _Model, optimizer: AdamW,
+                rng: np.random.Generator | None = None) -> None:
+        """Put back what save() copied (the RNG state only when both were given one)."""
         np.copyto(model.params.flat, self.params)
         for dst, src in zip(optimizer.m + optimizer.v, self.m + self.v):
             np.copyto(dst, src)
         optimizer.t = self.t
-        assert self.rng_state is not None  # restore() always follows a save()
-        rng.bit_generator.state = self.rng_state
+        if rng is not None:
+            assert self.rng_state is not None  # restore(rng) always follows a save(rng)
+            rng.bit_generator.state = self.rng_state
 
 
 class EarlyStopping:
     """scikit-learn's rule: an epoch improves only when its loss is below best - tol;
     stop after n_iter_no_change epochs without improvement. With keep_best, the
-    weights of the best epoch are kept and restore_best() puts them back."""
+    weights and the optimizer state (moments and step count) of the best epoch are
+    kept and restore_best() puts them back, so that training that goes on (warm
+    start, partial_fit) continues from the best epoch as a whole."""
 
-    def __init__(self, tol: float, n_iter_no_change: int, params: FloatArray,
+    def __init__(self, tol: float, n_iter_no_change: int, model: _Model, optimizer: AdamW,
                  keep_best: bool) -> None:
         self.tol, self.patience = tol, n_iter_no_change
         self.best: float = math.inf
         self.stall = 0
-        self.params = params
-        self.best_params = np.empty_like(params) if keep_best else None
+        self.model, self.optimizer = model, optimizer
+        self.best_state = Snapshot(model, optimizer) if keep_best else None
 
     def update(self, loss: float) -> bool:
         """Record one epoch's loss; True when training should stop."""
         self.stall = self.stall + 1 if loss > self.best - self.tol else 0
         if loss < self.best:
             self.best = loss
-            if self.best_params is not None:
-                np.copyto(self.best_params, self.params)
+            if self.best_state is not None:
+                self.best_state.save(self.model, self.optimizer)
         return self.stall >= self.patience
 
     def restore_best(self) -> None:
-        if self.best_params is not None:
-            np.copyto(self.params, self.best_params)
+        if self.best_state is not None:
+            self.best_state.restore(self.model, self.optimizer)
 
 
 class InterruptGuard:
@@ -271,3 +309,247 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+# ---- the training loop -----------------------------------------------------------
+class NonFinite(Exception):
+    """A training step met NaN or infinity (the message says where)."""
+
+
+class Trainer:
+    """The training of one fit or partial_fit call: epochs of AdamW steps over Data,
+    the validation loss, early stopping, the rollback when training diverges, Ctrl-C.
+
+    model: the network (forward / backward / params / grads); loss(batch, m) ->
+    (loss, weight) fills batch.dy (attnx.losses' batch losses); batch_for(data,
+    rows, t) gives the reusable Batch of that layout; dist: the distributed hooks
+    (attnx.distributed.Local without comm). history: the estimator, whose n_iter_,
+    loss_curve_, best_loss_ (and with validation validation_loss_curve_,
+    best_validation_loss_) the loop appends to.
+
+    Hooks for later schedules (None: off, the steps are exactly AdamW's):
+    lr_schedule(step) -> lr is called before every optimizer step with the number
+    of steps done so far and sets the optimizer's lr; grad_transform(flat_grad)
+    changes the global gradient in place just before the step (clipping).
+    """
+
+    def __init__(self, model: Network, optimizer: AdamW, rng: np.random.Generator,
+                 loss: LossFn, batch_for: Callable[[Data, int, int], Batch], dist: Local, *,
+                 batch_size: int, shuffle: bool, verbose: int,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 grad_transform: Callable[[FloatArray], None] | None = None) -> None:
+        self.model, self.optimizer, self.rng = model, optimizer, rng
+        self.loss, self.batch_for, self.dist = loss, batch_for, dist
+        self.batch_size, self.shuffle, self.verbose = batch_size, shuffle, verbose
+        self.lr_schedule, self.grad_transform = lr_schedule, grad_transform
+
+    def run(self, history: History, data: Data, val: Data | None, epochs: int,
+            good: Snapshot, stopper: EarlyStopping | None = None, plateau: bool = False,
+            tol: float = 0.0, n_iter_no_change: int = 0) -> None:
+        """Run `epochs` epochs over Data set up by dist (its global count, lengths
+        and padded length). good: the snapshot to roll back to on divergence;
+        stopper: early stopping (fit only), on the training loss when `plateau`
+        (a ConvergenceWarning) else on the validation loss (keeping the best)."""
+        model, opt, rng, dist = self.model, self.optimizer, self.rng, self.dist
+        n = dist.n
+        bs = min(self.batch_size, n)
+        good.save(model, opt, rng)  # the state to roll back to if training diverges
+        last = history.n_iter_ + epochs
+        fit = stopper is not None
+        bar = Progress(self.verbose if dist.is_root else 0, -(-n // bs), last if fit else None)
+        with InterruptGuard() as guard:
+            try:
+                for _ in range(epochs):
+                    epoch = history.n_iter_ + 1
+                    bar.start(epoch)
+                    loss = self.epoch(history, data, bs, epoch, good, guard, bar)
+                    if loss is None:  # interrupted
+                        return
+                    history.loss_curve_.append(loss)
+                    history.best_loss_ = min(history.best_loss_, loss)
+                    history.n_iter_ = epoch
+                    vloss = None
+                    if val is not None:
+                        vloss = self.mean_loss(val, bs)
+                        history.validation_loss_curve_.append(vloss)
+                        history.best_validation_loss_ = min(history.best_validation_loss_,
+                                                            vloss)
+                    dist.check_identical(model.params.flat)
+                    good.save(model, opt, rng)
+                    watched = loss if (vloss is None or plateau) else vloss
+                    if stopper is not None and stopper.update(watched):
+                        if plateau:
+                            bar.end(loss, vloss, " (training loss plateau)")
+                            warnings.warn(
+                                f"the training loss did not improve by more than tol={tol} "
+                                f"for {n_iter_no_change} consecutive epochs: stopped after "
+                                f"epoch {epoch} of {last} (early_stopping=True watches the "
+                                f"validation loss instead; n_iter_no_change >= epochs trains "
+                                f"every epoch)", _convergence_warning(), stacklevel=4)
+                            return
+                        bar.end(loss, vloss, " (early stop)")
+                        stopper.restore_best()
+                        return
+                    bar.end(loss, vloss)
+            finally:
+                bar.close()
+
+    def epoch(self, history: History, data: Data, bs: int, epoch: int, good: Snapshot,
+              guard: InterruptGuard, bar: Progress) -> float | None:
+        """One pass over data; returns the (weighted) mean loss, or None when
+        interrupted (after a warning). Rolls back and raises when training diverges."""
+        dist = self.dist
+        order, global_plan = batch_plan(dist.n, bs, self.rng if self.shuffle else None,
+                                        dist.lengths)
+        # this rank's samples of each global batch (all of them with comm=None)
+        order, plan = dist.batches(order, global_plan)
+        rows = dist.rows(plan, bs)
+        t_full = data.x.shape[1]
+        total, seen, done = 0.0, 0.0, 0
+        for k, (start, m, t, _) in enumerate(plan):
+            batch = self.batch_for(data, rows, t or t_full)
+            batch.load(data, order, start, m)
+            try:
+                loss, weight = self.step(batch, m, guard)
+            except KeyboardInterrupt:  # raised outside the guard's reach
+                guard.interrupted = True
+                break
+            except NonFinite as exc:
+                self.diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of {len(plan)}",
+                              epoch)
+            total += loss * weight
+            seen += weight
+            done += 1
+            bar.step(total / seen if seen else 0.0)
+            if dist.stopping(guard):  # with comm: every rank stops after the same step
+                break
+        if guard.interrupted:
+            bar.close()
+            warnings.warn(
+                f"training interrupted in epoch {epoch} after {done} of {len(plan)} "
+                f"batches; the model keeps the weights of the last completed step "
+                f"({self.optimizer.t} optimizer steps in all) and n_iter_ = {history.n_iter_} "
+                f"counts completed epochs only", UserWarning, stacklevel=5)
+            return None
+        return total / seen if seen else 0.0
+
+    def step(self, batch: Batch, m: int, guard: InterruptGuard | None = None
+             ) -> tuple[float, float]:
+        """One AdamW step on the first m samples of the batch; returns (batch loss
+        before the step, its weight). Raises NonFinite when the loss, the gradients
+        or the updated weights are not finite.
+
+        With comm (dist) the loss, its weight and the gradient are the global batch's:
+        each rank's gradient is weighted by its share of the batch's weight and summed
+        over the ranks (one Allreduce) before the AdamW step; m may be 0 on a rank."""
+        model, opt, dist = self.model, self.optimizer, self.dist
+        loss, weight = 0.0, 0.0
+        with dist.collect_error():  # with comm, a failure here is raised on every rank
+            if m:
+                if batch.mask is None:
+                    model.forward(batch.x, grad=True, out=batch.y)
+                else:
+                    model.forward(batch.x, key_padding_mask=batch.mask, grad=True,
+                                  out=batch.y)
+                loss, weight = self.loss(batch, m)
+        loss, weight = dist.batch_loss(loss, weight, guard)
+        if not math.isfinite(loss):
+            raise NonFinite(f"the loss became {loss}")
+        if m:
+            model.backward(batch.dy)
+        else:
+            model.grads.flat.fill(0)
+        dist.reduce_gradient(model.grads.flat)  # the global batch's gradient, on every rank
+        if self.grad_transform is not None:
+            self.grad_transform(model.grads.flat)
+        if self.lr_schedule is not None:
+            opt.lr = float(self.lr_schedule(opt.t))
+        try:
+            opt.step(model.grads)
+        except FloatingPointError:  # AdamW refused the step and left everything unchanged
+            raise NonFinite("the gradients became NaN or infinite") from None
+        # the next forward would refuse such weights; say so here, naming the epoch
+        if not finite(model.params.flat):
+            raise NonFinite("the weights overflowed to infinity")
+        return loss, weight
+
+    def mean_loss(self, data: Data, bs: int) -> float:
+        """The loss over data (validation), in batches of the training batch shape."""
+        model = self.model
+        order, plan = batch_plan(data.n, bs, None, data.lengths) if data.n else (None, [])
+        total, seen = 0.0, 0.0
+        for start, m, t in plan:
+            batch = self.batch_for(data, bs, t or data.x.shape[1])
+            batch.load(data, order, start, m)
+            kw = {} if batch.mask is None else {"key_padding_mask": batch.mask}
+            # the model says which forward scores it: the bare layers reuse their
+            # training workspace (grad=True); the sequence model runs its inference
+            # path, which also switches dropout off
+            model.forward(batch.x, grad=model.validation_grad, out=batch.y, **kw)
+            loss, weight = self.loss(batch, m)
+            total += loss * weight
+            seen += weight
+        dist = self.dist  # with comm: over every rank's validation samples
+        total, seen = dist.allsum(total), dist.allsum(seen)
+        return total / seen if seen else 0.0
+
+    def diverged(self, good: Snapshot, where: str, epoch: int) -> NoReturn:
+        good.restore(self.model, self.optimizer, self.rng)
+        before = f"the end of epoch {epoch - 1}" if epoch > 1 else "their values before epoch 1"
+        raise TrainingDivergedError(
+            f"training diverged in {where} (lr={self.optimizer.lr}); the weights, optimizer "
+            f"state and shuffling state were restored to {before}. Try a smaller lr.")
+
+
+def _convergence_warning() -> type[Warning]:
+    from ._base import sklearn_class
+
+    return cast("type[Warning]", sklearn_class("ConvergenceWarning"))
+
+
+def split(data: Data, fraction: float, seed: int, dist: Local) -> tuple[Data, Data | None]:
+    """(train, validation or None): a random ceil(fraction * n) samples held out (n
+    and the draw global with comm; each rank keeps its own part of both)."""
+    if fraction == 0:
+        return data, None
+    n = dist.n
+    n_val = math.ceil(fraction * n)  # fit checked that n_val < n
+    perm = np.random.default_rng(seed).permutation(n)
+    val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])  # keep the data's order
+    return data.take(dist.local_part(train)), data.take(dist.local_part(val))
+
+
+def setup(dist: Local, data: Data) -> Data:
+    """dist.setup for Data: global count and lengths; with comm, ragged data padded to
+    the longest sequence of every rank (a global batch may hold it). Returns data.
+    (The ranks' hyper-parameters are compared before, by dist.together(params).)"""
+    ragged = data.lengths is not None
+    dist.setup(data.n, data.x.shape[2:] if ragged else data.x.shape[1:],
+               lengths=data.lengths)
+    t_max = dist.t_max  # the longest sequence of every rank; None for dense data
+    if ragged and dist.distributed and t_max is not None and data.x.shape[1] < t_max:
+        data = data.padded(t_max)
+    return data
+
+
+def seeds(random_state: RandomStateLike) -> tuple[int, int, int]:
+    """(init, shuffle, split) seeds drawn from random_state."""
+    init, shuffle, split_ = (int(s) for s in _rng(random_state).integers(0, 2**63 - 1, size=3))
+    return init, shuffle, split_
+
+
+def _rng(random_state: RandomStateLike | np.random.SeedSequence) -> np.random.Generator:
+    if isinstance(random_state, np.random.RandomState):
+        # scikit-learn's convention: the RandomState is drawn from (and so advances)
+        return np.random.default_rng(int(random_state.randint(0, 2**63 - 1, dtype=np.int64)))
+    ok = (random_state is None
+          or (isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool))
+          or isinstance(random_state, (np.random.Generator, np.random.SeedSequence)))
+    if not ok:
+        raise TypeError(f"random_state must be None, an int >= 0, a numpy Generator or a "
+                        f"RandomState, got {random_state!r}")
+    try:
+        return np.random.default_rng(random_state)
+    except ValueError as exc:
+        raise ValueError(f"random_state must be None, an int >= 0, a numpy Generator or a "
+                         f"RandomState, got {random_state!r}") from exc

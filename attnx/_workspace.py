@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -43,32 +44,50 @@ def check_size(nbytes: int, what: str) -> None:
 
 
 class WorkspaceCache:
-    """key -> buffers; `shape` (the leading key fields) changing drops other shapes."""
+    """key -> buffers, a locked LRU of at most _MAX_ENTRIES entries; `shape` (the
+    leading key fields) changing drops other shapes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # values: whatever the owner's `make` builds (one kind of buffers per owner)
-        self._items: dict[tuple[Any, ...], Any] = {}
+        # values: whatever the owner's `make` builds (one kind of buffers per owner);
+        # ordered from least to most recently used
+        self._items: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
     def get(self, key: tuple[Any, ...], store: bool, make: Callable[[], _T]) -> _T:
         """The buffers for `key` (made by `make` when missing); per Python thread
-        unless `store`."""
+        unless `store`. Threads asking for one missing key at once all get the
+        buffers of the first one to finish `make` (make runs outside the lock)."""
         if not store:
             key = key + (threading.get_ident(),)
-        item = self._items.get(key)
-        if item is None:
-            item = make()
-            with self._lock:
-                items = {k: v for k, v in self._items.items() if k[:3] == key[:3]}
-                if len(items) >= _MAX_ENTRIES:
-                    items = {}
-                items[key] = item
-                self._items = items
-        return item
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+                return cast("_T", item)
+        made = make()
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:  # another thread made it meanwhile
+                self._items.move_to_end(key)
+                return cast("_T", item)
+            for k in [k for k in self._items if k[:3] != key[:3]]:
+                del self._items[k]
+            while len(self._items) >= _MAX_ENTRIES:
+                self._items.popitem(last=False)  # the least recently used
+            self._items[key] = made
+        return made
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._items
 
     def clear(self) -> None:
         with self._lock:
-            self._items = {}
+            self._items.clear()
 
 
 def nbytes_of(dtype: npt.DTypeLike, *counts: int) -> int:

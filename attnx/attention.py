@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
 from . import _attention, _flash
 from ._threads import blas_single, num_threads
-from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import TypedDict
 
     import numpy.typing as npt
@@ -27,11 +28,6 @@ if TYPE_CHECKING:
         o: FloatArray              # (d_model, d_model)
         bqkv: FloatArray | None    # (3 d_model,), None without bias
         bo: FloatArray | None      # (d_model,), None without bias
-
-    #: what backward needs from the last training forward: x2, ctx2, nb, tq, tk, ws,
-    #: threads, rope cos, rope sin, key padding mask (uint8)
-    _Last = tuple[FloatArray, FloatArray | None, int, int, int, "_Workspace", int,
-                  FloatArray | None, FloatArray | None, AnyArray | None]
 
 _NAMES_W = ("Wq", "Wk", "Wv", "Wo")
 _NAMES_B = ("bq", "bk", "bv", "bo")
@@ -55,6 +51,21 @@ def _copy_rows(buf: FloatArray | None, a: AnyArray, dtype: npt.DTypeLike,
     if buf is None:
         buf = np.empty((rows, a.shape[2]), dtype=dtype)
     return cast_into(name, buf, a.reshape(rows, a.shape[2]))
+
+
+class _Last(NamedTuple):
+    """What backward needs from the last training forward."""
+
+    x2: FloatArray               # the input rows (nb * tq, d)
+    ctx2: FloatArray | None      # the context rows of cross-attention
+    nb: int
+    tq: int
+    tk: int
+    ws: _Workspace
+    threads: int                 # the forward's thread count
+    rope_cos: FloatArray | None
+    rope_sin: FloatArray | None
+    mask: AnyArray | None        # the key padding mask (uint8)
 
 
 class _Workspace:
@@ -210,6 +221,9 @@ class MultiHeadAttention:
     `params` and `grads` map names to live views of the layer's storage.
     """
 
+    #: estimators score validation data with forward(grad=True): the training
+    #: workspace and kernels, so that the loss is the one training computes
+    validation_grad = True
     _rope: dict[int, tuple[FloatArray, FloatArray]]
     _last: _Last | None
 
@@ -237,6 +251,7 @@ class MultiHeadAttention:
             n = self.n_params(d, bias)
             _storage = (np.zeros(n, self.dtype), np.zeros(n, self.dtype), 0)
         theta, grad, start = _storage
+        self._start = start  # where this layer's weights begin in the flat buffers
         self._w = self._views(theta, start)
         self._g = self._views(grad, start)
         self.params = ParamDict(theta, self._named(self._w))
@@ -253,6 +268,29 @@ class MultiHeadAttention:
         """Number of parameters of a layer with this width."""
         d = d_model
         return 4 * d * d + (4 * d if bias else 0)
+
+    def output_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
+        """Shape of forward's output for x of shape (batch, seq_len, d_model)."""
+        return (batch, seq_len, self.d_model)
+
+    @classmethod
+    def config_n_params(cls, config: Mapping[str, Any]) -> int:
+        """Number of parameters of the layer get_config() describes (before building it)."""
+        return cls.n_params(int(config["d_model"]), bool(config["bias"]))
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments (without random_state and input_grad) that
+        rebuild this layer."""
+        return dict(d_model=self.d_model, n_heads=self.n_heads, causal=self.causal,
+                    bias=self.bias, rope=self.rope, dtype=self.dtype.name,
+                    attention=self.attention)
+
+    def __reduce__(self) -> tuple[Callable[..., MultiHeadAttention], tuple[Any, ...]]:
+        # the configuration, a copy of the weights and input_grad (a layer inside a
+        # Transformer or SequenceModel pickles as a layer of its own)
+        start = self._start
+        own = self.params.flat[start:start + self.n_params(self.d_model, self.bias)].copy()
+        return (rebuild_model, (type(self), self.get_config(), own, self.input_grad))
 
     def _views(self, flat: FloatArray, start: int) -> _Views:
         d = self.d_model
@@ -372,7 +410,7 @@ class MultiHeadAttention:
                     nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse,
                     ws.tbuf, nthreads=run)
         if store:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = (x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
+            self._last = _Last(x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
     def _backward_buffers(self, dy2: FloatArray, dx2: FloatArray | None,
                           dctx2: FloatArray | None, dx_accumulate: bool = False,
@@ -454,7 +492,8 @@ class MultiHeadAttention:
         """
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
-        x2, ctx2, nb, tq, tk, *_ = self._last
+        last = self._last
+        x2, ctx2, nb, tq, tk = last.x2, last.ctx2, last.nb, last.tq, last.tk
         d = self.d_model
         dy = as_input("dy", dy, d, batch=nb, length=tq)
         dy = as_dtype("dy", dy, self.dtype)
@@ -491,7 +530,8 @@ class MultiHeadAttention:
         """
         if self._last is None:
             raise RuntimeError("no attention weights kept: call forward(x) with grad=True first")
-        _, _, nb, tq, tk, ws, _, _, _, mask = self._last
+        last = self._last
+        nb, tq, tk, ws, mask = last.nb, last.tq, last.tk, last.ws, last.mask
         h_all = self.n_heads
         samples = range(nb) if sample is None else [_index("sample", sample, nb)]
         heads = range(h_all) if head is None else [_index("head", head, h_all)]

@@ -23,10 +23,11 @@ order, and everything that depends on the samples is defined over it:
 Errors: a rank that fails (bad input on its shard, a NaN loss) must not leave
 the others waiting in a collective. Data preparation runs in an agreed block
 (together: one exchange of errors at its end and before any collective inside);
-every step sums a small vector [error flag, stop flag, weight, loss] before the
+every step sums a small vector [error, stop, abort flags, weight, loss] before the
 gradient. When any rank flagged an error, all ranks exchange the messages and
 raise the same exception (same class and text, naming the first failing rank).
-Ctrl-C on any rank stops every rank after the same step. A rank that dies
+Ctrl-C on any rank stops every rank after the same step; a second Ctrl-C inside
+a step drops that step on every rank. A rank that dies
 (killed, segfault) cannot take part in any exchange: MPICH's launcher (hydra)
 sees the process end and terminates the other ranks ("BAD TERMINATION ...
 signal 9"), so mpiexec returns within about a second. A rank that hangs without
@@ -50,7 +51,6 @@ import numpy as np
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ._sequences import Data
     from ._training import InterruptGuard, PlanEntry
     from ._typing import AnyArray, FloatArray, IntArray
 
@@ -115,7 +115,6 @@ class Local:
     t_max: int | None
 
     def setup(self, n_local: int, tail: tuple[int, ...] = (),
-              signature: Mapping[str, object] | None = None,
               lengths: IntArray | None = None) -> None:
         self.n, self.n_local, self.offset = int(n_local), int(n_local), 0
         self.lengths = lengths
@@ -199,9 +198,9 @@ class Communicator(Local):
         self.is_root = self.rank == 0
         self._error: Exception | None = None
         self._scale = 1.0
-        self._stop = self._pending = False
-        self._send = np.zeros(4)
-        self._recv = np.zeros(4)
+        self._stop = self._pending = self._abort = False
+        self._send = np.zeros(5)
+        self._recv = np.zeros(5)
         self.steps, self.allreduce_seconds, self.allreduce_bytes = 0, 0.0, 0
 
     # ---- agreement on errors -------------------------------------------
@@ -248,6 +247,11 @@ class Communicator(Local):
             yield
         except Exception as exc:
             self._error = exc
+        except KeyboardInterrupt:
+            # a second Ctrl-C inside the step: this rank cannot finish the step, so
+            # every rank drops it (batch_loss raises KeyboardInterrupt on each)
+            # instead of this rank leaving while the others wait in the Allreduce
+            self._abort = True
 
     def _raise_first(self, infos: list[ErrorInfo | None], err: Exception | None) -> None:
         failed = [(r, info) for r, info in enumerate(infos) if info is not None]
@@ -265,29 +269,19 @@ class Communicator(Local):
 
     # ---- layout of the global data set -----------------------------------
     def setup(self, n_local: int, tail: tuple[int, ...] = (),
-              signature: Mapping[str, object] | None = None,
               lengths: IntArray | None = None) -> None:
         """Exchange the shard sizes (collective). All ranks must agree on `tail`
-        (the shape of a sample) and on `signature` (the hyper-parameters): else
-        every rank raises the same ValueError. `lengths` (ragged data): this
-        rank's sequence lengths; every rank gets all of them (self.lengths, in
+        (the shape of a sample): else every rank raises the same ValueError. The
+        hyper-parameters are compared before, by together(params), so that every
+        rank takes the same branches inside that block. `lengths` (ragged data):
+        this rank's sequence lengths; every rank gets all of them (self.lengths, in
         global order) and their maximum (self.t_max)."""
-        sig = None if signature is None else {k: _same_repr(v) for k, v in signature.items()}
-        rows = self.comm.allgather((int(n_local), tuple(int(s) for s in tail), sig))
-        problem = None
-        for r, (_, tail, sig) in enumerate(rows):
-            if tail != rows[0][1]:
-                problem = (f"every rank's samples must have one shape (seq_len, features): "
-                           f"rank 0 has {rows[0][1]}, rank {r} has {tail}")
-                break
-            if sig != rows[0][2]:
-                k = next(k for k in sig if sig[k] != rows[0][2].get(k))
-                problem = (f"every rank must use the same hyper-parameters: rank 0 has "
-                           f"{k}={rows[0][2].get(k)}, rank {r} has {k}={sig[k]}")
-                break
-        if problem is not None:
-            raise ValueError(problem)
-        self.counts = [c for c, _, _ in rows]
+        rows = self.comm.allgather((int(n_local), tuple(int(s) for s in tail)))
+        for r, (_, tail_r) in enumerate(rows):
+            if tail_r != rows[0][1]:
+                raise ValueError(f"every rank's samples must have one shape (seq_len, "
+                                 f"features): rank 0 has {rows[0][1]}, rank {r} has {tail_r}")
+        self.counts = [c for c, _ in rows]
         self.n_local = self.counts[self.rank]
         self.offset = sum(self.counts[:self.rank])
         self.n = sum(self.counts)
@@ -323,7 +317,8 @@ class Communicator(Local):
         if any(p is None for p in parts):
             raise ValueError("every rank must pass X in one form: some ranks passed a list "
                              "of sequences (ragged), others one array")
-        return np.concatenate(parts)
+        out: IntArray = np.concatenate(parts)
+        return out
 
     def batches(self, order: IntArray | None,
                 plan: list[PlanEntry]) -> tuple[IntArray | None, list[Part]]:
@@ -363,25 +358,31 @@ class Communicator(Local):
     # ---- per step ----------------------------------------------------------
     def batch_loss(self, loss: float, weight: float,
                    guard: InterruptGuard | None = None) -> tuple[float, float]:
-        """Sum [error, stop, weight, loss * weight] over the ranks.
+        """Sum [error, stop, abort, weight, loss * weight] over the ranks.
 
         loss is this rank's (weighted) mean loss over its samples of the batch and
         weight what that mean divides by (its sample count, or its sum of sample
         weights). Returns the global batch's (loss, weight); raises on every rank
-        when any rank's step failed; notes whether any rank saw Ctrl-C (stopping)."""
+        when any rank's step failed, KeyboardInterrupt on every rank when a rank's
+        step was cut short by a second Ctrl-C (the step is dropped everywhere);
+        notes whether any rank saw Ctrl-C (stopping)."""
         s = self._send
         s[0] = self._error is not None
         s[1] = self._pending or bool(guard is not None and guard.interrupted)
-        s[2] = weight
-        s[3] = loss * weight if weight else 0.0
+        s[2] = self._abort
+        s[3] = weight
+        s[4] = loss * weight if weight else 0.0
         t0 = time.perf_counter()
         self.comm.Allreduce(s, self._recv, op=self._MPI.SUM)
         self.allreduce_seconds += time.perf_counter() - t0
         self.allreduce_bytes += s.nbytes
-        err, stop, total, loss_sum = self._recv
+        err, stop, abort, total, loss_sum = self._recv
         if err:
             self._raise_first(self.comm.allgather(
                 None if self._error is None else _describe(self._error)), self._error)
+        if abort:
+            self._abort = self._pending = False
+            raise KeyboardInterrupt
         self._stop = bool(stop)
         if total == 0:  # no weight anywhere in this batch: a zero gradient, as in one process
             self._scale = 0.0
@@ -465,26 +466,6 @@ def _rebuild(cls: object, text: str) -> Exception:
             pass
     name = getattr(cls, "__name__", str(cls))
     return DistributedError(f"{name}: {text}")
-
-
-def pad_positions(data: Data, t: int) -> Data:
-    """Ragged training Data padded with zeros (weight 0) to t positions: a rank's
-    shard padded to the longest sequence of any rank."""
-    from ._sequences import Data
-
-    @overload
-    def pad(a: AnyArray) -> AnyArray: ...
-    @overload
-    def pad(a: AnyArray | None) -> AnyArray | None: ...
-    def pad(a: AnyArray | None) -> AnyArray | None:
-        if a is None or a.ndim < 2 or a.shape[1] >= t:
-            return a
-        out = np.zeros((a.shape[0], t) + a.shape[2:], a.dtype)
-        out[:, :a.shape[1]] = a
-        return out
-
-    return Data(pad(data.x), data.lengths, pad(data.y) if data.per_position else data.y,
-                pad(data.w) if data.per_position else data.w, data.per_position)
 
 
 def global_r2(comm: MPIComm | None, y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> float:

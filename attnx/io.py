@@ -33,6 +33,8 @@ import numpy as np
 import safetensors.numpy
 
 from . import _state
+from ._version import __version__
+from .estimators import ESTIMATORS
 
 __all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
 
@@ -77,8 +79,6 @@ def save(est: Any, path: str | os.PathLike[str]) -> None:
 
 
 def _serialise(arrays: dict[str, np.ndarray], config: dict[str, Any]) -> bytes:
-    from . import __version__
-
     text = json.dumps(config, allow_nan=False, sort_keys=True, separators=(",", ":"))
     meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION),
             "attnx_version": __version__, "config": text,
@@ -133,22 +133,16 @@ def load(path: str | os.PathLike[str]) -> Any:
         return _state.new_from_state(arrays, config, _classes())
     except _state.StateError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    except Exception as exc:  # a field of the wrong type or shape: the file was altered
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        # a field missing or of the wrong type or shape: the file was altered (a
+        # MemoryError or a bug in attnx is not a format error and goes through)
         raise ValueError(f"{path} is not a valid attnx model file ({type(exc).__name__}: "
                          f"{exc})") from None
 
 
 def _classes() -> dict[str, type]:
-    """The estimator classes attnx exports (what a file may name)."""
-    import attnx
-    from ._base import EstimatorParams
-
-    out = {}
-    for name in getattr(attnx, "__all__", []):
-        obj = getattr(attnx, name, None)
-        if isinstance(obj, type) and issubclass(obj, EstimatorParams):
-            out[name] = obj
-    return out
+    """The estimator classes a file may name (attnx.estimators.ESTIMATORS)."""
+    return dict(ESTIMATORS)
 
 
 class _FormatError(Exception):

@@ -1,4 +1,6 @@
-"""Loss functions."""
+"""Loss functions: mse_loss and cross_entropy_loss (public), and the estimators'
+batch losses (regression_batch_loss, classification_batch_loss), which fill a
+training Batch's dL/dY and return (loss, weight)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -12,6 +14,7 @@ from ._validate import as_dtype, finite
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from ._training import Batch
     from ._typing import FloatArray
 
 
@@ -121,6 +124,51 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
     loss = cross_entropy_rows(z, lab, w, total, out.reshape(-1, n_cls), float(label_smoothing))
     return float(loss), out
 
+
+# ---- the estimators' batch losses --------------------------------------------------
+def regression_batch_loss(batch: Batch, m: int) -> tuple[float, float]:
+    """(loss, weight) and dL/dY in batch.dy. Unweighted: the MSE over the first m rows
+    (mse_loss); weighted: sum(w * squared error) / (outputs per weight * sum(w))."""
+    if batch.w is None:
+        if m == batch.shape[0]:
+            loss, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
+        else:
+            loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
+            batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
+        return loss, m
+    w = batch.w
+    wb = w.reshape(w.shape + (1,) * (batch.y.ndim - w.ndim))
+    per_weight = batch.y.size // w.size
+    total = float(w.sum())
+    if total == 0:  # a batch of zero-weight samples only: no gradient, no loss
+        batch.dy[...] = 0
+        return 0.0, 0.0
+    diff = batch.y.astype(np.float64) - batch.y_true
+    scale = per_weight * total
+    loss = float((wb * diff * diff).sum()) / scale
+    np.multiply(wb * diff, 2.0 / scale, out=batch.dy, casting="unsafe")
+    return loss, total
+
+
+def classification_batch_loss(batch: Batch, m: int) -> tuple[float, float]:
+    """(loss, weight) and dL/dlogits in batch.dy: softmax cross-entropy, the weighted
+    mean over the labels (padding and short-batch rows weigh 0)."""
+    assert batch.w is not None  # a classifier's batches always carry weights
+    total = float(batch.w.sum())
+    if total == 0:
+        batch.dy[...] = 0
+        return 0.0, 0.0
+    loss, dlogits = cross_entropy_loss(batch.y, batch.y_true, sample_weight=batch.w)
+    np.copyto(batch.dy, dlogits, casting="unsafe")
+    return float(loss), total
+
+
+def log_softmax(z: FloatArray) -> FloatArray:
+    """log(softmax(z)) over the last axis (predict_log_proba)."""
+    z = np.asarray(z)
+    shifted: FloatArray = z - z.max(axis=-1, keepdims=True)
+    out: FloatArray = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return out
 
 
 def _regression_args(name: str, y: FloatArray, y_true: npt.ArrayLike,

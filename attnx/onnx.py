@@ -29,6 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from ._version import __version__
+from .attention import MultiHeadAttention
+from .sequence import LN_EPS, SequenceModel
+from .transformer import Transformer
+
 __all__ = ["export", "DEFAULT_OPSET"]
 
 DEFAULT_OPSET = 17
@@ -81,37 +86,20 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
 
 # ---- what is exported --------------------------------------------------------------
 def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str]]:
-    """(model, output kind, metadata) for a model or a fitted estimator."""
-    from . import __version__
-    from .attention import MultiHeadAttention
-    from .transformer import Transformer
-
+    """(model, output kind, metadata) for a model or a fitted estimator (whose
+    export_spec() says which network to export and how predict reads its output)."""
     meta = {"attnx_version": __version__}
-    models: tuple[type, ...] = (MultiHeadAttention, Transformer, _sequence_model_class())
-    if isinstance(obj, models):
+    if isinstance(obj, (MultiHeadAttention, Transformer, SequenceModel)):
         meta["attnx_model"] = type(obj).__name__
         return obj, "y", meta
-    model = getattr(obj, "__dict__", {}).get("model_")
-    if model is None:
-        if hasattr(obj, "get_params"):
-            raise ValueError(f"this {type(obj).__name__} is not fitted yet: call fit first")
+    if not callable(getattr(obj, "export_spec", None)):
         raise TypeError(f"export needs a MultiHeadAttention, Transformer, SequenceModel or a "
                         f"fitted attnx estimator, got {type(obj).__name__}")
+    spec = obj.export_spec()  # NotFittedError (a ValueError) before fit
     meta["attnx_model"] = type(obj).__name__
-    if "classes_" in obj.__dict__:
-        meta["classes"] = json.dumps(np.asarray(obj.classes_).tolist())
-        return model, "probabilities", meta
-    target = obj.__dict__.get("_target") or {}
-    squeeze = isinstance(model, _sequence_model_class()) and target.get("k", 0) is None
-    return model, "squeeze" if squeeze else "y", meta
-
-
-def _sequence_model_class() -> type:
-    try:
-        from .sequence import SequenceModel
-    except ImportError:  # pragma: no cover - an attnx without SequenceModel
-        return type("_NoSequenceModel", (), {})
-    return SequenceModel
+    if spec.classes is not None:
+        meta["classes"] = json.dumps(np.asarray(spec.classes).tolist())
+    return spec.model, spec.output, meta
 
 
 def _output_shape(model: Any) -> list[Any]:
@@ -126,9 +114,6 @@ def _n_in(model: Any) -> int:
 
 
 def _forward(g: _Graph, model: Any, x: str, mask: str | None) -> str:
-    from .attention import MultiHeadAttention
-    from .transformer import Transformer
-
     if isinstance(model, MultiHeadAttention):
         return _attention(g, model, model.params, "", x, mask)
     if isinstance(model, Transformer):
@@ -166,7 +151,7 @@ def _attention(g: _Graph, att: Any, params: Any, p: str, x: str, mask: str | Non
         pad = g.op("Unsqueeze", [mask, g.const_i64([1, 2])])       # (B, 1, 1, T)
         disallowed = pad if disallowed is None else g.op("Or", [disallowed, pad])
     if disallowed is not None:
-        s = g.op("Where", [disallowed, g.scalar(np.finfo(g.dtype).min), s])
+        s = g.op("Where", [disallowed, g.scalar(float(np.finfo(g.dtype).min)), s])
     prob = g.op("Softmax", [s], axis=-1)
     if mask is not None and disallowed is not None:
         # a row with every key masked: softmax is uniform there, make it 0
@@ -403,8 +388,6 @@ class _Graph:
         return self.op("Gather", [both, self.const_i64(_interleave(n_even, n_odd))], axis=1)
 
     def layernorm(self, x: str, gain: np.ndarray, bias: np.ndarray) -> str:
-        from .sequence import LN_EPS
-
         return self.op("LayerNormalization", [x, self.const(gain), self.const(bias)],
                        axis=-1, epsilon=float(LN_EPS))
 

@@ -5,7 +5,7 @@ X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pool
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ._workspace import WorkspaceCache, check_size, nbytes_of
 from .attention import MultiHeadAttention, _AttentionStack
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Protocol, TypeVar
 
     import numpy.typing as npt
@@ -57,10 +57,6 @@ if TYPE_CHECKING:
         def masked_add(self, out: FloatArray, res: FloatArray | None, a: FloatArray,
                        b: FloatArray | None, mult: FloatArray, nthreads: int = 1) -> None: ...
         def dropout_mask(self, u: FloatArray, p: float, nthreads: int = 1) -> None: ...
-
-    #: nb, T, buffers, threads, key padding mask (uint8) and dropout of the last
-    #: training forward
-    _Last = tuple[int, int, "_Buffers", int, _U8Array | None, bool]
 
 LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
@@ -170,6 +166,17 @@ class _Buffers:
         return self
 
 
+class _Last(NamedTuple):
+    """What backward needs from the last training forward."""
+
+    nb: int
+    t: int
+    bufs: _Buffers
+    threads: int                 # the forward's thread count
+    km: _U8Array | None          # the key padding mask (uint8)
+    dropout: bool                # whether it drew dropout masks
+
+
 class SequenceModel(_AttentionStack):
     """A transformer for sequences with its own width, pooling and output head.
 
@@ -218,6 +225,9 @@ class SequenceModel(_AttentionStack):
     Set `input_grad = False` to skip dL/dX in backward (it then returns None).
     """
 
+    #: estimators score validation data with forward(grad=False): the inference
+    #: path, without dropout
+    validation_grad = False
     dtype: np.dtype[np.floating[Any]]
     dropout: float
     input_grad: bool
@@ -272,37 +282,47 @@ class SequenceModel(_AttentionStack):
         self._freeze_dropout = False  # tests: keep the last masks (finite differences)
 
     # ---- storage -------------------------------------------------------
+    @staticmethod
+    def param_layout(config: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of every weight of the model get_config() describes, in the
+        order of the flat buffer; "layers.{i}.attn" is layer i's attention block,
+        (n,) values laid out as MultiHeadAttention's own. The one table of parameter
+        sizes: _build allocates from it, config_n_params sums it."""
+        f, d, k = int(config["n_features"]), int(config["d_model"]), int(config["n_outputs"])
+        dh = 4 * d if config["d_hidden"] is None else int(config["d_hidden"])
+        bias, pre = bool(config["bias"]), config["norm"] == "pre"
+        out: list[tuple[str, tuple[int, ...]]] = [("embed.W", (f, d)), ("embed.b", (d,))]
+        if config["positional"] == "learned":
+            out.append(("pos.P", (int(config["max_len"]), d)))
+        for i in range(int(config["n_layers"])):
+            out += [(f"layers.{i}.attn", (MultiHeadAttention.n_params(d, bias),)),
+                    (f"layers.{i}.W1", (d, dh)), (f"layers.{i}.W2", (dh, d))]
+            if bias:
+                out += [(f"layers.{i}.b1", (dh,)), (f"layers.{i}.b2", (d,))]
+            if pre:
+                out += [(f"layers.{i}.{n}", (d,)) for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b")]
+        if pre:
+            out += [("norm.g", (d,)), ("norm.b", (d,))]
+        return out + [("head.W", (d, k)), ("head.b", (k,))]
+
+    @classmethod
+    def config_n_params(cls, config: Mapping[str, Any]) -> int:
+        """Number of parameters of the model get_config() describes (before building it)."""
+        return sum(int(np.prod(shape)) for _, shape in cls.param_layout(config))
+
     def _build(self, random_state: RandomStateLike) -> None:
         d, dh, L, f, k = self.d_model, self.d_hidden, self.n_layers, self.n_features, self.n_outputs
         pre = self.norm == "pre"
-        n_att = MultiHeadAttention.n_params(d, self.bias)
         a = FlatAllocator()
         spans: dict[str, tuple[int, tuple[int, ...]]] = {}
-
-        def res(name: str, *shape: int) -> None:
-            spans[name] = (a.reserve(int(np.prod(shape))), shape)
-
-        res("embed.W", f, d)
-        res("embed.b", d)
-        max_len = self.max_len   # an int with positional="learned" (checked in __init__)
-        if self.positional == "learned" and max_len is not None:
-            res("pos.P", max_len, d)
         att_start = []
-        for i in range(L):
-            att_start.append(a.reserve(n_att))
-            res(f"layers.{i}.W1", d, dh)
-            res(f"layers.{i}.W2", dh, d)
-            if self.bias:
-                res(f"layers.{i}.b1", dh)
-                res(f"layers.{i}.b2", d)
-            if pre:
-                for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b"):
-                    res(f"layers.{i}.{n}", d)
-        if pre:
-            res("norm.g", d)
-            res("norm.b", d)
-        res("head.W", d, k)
-        res("head.b", k)
+        for name, shape in self.param_layout(self.get_config()):
+            start = a.reserve(int(np.prod(shape)))
+            if name.endswith(".attn"):
+                att_start.append(start)
+            else:
+                spans[name] = (start, shape)
+        max_len = self.max_len   # an int with positional="learned" (checked in __init__)
         theta = np.zeros(a.size, self.dtype)
         grad = np.zeros(a.size, self.dtype)
 
@@ -439,7 +459,7 @@ class SequenceModel(_AttentionStack):
         with blas_single(threads):   # BLAS single-threaded beside attnx's own threads
             self._forward_layers(b, km, nb, t, grad, drop, threads, y.reshape(-1, self.n_outputs))
         if grad:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = (nb, t, b, threads, km, drop)
+            self._last = _Last(nb, t, b, threads, km, drop)
         return y
 
     __call__ = forward
@@ -597,9 +617,10 @@ class SequenceModel(_AttentionStack):
         name -> (B, T, d_model) copies with values 0 or 1/(1-dropout); names
         "layers.{i}.res1" (attention branch) and "layers.{i}.res2" (MLP branch).
         Empty when the last forward used no dropout."""
-        if self._last is None or not self._last[5]:
+        last = self._last
+        if last is None or not last.dropout:
             return {}
-        nb, t, b = self._last[:3]
+        nb, t, b = last.nb, last.t, last.bufs
         out = {}
         for i in range(self.n_layers):
             out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, t, -1).copy()

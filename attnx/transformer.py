@@ -1,19 +1,19 @@
 """Transformer: stacked (attention + residual, SiLU MLP + residual) layers."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from . import _mlp
 from ._threads import blas_single, num_threads
-from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from .attention import MultiHeadAttention, _AttentionStack, _copy_rows
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import TypedDict
 
     import numpy.typing as npt
@@ -63,6 +63,17 @@ class _Buffers:
         return self
 
 
+class _Last(NamedTuple):
+    """What backward needs from the last training forward."""
+
+    nb: int
+    t: int
+    tk: int
+    cross: bool
+    bufs: _Buffers
+    threads: int  # the forward's thread count
+
+
 class Transformer(_AttentionStack):
     """A stack of n_layers transformer layers, each attention followed by a SiLU MLP,
     both with a residual connection:
@@ -83,11 +94,11 @@ class Transformer(_AttentionStack):
     live views into one flat buffer, so AdamW updates the model in one call.
     """
 
+    validation_grad = True  # as MultiHeadAttention's
     attn: list[MultiHeadAttention]
     _mlp_w: list[_MLPViews]
     _mlp_g: list[_MLPViews]
-    #: nb, T, Tk, cross, buffers and threads of the last training forward
-    _last: tuple[int, int, int, bool, _Buffers, int] | None
+    _last: _Last | None
 
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 2,
                  d_hidden: int | None = None, *, causal: bool = False, bias: bool = False,
@@ -145,6 +156,30 @@ class Transformer(_AttentionStack):
         d = d_model
         per_layer = MultiHeadAttention.n_params(d, bias) + 2 * d * d_hidden
         return n_layers * (per_layer + ((d_hidden + d) if bias else 0))
+
+    def output_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
+        """Shape of forward's output for x of shape (batch, seq_len, d_model)."""
+        return (batch, seq_len, self.d_model)
+
+    @classmethod
+    def config_n_params(cls, config: Mapping[str, Any]) -> int:
+        """Number of parameters of the model get_config() describes (before building it)."""
+        return cls.n_params(int(config["d_model"]), int(config["n_layers"]),
+                            int(config["d_hidden"]), bool(config["bias"]))
+
+    def get_config(self) -> dict[str, Any]:
+        """The constructor arguments (without random_state and input_grad) that
+        rebuild this model."""
+        return dict(d_model=self.d_model, n_heads=self.n_heads, causal=self.causal,
+                    bias=self.bias, rope=self.rope, dtype=self.dtype.name,
+                    attention=self.attention, n_layers=self.n_layers,
+                    d_hidden=self.d_hidden)
+
+    def __reduce__(self) -> tuple[Callable[..., Transformer], tuple[Any, ...]]:
+        # the configuration, the weights and input_grad; workspaces, gradients and
+        # the last forward's state start afresh
+        return (rebuild_model, (type(self), self.get_config(), self.params.flat.copy(),
+                                self.input_grad))
 
     def _mlp_views(self, flat: FloatArray, start: int) -> _MLPViews:
         d, dh = self.d_model, self.d_hidden
@@ -227,7 +262,7 @@ class Transformer(_AttentionStack):
                                  bufs.xs[i + 1],
                                  nthreads=threads)
         if grad:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = (nb, t, tk, cross, bufs, threads)
+            self._last = _Last(nb, t, tk, cross, bufs, threads)
         return y
 
     __call__ = forward

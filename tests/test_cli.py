@@ -171,3 +171,29 @@ def test_plot_without_matplotlib_fails_before_training(tmp_path, monkeypatch, ca
     out = capsys.readouterr()
     assert "pip install attnx[plot]" in out.err and "epoch" not in out.out
     assert not os.path.exists("h.png")
+
+
+def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    X, Y = max_position_task(8, 4, 4, random_state=0)
+    np.savez("d.npz", X=X, Y=Y)
+
+    def buggy(self, *a, **k):
+        raise KeyError("an attnx bug")
+
+    monkeypatch.setattr(attnx.AttentionRegressor, "fit", buggy)
+    with pytest.raises(KeyError, match="an attnx bug"):
+        cli.main(["train", "d.npz", "-o", "m.npz", "--epochs", "1"])
+    for exc in (MemoryError("too big"), RuntimeError("a bug")):
+        def failing(self, *a, exc=exc, **k):
+            raise exc
+        monkeypatch.setattr(attnx.AttentionRegressor, "fit", failing)
+        with pytest.raises(type(exc)):
+            cli.main(["train", "d.npz", "-o", "m.npz", "--epochs", "1"])
+
+    def bad(self, *a, **k):
+        raise ValueError("lr must be > 0")
+
+    monkeypatch.setattr(attnx.AttentionRegressor, "fit", bad)
+    assert cli.main(["train", "d.npz", "-o", "m.npz", "--epochs", "1"]) == 1
+    assert "attnx train: error: lr must be > 0" in capsys.readouterr().err

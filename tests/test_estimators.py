@@ -12,7 +12,8 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import attnx
-import attnx.estimators as est_mod
+import attnx._estimator as base_mod
+import attnx.losses as losses_mod
 from attnx.datasets import max_position_task, mixing_task
 from attnx.estimators import NotFittedError, TrainingDivergedError
 
@@ -190,7 +191,7 @@ def test_predict_in_odd_chunks_matches_one_forward(cls, task, monkeypatch):
     X, Y, Xt, _ = task
     est = small(cls, epochs=1).fit(X, Y)
     whole = est.model_.forward(Xt[:53], grad=False).copy()
-    monkeypatch.setattr(est_mod, "_PREDICT_ROWS", 7 * 6)  # chunks of 7 samples
+    monkeypatch.setattr(base_mod, "_PREDICT_ROWS", 7 * 6)  # chunks of 7 samples
     for n in (1, 7, 13, 53):
         p = est.predict(Xt[:n])
         assert p.shape == (n, 6, 4) and p.dtype == np.float32
@@ -264,7 +265,7 @@ def test_divergence_names_the_epoch_and_restores_the_last_good_epoch(task):
 
 
 def _call_counter(monkeypatch, action, at):
-    real = est_mod.mse_loss
+    real = losses_mod.mse_loss
     calls = [0]
 
     def wrapped(*a, **k):
@@ -273,7 +274,7 @@ def _call_counter(monkeypatch, action, at):
             action()
         return real(*a, **k)
 
-    monkeypatch.setattr(est_mod, "mse_loss", wrapped)
+    monkeypatch.setattr(losses_mod, "mse_loss", wrapped)
 
 
 def test_ctrl_c_stops_after_the_current_step(task, monkeypatch):

@@ -377,3 +377,21 @@ def test_new_options_resume_exactly(cls, opts, ragged, tmp_path):
     pa, pb = full.predict(X), back.predict(X)
     for a, b in zip(pa, pb):
         np.testing.assert_array_equal(a, b)
+
+
+def test_load_lets_memory_errors_and_bugs_through(tmp_path, monkeypatch):
+    """Only a format error of the file becomes "not a valid attnx model file"; a
+    MemoryError or an attnx bug (here: an AttributeError) keeps its own type."""
+    X, Y = max_position_task(16, 4, 4, random_state=0)
+    path = str(tmp_path / "m.safetensors")
+    attnx.AttentionRegressor(epochs=1, random_state=0).fit(X, Y).save(path)
+    for exc in (MemoryError("no room"), AttributeError("a bug")):
+        def failing(*a, exc=exc, **k):
+            raise exc
+        monkeypatch.setattr(aio._state, "new_from_state", failing)
+        with pytest.raises(type(exc)):
+            aio.load(path)
+    monkeypatch.setattr(aio._state, "new_from_state",
+                        lambda *a, **k: {}["a missing field"])
+    with pytest.raises(ValueError, match="not a valid attnx model file"):
+        aio.load(path)

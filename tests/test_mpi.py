@@ -166,6 +166,20 @@ def test_ctrl_c_on_one_rank_stops_every_rank_after_the_same_step(mpiexec, tmp_pa
     assert stopped[0].startswith("t=20 ")  # the step in which it came
 
 
+def test_a_second_ctrl_c_inside_a_step_drops_that_step_on_every_rank(mpiexec, tmp_path,
+                                                                   monkeypatch):
+    """The second Ctrl-C raises KeyboardInterrupt inside the last rank's loss; that rank
+    must not leave the others waiting in the step's Allreduce (MPIEXEC_TIMEOUT would
+    end such a job): every rank drops step 20 and keeps the weights of step 19."""
+    monkeypatch.setenv("MPIEXEC_TIMEOUT", "60")
+    r = mpirun(mpiexec, 3, ["-m", "mpi4py", str(HERE / "mpi" / "faults.py"), "interrupt2"],
+               tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    stopped = re.findall(r"STOPPED (t=\d+ [0-9a-f]+ warned=(?:True|False))", r.stdout)
+    assert len(stopped) == 3 and len(set(stopped)) == 1, r.stdout
+    assert stopped[0].startswith("t=19 ") and stopped[0].endswith("warned=True"), stopped
+
+
 # ---- command line -----------------------------------------------------------------
 def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path):
     X, Y = attnx.datasets.max_position_task(101, 6, 4, random_state=0)

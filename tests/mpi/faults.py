@@ -11,7 +11,9 @@ Modes (the failing rank is the last one):
   kill        it kills itself (SIGKILL) in the 20th step of a long fit;
   hang        it sleeps forever inside a step (run with MPIEXEC_TIMEOUT);
   interrupt   it gets a Ctrl-C (SIGINT) in the 20th step of a long fit: every rank must stop
-              after the same step, with identical weights ("STOPPED t digest").
+              after the same step, with identical weights ("STOPPED t digest");
+  interrupt2  it gets two Ctrl-C inside the 20th step (the second raises KeyboardInterrupt
+              there): every rank must drop that step and stop, with identical weights.
 Every rank that raises prints one line "RAISED <class>: <message>" and exits with
 status 3; the pytest side checks that every rank printed the same line.
 """
@@ -26,7 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 import attnx
-import attnx.estimators
+import attnx.losses
 
 COMM = MPI.COMM_WORLD
 RANK, P = COMM.Get_rank(), COMM.Get_size()
@@ -39,7 +41,7 @@ def main(mode):
     params = dict(epochs=3, batch_size=8, lr=0.01, random_state=0, dtype=np.float64)
     if mode == "dropout":  # on every rank: refused before any training
         params.update(d_model=8, dropout=0.1)
-    if mode in ("kill", "hang", "interrupt"):
+    if mode in ("kill", "hang", "interrupt", "interrupt2"):
         params["epochs"] = 10**6  # would run for hours: the fault must end it
     if RANK == LAST:
         if mode in ("bad_input", "classifier_bad_input"):
@@ -49,7 +51,7 @@ def main(mode):
         elif mode == "diverge":
             Y *= 1e160  # finite, but its squared error overflows
         elif mode == "step_error":
-            real, calls = attnx.estimators.mse_loss, [0]
+            real, calls = attnx.losses.mse_loss, [0]
 
             def failing(*a, **k):
                 calls[0] += 1
@@ -57,9 +59,9 @@ def main(mode):
                     raise MemoryError("simulated failure inside the loss")
                 return real(*a, **k)
 
-            attnx.estimators.mse_loss = failing
+            attnx.losses.mse_loss = failing
         elif mode in ("kill", "interrupt"):  # 20 steps into the fit
-            real, calls = attnx.estimators.mse_loss, [0]
+            real, calls = attnx.losses.mse_loss, [0]
             sig = signal.SIGKILL if mode == "kill" else signal.SIGINT
 
             def signalled(*a, **k):
@@ -68,9 +70,20 @@ def main(mode):
                     os.kill(os.getpid(), sig)
                 return real(*a, **k)
 
-            attnx.estimators.mse_loss = signalled
+            attnx.losses.mse_loss = signalled
+        elif mode == "interrupt2":
+            real, calls = attnx.losses.mse_loss, [0]
+
+            def twice(*a, **k):
+                calls[0] += 1
+                if calls[0] == 20:
+                    os.kill(os.getpid(), signal.SIGINT)  # the guard notes it
+                    os.kill(os.getpid(), signal.SIGINT)  # raises KeyboardInterrupt here
+                return real(*a, **k)
+
+            attnx.losses.mse_loss = twice
         elif mode == "hang":
-            real, calls = attnx.estimators.mse_loss, [0]
+            real, calls = attnx.losses.mse_loss, [0]
 
             def hanging(*a, **k):
                 calls[0] += 1
@@ -78,7 +91,7 @@ def main(mode):
                     time.sleep(10**6)
                 return real(*a, **k)
 
-            attnx.estimators.mse_loss = hanging
+            attnx.losses.mse_loss = hanging
     est = attnx.AttentionRegressor(2, **params)
     if mode == "classifier_bad_input":
         est = attnx.AttentionClassifier(2, class_weight="balanced", **params)
@@ -90,7 +103,7 @@ def main(mode):
     except Exception as exc:
         print(f"RAISED {type(exc).__name__}: {exc}", flush=True)
         sys.exit(3)
-    if mode == "interrupt":
+    if mode in ("interrupt", "interrupt2"):
         digest = hashlib.blake2b(est.model_.params.flat.tobytes(), digest_size=8).hexdigest()
         warned = any("interrupted" in str(w.message) for w in caught)
         print(f"STOPPED t={est.optimizer_.t} {digest} warned={warned}", flush=True)

@@ -1,0 +1,433 @@
+"""The estimators' shared base: fit, partial_fit's training, inference and
+persistence. The regressors and classifiers (attnx.estimators) fill in their
+targets, losses and predictions through the hooks marked below; hyper-parameters
+are declared in attnx._hyper, the loop is attnx._training.Trainer, the networks
+are attnx._networks."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+
+import numpy as np
+
+from . import _sequences as seqs
+from . import _state, _training, distributed
+from ._base import EstimatorParams, sklearn_class
+from ._hyper import Config, validate
+from ._networks import Network, SequenceNetwork, network_of
+from ._training import Batch, EarlyStopping, Snapshot, Trainer
+from .optim import AdamW
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Mapping
+    from typing import Union
+
+    from numpy.typing import ArrayLike, DTypeLike, NDArray
+    from typing_extensions import Self
+
+    from ._hyper import Constraint, Norm, Pooling, Positional
+    from ._networks import BareClass, Model
+    from ._typing import AnyArray, FloatArray, IntArray, RandomStateLike
+
+    F64Array = NDArray[np.float64]
+    #: (data, per_position, k) of the targets
+    Prepared = tuple[seqs.Data, bool, Union[int, None]]
+
+# predict and attention_weights run this many rows (samples x positions) per
+# forward: bounded memory for any n, and no relation to the training batch_size
+_PREDICT_ROWS = 8192
+
+# scratch space, rebuilt on demand and never pickled or saved
+_SCRATCH = ("_batches", "_snapshot", "_dist")  # _dist: the comm of the running fit
+
+
+class ExportSpec(NamedTuple):
+    """What an exporter (attnx.onnx) needs to reproduce predict: the fitted network,
+    how its raw output becomes predict's output ("y": as it is; "squeeze": drop the
+    single output column; "probabilities": softmax over the classes) and the class
+    labels (classifiers; None otherwise)."""
+
+    model: Any
+    output: str
+    classes: Any = None
+
+
+class SequenceEstimator(EstimatorParams):
+    """fit, partial_fit's training (each kind has its own partial_fit signature),
+    inference and save, shared by the four estimators.
+
+    Hooks of the regressors and classifiers: _parameter_constraints, _batch_loss,
+    _bare_class (the bare X -> Y network, regressors only), _choose_bare,
+    _targets, _n_outputs, _batch_layout, export_spec."""
+
+    #: the hyper-parameters' constraints (attnx._hyper), in the order they are checked
+    _parameter_constraints: ClassVar[dict[str, Constraint]]
+    #: the bare X -> Y network of the original regressors
+    _bare_class: ClassVar[BareClass | None] = None
+
+    # hyper-parameters, as given to the constructor (validated at fit)
+    n_heads: int
+    d_model: int | None
+    positional: Positional
+    norm: Norm
+    pooling: Pooling
+    d_hidden: int | None
+    dropout: float
+    max_len: int | None
+    causal: bool
+    bias: bool
+    rope: bool
+    epochs: int
+    batch_size: int
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    shuffle: bool
+    validation_fraction: float
+    early_stopping: bool
+    n_iter_no_change: int
+    tol: float
+    warm_start: bool
+    max_iter: int | None
+    learning_rate_init: float | None
+    random_state: RandomStateLike
+    verbose: int
+    dtype: DTypeLike  # float32 or float64 in any spelling np.dtype accepts
+
+    # fitted attributes
+    model_: Model
+    optimizer_: AdamW
+    shuffle_rng_: np.random.Generator
+    n_features_in_: int
+    n_outputs_: int
+    n_iter_: int
+    loss_curve_: list[float]
+    best_loss_: float
+    validation_loss_curve_: list[float]
+    best_validation_loss_: float
+    # private state: the kind of targets at fit ({"per_position": bool, "k": int |
+    # None}), the network's architecture (its file spec), the running fit's comm
+    _target: dict[str, Any]
+    _spec: dict[str, Any]
+    _dist: distributed.Local
+    _snapshot: Snapshot
+
+    # ---- hooks -----------------------------------------------------------
+    @staticmethod
+    def _batch_loss(batch: Batch, m: int) -> tuple[float, float]:
+        """(loss, weight) of the first m rows of the batch, and dL/dY in batch.dy
+        (attnx.losses' batch losses)."""
+        raise NotImplementedError
+
+    def _config(self) -> Config:
+        """Validated copies of the hyper-parameters; the attributes stay as given."""
+        return validate(self.get_params(), self._parameter_constraints)
+
+    def _choose_bare(self, cfg: Config, x: FloatArray, y: Any, ragged: bool) -> bool:
+        """Whether a new fit trains the bare X -> Y network."""
+        return False
+
+    def _targets(self, net: Network, x: FloatArray, lengths: IntArray | None, ragged: bool,
+                 y: Any, w: F64Array | None, dtype: DTypeLike, fitted: bool, classes: Any,
+                 partial: bool) -> Prepared:
+        """(Data, per_position, k): y as training targets for the network `net`."""
+        raise NotImplementedError
+
+    def _n_outputs(self, k: int | None) -> int:
+        """Outputs of a new sequence network for targets of k columns (None: y (n,))."""
+        raise NotImplementedError
+
+    def _note_outputs(self, n_out: int) -> None:
+        """Record the outputs of a new network with a head (the regressors' n_outputs_)."""
+
+    def _batch_layout(self, data: seqs.Data, t: int
+                      ) -> tuple[tuple[int, ...], DTypeLike, tuple[int, ...], int | None]:
+        """(target tail, target dtype, output tail, loss-weight ndim or None) of a
+        Batch of padded length t."""
+        raise NotImplementedError
+
+    # ---- data ------------------------------------------------------------
+    def _network(self) -> Network:
+        """The fitted network's kind (see attnx._networks)."""
+        return network_of(self._spec, self._bare_class, type(self).__name__)
+
+    def _prepare(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
+                 cfg: Config, fitted: bool, classes: Any = None, partial: bool = False
+                 ) -> tuple[Prepared, Network]:
+        """Data for training, and the network it is for."""
+        dtype = self.model_.dtype if fitted else cfg.dtype
+        nf = self.n_features_in_ if fitted else None
+        x, lengths, ragged = seqs.sequences("X", X, dtype, nf)
+        w = seqs.sample_weights(sample_weight, x.shape[0])
+        if fitted:
+            net = self._network()
+        elif self._choose_bare(cfg, x, y, ragged):
+            net = network_of({}, self._bare_class, type(self).__name__)
+        else:
+            net = SequenceNetwork()
+        prepared = self._targets(net, x, lengths, ragged, y, w, dtype, fitted, classes, partial)
+        return prepared, net
+
+    def _check_target(self, per_position: bool, k: int | None) -> None:
+        tgt = self._target
+        if per_position != tgt["per_position"]:
+            what = "per position" if tgt["per_position"] else "per sequence"
+            raise ValueError(f"y must hold targets {what}, as at fit")
+        if (k or 1) != self.n_outputs_:
+            raise ValueError(f"y must have {self.n_outputs_} output(s) as at fit, got {k or 1} "
+                             f"(n_outputs mismatch)")
+
+    # ---- training ------------------------------------------------------
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
+            comm: Any = None) -> Self:
+        """Train for `epochs` epochs on X, y; returns self.
+
+        A new model each call, unless warm_start=True and the estimator is fitted: then
+        training goes on from the current weights and optimizer state for `epochs`
+        more epochs (same architecture, same kind of targets).
+
+        sample_weight (n_samples,) scales each sample's loss (weight 2 counts as the
+        sample twice); each batch's loss is the weighted mean over its samples.
+
+        With validation_fraction > 0 a random part of the samples is held out and
+        scored after every epoch (validation_loss_curve_). early_stopping=True stops
+        when that loss (or, without validation, the training loss) has not improved
+        by tol for n_iter_no_change epochs and keeps the best weights (and optimizer
+        state). With early_stopping=False the same rule on the training loss ends
+        training with a ConvergenceWarning. Ctrl-C stops after the current step with
+        a warning.
+
+        comm: None, or an mpi4py communicator when this process is one rank of a
+        data-parallel fit (``mpiexec -n P``): X, y, sample_weight are then this rank's
+        shard, and the result is the fit on every rank's shard concatenated in rank
+        order (see attnx.distributed).
+        """
+        dist = self._dist = distributed.wrap(comm)
+        with dist.together(self.get_params()):  # an error on one rank: on every rank
+            cfg = self._config()
+            warm = cfg.warm_start and "model_" in self.__dict__
+            prepared, net = self._prepare(X, y, sample_weight, cfg, fitted=warm)
+            _check_comm_options(dist, cfg)
+        data = prepared[0]
+        padded = _training.setup(dist, data)  # the hyper-parameters: in together()
+        n = dist.n
+        if math.ceil(cfg.validation_fraction * n) >= n:
+            raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
+                             f"training sample out of {n}")
+        if warm:
+            split_seed = dist.same(_training.seeds(self.random_state))[2]
+            self._set_optimizer_hyper(cfg)
+        else:
+            split_seed = self._initialize(prepared, net, cfg)
+        train, val = _training.split(data, cfg.validation_fraction, split_seed, dist)
+        # the training part's global count and lengths (one more setup collective
+        # only when a validation part was held out)
+        train = padded if val is None else _training.setup(dist, train)
+        if val is not None and not hasattr(self, "validation_loss_curve_"):
+            self.validation_loss_curve_ = []
+            self.best_validation_loss_ = math.inf
+        self._train(train, val, cfg, cfg.epochs, fit=True)
+        return self
+
+    def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
+                     classes: Any, comm: Any = None) -> Self:
+        dist = self._dist = distributed.wrap(comm)
+        with dist.together(self.get_params()):  # an error on one rank: on every rank
+            cfg = self._config()
+            fitted = "model_" in self.__dict__
+            prepared, net = self._prepare(X, y, sample_weight, cfg, fitted, classes,
+                                          partial=True)
+            _check_comm_options(dist, cfg)
+        # once: the loop uses its global count and lengths
+        data = _training.setup(dist, prepared[0])
+        if fitted:
+            self._set_optimizer_hyper(cfg)
+        else:
+            self._initialize((data,) + prepared[1:], net, cfg)
+        self._train(data, None, cfg, 1, fit=False)
+        return self
+
+    def _set_optimizer_hyper(self, cfg: Config) -> None:
+        opt = self.optimizer_
+        opt.lr, opt.betas, opt.eps, opt.weight_decay = cfg.lr, cfg.betas, cfg.eps, \
+            cfg.weight_decay
+
+    def _initialize(self, prepared: Prepared, net: Network, cfg: Config) -> int:
+        """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
+        Returns the seed for the validation split."""
+        data, per_position, k = prepared
+        keep: dict[str, Any] = {k: self.__dict__[k] for k in ("classes_", "_dist")
+                                if k in self.__dict__}
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)
+        for name in _SCRATCH + ("_target", "_spec"):
+            self.__dict__.pop(name, None)
+        self.__dict__.update(keep)
+        # with comm every rank starts from rank 0's seeds (random_state=None differs)
+        seeds: tuple[int, int, int] = self._comm().same(_training.seeds(self.random_state))
+        init_seed, shuffle_seed, split_seed = seeds
+        n_out = self._n_outputs(k)
+        self.model_, self._spec = net.build(data, cfg, n_out, not per_position, init_seed,
+                                            self._comm())
+        self._target = {"per_position": bool(per_position), "k": k}
+        if net.head:
+            self._note_outputs(n_out)
+        self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                weight_decay=cfg.weight_decay)
+        self.shuffle_rng_ = np.random.default_rng(shuffle_seed)
+        self.n_features_in_ = data.x.shape[2]
+        self.n_iter_ = 0
+        self.loss_curve_ = []
+        self.best_loss_ = math.inf
+        return split_seed
+
+    def _batch(self, data: seqs.Data, bs: int, t: int) -> Batch:
+        """The reusable Batch for this data layout and padded length t."""
+        target_tail, tdtype, out_tail, w_ndim = self._batch_layout(data, t)
+        dtype = self.model_.dtype
+        masked = data.lengths is not None
+        cache: dict[tuple[Any, ...], Batch] = self.__dict__.setdefault("_batches", {})
+        key = (bs, t, data.x.shape[2], target_tail, np.dtype(tdtype), out_tail, dtype,
+               masked, w_ndim)
+        batch = cache.get(key)
+        if batch is None:
+            if len(cache) > 8:
+                cache.clear()
+            batch = cache[key] = Batch(bs, t, data.x.shape[2], target_tail, tdtype, out_tail,
+                                       dtype, masked, w_ndim)
+        return batch
+
+    def _snapshot_for(self) -> Snapshot:
+        model, opt = self.model_, self.optimizer_
+        snap = self.__dict__.get("_snapshot")
+        if snap is None or not snap.fits(model, opt):
+            snap = self._snapshot = Snapshot(model, opt)
+        return snap
+
+    def _trainer(self, cfg: Config) -> Trainer:
+        """The Trainer of this estimator's network, optimizer and loss."""
+        return Trainer(self.model_, self.optimizer_, self.shuffle_rng_, self._batch_loss,
+                       self._batch, self._comm(), batch_size=cfg.batch_size,
+                       shuffle=cfg.shuffle, verbose=cfg.verbose)
+
+    def _train(self, data: seqs.Data, val: seqs.Data | None, cfg: Config, epochs: int,
+               fit: bool) -> None:
+        """Run `epochs` epochs over Data set up by _training.setup."""
+        stopper = None
+        if fit:
+            stopper = EarlyStopping(cfg.tol, cfg.n_iter_no_change, self.model_,
+                                    self.optimizer_,
+                                    keep_best=cfg.early_stopping and val is not None)
+        self._trainer(cfg).run(self, data, val, epochs, self._snapshot_for(), stopper,
+                               plateau=fit and not cfg.early_stopping, tol=cfg.tol,
+                               n_iter_no_change=cfg.n_iter_no_change)
+
+    def _comm(self) -> distributed.Local:
+        """The running fit's distributed hooks (identities without comm)."""
+        return self.__dict__.get("_dist") or distributed.Local()
+
+    # ---- inference -----------------------------------------------------
+    def _fitted_model(self) -> Model:
+        if "model_" not in self.__dict__:
+            raise sklearn_class("NotFittedError")(
+                f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first")
+        return self.model_
+
+    def _forward_all(self, X: ArrayLike, allow_empty: bool = True
+                     ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
+        """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
+        ragged X an array of pooled rows or a list of (T_i, ...) arrays."""
+        model = self._fitted_model()
+        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                       allow_empty=allow_empty)
+        self._network().check_length(self._spec, x.shape[1])
+        n, t = x.shape[:2]
+        shape = model.output_shape(n, t)
+        per_position = len(shape) == 3
+        tail = shape[2:] if per_position else shape[1:]
+        if lengths is None:  # dense X
+            out = np.empty(shape, dtype=model.dtype)
+            step = max(1, _PREDICT_ROWS // max(t, 1))
+            for s in range(0, n, step):
+                model.forward(x[s:s + step], grad=False, out=out[s:s + step])
+            return out, None
+        order = np.argsort(lengths, kind="stable")
+        pooled = np.empty((n,) + tail, dtype=model.dtype) if not per_position else None
+        parts: list[FloatArray | None] = [None] * n
+        step = max(1, _PREDICT_ROWS // t)
+        for s in range(0, n, step):
+            idx = order[s:s + step]
+            tb = int(lengths[idx].max())
+            mask = ~seqs.valid_positions(lengths[idx], tb)
+            y = model.forward(x[idx, :tb], key_padding_mask=mask, grad=False)
+            if per_position:
+                for j, i in enumerate(idx):
+                    parts[i] = y[j, :int(lengths[i])].copy()
+            else:
+                assert pooled is not None  # allocated above when not per_position
+                pooled[idx] = y
+        if per_position:
+            return cast("list[FloatArray]", parts), lengths  # order covers every sample
+        assert pooled is not None
+        return pooled, lengths
+
+    def export_spec(self) -> ExportSpec:
+        """The fitted network and how predict turns its output into predictions (see
+        ExportSpec); what attnx.onnx.export reads from an estimator."""
+        model = self._fitted_model()
+        return ExportSpec(model, "squeeze" if self._target["k"] is None else "y")
+
+    # ---- persistence ---------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write configuration, weights, optimizer and RNG state to exactly `path`, a
+        safetensors file (see attnx.io); attnx.load(path) reads it back."""
+        from .io import save  # io imports the estimators (its registry)
+
+        save(self, path)
+
+    def _model_spec(self) -> dict[str, Any]:
+        """The fitted model's architecture as JSON-able values (for save and pickle)."""
+        return dict(self._spec)
+
+    def _restore_model(self, spec: Mapping[str, Any], params: AnyArray,
+                       opt_hyper: Mapping[str, Any], opt_state: Any) -> None:
+        """Rebuild model_ and optimizer_ from _model_spec(), params.flat and AdamW state."""
+        spec = dict(spec)
+        params = np.asarray(params)
+        model = network_of(spec, self._bare_class, type(self).__name__).restore(spec, params)
+        if params.shape != model.params.flat.shape or params.dtype != model.dtype:
+            raise ValueError(f"the weights ({params.dtype} {params.shape}) do not fit the model "
+                             f"({model.dtype} {model.params.flat.shape})")
+        np.copyto(model.params.flat, params)
+        opt = AdamW(model.params, lr=opt_hyper["lr"], betas=tuple(opt_hyper["betas"]),
+                    eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"])
+        opt.load_state_dict(opt_state)
+        self.model_, self.optimizer_, self._spec = model, opt, spec
+
+    # the state besides hyper-parameters and public fitted attributes (attnx._state)
+    _state_attributes = ("_target",)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the same state as a model file (attnx._state): hyper-parameters, weights,
+        # optimizer and RNG states, fitted attributes; workspaces and batch buffers
+        # are caches, left out
+        return {"attnx_state": _state.get_state(self, portable=False)}
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        _state.set_state(self, *state["attnx_state"])
+
+
+def store(est: SequenceEstimator, args: Mapping[str, Any]) -> None:
+    """Keep every constructor argument unchanged, as scikit-learn requires."""
+    for name, value in args.items():
+        if name not in ("self", "__class__"):
+            setattr(est, name, value)
+
+
+def _check_comm_options(dist: distributed.Local, cfg: Config) -> None:
+    if dist.distributed and cfg.dropout > 0:
+        raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm: each rank "
+                         f"would draw its own dropout masks, so the fit would differ from a "
+                         f"single-process one; use dropout=0 with comm")

@@ -1,0 +1,223 @@
+"""The estimators' hyper-parameters: declared constraints, validated in one place.
+
+Each estimator class lists `_parameter_constraints` (name -> Constraint, in the
+order they are checked, as scikit-learn does); `validate(est)` checks every
+hyper-parameter the class declares and returns a Config of validated copies (the
+estimator's attributes stay as given, as scikit-learn requires). Settings that
+depend on each other (the scikit-learn aliases, AdamW's group, rope with
+positional) are checked by `validate` after the single ones.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from ._params import check_dtype, check_positive_int
+from .optim import _check_hyper
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Literal, Union
+
+    Positional = Literal["none", "sinusoidal", "learned", "rope"]
+    Norm = Union[None, Literal["pre"]]
+    Pooling = Literal["mean", "last"]
+
+POSITIONAL = ("none", "sinusoidal", "learned", "rope")
+
+
+class Constraint:
+    """One hyper-parameter's rule: check(name, value) returns the validated value
+    or raises TypeError / ValueError naming the parameter."""
+
+    def check(self, name: str, value: Any) -> Any:
+        raise NotImplementedError
+
+
+class PositiveInt(Constraint):
+    """An int >= 1 (None too when optional)."""
+
+    def __init__(self, optional: bool = False) -> None:
+        self.optional = optional
+
+    def check(self, name: str, value: Any) -> int | None:
+        if value is None and self.optional:
+            return None
+        return check_positive_int(name, value)
+
+
+class Bool(Constraint):
+    def check(self, name: str, value: Any) -> bool:
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+class Real(Constraint):
+    """A real number in [lo, hi) (`what` says so in the message)."""
+
+    def __init__(self, lo: float, hi: float, what: str) -> None:
+        self.lo, self.hi, self.what = lo, hi, what
+
+    def check(self, name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number {self.what}, got {value!r}")
+        # numbers.Real declares no ordering for the type checker; every Real compares
+        if not self.lo <= cast(float, value) < self.hi:
+            raise ValueError(f"{name} must be {self.what}, got {value!r}")
+        return float(value)
+
+
+class OneOf(Constraint):
+    """One of `options`; `message` is formatted with name, options and value."""
+
+    def __init__(self, options: tuple[Any, ...], message: str) -> None:
+        self.options, self.message = options, message
+
+    def check(self, name: str, value: Any) -> Any:
+        if value not in self.options:
+            raise ValueError(self.message.format(name=name, options=self.options,
+                                                 value=value))
+        return value
+
+
+class Verbose(Constraint):
+    def check(self, name: str, value: Any) -> int:
+        if isinstance(value, (bool, np.bool_)):
+            return int(value)
+        if not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        return int(value)
+
+
+class Dtype(Constraint):
+    def check(self, name: str, value: Any) -> np.dtype[Any]:
+        return check_dtype(value)
+
+
+class Alias(Constraint):
+    """A canonical hyper-parameter with a scikit-learn alias (None = not given):
+    giving both spellings different values is an error."""
+
+    def __init__(self, alias: str, default: Any, then: Constraint | None = None) -> None:
+        self.alias, self.default, self.then = alias, default, then
+
+    def resolve(self, name: str, value: Any, alias_value: Any) -> Any:
+        if alias_value is None:
+            return value if self.then is None else self.then.check(name, value)
+        if not _equal(value, self.default) and not _equal(value, alias_value):
+            raise ValueError(f"{name}={value!r} and {self.alias}={alias_value!r} are two "
+                             f"spellings of one setting: give only one ({name} is the "
+                             f"canonical one)")
+        return alias_value if self.then is None else self.then.check(self.alias, alias_value)
+
+
+class Unchecked(Constraint):
+    """Checked elsewhere (random_state when seeds are drawn; class_weight against
+    the classes; betas, eps and weight_decay with lr as AdamW's group)."""
+
+    def check(self, name: str, value: Any) -> Any:
+        return value
+
+
+#: the constraints every estimator shares, in the order they are checked
+COMMON: dict[str, Constraint] = {
+    "n_heads": PositiveInt(),
+    "causal": Bool(), "bias": Bool(), "rope": Bool(), "shuffle": Bool(),
+    "early_stopping": Bool(), "warm_start": Bool(),
+    "epochs": Alias("max_iter", 100, PositiveInt()),
+    "batch_size": PositiveInt(),
+    "lr": Alias("learning_rate_init", 1e-3),
+    "betas": Unchecked(), "eps": Unchecked(), "weight_decay": Unchecked(),
+    "validation_fraction": Real(0.0, 1.0, "in [0, 1)"),
+    "n_iter_no_change": PositiveInt(),
+    "tol": Real(0.0, math.inf, ">= 0"),
+    "verbose": Verbose(),
+    "dtype": Dtype(),
+    "d_model": PositiveInt(optional=True),
+    "d_hidden": PositiveInt(optional=True),
+    "positional": OneOf(POSITIONAL, "positional must be one of {options}, got {value!r}"),
+    "norm": OneOf((None, "pre"), "norm must be None or 'pre', got {value!r}"),
+    "pooling": OneOf(("mean", "last"),
+                     "pooling must be 'mean' or 'last' (how one output per sequence is "
+                     "made; per-position targets use no pooling), got {value!r}"),
+    "dropout": Real(0.0, 1.0, "in [0, 1)"),
+    "max_len": PositiveInt(optional=True),
+    "max_iter": Unchecked(), "learning_rate_init": Unchecked(),
+    "random_state": Unchecked(),
+}
+
+
+def constraints(layers: bool, classes: bool) -> dict[str, Constraint]:
+    """An estimator class's table: COMMON, with n_layers (the stacks) after
+    d_model and class_weight (the classifiers)."""
+    out: dict[str, Constraint] = {}
+    for name, rule in COMMON.items():
+        out[name] = rule
+        if name == "d_model" and layers:
+            out["n_layers"] = PositiveInt()
+    if classes:
+        out["class_weight"] = Unchecked()
+    return out
+
+
+class Config(SimpleNamespace):
+    """The validated hyper-parameters of one fit."""
+
+    n_heads: int
+    causal: bool
+    bias: bool
+    rope: bool
+    shuffle: bool
+    early_stopping: bool
+    warm_start: bool
+    epochs: int
+    batch_size: int
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    validation_fraction: float
+    n_iter_no_change: int
+    tol: float
+    verbose: int
+    dtype: np.dtype[Any]
+    d_model: int | None
+    n_layers: int
+    d_hidden: int | None
+    positional: Positional
+    norm: Norm
+    pooling: Pooling
+    dropout: float
+    max_len: int | None
+
+
+def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:
+    """Config of the validated hyper-parameters `params` (get_params()) under
+    `constraints`; n_layers is 1 where it is not a hyper-parameter."""
+    c = Config(n_layers=1)
+    for name, rule in constraints.items():
+        value = params[name]
+        if isinstance(rule, Alias):
+            value = rule.resolve(name, value, params[rule.alias])
+        else:
+            value = rule.check(name, value)
+        setattr(c, name, value)
+        if name == "weight_decay":  # the end of AdamW's group
+            c.lr, c.betas, c.eps, c.weight_decay = _check_hyper(c.lr, c.betas, c.eps,
+                                                                c.weight_decay)
+        elif name == "positional" and c.rope and c.positional not in ("none", "rope"):
+            raise ValueError(f"rope=True is positional='rope'; it cannot be combined with "
+                             f"positional={c.positional!r}")
+    return c
+
+
+def _equal(a: object, b: object) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # arrays and other objects without a plain truth value
+        return False

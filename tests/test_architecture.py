@@ -1,0 +1,116 @@
+"""Module structure rules of the developers' guide, checked on the source."""
+import ast
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+import attnx
+from attnx import estimators, io
+
+PKG = Path(attnx.__file__).parent
+
+
+def _modules():
+    return sorted(p for p in PKG.glob("*.py"))
+
+
+def test_no_import_runs_back_up_to_the_package_root():
+    """No `from . import NAME` of a name the root __init__ defines (only submodules),
+    and no `import attnx` / `from attnx import` inside the package."""
+    submodules = {p.stem for p in PKG.glob("*.py")} | {p.name.split(".")[0] for p in PKG.glob("*.so")}
+    bad = []
+    for path in _modules():
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1 and node.module is None:
+                    bad += [f"{path.name}: from . import {a.name}" for a in node.names
+                            if a.name not in submodules]
+                if node.level == 0 and (node.module or "").split(".")[0] == "attnx":
+                    bad.append(f"{path.name}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                bad += [f"{path.name}: import {a.name}" for a in node.names
+                        if a.name.split(".")[0] == "attnx"]
+    assert not bad, bad
+
+
+def test_version_lives_in_a_leaf_module():
+    from attnx import _version
+    assert attnx.__version__ == _version.__version__
+    tree = ast.parse((PKG / "_version.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def test_loading_looks_estimators_up_in_an_explicit_registry():
+    assert io._classes() == estimators.ESTIMATORS
+    assert set(estimators.ESTIMATORS) == {"AttentionRegressor", "TransformerRegressor",
+                                          "AttentionClassifier", "TransformerClassifier"}
+    assert "import attnx" not in (PKG / "io.py").read_text()  # no scan of the exports
+
+
+def test_onnx_and_distributed_use_no_private_estimator_state():
+    assert "_target" not in (PKG / "onnx.py").read_text()
+    assert "_sequences" not in (PKG / "distributed.py").read_text()
+
+
+def test_export_spec_names_the_network_and_its_output(rng):
+    X = rng.standard_normal((12, 4, 3))
+    reg = attnx.AttentionRegressor(epochs=1, d_model=4, random_state=0).fit(X, X.sum(axis=(1, 2)))
+    spec = reg.export_spec()
+    assert spec.model is reg.model_ and spec.output == "squeeze" and spec.classes is None
+    bare = attnx.AttentionRegressor(epochs=1, random_state=0).fit(X, X)
+    assert bare.export_spec().output == "y"
+    clf = attnx.AttentionClassifier(epochs=1, random_state=0).fit(X, np.arange(12) % 3)
+    spec = clf.export_spec()
+    assert spec.output == "probabilities" and list(spec.classes) == [0, 1, 2]
+
+
+def _same_forward(a, b, rng, f):
+    x = rng.standard_normal((2, 5, f)).astype(a.dtype)
+    np.testing.assert_array_equal(a.forward(x, grad=False), b.forward(x, grad=False))
+
+
+def test_every_model_pickles_with_its_configuration_and_weights(rng):
+    models = [attnx.MultiHeadAttention(8, 2),
+              attnx.MultiHeadAttention(8, 2, causal=True, bias=True, rope=True,
+                                       dtype=np.float64, random_state=1, input_grad=False),
+              attnx.Transformer(8, 2),
+              attnx.Transformer(8, 4, 3, 16, bias=True, dtype=np.float64, random_state=2,
+                                attention="dense"),
+              attnx.SequenceModel(3, 8, 2, 2, 4, pooling="mean", norm="pre", random_state=3)]
+    for m in models:
+        back = pickle.loads(pickle.dumps(m))
+        assert type(back) is type(m) and back.get_config() == m.get_config()
+        assert back.input_grad == m.input_grad
+        np.testing.assert_array_equal(back.params.flat, m.params.flat)
+        _same_forward(m, back, rng, getattr(m, "n_features", m.d_model))
+
+
+def test_a_layer_of_a_stack_pickles_as_a_layer_of_its_own(rng):
+    t = attnx.Transformer(8, 2, 2, bias=True, random_state=0)
+    layer = pickle.loads(pickle.dumps(t.attn[1]))
+    assert layer.params.flat.size == attnx.MultiHeadAttention.n_params(8, True)
+    for name, w in t.attn[1].params.items():
+        np.testing.assert_array_equal(layer.params[name], w)
+    _same_forward(t.attn[1], layer, rng, 8)
+
+
+def test_one_size_table_per_model_agrees_with_the_built_model():
+    cases = [attnx.MultiHeadAttention(12, 3, bias=b) for b in (False, True)]
+    cases += [attnx.Transformer(8, 2, n, dh, bias=b) for n, dh, b in ((1, 8, False),
+                                                                        (3, 5, True))]
+    cases += [attnx.SequenceModel(3, 8, 2, n, k, d_hidden=dh, norm=norm, bias=b,
+                                  positional=pos, max_len=7)
+              for n, k, dh, norm, b, pos in ((1, 1, None, None, True, "none"),
+                                             (2, 3, 5, "pre", False, "learned"),
+                                             (3, 2, 16, "pre", True, "sinusoidal"))]
+    for m in cases:
+        assert type(m).config_n_params(m.get_config()) == m.params.flat.size
+    sm = cases[-1]
+    sizes = {name: int(np.prod(shape)) for name, shape in sm.param_layout(sm.get_config())}
+    for name, w in sm.params.items():
+        if "layers" not in name or name.split(".")[2] not in ("Wq", "Wk", "Wv", "Wo",
+                                                              "bq", "bk", "bv", "bo"):
+            assert sizes[name] == w.size, name
