@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 import numpy as np
 
 from . import _sequences as seqs
-from . import _state, _training, distributed
+from . import _state, _training, distributed, schedules
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
@@ -210,7 +210,10 @@ class SequenceEstimator(EstimatorParams):
             warm = cfg.warm_start and "model_" in self.__dict__
             prepared, net = self._prepare(X, y, sample_weight, cfg, fitted=warm)
             _check_comm_options(dist, cfg)
-        data = prepared[0]
+        if warm:
+            self._unfold_inputs()
+        data = self._standardized(prepared[0], cfg, net, dist, refit=not warm)
+        prepared = (data,) + prepared[1:]
         padded = _training.setup(dist, data)  # the hyper-parameters: in together()
         n = dist.n
         if math.ceil(cfg.validation_fraction * n) >= n:
@@ -228,7 +231,10 @@ class SequenceEstimator(EstimatorParams):
         if val is not None and not hasattr(self, "validation_loss_curve_"):
             self.validation_loss_curve_ = []
             self.best_validation_loss_ = math.inf
-        self._train(train, val, cfg, cfg.epochs, fit=True)
+        try:
+            self._train(train, val, cfg, cfg.epochs, fit=True)
+        finally:
+            self._fold_inputs()
         return self
 
     def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
@@ -240,14 +246,98 @@ class SequenceEstimator(EstimatorParams):
             prepared, net = self._prepare(X, y, sample_weight, cfg, fitted, classes,
                                           partial=True)
             _check_comm_options(dist, cfg)
+        if fitted:
+            self._unfold_inputs()
+        std = self._standardized(prepared[0], cfg, net, dist,
+                                 refit="input_mean_" not in self.__dict__)
         # once: the loop uses its global count and lengths
-        data = _training.setup(dist, prepared[0])
+        data = _training.setup(dist, std)
         if fitted:
             self._set_optimizer_hyper(cfg)
         else:
             self._initialize((data,) + prepared[1:], net, cfg)
-        self._train(data, None, cfg, 1, fit=False)
+        try:
+            self._train(data, None, cfg, 1, fit=False)
+        finally:
+            self._fold_inputs()
         return self
+
+    # ---- input standardisation (standardize=True) ------------------------------------
+    def _standardized(self, data: seqs.Data, cfg: Config, net: Network,
+                      dist: distributed.Local, refit: bool) -> seqs.Data:
+        """Data with each input channel standardised (a copy; the caller's X is never
+        changed). The mean and scale come from this data's valid positions (over every
+        rank with comm) when refit, else from the fit that learned them. The bare X -> Y
+        network keeps X's units (no embedding to fold the scaling into)."""
+        if not (cfg.standardize and net.head):
+            for k in ("input_mean_", "input_scale_", "target_mean_", "target_scale_"):
+                self.__dict__.pop(k, None)
+            return data
+        x = data.x
+        if refit:
+            valid = np.ones(x.shape[:2], bool) if data.lengths is None else \
+                seqs.valid_positions(data.lengths, x.shape[1])
+            xv = x[valid].astype(np.float64)
+            count = dist.allsum(float(xv.shape[0]))
+            s1 = dist.allsum(xv.sum(axis=0))
+            mean = s1 / max(count, 1.0)
+            s2 = dist.allsum(((xv - mean) ** 2).sum(axis=0))
+            scale = np.sqrt(s2 / max(count, 1.0))
+            self.input_mean_ = mean
+            self.input_scale_ = np.where(scale > 0, scale, 1.0)
+        xs = ((x - self.input_mean_) / self.input_scale_).astype(x.dtype)
+        if data.lengths is not None:   # padding stays zero
+            xs[~seqs.valid_positions(data.lengths, x.shape[1])] = 0
+        y = data.y
+        if self._scales_targets():   # regression targets: per output column
+            if refit:
+                yv = y.reshape(-1, y.shape[-1]).astype(np.float64)
+                if data.w is not None:
+                    yv = yv[data.w.reshape(-1) > 0]
+                count = dist.allsum(float(yv.shape[0]))
+                mean = dist.allsum(yv.sum(axis=0)) / max(count, 1.0)
+                scale = np.sqrt(dist.allsum(((yv - mean) ** 2).sum(axis=0)) / max(count, 1.0))
+                self.target_mean_ = mean
+                self.target_scale_ = np.where(scale > 0, scale, 1.0)
+            y = ((y - self.target_mean_) / self.target_scale_).astype(y.dtype)
+        return seqs.Data(np.ascontiguousarray(xs), data.lengths, y, data.w,
+                         data.per_position)
+
+    def _scales_targets(self) -> bool:
+        """Hook: whether standardize=True also standardises y (the regressors)."""
+        return False
+
+    def _fold_inputs(self) -> None:
+        """Fold the standardisation into the input embedding, so that the fitted model
+        (predict, save, ONNX) takes X in its own units: W' = W / scale (per input row),
+        b' = b - (mean / scale) W."""
+        if "input_mean_" not in self.__dict__ or self.__dict__.get("_folded", True):
+            return
+        w, b = self.model_.params["embed.W"], self.model_.params["embed.b"]
+        r = (self.input_mean_ / self.input_scale_)
+        b[...] = (b.astype(np.float64) - r @ w.astype(np.float64)).astype(b.dtype)
+        w[...] = (w.astype(np.float64) / self.input_scale_[:, None]).astype(w.dtype)
+        if "target_mean_" in self.__dict__:   # y = y_std * scale + mean
+            hw, hb = self.model_.params["head.W"], self.model_.params["head.b"]
+            hw[...] = (hw.astype(np.float64) * self.target_scale_).astype(hw.dtype)
+            hb[...] = (hb.astype(np.float64) * self.target_scale_
+                       + self.target_mean_).astype(hb.dtype)
+        self._folded = True
+
+    def _unfold_inputs(self) -> None:
+        """The inverse of _fold_inputs, before training goes on in standardised units."""
+        if "input_mean_" not in self.__dict__ or not self.__dict__.get("_folded", True):
+            return
+        w, b = self.model_.params["embed.W"], self.model_.params["embed.b"]
+        w[...] = (w.astype(np.float64) * self.input_scale_[:, None]).astype(w.dtype)
+        r = (self.input_mean_ / self.input_scale_)
+        b[...] = (b.astype(np.float64) + r @ w.astype(np.float64)).astype(b.dtype)
+        if "target_mean_" in self.__dict__:
+            hw, hb = self.model_.params["head.W"], self.model_.params["head.b"]
+            hw[...] = (hw.astype(np.float64) / self.target_scale_).astype(hw.dtype)
+            hb[...] = ((hb.astype(np.float64) - self.target_mean_)
+                       / self.target_scale_).astype(hb.dtype)
+        self._folded = False
 
     def _set_optimizer_hyper(self, cfg: Config) -> None:
         opt = self.optimizer_
@@ -258,7 +348,9 @@ class SequenceEstimator(EstimatorParams):
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
         data, per_position, k = prepared
-        keep: dict[str, Any] = {k: self.__dict__[k] for k in ("classes_", "_dist")
+        keep: dict[str, Any] = {k: self.__dict__[k] for k in ("classes_", "_dist",
+                                                              "input_mean_", "input_scale_",
+                                                              "target_mean_", "target_scale_")
                                 if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
@@ -275,12 +367,14 @@ class SequenceEstimator(EstimatorParams):
         if net.head:
             self._note_outputs(n_out)
         self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
-                                weight_decay=cfg.weight_decay)
+                                weight_decay=cfg.weight_decay, decay=cfg.decay)
         self.shuffle_rng_ = np.random.default_rng(shuffle_seed)
         self.n_features_in_ = data.x.shape[2]
         self.n_iter_ = 0
         self.loss_curve_ = []
+        self.lr_curve_ = []
         self.best_loss_ = math.inf
+        self._folded = False
         return split_seed
 
     def _batch(self, data: seqs.Data, bs: int, t: int) -> Batch:
@@ -306,11 +400,46 @@ class SequenceEstimator(EstimatorParams):
             snap = self._snapshot = Snapshot(model, opt)
         return snap
 
-    def _trainer(self, cfg: Config) -> Trainer:
-        """The Trainer of this estimator's network, optimizer and loss."""
-        return Trainer(self.model_, self.optimizer_, self.shuffle_rng_, self._batch_loss,
+    def _trainer(self, cfg: Config, epochs: int, fit: bool) -> Trainer:
+        """The Trainer of this estimator's network, optimizer and loss, with the
+        learning-rate schedule of this fit (over its epochs; partial_fit: constant) and
+        gradient clipping."""
+        schedule = None
+        if fit:
+            n = self._comm().n
+            per_epoch = -(-n // min(cfg.batch_size, n))
+            factor = schedules.estimator_schedule(cfg.lr_schedule, epochs * per_epoch,
+                                                  cfg.warmup)
+            if factor is not None:
+                t0, base = self.optimizer_.t, cfg.lr
+
+                def schedule(t: int) -> float:
+                    return base * factor(t - t0)
+        clip = None
+        if cfg.max_grad_norm is not None:
+            mx = cfg.max_grad_norm
+
+            def clip(flat: FloatArray) -> None:
+                schedules.clip_flat(flat, mx)
+        return Trainer(self.model_, self.optimizer_, self.shuffle_rng_, self._loss_fn(cfg),
                        self._batch, self._comm(), batch_size=cfg.batch_size,
-                       shuffle=cfg.shuffle, verbose=cfg.verbose)
+                       shuffle=cfg.shuffle, verbose=cfg.verbose, lr_schedule=schedule,
+                       grad_transform=clip)
+
+    def _loss_fn(self, cfg: Config) -> Any:
+        """The batch loss of this fit (hook: the classifiers add label smoothing)."""
+        return self._batch_loss
+
+    @property
+    def history_(self) -> dict[str, list[float]]:
+        """Per epoch: the training loss ("loss"), the validation loss ("val_loss", with
+        validation_fraction > 0) and the learning rate at the epoch's end ("lr")."""
+        if "loss_curve_" not in self.__dict__:
+            raise sklearn_class("NotFittedError")("history_ exists after fit")
+        out = {"loss": list(self.loss_curve_), "lr": list(self.__dict__.get("lr_curve_", []))}
+        if "validation_loss_curve_" in self.__dict__:
+            out["val_loss"] = list(self.validation_loss_curve_)
+        return out
 
     def _train(self, data: seqs.Data, val: seqs.Data | None, cfg: Config, epochs: int,
                fit: bool) -> None:
@@ -320,7 +449,7 @@ class SequenceEstimator(EstimatorParams):
             stopper = EarlyStopping(cfg.tol, cfg.n_iter_no_change, self.model_,
                                     self.optimizer_,
                                     keep_best=cfg.early_stopping and val is not None)
-        self._trainer(cfg).run(self, data, val, epochs, self._snapshot_for(), stopper,
+        self._trainer(cfg, epochs, fit).run(self, data, val, epochs, self._snapshot_for(), stopper,
                                plateau=fit and not cfg.early_stopping, tol=cfg.tol,
                                n_iter_no_change=cfg.n_iter_no_change)
 

@@ -50,6 +50,23 @@ class PositiveInt(Constraint):
         return check_positive_int(name, value)
 
 
+class PositiveReal(Constraint):
+    """A finite real number > 0 (None too when optional)."""
+
+    def __init__(self, optional: bool = False) -> None:
+        self.optional = optional
+
+    def check(self, name: str, value: Any) -> float | None:
+        if value is None and self.optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number > 0, got {value!r}")
+        f = float(value)
+        if not (math.isfinite(f) and f > 0):
+            raise ValueError(f"{name} must be a finite real number > 0, got {value!r}")
+        return f
+
+
 class Bool(Constraint):
     def check(self, name: str, value: Any) -> bool:
         if isinstance(value, (bool, np.bool_)):
@@ -149,6 +166,13 @@ COMMON: dict[str, Constraint] = {
     "max_len": PositiveInt(optional=True),
     "max_iter": Unchecked(), "learning_rate_init": Unchecked(),
     "random_state": Unchecked(),
+    "lr_schedule": OneOf(("constant", "warmup_cosine", "one_cycle"),
+                         "lr_schedule must be one of {options}, got {value!r}"),
+    "warmup": Real(0.0, 1.0, "in [0, 1) (a fraction of the fit's steps)"),
+    "max_grad_norm": PositiveReal(optional=True),
+    "decay": OneOf(("all", "matrices"), "decay must be one of {options} (which parameters "
+                   "weight_decay applies to), got {value!r}"),
+    "standardize": Bool(),
 }
 
 
@@ -162,6 +186,7 @@ def constraints(layers: bool, classes: bool) -> dict[str, Constraint]:
             out["n_layers"] = PositiveInt()
     if classes:
         out["class_weight"] = Unchecked()
+        out["label_smoothing"] = Real(0.0, 1.0, "in [0, 1)")
     return out
 
 
@@ -194,12 +219,18 @@ class Config(SimpleNamespace):
     pooling: Pooling
     dropout: float
     max_len: int | None
+    lr_schedule: str
+    warmup: float
+    max_grad_norm: float | None
+    decay: str
+    standardize: bool
+    label_smoothing: float
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:
     """Config of the validated hyper-parameters `params` (get_params()) under
     `constraints`; n_layers is 1 where it is not a hyper-parameter."""
-    c = Config(n_layers=1)
+    c = Config(n_layers=1, label_smoothing=0.0)
     for name, rule in constraints.items():
         value = params[name]
         if isinstance(rule, Alias):

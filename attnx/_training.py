@@ -366,6 +366,7 @@ class Trainer:
                     if loss is None:  # interrupted
                         return
                     history.loss_curve_.append(loss)
+                    history.__dict__.setdefault("lr_curve_", []).append(float(opt.lr))
                     history.best_loss_ = min(history.best_loss_, loss)
                     history.n_iter_ = epoch
                     vloss = None

@@ -63,15 +63,16 @@ def series_list(name: str, y: object, *, min_len: int = 1) -> tuple[list[F64], b
 
 
 def default_window(lengths: list[int], horizon: int, season: int) -> int:
-    """The context length when none is given: room for several seasons and several
-    horizons, at most what the typical (median) series leaves before its last horizon,
-    never under 2 * horizon or 8 steps.
+    """The context length when none is given: a long context (the level of a noisy
+    series needs many steps), room for several seasons and horizons, at most what the
+    typical (median) series leaves before its last horizon, never under 2 * horizon or
+    8 steps.
 
-        W = min(max(3 * horizon, 4 * season, 16), median(T_i) - horizon)
+        W = min(max(4 * horizon, 4 * season, 64), median(T_i) - horizon)
         W = max(W, 2 * horizon, 8)
     """
     med = int(np.median(lengths))
-    w = min(max(3 * horizon, 4 * season, 16), med - horizon)
+    w = min(max(4 * horizon, 4 * season, 64), med - horizon)
     return int(max(w, 2 * horizon, 8))
 
 

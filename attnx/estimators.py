@@ -78,6 +78,9 @@ class _Regressor(SequenceEstimator):
     def _batch_loss(batch: Batch, m: int) -> tuple[float, float]:
         return regression_batch_loss(batch, m)
 
+    def _scales_targets(self) -> bool:
+        return True
+
     def _choose_bare(self, cfg: Config, x: FloatArray, y: Any, ragged: bool) -> bool:
         """The bare X -> Y network when the settings ask for nothing it lacks and y
         has X's own shape (dense X)."""
@@ -240,7 +243,9 @@ class AttentionRegressor(_Regressor):
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32) -> None:
+                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
+                 warmup: float = 0.1, max_grad_norm: float | None = None,
+                 decay: str = "all", standardize: bool = False) -> None:
         store(self, locals())
 
 
@@ -271,7 +276,9 @@ class TransformerRegressor(_Regressor):
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32) -> None:
+                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
+                 warmup: float = 0.1, max_grad_norm: float | None = None,
+                 decay: str = "all", standardize: bool = False) -> None:
         store(self, locals())
 
 
@@ -283,6 +290,15 @@ class _Classifier(ClassifierParams, SequenceEstimator):
     @staticmethod
     def _batch_loss(batch: Batch, m: int) -> tuple[float, float]:
         return classification_batch_loss(batch, m)
+
+    def _loss_fn(self, cfg: Config) -> Any:
+        if cfg.label_smoothing == 0:
+            return self._batch_loss
+        eps = cfg.label_smoothing
+
+        def smoothed(batch: Batch, m: int) -> tuple[float, float]:
+            return classification_batch_loss(batch, m, label_smoothing=eps)
+        return smoothed
 
     def partial_fit(self, X: ArrayLike, y: ArrayLike, classes: ArrayLike | None = None,
                     sample_weight: ArrayLike | None = None, comm: Any = None) -> Self:
@@ -395,14 +411,17 @@ class AttentionClassifier(_Classifier):
                  positional: Positional = "none", norm: Norm = None, pooling: Pooling = "mean",
                  d_hidden: int | None = None, dropout: float = 0.0, max_len: int | None = None,
                  causal: bool = False, bias: bool = True, rope: bool = False,
-                 class_weight: ClassWeight = None, epochs: int = 100, batch_size: int = 32,
+                 class_weight: ClassWeight = None, epochs: int = 100,
+                 label_smoothing: float = 0.0, batch_size: int = 32,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01, shuffle: bool = True,
                  validation_fraction: float = 0.0, early_stopping: bool = False,
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32) -> None:
+                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
+                 warmup: float = 0.1, max_grad_norm: float | None = None,
+                 decay: str = "all", standardize: bool = False) -> None:
         store(self, locals())
 
 
@@ -425,6 +444,7 @@ class TransformerClassifier(_Classifier):
                  norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
                  max_len: int | None = None, causal: bool = False, bias: bool = True,
                  rope: bool = False, class_weight: ClassWeight = None, epochs: int = 100,
+                 label_smoothing: float = 0.0,
                  batch_size: int = 32, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, shuffle: bool = True,
@@ -432,7 +452,9 @@ class TransformerClassifier(_Classifier):
                  n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
                  max_iter: int | None = None, learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32) -> None:
+                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
+                 warmup: float = 0.1, max_grad_norm: float | None = None,
+                 decay: str = "all", standardize: bool = False) -> None:
         store(self, locals())
 
 

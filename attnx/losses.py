@@ -150,7 +150,8 @@ def regression_batch_loss(batch: Batch, m: int) -> tuple[float, float]:
     return loss, total
 
 
-def classification_batch_loss(batch: Batch, m: int) -> tuple[float, float]:
+def classification_batch_loss(batch: Batch, m: int,
+                              label_smoothing: float = 0.0) -> tuple[float, float]:
     """(loss, weight) and dL/dlogits in batch.dy: softmax cross-entropy, the weighted
     mean over the labels (padding and short-batch rows weigh 0)."""
     assert batch.w is not None  # a classifier's batches always carry weights
@@ -158,7 +159,8 @@ def classification_batch_loss(batch: Batch, m: int) -> tuple[float, float]:
     if total == 0:
         batch.dy[...] = 0
         return 0.0, 0.0
-    loss, dlogits = cross_entropy_loss(batch.y, batch.y_true, sample_weight=batch.w)
+    loss, dlogits = cross_entropy_loss(batch.y, batch.y_true, sample_weight=batch.w,
+                                       label_smoothing=label_smoothing)
     np.copyto(batch.dy, dlogits, casting="unsafe")
     return float(loss), total
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,12 +134,7 @@ class WarmupCosine(_Schedule):
         super().__init__(optimizer)
 
     def factor(self, t: int) -> float:
-        w = self.warmup
-        if t < w:
-            return (t + 1) / w
-        k = min(t - w, self.total_steps - w)
-        c = 0.5 * (1.0 + math.cos(math.pi * k / (self.total_steps - w)))
-        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * c
+        return warmup_cosine_factor(t, self.total_steps, self.warmup, self.min_lr_ratio)
 
 
 class OneCycle(_Schedule):
@@ -161,15 +156,8 @@ class OneCycle(_Schedule):
         super().__init__(optimizer)
 
     def factor(self, t: int) -> float:
-        start = 1.0 / self.div_factor
-        end = start / self.final_div_factor
-        t = min(t, self.total_steps - 1)
-        if t <= self.peak:
-            a, b, pct = start, 1.0, t / self.peak
-        else:
-            a, b = 1.0, end
-            pct = (t - self.peak) / (self.total_steps - 1 - self.peak)
-        return b + (a - b) / 2.0 * (math.cos(math.pi * pct) + 1.0)
+        return one_cycle_factor(t, self.total_steps, self.pct_start, self.div_factor,
+                                self.final_div_factor)
 
 
 class ReduceOnPlateau:
@@ -211,6 +199,63 @@ class ReduceOnPlateau:
         self.best = float(state["best"])
         self.bad_epochs = int(state["bad_epochs"])
         self.optimizer.lr = float(state["lr"])
+
+
+def warmup_cosine_factor(t: int, total_steps: int, warmup: int,
+                         min_lr_ratio: float = 0.0) -> float:
+    """WarmupCosine's factor of step t (warmup in steps, < total_steps)."""
+    if t < warmup:
+        return (t + 1) / warmup
+    k = min(t - warmup, total_steps - warmup)
+    c = 0.5 * (1.0 + math.cos(math.pi * k / (total_steps - warmup)))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * c
+
+
+def one_cycle_factor(t: int, total_steps: int, pct_start: float = 0.3,
+                     div_factor: float = 25.0, final_div_factor: float = 1e4) -> float:
+    """OneCycle's factor of step t."""
+    peak = float(pct_start * total_steps) - 1
+    start = 1.0 / div_factor
+    end = start / final_div_factor
+    t = min(t, total_steps - 1)
+    if t <= peak:
+        a, b, pct = start, 1.0, (t / peak if peak > 0 else 1.0)
+    else:
+        a, b = 1.0, end
+        pct = (t - peak) / max(total_steps - 1 - peak, 1e-12)
+    return b + (a - b) / 2.0 * (math.cos(math.pi * pct) + 1.0)
+
+
+def estimator_schedule(kind: str, total_steps: int, warmup: float
+                       ) -> Callable[[int], float] | None:
+    """The factor of step t of an estimator's fit (lr_schedule, warmup as a fraction of
+    its steps), or None for "constant". Short fits degrade gracefully: warm-up is at
+    least one step and shorter than the fit; one_cycle needs 3 steps."""
+    if kind == "constant":
+        return None
+    total = max(int(total_steps), 1)
+    if kind == "warmup_cosine":
+        w = min(max(int(warmup * total), 1), total - 1) if total > 1 else 0
+        if w == 0:
+            return lambda t: 1.0
+        return lambda t: warmup_cosine_factor(t, total, w)
+    if kind == "one_cycle":
+        if total < 3:
+            return lambda t: 1.0
+        pct = min(max(warmup if warmup > 0 else 0.3, 1.5 / total), 1.0 - 1.0 / total)
+        return lambda t: one_cycle_factor(t, total, pct)
+    raise ValueError(f"lr_schedule must be 'constant', 'warmup_cosine' or 'one_cycle', "
+                     f"got {kind!r}")
+
+
+def clip_flat(flat: np.ndarray[Any, Any], max_norm: float) -> float:
+    """clip_grad_norm over one flat gradient buffer (the estimators' hook)."""
+    v = flat.astype(np.float64, copy=False)
+    norm = math.sqrt(float(np.dot(v, v)))
+    scale = max_norm / (norm + 1e-6)
+    if math.isfinite(norm) and scale < 1.0:
+        flat *= flat.dtype.type(scale)
+    return norm
 
 
 def _flat_grads(grads: Mapping[str, Any]) -> list[np.ndarray[Any, Any]]:

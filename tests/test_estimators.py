@@ -48,7 +48,8 @@ def test_constructor_stores_hyperparameters_unchanged():
                       "betas", "eps", "weight_decay", "shuffle", "validation_fraction",
                       "early_stopping", "n_iter_no_change", "tol", "random_state", "verbose",
                       "dtype", "d_model", "positional", "norm", "pooling", "d_hidden",
-                      "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init"}
+                      "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init",
+                      "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize"}
     tp = attnx.TransformerRegressor().get_params()
     assert set(tp) == set(p) | {"n_layers"}
     with pytest.raises(ValueError, match="epochs"):

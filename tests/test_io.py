@@ -145,7 +145,8 @@ def test_file_is_plain_safetensors_with_params_names_and_metadata(data, tmp_path
     flat_m = np.concatenate([tensors[f"optimizer.exp_avg.{k}"].ravel() for k in params])
     assert np.sort(flat_m).tobytes() == np.sort(est.optimizer_.m[0]).tobytes()
     np.testing.assert_array_equal(tensors["attribute.loss_curve_"], est.loss_curve_)
-    assert len(tensors) == 3 * len(params) + 1
+    np.testing.assert_array_equal(tensors["attribute.lr_curve_"], est.lr_curve_)
+    assert len(tensors) == 3 * len(params) + 2
     with safe_open(path, framework="np") as f:
         meta = f.metadata()
     assert meta["format"] == "attnx-estimator"

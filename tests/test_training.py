@@ -72,8 +72,8 @@ def test_trainer_hooks_schedule_the_lr_and_transform_the_gradient(rng, monkeypat
     steps, seen = [], []
     real = _estimator.SequenceEstimator._trainer
 
-    def hooked(self, cfg):
-        tr = real(self, cfg)
+    def hooked(self, cfg, *args):
+        tr = real(self, cfg, *args)
         tr.lr_schedule = lambda t: (steps.append(t), cfg.lr)[1]
         return tr
 
@@ -82,8 +82,8 @@ def test_trainer_hooks_schedule_the_lr_and_transform_the_gradient(rng, monkeypat
     np.testing.assert_array_equal(est.model_.params.flat, plain.model_.params.flat)
     assert steps == list(range(10))  # 40 samples in batches of 8, two epochs
 
-    def frozen(self, cfg):
-        tr = real(self, cfg)
+    def frozen(self, cfg, *args):
+        tr = real(self, cfg, *args)
         tr.grad_transform = lambda g: (seen.append(float(np.abs(g).max())), g.fill(0))
         return tr
 
