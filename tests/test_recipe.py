@@ -1,0 +1,120 @@
+"""The estimators' training recipe: LR schedules, clipping, decay groups, label
+smoothing, standardisation folded into the model, history_."""
+import numpy as np
+import pytest
+
+import attnx
+from attnx import schedules
+
+
+def _cls_data(seed=0, n=48, t=8):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, t, 3)) * [1.0, 50.0, 0.02] + [3.0, -200.0, 0.0]
+    y = (X[:, :, 0].mean(axis=1) > 3.0).astype(int)
+    return X, y
+
+
+KW = dict(n_heads=2, d_model=8, n_layers=1, epochs=4, batch_size=16, random_state=0,
+          dtype=np.float64)
+
+
+def test_schedule_drives_each_step_and_is_recorded():
+    X, y = _cls_data()
+    est = attnx.TransformerClassifier(**KW, lr=0.01, lr_schedule="warmup_cosine",
+                                      warmup=0.25).fit(X, y)
+    total = 4 * 3   # 48 samples / 16 per batch, 4 epochs
+    w = 3           # 25% of 12 steps
+    want = [0.01 * schedules.warmup_cosine_factor(t, total, w) for t in range(total)]
+    # lr_curve_ holds the lr of the last step of each epoch
+    np.testing.assert_allclose(est.lr_curve_, [want[3 * e + 2] for e in range(4)], rtol=1e-12)
+    assert est.history_["lr"] == est.lr_curve_ and est.history_["loss"] == est.loss_curve_
+    oc = attnx.TransformerClassifier(**KW, lr=0.01, lr_schedule="one_cycle").fit(X, y)
+    assert max(oc.lr_curve_) <= 0.01 and oc.lr_curve_[-1] < 1e-4
+    const = attnx.TransformerClassifier(**KW, lr=0.01).fit(X, y)
+    assert const.lr_curve_ == [0.01] * 4
+
+
+def test_clipping_changes_training_only_when_the_norm_exceeds_it():
+    X, y = _cls_data()
+    plain = attnx.TransformerClassifier(**KW).fit(X, y)
+    loose = attnx.TransformerClassifier(**KW, max_grad_norm=1e9).fit(X, y)
+    tight = attnx.TransformerClassifier(**KW, max_grad_norm=1e-3).fit(X, y)
+    np.testing.assert_array_equal(plain.model_.params.flat, loose.model_.params.flat)
+    assert not np.array_equal(plain.model_.params.flat, tight.model_.params.flat)
+
+
+def test_decay_matrices_leaves_biases_and_norms_undecayed():
+    X, y = _cls_data()
+    # lr 0 except through decay: p <- p (1 - lr wd) is the only change with zero gradient
+    est = attnx.TransformerClassifier(**KW, decay="matrices", weight_decay=0.5, norm="pre")
+    est.fit(X, y)
+    assert est.optimizer_.decay == "matrices"
+    runs = est.optimizer_._runs[0]
+    names = {k: v for k, v in est.model_.params.items()}
+    base = est.model_.params.flat.__array_interface__["data"][0]
+    for k, v in names.items():
+        off = (v.__array_interface__["data"][0] - base) // v.itemsize
+        decayed = next(d for a, z, d in runs if a <= off < z)
+        assert decayed == (v.ndim >= 2 and not k.startswith("pos.")), k
+
+
+def test_label_smoothing_changes_the_fit_and_is_checked():
+    X, y = _cls_data()
+    a = attnx.TransformerClassifier(**KW).fit(X, y)
+    b = attnx.TransformerClassifier(**KW, label_smoothing=0.2).fit(X, y)
+    assert not np.array_equal(a.model_.params.flat, b.model_.params.flat)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        attnx.TransformerClassifier(**KW, label_smoothing=1.0).fit(X, y)
+
+
+def test_standardize_folds_into_the_model_exactly():
+    """Training on standardised X and y, then folding: the fitted model on raw X gives
+    what the unfolded model gives on standardised X, destandardised."""
+    X, _ = _cls_data()
+    t = X[:, :, 1].mean(axis=1) * 3.0 + 1000.0
+    est = attnx.TransformerRegressor(**KW, standardize=True).fit(X, t)
+    assert est.input_mean_.shape == (3,) and est.target_scale_.shape == (1,)
+    X0 = X.copy()
+    pred = est.predict(X)
+    assert np.array_equal(X, X0)   # the caller's X is untouched
+    m = est.model_
+    raw = m.params.flat.copy()
+    est._unfold_inputs()
+    xs = (X - est.input_mean_) / est.input_scale_
+    std = m.forward(xs, grad=False)[:, 0] * est.target_scale_[0] + est.target_mean_[0]
+    est._fold_inputs()
+    np.testing.assert_allclose(m.params.flat, raw, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pred, std, rtol=1e-10)
+    # and it helps: raw units hundreds apart train badly in 4 epochs
+    r2_std = est.score(X, t)
+    r2_raw = attnx.TransformerRegressor(**KW).fit(X, t).score(X, t)
+    assert r2_std > r2_raw
+
+
+def test_standardize_survives_save_warm_start_and_partial_fit(tmp_path):
+    X, y = _cls_data()
+    est = attnx.TransformerClassifier(**KW, standardize=True).fit(X, y)
+    est.save(tmp_path / "m.safetensors")
+    back = attnx.load(tmp_path / "m.safetensors")
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    np.testing.assert_array_equal(back.input_mean_, est.input_mean_)
+    mean0 = est.input_mean_.copy()
+    est.set_params(warm_start=True, epochs=1).fit(X[:20] + 100.0, y[:20])
+    np.testing.assert_array_equal(est.input_mean_, mean0)   # warm start keeps the stats
+    assert est.score(X, y) > 0.5
+    p = attnx.TransformerClassifier(**KW, standardize=True)
+    for _ in range(3):
+        p.partial_fit(X, y, classes=[0, 1])
+    assert p.input_mean_.shape == (3,) and np.isfinite(p.predict_proba(X)).all()
+
+
+@pytest.mark.parametrize("bad,err", [(dict(lr_schedule="cosine"), ValueError),
+                                     (dict(warmup=1.0), ValueError),
+                                     (dict(max_grad_norm=0.0), ValueError),
+                                     (dict(max_grad_norm="1"), TypeError),
+                                     (dict(decay="weights"), ValueError),
+                                     (dict(standardize=1), TypeError)])
+def test_recipe_arguments_are_checked(bad, err):
+    X, y = _cls_data()
+    with pytest.raises(err, match=next(iter(bad))):
+        attnx.TransformerClassifier(**KW, **bad).fit(X, y)
