@@ -51,6 +51,7 @@ class ExportSpec(NamedTuple):
     model: Any
     output: str
     classes: Any = None
+    patch_len: int = 1
 
 
 class SequenceEstimator(EstimatorParams):
@@ -168,7 +169,36 @@ class SequenceEstimator(EstimatorParams):
         else:
             net = SequenceNetwork()
         prepared = self._targets(net, x, lengths, ragged, y, w, dtype, fitted, classes, partial)
+        data, per_position, k = prepared
+        if fitted:
+            p = int(self.__dict__.get("patch_len_", 1))
+        else:
+            p = self._choose_patch(cfg, data, per_position, net)
+        if p > 1:
+            px, plen = seqs.patch(data.x, data.lengths, p)
+            prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position),
+                        per_position, k)
+        self._patch_now = p
         return prepared, net
+
+    def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
+                      net: Network) -> int:
+        """The fit's patch length: 1 for the bare network and per-position targets
+        (a token must stay one position), patch_len as given, or with patch_len=None
+        the automatic rule (at most 16 tokens)."""
+        if not net.head or per_position:
+            if cfg.patch_len not in (None, 1):
+                raise ValueError(f"patch_len={cfg.patch_len} needs one target per sequence "
+                                 f"(per-position targets and the bare X -> Y model keep one "
+                                 f"token per time step)")
+            return 1
+        t_min = int(data.x.shape[1] if data.lengths is None else data.lengths.min())
+        if cfg.patch_len is None:   # every rank: the longest sequence of any rank
+            return seqs.auto_patch(int(self._comm().allmax(int(data.x.shape[1]))))
+        if cfg.patch_len > t_min:
+            raise ValueError(f"patch_len={cfg.patch_len} is longer than the shortest "
+                             f"sequence ({t_min} steps)")
+        return int(cfg.patch_len)
 
     def _check_target(self, per_position: bool, k: int | None) -> None:
         tgt = self._target
@@ -354,7 +384,7 @@ class SequenceEstimator(EstimatorParams):
                                 if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
-        for name in _SCRATCH + ("_target", "_spec"):
+        for name in _SCRATCH + ("_target", "_spec", "_folded"):
             self.__dict__.pop(name, None)
         self.__dict__.update(keep)
         # with comm every rank starts from rank 0's seeds (random_state=None differs)
@@ -369,7 +399,8 @@ class SequenceEstimator(EstimatorParams):
         self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                 weight_decay=cfg.weight_decay, decay=cfg.decay)
         self.shuffle_rng_ = np.random.default_rng(shuffle_seed)
-        self.n_features_in_ = data.x.shape[2]
+        self.patch_len_ = int(self.__dict__.pop("_patch_now", 1))
+        self.n_features_in_ = data.x.shape[2] // self.patch_len_
         self.n_iter_ = 0
         self.loss_curve_ = []
         self.lr_curve_ = []
@@ -471,6 +502,7 @@ class SequenceEstimator(EstimatorParams):
         model = self._fitted_model()
         x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
                                        allow_empty=allow_empty)
+        x, lengths = seqs.patch(x, lengths, int(self.__dict__.get("patch_len_", 1)))
         self._network().check_length(self._spec, x.shape[1])
         n, t = x.shape[:2]
         shape = model.output_shape(n, t)
@@ -506,7 +538,8 @@ class SequenceEstimator(EstimatorParams):
         """The fitted network and how predict turns its output into predictions (see
         ExportSpec); what attnx.onnx.export reads from an estimator."""
         model = self._fitted_model()
-        return ExportSpec(model, "squeeze" if self._target["k"] is None else "y")
+        return ExportSpec(model, "squeeze" if self._target["k"] is None else "y",
+                          patch_len=int(self.__dict__.get("patch_len_", 1)))
 
     # ---- persistence ---------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:

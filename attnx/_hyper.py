@@ -67,6 +67,15 @@ class PositiveReal(Constraint):
         return f
 
 
+class PatchLen(Constraint):
+    """None ("auto"), or an int >= 1 (1: no patches)."""
+
+    def check(self, name: str, value: Any) -> int | str | None:
+        if value is None or value == "auto":
+            return None
+        return check_positive_int(name, value)
+
+
 class Bool(Constraint):
     def check(self, name: str, value: Any) -> bool:
         if isinstance(value, (bool, np.bool_)):
@@ -173,6 +182,7 @@ COMMON: dict[str, Constraint] = {
     "decay": OneOf(("all", "matrices"), "decay must be one of {options} (which parameters "
                    "weight_decay applies to), got {value!r}"),
     "standardize": Bool(),
+    "patch_len": PatchLen(),
 }
 
 
@@ -224,6 +234,7 @@ class Config(SimpleNamespace):
     max_grad_norm: float | None
     decay: str
     standardize: bool
+    patch_len: int | None
     label_smoothing: float
 
 

@@ -264,3 +264,24 @@ def valid_positions(lengths: IntArray, t: int) -> BoolArray:
 def unpad(y: AnyArray, lengths: IntArray) -> list[AnyArray]:
     """A list of y[i, :lengths[i]] copies (the ragged form of per-position output)."""
     return [y[i, :int(n)].copy() for i, n in enumerate(lengths)]
+
+
+def patch(x: FloatArray, lengths: IntArray | None, p: int
+          ) -> tuple[FloatArray, IntArray | None]:
+    """Non-overlapping patches of p steps as tokens: (n, T, f) -> (n, ceil(T/p), p*f)
+    (a token's steps in order, each step's features together), lengths -> ceil(l/p).
+    Steps past a ragged sequence's end stay zero, and so do the steps that fill the
+    last patch when T is not a multiple of p (the same rule in the ONNX graph)."""
+    if p == 1:
+        return x, lengths
+    n, t, f = x.shape
+    tp = -(-t // p)
+    if tp * p != t:
+        x = np.concatenate([x, np.zeros((n, tp * p - t, f), x.dtype)], axis=1)
+    out = np.ascontiguousarray(x.reshape(n, tp, p * f))
+    return out, None if lengths is None else -(-lengths // p)
+
+
+def auto_patch(t_max: int, max_tokens: int = 16) -> int:
+    """The patch length that leaves at most max_tokens tokens: ceil(t_max / max_tokens)."""
+    return max(1, -(-int(t_max) // max_tokens))

@@ -245,7 +245,8 @@ class AttentionRegressor(_Regressor):
                  random_state: RandomStateLike = None, verbose: int = 0,
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False) -> None:
+                 decay: str = "all", standardize: bool = False,
+                 patch_len: int | None = 1) -> None:
         store(self, locals())
 
 
@@ -278,7 +279,8 @@ class TransformerRegressor(_Regressor):
                  random_state: RandomStateLike = None, verbose: int = 0,
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False) -> None:
+                 decay: str = "all", standardize: bool = False,
+                 patch_len: int | None = 1) -> None:
         store(self, locals())
 
 
@@ -342,7 +344,8 @@ class _Classifier(ClassifierParams, SequenceEstimator):
 
     def export_spec(self) -> ExportSpec:
         """The fitted network, "probabilities" and classes_ (see ExportSpec)."""
-        return ExportSpec(self._fitted_model(), "probabilities", self.classes_)
+        return ExportSpec(self._fitted_model(), "probabilities", self.classes_,
+                          patch_len=int(self.__dict__.get("patch_len_", 1)))
 
     def predict_log_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Log-probabilities of the classes (columns in classes_ order): (n, C), or
@@ -421,7 +424,8 @@ class AttentionClassifier(_Classifier):
                  random_state: RandomStateLike = None, verbose: int = 0,
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False) -> None:
+                 decay: str = "all", standardize: bool = False,
+                 patch_len: int | None = 1) -> None:
         store(self, locals())
 
 
@@ -454,7 +458,8 @@ class TransformerClassifier(_Classifier):
                  random_state: RandomStateLike = None, verbose: int = 0,
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False) -> None:
+                 decay: str = "all", standardize: bool = False,
+                 patch_len: int | None = 1) -> None:
         store(self, locals())
 
 

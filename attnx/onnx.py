@@ -65,11 +65,13 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
     if isinstance(opset, bool) or not isinstance(opset, int) or not \
             _MIN_OPSET <= opset <= _MAX_OPSET:
         raise ValueError(f"opset must be an int in [{_MIN_OPSET}, {_MAX_OPSET}], got {opset!r}")
-    model, output, meta = _unwrap(obj)
+    model, output, meta, patch_len = _unwrap(obj)
     g = _Graph(model.dtype, opset)
-    x = g.input("x", ["batch", "seq_len", _n_in(model)])
+    x = g.input("x", ["batch", "seq_len", _n_in(model) // patch_len])
     mask = g.input("key_padding_mask", ["batch", "seq_len"], bool) if key_padding_mask \
         else None
+    if patch_len > 1:
+        x, mask = _patches(g, x, mask, patch_len, _n_in(model))
     y = _forward(g, model, x, mask)
     shape = _output_shape(model)
     if output == "probabilities":
@@ -85,13 +87,38 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
 
 
 # ---- what is exported --------------------------------------------------------------
-def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str]]:
+def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int
+             ) -> tuple[str, str | None]:
+    """The estimator's patches in the graph: steps past a sequence's end zeroed, the
+    time axis zero-padded to a multiple of p, (B, T, f) -> (B, T/p, p*f); a patch is
+    padding when all its steps are (the fill steps count as padding)."""
+    if mask is not None:
+        keep = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)
+        x = g.op("Mul", [x, g.op("Unsqueeze", [keep, g.const_i64([2])])])
+    t = g.seq_len(x)
+    pk = g.const_i64([p])
+    extra = g.op("Mod", [g.op("Sub", [pk, g.op("Mod", [t, pk])]), pk])
+    zero = g.const_i64([0])
+    pads3 = g.op("Concat", [zero, zero, zero, zero, extra, zero], axis=0)
+    x = g.op("Pad", [x, pads3])
+    x = g.op("Reshape", [x, g.const_i64([0, -1, width])])
+    if mask is not None:
+        m = g.op("Cast", [mask], to=7)   # int64: Pad and ReduceMin take it at every opset
+        m = g.op("Pad", [m, g.op("Concat", [zero, zero, zero, extra], axis=0),
+                         g.const_i64([1])])
+        m = g.op("Reshape", [m, g.const_i64([0, -1, p])])
+        mask = g.op("Cast", [g.op("ReduceMin", [m] + g.axes_input([2]), keepdims=0,
+                                  **g.axes_attr([2]))], to=9)
+    return x, mask
+
+
+def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int]:
     """(model, output kind, metadata) for a model or a fitted estimator (whose
     export_spec() says which network to export and how predict reads its output)."""
     meta = {"attnx_version": __version__}
     if isinstance(obj, (MultiHeadAttention, Transformer, SequenceModel)):
         meta["attnx_model"] = type(obj).__name__
-        return obj, "y", meta
+        return obj, "y", meta, 1
     if not callable(getattr(obj, "export_spec", None)):
         raise TypeError(f"export needs a MultiHeadAttention, Transformer, SequenceModel or a "
                         f"fitted attnx estimator, got {type(obj).__name__}")
@@ -99,7 +126,9 @@ def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str]]:
     meta["attnx_model"] = type(obj).__name__
     if spec.classes is not None:
         meta["classes"] = json.dumps(np.asarray(spec.classes).tolist())
-    return spec.model, spec.output, meta
+    if spec.patch_len > 1:
+        meta["patch_len"] = str(spec.patch_len)
+    return spec.model, spec.output, meta, spec.patch_len
 
 
 def _output_shape(model: Any) -> list[Any]:

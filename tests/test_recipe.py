@@ -118,3 +118,47 @@ def test_recipe_arguments_are_checked(bad, err):
     X, y = _cls_data()
     with pytest.raises(err, match=next(iter(bad))):
         attnx.TransformerClassifier(**KW, **bad).fit(X, y)
+
+
+def test_patches_as_tokens_dense_ragged_and_rules():
+    X, y = _cls_data(n=32, t=23)
+    est = attnx.TransformerClassifier(**KW, patch_len=None).fit(X, y)
+    assert est.patch_len_ == 2 and est.model_.n_features == 6 and est.n_features_in_ == 3
+    # predict patches the same way: the model on hand-made tokens (zero fill) agrees
+    xp = np.concatenate([X, np.zeros((32, 1, 3))], axis=1).reshape(32, 12, 6)
+    raw = est.model_.forward(xp, grad=False)
+    np.testing.assert_allclose(est.predict_proba(X), np.exp(raw - raw.max(1, keepdims=True))
+                               / np.exp(raw - raw.max(1, keepdims=True)).sum(1, keepdims=True),
+                               rtol=1e-10)
+    ragged = [X[i, :10 + i % 13] for i in range(32)]
+    r = attnx.TransformerClassifier(**KW, patch_len=4).fit(ragged, y)
+    assert r.patch_len_ == 4 and r.predict(ragged).shape == (32,)
+    one = attnx.TransformerClassifier(**KW).fit(X, y)
+    assert one.patch_len_ == 1 and one.model_.n_features == 3
+    with pytest.raises(ValueError, match="patch_len=11 is longer than the shortest"):
+        attnx.TransformerClassifier(**KW, patch_len=11).fit(ragged, y)
+    Yp = X[:, :, :1] * 2.0   # per-position targets keep one token per step
+    with pytest.raises(ValueError, match="per-position"):
+        attnx.TransformerRegressor(**KW, patch_len=2).fit(X, Yp)
+    assert attnx.TransformerRegressor(**KW, patch_len=None).fit(X, Yp).patch_len_ == 1
+
+
+def test_patched_standardized_estimator_exports_to_onnx(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from attnx import onnx as ax
+    X, y = _cls_data(n=24, t=19)
+    X = X.astype(np.float32)
+    est = attnx.TransformerClassifier(**dict(KW, dtype=np.float32), patch_len=4,
+                                      standardize=True).fit(X, y)
+    ax.export(est, tmp_path / "m.onnx")
+    s = ort.InferenceSession(str(tmp_path / "m.onnx"))
+    out = s.run(None, {"x": X, "key_padding_mask": np.zeros(X.shape[:2], bool)})[0]
+    np.testing.assert_allclose(out, est.predict_proba(X), atol=2e-6)
+    ragged = [X[i, :9 + i % 10] for i in range(24)]
+    xp = np.full_like(X, 77.0)
+    m = np.ones(X.shape[:2], bool)
+    for i, a in enumerate(ragged):
+        xp[i, :len(a)], m[i, :len(a)] = a, False
+    out = s.run(None, {"x": xp, "key_padding_mask": m})[0]
+    np.testing.assert_allclose(out, est.predict_proba(ragged), atol=2e-6)
