@@ -55,8 +55,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "examples"))  # _common: the examples' loaders and torch twin
 
 # ---- "attnx best": the configuration found on the dev panel ----------------------------
-# (the search and every candidate: /work/notes/acc_exploration.md, summarised in
-# benchmarks/README.md). Preprocessing done here, in the harness:
+# (the search, every candidate and its per-set scores: benchmarks/results/
+# accuracy_exploration.md). Preprocessing done here, in the harness:
 #   standardize  each channel to zero mean and unit variance with the training split's
 #                statistics over all time steps (regression targets too; predictions
 #                are mapped back before scoring)
@@ -66,6 +66,8 @@ sys.path.insert(0, str(ROOT / "examples"))  # _common: the examples' loaders and
 #                patch_stride = patch_len = p); the tail is padded with the last value
 #   steps        epochs = clip(round(steps / batches per epoch), min_epochs, max_epochs):
 #                about the same number of optimizer steps whatever the set's size
+#   diff         (off) append each channel's first differences as more channels
+#   patch_overlap  (1) patches of patch_overlap * p steps every p steps
 # and `params` go to the estimator as they are (n_iter_no_change disables the
 # training-loss plateau stop: every epoch runs).
 BEST = dict(
@@ -219,21 +221,34 @@ def preprocess(d, cfg):
             ym, ys = float(np.mean(ytr)), float(np.std(ytr)) or 1.0
             ytr = (ytr - ym) / ys
             y_back = (ym, ys)
+    if cfg.get("diff", False):
+        Xtr, Xte = with_differences(Xtr), with_differences(Xte)
     max_tokens = cfg.get("max_tokens")
     if max_tokens and d.t_max > max_tokens:
         p = math.ceil(d.t_max / max_tokens)
-        Xtr, Xte = patch(Xtr, p), patch(Xte, p)
+        k = cfg.get("patch_overlap", 1)
+        Xtr, Xte = patch(Xtr, p, k * p), patch(Xte, p, k * p)
     return Xtr, Xte, ytr, y_back
 
 
-def patch(X, p):
-    """Each (T, f) series as (ceil(T / p), p * f) non-overlapping patches, the last one
-    padded with the series' last value."""
+def with_differences(X):
+    """Each (T, f) series with f more channels: its first differences (0 at t=0)."""
+    import numpy as np
+    return [np.concatenate([x, np.diff(x, axis=0, prepend=x[:1])], axis=1) for x in X]
+
+
+def patch(X, stride, length=None):
+    """Each (T, f) series as ceil(T / stride) patches of `length` (default: stride)
+    consecutive steps starting every `stride` steps, a patch one row of length * f
+    features; the tail is padded with the series' last value."""
+    import numpy as np
+    length = length or stride
     out = []
     for x in X:
-        n = math.ceil(len(x) / p)
-        x = _pad_edge([x], n * p)[0]
-        out.append(x.reshape(n, p * x.shape[1]))
+        n = math.ceil(len(x) / stride)
+        x = _pad_edge([x], (n - 1) * stride + length)[0]
+        idx = np.arange(n)[:, None] * stride + np.arange(length)[None, :]
+        out.append(x[idx].reshape(n, length * x.shape[1]))
     return out
 
 
@@ -509,6 +524,23 @@ def markdown(result):
     return "\n".join(lines)
 
 
+def merge(result, paths, sets):
+    """Add the rows of earlier runs (JSON files) for the pairs of `sets` x models that
+    `result` lacks, noting where each came from; rows keep the panel's set order."""
+    have = {(r["set"], r["model"]) for r in result["rows"]}
+    for path in paths:
+        old = json.loads(Path(path).read_text())
+        for r in old["rows"]:
+            if r["set"] in sets and (r["set"], r["model"]) not in have:
+                note = f"from {Path(path).name} (seeds {old['seeds']})"
+                result["rows"].append({**r, "note": "; ".join(x for x in (r["note"], note) if x)})
+                have.add((r["set"], r["model"]))
+        result["data"] += [x for x in old["data"] if x not in result["data"]
+                           and x.split(":")[0] in sets]
+    order = {m: i for i, m in enumerate(MODELS)}
+    result["rows"].sort(key=lambda r: (sets.index(r["set"]), order[r["model"]]))
+
+
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--panel", choices=["dev", "holdout", "all"], default="dev")
@@ -520,6 +552,9 @@ def parse(argv=None):
                     help="2 epochs, 84 MiniRocket kernels: a smoke test")
     ap.add_argument("--best", help="JSON (or a JSON file) replacing keys of BEST, "
                                    "for exploring candidates")
+    ap.add_argument("--merge", help="comma-separated JSON results of earlier runs: their rows "
+                                    "for (set, model) pairs this run does not compute are "
+                                    "added, each with a note naming its file")
     ap.add_argument("--out", help="output path prefix (default "
                                   "benchmarks/results/accuracy_<panel>)")
     args = ap.parse_args(argv)
@@ -560,6 +595,8 @@ def main(argv=None):
         print(d.describe(), flush=True)
         result["rows"] += evaluate(d, models, seeds, args.quick, cfg,
                                    lambda s: print(s, flush=True))
+    if args.merge:
+        merge(result, args.merge.split(","), sets)
     prefix = Path(args.out) if args.out else HERE / "results" / f"accuracy_{result['panel']}"
     prefix.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{prefix}.json").write_text(json.dumps(result, indent=1) + "\n")

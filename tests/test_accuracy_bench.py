@@ -36,6 +36,14 @@ def test_patch_is_a_reshape_of_consecutive_steps():
     np.testing.assert_array_equal(p[2], np.concatenate([x[6], x[6], x[6]]))
 
 
+def test_overlapping_patches_and_differences():
+    x = np.arange(5.0)[:, None]                # T=5, f=1
+    (p,) = acc.patch([x], 2, 4)                # every 2 steps, 4 steps long
+    np.testing.assert_array_equal(p, [[0, 1, 2, 3], [2, 3, 4, 4], [4, 4, 4, 4]])
+    (d,) = acc.with_differences([np.array([[1.0], [4.0], [2.0]])])
+    np.testing.assert_array_equal(d, [[1, 0], [4, 3], [2, -2]])
+
+
 def test_summary_features_of_a_line():
     t = np.linspace(0.0, 1.0, 11)
     x = np.stack([3.0 * t + 1.0, -2.0 * t], axis=1)    # two channels, slopes 3 and -2
