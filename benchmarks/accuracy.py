@@ -72,10 +72,10 @@ sys.path.insert(0, str(ROOT / "examples"))  # _common: the examples' loaders and
 # training-loss plateau stop: every epoch runs).
 BEST = dict(
     standardize=True,
-    max_tokens=64,
+    max_tokens=16,
     batch_size=16,
     steps=1500, min_epochs=30, max_epochs=300,
-    params=dict(d_model=64, n_heads=4, n_layers=2, d_hidden=128, positional="sinusoidal",
+    params=dict(d_model=32, n_heads=4, n_layers=2, d_hidden=64, positional="sinusoidal",
                 norm="pre", pooling="mean", dropout=0.1, lr=1e-3, weight_decay=0.01,
                 n_iter_no_change=1_000_000),
 )
