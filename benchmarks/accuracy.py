@@ -34,6 +34,8 @@ classification, RMSE in the target's units for regression):
   linear (summary)  logistic regression (classification) / ridge with the penalty chosen
                     by leave-one-out (RidgeCV) on per-channel mean, std, min, max and
                     least-squares slope, standardised
+  linear (raw)      the same on the whole series' values, standardised (on Sunspots this
+                    is the README's linear autoregression baseline)
 
 Stochastic models (attnx, the twin, MiniRocket) run with --seeds random states and
 report mean and std; the others run once. Ragged sets are padded with each series'
@@ -85,7 +87,7 @@ DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
 HOLDOUT = ["ArrowHead", "BasicMotions", "GunPoint", "ItalyPowerDemand",
            "PickupGestureWiimoteZ", "PLAID", "Tecator"]
 MODELS = ["attnx defaults", "attnx best", "torch twin", "1-NN Euclidean", "1-NN DTW",
-          "MiniRocket", "linear (summary)"]
+          "MiniRocket", "linear (summary)", "linear (raw)"]
 STOCHASTIC = {"attnx defaults", "attnx best", "torch twin", "MiniRocket"}
 
 
@@ -378,7 +380,13 @@ def summary_features(X):
     return np.array(rows)
 
 
-def run_linear(d):
+def raw_features(X, t):
+    """Each series padded to t steps with its last value, flattened."""
+    import numpy as np
+    return np.stack([x.ravel() for x in _pad_edge(X, t)])
+
+
+def run_linear(d, features):
     import numpy as np
     from sklearn.linear_model import LogisticRegression, RidgeCV
     from sklearn.pipeline import make_pipeline
@@ -386,8 +394,8 @@ def run_linear(d):
     last = (LogisticRegression(max_iter=5000) if d.task == "classify"
             else RidgeCV(alphas=np.logspace(-3, 3, 13)))
     est = make_pipeline(StandardScaler(), last)
-    _, t_fit = _timed(est.fit, summary_features(d.Xtr), d.ytr)
-    pred, t_pred = _timed(est.predict, summary_features(d.Xte))
+    _, t_fit = _timed(est.fit, features(d.Xtr), d.ytr)
+    pred, t_pred = _timed(est.predict, features(d.Xte))
     return pred, t_fit, t_pred
 
 
@@ -404,7 +412,9 @@ def run_model(name, d, seed, quick, cfg):
         return _knn(d, "dtw")
     if name == "MiniRocket":
         return run_minirocket(d, seed, quick)
-    return run_linear(d)
+    if name == "linear (raw)":
+        return run_linear(d, lambda X: raw_features(X, d.t_max))
+    return run_linear(d, summary_features)
 
 
 def score(d, pred):
@@ -451,7 +461,7 @@ def evaluate(d, models, seeds, quick, cfg, log):
                 rows.append(_finish(row))
                 log(f"  {name:<18} skipped (torch not installed)")
                 continue
-        if not d.equal and name in ("1-NN Euclidean", "MiniRocket"):
+        if not d.equal and name in ("1-NN Euclidean", "MiniRocket", "linear (raw)"):
             row["note"] = f"ragged: padded to T={d.t_max} with each series' last value"
         runs = seeds if name in STOCHASTIC else seeds[:1]
         scores, fits, preds = [], [], []
