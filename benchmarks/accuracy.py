@@ -599,20 +599,26 @@ def main(argv=None):
               "quick": args.quick, "machine": machine(args.threads), "best": cfg,
               "data": [], "rows": []}
     print(f"{result['machine']}", flush=True)
+    prefix = Path(args.out) if args.out else HERE / "results" / f"accuracy_{result['panel']}"
     for name in sets:
         d = LOADERS[name]()
         result["data"].append(d.describe())
         print(d.describe(), flush=True)
         result["rows"] += evaluate(d, models, seeds, args.quick, cfg,
                                    lambda s: print(s, flush=True))
+        write(result, prefix, partial=True)   # a long run keeps what it has measured
     if args.merge:
         merge(result, args.merge.split(","), sets)
-    prefix = Path(args.out) if args.out else HERE / "results" / f"accuracy_{result['panel']}"
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{prefix}.json").write_text(json.dumps(result, indent=1) + "\n")
-    Path(f"{prefix}.md").write_text(markdown(result))
+    write(result, prefix)
     print(f"wrote {prefix}.md and {prefix}.json")
     return result
+
+
+def write(result, prefix, partial=False):
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{prefix}.json").write_text(json.dumps({**result, "partial": partial}, indent=1)
+                                      + "\n")
+    Path(f"{prefix}.md").write_text(markdown(result))
 
 
 if __name__ == "__main__":
