@@ -530,6 +530,13 @@ def markdown(result):
     lines += ["", "## Data", ""] + [f"- {d}" for d in result["data"]]
     if notes:
         lines += ["", "## Notes", ""] + notes
+    merged = {}
+    for r in result["rows"]:
+        if "from" in r:
+            merged.setdefault(r["from"], []).append(f"{r['set']} {r['model']}")
+    if merged:
+        lines += ["", "## Rows merged from earlier runs (--merge)", ""]
+        lines += [f"- {src}: " + ", ".join(v) for src, v in merged.items()]
     lines += ["", "## attnx best", "", "```", json.dumps(result["best"], indent=1), "```", ""]
     return "\n".join(lines)
 
@@ -542,8 +549,7 @@ def merge(result, paths, sets):
         old = json.loads(Path(path).read_text())
         for r in old["rows"]:
             if r["set"] in sets and (r["set"], r["model"]) not in have:
-                note = f"from {Path(path).name} (seeds {old['seeds']})"
-                result["rows"].append({**r, "note": "; ".join(x for x in (r["note"], note) if x)})
+                result["rows"].append({**r, "from": f"{Path(path).name} (seeds {old['seeds']})"})
                 have.add((r["set"], r["model"]))
         result["data"] += [x for x in old["data"] if x not in result["data"]
                            and x.split(":")[0] in sets]
