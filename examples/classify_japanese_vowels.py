@@ -9,7 +9,8 @@ files are read directly, without importing sktime.
 Prints the test accuracy and fit time of
   - attnx.TransformerClassifier on the ragged list of sequences,
   - a baseline: logistic regression on each utterance's per-coefficient mean and std,
-  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs).
+  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs;
+    skipped with a note when torch is not installed).
 Everything runs on one thread.
 """
 import numpy as np

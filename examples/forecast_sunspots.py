@@ -9,7 +9,8 @@ Prints the test R^2 (and RMSE in sunspot units) and fit time of
   - attnx.TransformerRegressor (one value per sequence: pooling="last"),
   - baselines: persistence (next year = this year) and a linear autoregression
     (ridge regression on the 32 past values),
-  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs).
+  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs;
+    skipped with a note when torch is not installed).
 Everything runs on one thread.
 """
 import numpy as np
