@@ -109,3 +109,24 @@ def test_quick_run_writes_a_sane_table(tmp_path):
     md = Path(f"{out}.md").read_text()
     assert "| set | metric | " + " | ".join(acc.MODELS) + " |" in md
     assert "| UnitTest | accuracy |" in md
+
+
+@pytest.mark.parametrize("example, needs", [("classify_japanese_vowels.py", "sktime"),
+                                            ("forecast_sunspots.py", "statsmodels")])
+def test_examples_run_without_torch(tmp_path, example, needs):
+    """pip install "attnx[examples]" brings no torch: each example prints attnx's result and
+    skips the PyTorch twin with a note (it used to stop with ModuleNotFoundError)."""
+    pytest.importorskip(needs)
+    pytest.importorskip("sklearn")
+    blocker = tmp_path / "torch"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                      if p])}
+    proc = subprocess.run([sys.executable, example], cwd=ROOT / "examples", capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "attnx Transformer" in proc.stdout
+    assert "PyTorch twin skipped: torch is not installed" in proc.stdout
+    assert "PyTorch, same network" not in proc.stdout
