@@ -1,10 +1,12 @@
-"""Shared by the examples: one-thread timing, and the same network trained in PyTorch.
+"""Shared by the examples (and benchmarks/accuracy.py): the data loaders, one-thread
+timing, and the same network trained in PyTorch (optional: `have_torch()`).
 
 The PyTorch twin is tests/seq_torch_twin.py (the SequenceModel network written with
 torch ops). It starts from attnx's initial weights and trains with torch.optim.AdamW
 and the same batch size, epochs and AdamW settings; its batches are shuffled and
 padded per batch (with a key padding mask), as attnx pads ragged input.
 """
+import importlib.util
 import os
 import sys
 import time
@@ -13,6 +15,60 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # seq_torch_twin
+
+
+def have_torch():
+    """True when PyTorch can be imported (the twins need it; attnx does not)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+TORCH_NOTE = "PyTorch twin skipped: torch is not installed (its CPU build is enough for the twin)"
+
+
+def read_ts(path):
+    """(list of (T_i, d) arrays, labels) from a .ts file of the time series archive."""
+    X, y, data = [], [], False
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.lower().startswith("@data"):
+                data = True
+                continue
+            if not data:
+                continue
+            *dims, label = line.split(":")
+            X.append(np.array([[float(v) for v in d.split(",")] for d in dims]).T)
+            y.append(label)
+    return X, np.array(y)
+
+
+def load_japanese_vowels(split):
+    """JapaneseVowels' "TRAIN" or "TEST" split as shipped inside the sktime wheel
+    (read directly, without importing sktime): list of (T_i, 12) arrays, labels."""
+    spec = importlib.util.find_spec("sktime")
+    if spec is None:
+        raise SystemExit('this example reads data shipped with sktime: '
+                         'pip install "attnx[examples]"')
+    folder = os.path.join(spec.submodule_search_locations[0], "datasets", "data",
+                          "JapaneseVowels")
+    return read_ts(os.path.join(folder, f"JapaneseVowels_{split}.ts"))
+
+
+def load_sunspots():
+    """(years, yearly mean sunspot numbers 1700-2008) as shipped inside statsmodels."""
+    try:
+        from statsmodels.datasets import sunspots
+    except ImportError:
+        raise SystemExit('this example reads data shipped with statsmodels: '
+                         'pip install "attnx[examples]"') from None
+    df = sunspots.load_pandas().data
+    return df["YEAR"].to_numpy().astype(int), df["SUNACTIVITY"].to_numpy(dtype=np.float64)
 
 
 def one_thread():

@@ -9,52 +9,22 @@ files are read directly, without importing sktime.
 Prints the test accuracy and fit time of
   - attnx.TransformerClassifier on the ragged list of sequences,
   - a baseline: logistic regression on each utterance's per-coefficient mean and std,
-  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs).
+  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs;
+    skipped with a note when torch is not installed).
 Everything runs on one thread.
 """
-import importlib.util
-import os
-
 import numpy as np
 
-from _common import initial_model, one_thread, timed, torch_twin_fit
+from _common import (TORCH_NOTE, have_torch, initial_model, load_japanese_vowels, one_thread,
+                     timed, torch_twin_fit)
 
 import attnx
 
 
-def read_ts(path):
-    """(list of (T_i, d) arrays, labels) from a .ts file of the time series archive."""
-    X, y, data = [], [], False
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.lower().startswith("@data"):
-                data = True
-                continue
-            if not data:
-                continue
-            *dims, label = line.split(":")
-            X.append(np.array([[float(v) for v in d.split(",")] for d in dims]).T)
-            y.append(label)
-    return X, np.array(y)
-
-
-def load(split):
-    spec = importlib.util.find_spec("sktime")
-    if spec is None:
-        raise SystemExit('this example reads data shipped with sktime: '
-                         'pip install "attnx[examples]"')
-    folder = os.path.join(spec.submodule_search_locations[0], "datasets", "data",
-                          "JapaneseVowels")
-    return read_ts(os.path.join(folder, f"JapaneseVowels_{split}.ts"))
-
-
 def main():
     limits = one_thread()
-    X, y = load("TRAIN")
-    Xt, yt = load("TEST")
+    X, y = load_japanese_vowels("TRAIN")
+    Xt, yt = load_japanese_vowels("TEST")
     # standardise each coefficient with the training frames' mean and std
     frames = np.concatenate(X)
     mu, sd = frames.mean(axis=0), frames.std(axis=0)
@@ -80,18 +50,23 @@ def main():
     _, t_base = timed(base.fit, summary(X), y)
     acc_base = base.score(summary(Xt), yt)
 
-    codes = np.searchsorted(est.classes_, y)
-    init = initial_model(est, X, y)
-    predict, t_torch = timed(torch_twin_fit, init, X, codes, task="classify",
-                             epochs=hp["epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
-                             weight_decay=hp["weight_decay"], seed=0)
-    acc_torch = float(np.mean(est.classes_[np.argmax(predict(Xt), axis=1)] == yt))
+    twin = None
+    if have_torch():
+        codes = np.searchsorted(est.classes_, y)
+        init = initial_model(est, X, y)
+        predict, t_torch = timed(torch_twin_fit, init, X, codes, task="classify",
+                                 epochs=hp["epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
+                                 weight_decay=hp["weight_decay"], seed=0)
+        twin = (float(np.mean(est.classes_[np.argmax(predict(Xt), axis=1)] == yt)), t_torch)
     limits.restore_original_limits()
 
     print(f"{'model':<44} {'test accuracy':>13} {'fit time':>9}")
     print(f"{'attnx TransformerClassifier (2 x 32 wide)':<44} {acc_attnx:>13.3f} {t_attnx:>8.1f}s")
-    print(f"{'PyTorch, same network and training':<44} {acc_torch:>13.3f} {t_torch:>8.1f}s")
+    if twin is not None:
+        print(f"{'PyTorch, same network and training':<44} {twin[0]:>13.3f} {twin[1]:>8.1f}s")
     print(f"{'baseline: logistic regression on mean, std':<44} {acc_base:>13.3f} {t_base:>8.1f}s")
+    if twin is None:
+        print(TORCH_NOTE)
 
 
 if __name__ == "__main__":

@@ -9,27 +9,19 @@ Prints the test R^2 (and RMSE in sunspot units) and fit time of
   - attnx.TransformerRegressor (one value per sequence: pooling="last"),
   - baselines: persistence (next year = this year) and a linear autoregression
     (ridge regression on the 32 past values),
-  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs).
+  - the same network trained in PyTorch (same initial weights, hyper-parameters, epochs;
+    skipped with a note when torch is not installed).
 Everything runs on one thread.
 """
 import numpy as np
 
-from _common import initial_model, one_thread, timed, torch_twin_fit
+from _common import (TORCH_NOTE, have_torch, initial_model, load_sunspots, one_thread, timed,
+                     torch_twin_fit)
 
 import attnx
 from attnx.datasets import sliding_windows
 
 WINDOW = 32
-
-
-def load():
-    try:
-        from statsmodels.datasets import sunspots
-    except ImportError:
-        raise SystemExit('this example reads data shipped with statsmodels: '
-                         'pip install "attnx[examples]"') from None
-    df = sunspots.load_pandas().data
-    return df["YEAR"].to_numpy().astype(int), df["SUNACTIVITY"].to_numpy(dtype=np.float64)
 
 
 def r2(y, p):
@@ -42,7 +34,7 @@ def rmse(y, p):
 
 def main():
     limits = one_thread()
-    years, s = load()
+    years, s = load_sunspots()
     X, y = sliding_windows(s, WINDOW)          # X (n, 32, 1), y (n,)
     target_year = years[WINDOW:]
     train = target_year < 1950
@@ -68,20 +60,23 @@ def main():
     p_ar = ar.predict(Xte[:, :, 0]) * sd + mu
     p_persist = X[~train, -1, 0]
 
-    init = initial_model(est, Xtr, ytr)
-    predict, t_torch = timed(torch_twin_fit, init, list(Xtr), ytr, task="regress",
-                             epochs=hp["epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
-                             weight_decay=hp["weight_decay"], seed=0)
-    p_torch = predict(list(Xte))[:, 0] * sd + mu
+    rows = [("attnx TransformerRegressor (2 x 32 wide)", p_attnx, t_attnx)]
+    if have_torch():
+        init = initial_model(est, Xtr, ytr)
+        predict, t_torch = timed(torch_twin_fit, init, list(Xtr), ytr, task="regress",
+                                 epochs=hp["epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
+                                 weight_decay=hp["weight_decay"], seed=0)
+        p_torch = predict(list(Xte))[:, 0] * sd + mu
+        rows.append(("PyTorch, same network and training", p_torch, t_torch))
     limits.restore_original_limits()
 
     print(f"{'model':<44} {'test R^2':>8} {'RMSE':>6} {'fit time':>9}")
-    rows = [("attnx TransformerRegressor (2 x 32 wide)", p_attnx, t_attnx),
-            ("PyTorch, same network and training", p_torch, t_torch),
-            ("baseline: linear autoregression (ridge)", p_ar, t_ar),
-            ("baseline: persistence", p_persist, 0.0)]
+    rows += [("baseline: linear autoregression (ridge)", p_ar, t_ar),
+             ("baseline: persistence", p_persist, 0.0)]
     for name, p, t in rows:
         print(f"{name:<44} {r2(yte, p):>8.3f} {rmse(yte, p):>6.1f} {t:>8.1f}s")
+    if not have_torch():
+        print(TORCH_NOTE)
 
 
 if __name__ == "__main__":
