@@ -278,6 +278,7 @@ def _load_arrays(path: str, keys: Sequence[str], optional: Sequence[str] = ()
 def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     from . import distributed
     from .estimators import AttentionRegressor, TransformerRegressor
+    from ._hyper import DEFAULTS_0_2
 
     dist = distributed.wrap(comm)
     with dist.together():  # a rank that cannot read the file stops every rank
@@ -301,7 +302,11 @@ def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
                   dtype=np.dtype(args.dtype).type)
     est: AttentionRegressor | TransformerRegressor
     if args.model == "transformer":
-        est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common)
+        # the bare X -> Y transformer, as the command always trained
+        bare = {k: v for k, v in DEFAULTS_0_2.items() if k not in common and k != "n_heads"
+                and k != "label_smoothing"}
+        est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common,
+                                   **bare)
     else:
         est = AttentionRegressor(args.n_heads, **common)
     start = time.perf_counter()

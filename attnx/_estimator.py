@@ -262,7 +262,9 @@ class SequenceEstimator(EstimatorParams):
             self.validation_loss_curve_ = []
             self.best_validation_loss_ = math.inf
         try:
-            self._train(train, val, cfg, cfg.epochs, fit=True)
+            epochs = cfg.epochs if cfg.epochs is not None else \
+                _training.auto_epochs(dist.n, cfg.batch_size)   # the training part's count
+            self._train(train, val, cfg, epochs, fit=True)
         finally:
             self._fold_inputs()
         return self
@@ -322,8 +324,10 @@ class SequenceEstimator(EstimatorParams):
         if self._scales_targets():   # regression targets: per output column
             if refit:
                 yv = y.reshape(-1, y.shape[-1]).astype(np.float64)
-                if data.w is not None:
-                    yv = yv[data.w.reshape(-1) > 0]
+                if data.w is not None:   # rows that count (w per sample or per position)
+                    keep = np.broadcast_to(data.w.reshape(data.w.shape + (1,) * (
+                        y.ndim - 1 - data.w.ndim)), y.shape[:-1])
+                    yv = yv[keep.reshape(-1) > 0]
                 count = dist.allsum(float(yv.shape[0]))
                 mean = dist.allsum(yv.sum(axis=0)) / max(count, 1.0)
                 scale = np.sqrt(dist.allsum(((yv - mean) ** 2).sum(axis=0)) / max(count, 1.0))
@@ -476,13 +480,15 @@ class SequenceEstimator(EstimatorParams):
                fit: bool) -> None:
         """Run `epochs` epochs over Data set up by _training.setup."""
         stopper = None
-        if fit:
-            stopper = EarlyStopping(cfg.tol, cfg.n_iter_no_change, self.model_,
-                                    self.optimizer_,
+        # n_iter_no_change=None: no plateau stop; early stopping waits 10 epochs
+        patience = cfg.n_iter_no_change
+        if fit and (patience is not None or cfg.early_stopping):
+            patience = _training.DEFAULT_PATIENCE if patience is None else patience
+            stopper = EarlyStopping(cfg.tol, patience, self.model_, self.optimizer_,
                                     keep_best=cfg.early_stopping and val is not None)
-        self._trainer(cfg, epochs, fit).run(self, data, val, epochs, self._snapshot_for(), stopper,
-                               plateau=fit and not cfg.early_stopping, tol=cfg.tol,
-                               n_iter_no_change=cfg.n_iter_no_change)
+        self._trainer(cfg, epochs, fit).run(self, data, val, epochs, self._snapshot_for(),
+                                            stopper, plateau=fit and not cfg.early_stopping,
+                                            tol=cfg.tol, n_iter_no_change=patience or 0)
 
     def _comm(self) -> distributed.Local:
         """The running fit's distributed hooks (identities without comm)."""

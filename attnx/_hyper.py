@@ -29,6 +29,17 @@ if TYPE_CHECKING:
 
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
+#: The constructor values of attnx 0.2 that TransformerRegressor / TransformerClassifier
+#: changed (TransformerRegressor(**DEFAULTS_0_2) trains as 0.2 did: with y of X's shape,
+#: the bare X -> Y model). A model file written before a hyper-parameter existed gets
+#: the value here for it (see attnx._state).
+DEFAULTS_0_2: dict[str, Any] = {
+    "n_heads": 1, "d_model": None, "positional": "none", "norm": None, "dropout": 0.0,
+    "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
+    "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
+    "standardize": False, "patch_len": 1, "label_smoothing": 0.0,
+}
+
 
 class Constraint:
     """One hyper-parameter's rule: check(name, value) returns the validated value
@@ -135,7 +146,8 @@ class Alias(Constraint):
     def resolve(self, name: str, value: Any, alias_value: Any) -> Any:
         if alias_value is None:
             return value if self.then is None else self.then.check(name, value)
-        if not _equal(value, self.default) and not _equal(value, alias_value):
+        if (value is not None and not _equal(value, self.default)
+                and not _equal(value, alias_value)):
             raise ValueError(f"{name}={value!r} and {self.alias}={alias_value!r} are two "
                              f"spellings of one setting: give only one ({name} is the "
                              f"canonical one)")
@@ -155,12 +167,12 @@ COMMON: dict[str, Constraint] = {
     "n_heads": PositiveInt(),
     "causal": Bool(), "bias": Bool(), "rope": Bool(), "shuffle": Bool(),
     "early_stopping": Bool(), "warm_start": Bool(),
-    "epochs": Alias("max_iter", 100, PositiveInt()),
+    "epochs": Alias("max_iter", 100, PositiveInt(optional=True)),
     "batch_size": PositiveInt(),
     "lr": Alias("learning_rate_init", 1e-3),
     "betas": Unchecked(), "eps": Unchecked(), "weight_decay": Unchecked(),
     "validation_fraction": Real(0.0, 1.0, "in [0, 1)"),
-    "n_iter_no_change": PositiveInt(),
+    "n_iter_no_change": PositiveInt(optional=True),
     "tol": Real(0.0, math.inf, ">= 0"),
     "verbose": Verbose(),
     "dtype": Dtype(),
@@ -210,14 +222,14 @@ class Config(SimpleNamespace):
     shuffle: bool
     early_stopping: bool
     warm_start: bool
-    epochs: int
+    epochs: int | None
     batch_size: int
     lr: float
     betas: tuple[float, float]
     eps: float
     weight_decay: float
     validation_fraction: float
-    n_iter_no_change: int
+    n_iter_no_change: int | None
     tol: float
     verbose: int
     dtype: np.dtype[Any]

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from ._hyper import DEFAULTS_0_2
+
 __all__ = ["get_state", "set_state", "new_from_state", "StateError"]
 
 OPT_M, OPT_V, ATTR = "optimizer.exp_avg.", "optimizer.exp_avg_sq.", "attribute."
@@ -194,6 +196,12 @@ def new_from_state(arrays: Arrays, config: Config, classes: dict[str, type]) -> 
     return est
 
 
+#: hyper-parameters added after attnx 0.2, with the values that mean "as 0.2 did"
+LEGACY_VALUES: dict[str, Any] = {k: DEFAULTS_0_2[k] for k in (
+    "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize", "patch_len",
+    "label_smoothing")}
+
+
 def set_state(est: Any, arrays: Arrays, config: Config) -> None:
     """Fill a new (empty) instance `est` from get_state's output; StateError (a
     ValueError) when the pieces do not fit together."""
@@ -207,6 +215,9 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
     if portable:
         params = {k: _decode(v) for k, v in params.items()}
     valid = set(est._param_names())
+    # files written before a hyper-parameter existed: the value that reproduces how
+    # that model was trained
+    params = {**{k: v for k, v in LEGACY_VALUES.items() if k in valid}, **params}
     if set(params) != valid:
         raise StateError(f"the stored parameters {sorted(params)} are not those of "
                          f"{type(est).__name__} {sorted(valid)}")

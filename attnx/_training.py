@@ -83,6 +83,20 @@ WINDOW_BATCHES = 16
 PAD_MULTIPLE = 8
 
 
+#: early stopping's patience when n_iter_no_change is None
+DEFAULT_PATIENCE = 10
+#: epochs=None: about this many optimizer steps, within [MIN_EPOCHS, MAX_EPOCHS] epochs
+AUTO_STEPS, MIN_EPOCHS, MAX_EPOCHS = 1500, 30, 300
+
+
+def auto_epochs(n: int, batch_size: int) -> int:
+    """epochs=None: enough epochs for about AUTO_STEPS optimizer steps over n samples
+    (small sets get more epochs, large ones fewer), clipped to [MIN_EPOCHS,
+    MAX_EPOCHS]: round(1500 / ceil(n / batch_size))."""
+    per_epoch = -(-max(int(n), 1) // max(min(batch_size, max(int(n), 1)), 1))
+    return int(min(max(round(AUTO_STEPS / per_epoch), MIN_EPOCHS), MAX_EPOCHS))
+
+
 class Batch:
     """One mini-batch of a fixed shape, reused every step.
 

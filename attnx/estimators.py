@@ -266,21 +266,22 @@ class TransformerRegressor(_Regressor):
     _bare_class = Transformer
     _parameter_constraints = constraints(layers=True, classes=False)
 
-    def __init__(self, n_heads: int = 1, n_layers: int = 2, d_hidden: int | None = None, *,
-                 d_model: int | None = None, positional: Positional = "none",
-                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
+    def __init__(self, n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None, *,
+                 d_model: int | None = 32, positional: Positional = "sinusoidal",
+                 norm: Norm = "pre", pooling: Pooling = "mean", dropout: float = 0.1,
                  max_len: int | None = None, causal: bool = False, bias: bool = True,
-                 rope: bool = False, epochs: int = 100, batch_size: int = 32, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, shuffle: bool = True,
+                 rope: bool = False, epochs: int | None = None, batch_size: int = 16,
+                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01, shuffle: bool = True,
                  validation_fraction: float = 0.0, early_stopping: bool = False,
-                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
-                 max_iter: int | None = None, learning_rate_init: float | None = None,
+                 n_iter_no_change: int | None = None, tol: float = 1e-4,
+                 warm_start: bool = False, max_iter: int | None = None,
+                 learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
-                 warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1) -> None:
+                 dtype: DTypeLike = np.float32, lr_schedule: str = "warmup_cosine",
+                 warmup: float = 0.1, max_grad_norm: float | None = 1.0,
+                 decay: str = "matrices", standardize: bool = True,
+                 patch_len: int | None = None) -> None:
         store(self, locals())
 
 
@@ -443,23 +444,24 @@ class TransformerClassifier(_Classifier):
 
     _parameter_constraints = constraints(layers=True, classes=True)
 
-    def __init__(self, n_heads: int = 1, n_layers: int = 2, d_hidden: int | None = None, *,
-                 d_model: int | None = None, positional: Positional = "none",
-                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
+    def __init__(self, n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None, *,
+                 d_model: int | None = 32, positional: Positional = "sinusoidal",
+                 norm: Norm = "pre", pooling: Pooling = "mean", dropout: float = 0.1,
                  max_len: int | None = None, causal: bool = False, bias: bool = True,
-                 rope: bool = False, class_weight: ClassWeight = None, epochs: int = 100,
-                 label_smoothing: float = 0.0,
-                 batch_size: int = 32, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, shuffle: bool = True,
+                 rope: bool = False,
+                 class_weight: ClassWeight = None, epochs: int | None = None, batch_size: int = 16,
+                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01, shuffle: bool = True,
                  validation_fraction: float = 0.0, early_stopping: bool = False,
-                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
-                 max_iter: int | None = None, learning_rate_init: float | None = None,
+                 n_iter_no_change: int | None = None, tol: float = 1e-4,
+                 warm_start: bool = False, max_iter: int | None = None,
+                 learning_rate_init: float | None = None,
                  random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
-                 warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1) -> None:
+                 dtype: DTypeLike = np.float32, lr_schedule: str = "warmup_cosine",
+                 warmup: float = 0.1, max_grad_norm: float | None = 1.0,
+                 decay: str = "matrices", standardize: bool = True,
+                 patch_len: int | None = None,
+                 label_smoothing: float = 0.0) -> None:
         store(self, locals())
 
 

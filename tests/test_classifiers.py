@@ -4,6 +4,7 @@ import pickle
 import numpy as np
 import pytest
 
+from legacy_defaults import OLD, OLD_CLS  # noqa: F401
 import attnx
 
 CLASSIFIERS = [attnx.AttentionClassifier, attnx.TransformerClassifier]
@@ -19,8 +20,8 @@ def sign_task(n, t=8, f=3, seed=0, labels=("neg", "pos")):
 
 def small(cls=attnx.AttentionClassifier, **kw):
     opts = dict(n_heads=2, d_model=8, epochs=15, batch_size=32, lr=1e-2, random_state=0)
-    if cls is attnx.TransformerClassifier:
-        opts.update(n_layers=1, d_hidden=16)
+    if cls is attnx.TransformerClassifier:   # with 0.2's recipe
+        opts = {**OLD_CLS, **opts, "n_layers": 1, "d_hidden": 16}
     opts.update(kw)
     return cls(**opts)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+from legacy_defaults import OLD, OLD_CLS  # noqa: F401
 import attnx
 import attnx._estimator as base_mod
 import attnx.losses as losses_mod
@@ -29,8 +30,8 @@ def task():
 
 def small(cls=attnx.AttentionRegressor, **kw):
     opts = dict(n_heads=2, epochs=3, batch_size=32, lr=0.02, random_state=0)
-    if cls is attnx.TransformerRegressor:
-        opts.update(n_layers=1, d_hidden=8)
+    if cls is attnx.TransformerRegressor:   # 0.2's defaults: the bare X -> Y model
+        opts = {**OLD, **opts, "n_layers": 1, "d_hidden": 8}
     opts.update(kw)
     return cls(**opts)
 
@@ -49,7 +50,8 @@ def test_constructor_stores_hyperparameters_unchanged():
                       "early_stopping", "n_iter_no_change", "tol", "random_state", "verbose",
                       "dtype", "d_model", "positional", "norm", "pooling", "d_hidden",
                       "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init",
-                      "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize"}
+                      "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize",
+                      "patch_len"}
     tp = attnx.TransformerRegressor().get_params()
     assert set(tp) == set(p) | {"n_layers"}
     with pytest.raises(ValueError, match="epochs"):
@@ -403,7 +405,8 @@ def test_pickle_drops_scratch_buffers_and_resumes_exactly(cls, tmp_path):
 # ---- memory / imports ------------------------------------------------------------------
 def test_training_steps_allocate_no_batch_sized_arrays():
     X, Y = mixing_task(100, 32, 16, random_state=0)
-    est = attnx.TransformerRegressor(2, n_layers=1, epochs=1, batch_size=16, random_state=0)
+    est = attnx.TransformerRegressor(2, n_layers=1, **{**OLD, "epochs": 1, "batch_size": 16},
+                                     random_state=0)
     est.partial_fit(X, Y)        # builds the model, buffers and workspaces
     tracemalloc.start()
     est.partial_fit(X, Y)        # 7 steps, the last one short
@@ -463,7 +466,7 @@ def test_a_three_feature_series_trains_a_64_wide_model_in_two_lines():
 @pytest.mark.parametrize("cls", REGRESSORS)
 def test_target_shapes_choose_the_output(cls):
     X, y = three_feature_task(60, 2, t=6)
-    kw = dict(n_heads=1, epochs=2, random_state=0)
+    kw = dict(OLD, n_heads=1, epochs=2, random_state=0)
     two = cls(**kw).fit(X, np.stack([y, -y], axis=1))
     assert two.predict(X).shape == (60, 2) and two.n_outputs_ == 2
     assert two.model_.d_model == 3            # d_model=None: the number of features
@@ -472,13 +475,13 @@ def test_target_shapes_choose_the_output(cls):
     assert per_pos.predict(X[:4, :3]).shape == (4, 3, 2)   # other lengths too
     # the bare X -> Y model unless a new option asks for more
     assert not isinstance(cls(**kw).fit(X, X).model_, attnx.SequenceModel)
-    seq = cls(**kw, norm="pre").fit(X, X)
+    seq = cls(**dict(kw, norm="pre")).fit(X, X)
     assert isinstance(seq.model_, attnx.SequenceModel) and seq.predict(X).shape == X.shape
     if cls is attnx.AttentionRegressor:   # one block: attention and its MLP
         assert seq.model_.n_layers == 1 and seq.model_.d_hidden == 12
     with pytest.raises(ValueError, match=r"n_heads=2 must divide d_model=3 \(d_model=None "
                                          r"means the number of features"):
-        cls(n_heads=2, epochs=1).fit(X, y)
+        cls(**dict(OLD, n_heads=2, epochs=1)).fit(X, y)
     bad = y.copy()
     bad[4] = np.nan
     with pytest.raises(ValueError, match="y contains NaN"):
@@ -496,8 +499,9 @@ def test_sequence_regression_matches_pytorch_with_sample_weights(torch):
     X, y = three_feature_task(16, 3, t=5)
     X, y = X.astype(np.float64), np.stack([y, y ** 2], axis=1)
     sw = np.linspace(0.2, 2.0, 16)
-    kw = dict(n_heads=2, n_layers=2, d_model=8, positional="learned", pooling="last",
+    kw = dict(OLD, n_heads=2, n_layers=2, d_model=8, positional="learned", pooling="last",
               causal=True, batch_size=16, shuffle=False, random_state=1, dtype=np.float64)
+    del kw["epochs"]
     init = attnx.TransformerRegressor(**kw, epochs=1, lr=0.0).fit(X, y, sample_weight=sw)
     est = attnx.TransformerRegressor(**kw, epochs=3, lr=0.01).fit(X, y, sample_weight=sw)
     twin = SeqTwin(init.model_)
@@ -529,7 +533,8 @@ def test_dropout_trains_reproducibly_and_predicts_deterministically():
 @pytest.mark.parametrize("cls", REGRESSORS)
 def test_bare_model_sample_weight_two_equals_a_duplicate(cls):
     X, Y = mixing_task(12, 4, 4, random_state=5, dtype=np.float64)
-    kw = dict(n_heads=2, epochs=3, batch_size=64, lr=0.01, random_state=0, dtype=np.float64)
+    kw = dict(OLD, n_heads=2, epochs=3, batch_size=64, lr=0.01, random_state=0,
+              dtype=np.float64)
     if cls is attnx.TransformerRegressor:
         kw.update(n_layers=1, d_hidden=8)
     w = np.ones(12)
@@ -560,9 +565,10 @@ def test_classifier_training_matches_pytorch_with_class_and_sample_weights(torch
     X = rng.normal(size=(20, 5, 3))
     y = rng.choice(np.array(["a", "b", "c"]), size=20)
     sw = rng.uniform(0.5, 2.0, size=20)
-    kw = dict(n_heads=2, d_model=8, n_layers=1, norm="pre", positional="sinusoidal",
+    kw = dict(OLD_CLS, n_heads=2, d_model=8, n_layers=1, norm="pre", positional="sinusoidal",
               batch_size=20, shuffle=False, random_state=4, dtype=np.float64,
               class_weight={"a": 2.0, "c": 0.5}, lr=0.01)
+    del kw["epochs"]
     init = attnx.TransformerClassifier(**kw, epochs=1, learning_rate_init=0.0)
     init.set_params(lr=1e-3)  # the alias wins over the default spelling
     init.fit(X, y, sample_weight=sw)
