@@ -302,7 +302,8 @@ class SequenceEstimator(EstimatorParams):
         rank with comm) when refit, else from the fit that learned them. The bare X -> Y
         network keeps X's units (no embedding to fold the scaling into)."""
         if not (cfg.standardize and net.head):
-            for k in ("input_mean_", "input_scale_", "target_mean_", "target_scale_"):
+            for k in ("input_mean_", "input_scale_", "target_mean_", "target_scale_",
+                      "embed_bias_", "head_bias_"):
                 self.__dict__.pop(k, None)
             return data
         x = data.x
@@ -314,9 +315,8 @@ class SequenceEstimator(EstimatorParams):
             s1 = dist.allsum(xv.sum(axis=0))
             mean = s1 / max(count, 1.0)
             s2 = dist.allsum(((xv - mean) ** 2).sum(axis=0))
-            scale = np.sqrt(s2 / max(count, 1.0))
             self.input_mean_ = mean
-            self.input_scale_ = np.where(scale > 0, scale, 1.0)
+            self.input_scale_ = _power_of_two(np.sqrt(s2 / max(count, 1.0)))
         xs = ((x - self.input_mean_) / self.input_scale_).astype(x.dtype)
         if data.lengths is not None:   # padding stays zero
             xs[~seqs.valid_positions(data.lengths, x.shape[1])] = 0
@@ -332,7 +332,7 @@ class SequenceEstimator(EstimatorParams):
                 mean = dist.allsum(yv.sum(axis=0)) / max(count, 1.0)
                 scale = np.sqrt(dist.allsum(((yv - mean) ** 2).sum(axis=0)) / max(count, 1.0))
                 self.target_mean_ = mean
-                self.target_scale_ = np.where(scale > 0, scale, 1.0)
+                self.target_scale_ = _power_of_two(scale)
             y = ((y - self.target_mean_) / self.target_scale_).astype(y.dtype)
         return seqs.Data(np.ascontiguousarray(xs), data.lengths, y, data.w,
                          data.per_position)
@@ -342,18 +342,24 @@ class SequenceEstimator(EstimatorParams):
         return False
 
     def _fold_inputs(self) -> None:
-        """Fold the standardisation into the input embedding, so that the fitted model
-        (predict, save, ONNX) takes X in its own units: W' = W / scale (per input row),
-        b' = b - (mean / scale) W."""
+        """Fold the standardisation into the input embedding (and a regressor's head),
+        so that the fitted model (predict, save, ONNX) takes X and gives y in their own
+        units: W' = W / scale (per input row), b' = b - (mean / scale) W; head
+        W' = W * scale_y, b' = b * scale_y + mean_y. The scales are powers of two, so the
+        weight matrices fold and unfold exactly; the standardised biases are kept
+        (embed_bias_, head_bias_) so that training resumes bit for bit."""
         if "input_mean_" not in self.__dict__ or self.__dict__.get("_folded", True):
             return
-        w, b = self.model_.params["embed.W"], self.model_.params["embed.b"]
+        p = self.model_.params
+        w, b = p["embed.W"], p["embed.b"]
+        self.embed_bias_ = b.copy()
         r = (self.input_mean_ / self.input_scale_)
         b[...] = (b.astype(np.float64) - r @ w.astype(np.float64)).astype(b.dtype)
-        w[...] = (w.astype(np.float64) / self.input_scale_[:, None]).astype(w.dtype)
+        w /= self.input_scale_[:, None].astype(w.dtype)
         if "target_mean_" in self.__dict__:   # y = y_std * scale + mean
-            hw, hb = self.model_.params["head.W"], self.model_.params["head.b"]
-            hw[...] = (hw.astype(np.float64) * self.target_scale_).astype(hw.dtype)
+            hw, hb = p["head.W"], p["head.b"]
+            self.head_bias_ = hb.copy()
+            hw *= self.target_scale_.astype(hw.dtype)
             hb[...] = (hb.astype(np.float64) * self.target_scale_
                        + self.target_mean_).astype(hb.dtype)
         self._folded = True
@@ -362,15 +368,12 @@ class SequenceEstimator(EstimatorParams):
         """The inverse of _fold_inputs, before training goes on in standardised units."""
         if "input_mean_" not in self.__dict__ or not self.__dict__.get("_folded", True):
             return
-        w, b = self.model_.params["embed.W"], self.model_.params["embed.b"]
-        w[...] = (w.astype(np.float64) * self.input_scale_[:, None]).astype(w.dtype)
-        r = (self.input_mean_ / self.input_scale_)
-        b[...] = (b.astype(np.float64) + r @ w.astype(np.float64)).astype(b.dtype)
+        p = self.model_.params
+        p["embed.W"][...] *= self.input_scale_[:, None].astype(p["embed.W"].dtype)
+        p["embed.b"][...] = self.embed_bias_
         if "target_mean_" in self.__dict__:
-            hw, hb = self.model_.params["head.W"], self.model_.params["head.b"]
-            hw[...] = (hw.astype(np.float64) / self.target_scale_).astype(hw.dtype)
-            hb[...] = ((hb.astype(np.float64) - self.target_mean_)
-                       / self.target_scale_).astype(hb.dtype)
+            p["head.W"][...] /= self.target_scale_.astype(p["head.W"].dtype)
+            p["head.b"][...] = self.head_bias_
         self._folded = False
 
     def _set_optimizer_hyper(self, cfg: Config) -> None:
@@ -384,7 +387,8 @@ class SequenceEstimator(EstimatorParams):
         data, per_position, k = prepared
         keep: dict[str, Any] = {k: self.__dict__[k] for k in ("classes_", "_dist",
                                                               "input_mean_", "input_scale_",
-                                                              "target_mean_", "target_scale_")
+                                                              "target_mean_", "target_scale_",
+                                                              "embed_bias_", "head_bias_")
                                 if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
@@ -570,7 +574,8 @@ class SequenceEstimator(EstimatorParams):
                              f"({model.dtype} {model.params.flat.shape})")
         np.copyto(model.params.flat, params)
         opt = AdamW(model.params, lr=opt_hyper["lr"], betas=tuple(opt_hyper["betas"]),
-                    eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"])
+                    eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"],
+                    decay=self.__dict__.get("decay", "all"))
         opt.load_state_dict(opt_state)
         self.model_, self.optimizer_, self._spec = model, opt, spec
 
@@ -585,6 +590,15 @@ class SequenceEstimator(EstimatorParams):
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
         _state.set_state(self, *state["attnx_state"])
+
+
+def _power_of_two(scale: F64Array) -> F64Array:
+    """Each positive scale rounded to the nearest power of two (1 where it is 0): the
+    data is then standardised to within a factor sqrt(2), and scaling by it is exact."""
+    out = np.ones_like(scale)
+    pos = scale > 0
+    out[pos] = np.exp2(np.round(np.log2(scale[pos])))
+    return out
 
 
 def store(est: SequenceEstimator, args: Mapping[str, Any]) -> None:

@@ -79,7 +79,11 @@ BEST = dict(
     steps=1500, min_epochs=30, max_epochs=300,
     params=dict(d_model=32, n_heads=4, n_layers=2, d_hidden=64, positional="sinusoidal",
                 norm="pre", pooling="mean", dropout=0.1, lr=1e-3, weight_decay=0.01,
-                n_iter_no_change=1_000_000),
+                n_iter_no_change=1_000_000,
+                # the harness does the patching and scaling, and the PyTorch twin trains
+                # with plain AdamW at a constant rate: the estimator's own recipe off
+                standardize=False, patch_len=1, lr_schedule="constant",
+                max_grad_norm=None, decay="all"),
 )
 
 DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
+from legacy_defaults import OLD  # noqa: F401
 import attnx
 from attnx import io as aio
 from attnx.datasets import max_position_task, mixing_task
@@ -18,8 +19,8 @@ def data():
 
 def _est(cls=attnx.AttentionRegressor, **kw):
     opts = dict(n_heads=2, epochs=2, batch_size=16, lr=0.02, random_state=4)
-    if cls is attnx.TransformerRegressor:
-        opts.update(n_layers=2, d_hidden=12)
+    if cls is attnx.TransformerRegressor:   # 0.2's defaults: the bare X -> Y model
+        opts = {**OLD, **opts, "n_layers": 2, "d_hidden": 12}
     opts.update(kw)
     return cls(**opts)
 
@@ -52,10 +53,12 @@ def test_fit_2_save_load_2_partial_fits_equals_fit_4(cls, shuffle, data, tmp_pat
 SEQUENCE_CASES = [
     (attnx.TransformerClassifier, dict(n_layers=1, d_model=8, d_hidden=16, norm="pre",
                                        positional="learned", dropout=0.1, pooling="last",
-                                       class_weight={"b": 2.0, "a": 1.0})),
+                                       class_weight={"b": 2.0, "a": 1.0},
+                                       lr_schedule="constant")),
     (attnx.AttentionClassifier, dict(d_model=8, positional="rope", causal=True)),
     (attnx.TransformerRegressor, dict(n_layers=2, d_model=8, norm="pre", dropout=0.2,
-                                      positional="sinusoidal", dtype=np.float64)),
+                                      positional="sinusoidal", dtype=np.float64,
+                                      lr_schedule="constant")),
     (attnx.AttentionRegressor, dict(d_model=6, pooling="mean")),
 ]
 
@@ -63,7 +66,9 @@ SEQUENCE_CASES = [
 @pytest.mark.parametrize("cls,kw", SEQUENCE_CASES, ids=lambda c: getattr(c, "__name__", ""))
 def test_sequence_estimators_resume_exactly_from_a_file_and_a_pickle(cls, kw, tmp_path):
     """Classifiers (string labels, class weights) and sequence models with dropout,
-    LayerNorm and learned positions: fit 2 + save + load + 2 partial_fit == fit 4."""
+    LayerNorm and learned positions: fit 2 + save + load + 2 partial_fit == fit 4 (the
+    Transformer estimators with their new defaults, standardisation and clipping
+    included; a constant rate, as a schedule spans one fit)."""
     import pickle
 
     rng = np.random.default_rng(0)
@@ -344,11 +349,13 @@ def _ragged(n, seed):
 
 @pytest.mark.parametrize("cls, opts", [
     (attnx.TransformerRegressor, dict(d_model=8, positional="learned", norm="pre",
-                                      pooling="last", dropout=0.2, causal=True)),
+                                      pooling="last", dropout=0.2, causal=True,
+                                      lr_schedule="constant")),
     (attnx.AttentionRegressor, dict(d_model=4, positional="sinusoidal", d_hidden=6,
                                     dropout=0.1)),
     (attnx.TransformerClassifier, dict(d_model=8, positional="rope", norm="pre",
-                                       class_weight={2: 0.5, 7: 2.0}, dropout=0.3)),
+                                       class_weight={2: 0.5, 7: 2.0}, dropout=0.3,
+                                       lr_schedule="constant")),
     (attnx.AttentionClassifier, dict(d_model=8, class_weight="balanced", pooling="last")),
 ])
 @pytest.mark.parametrize("ragged", [False, True])

@@ -5,6 +5,7 @@ import pytest
 
 import attnx
 from attnx import schedules
+from legacy_defaults import OLD_CLS
 
 
 def _cls_data(seed=0, n=48, t=8):
@@ -14,13 +15,23 @@ def _cls_data(seed=0, n=48, t=8):
     return X, y
 
 
-KW = dict(n_heads=2, d_model=8, n_layers=1, epochs=4, batch_size=16, random_state=0,
+# 0.2's recipe (every option off), small: each test turns one option on
+KW = dict(OLD_CLS, n_heads=2, d_model=8, n_layers=1, epochs=4, batch_size=16, random_state=0,
           dtype=np.float64)
+KW_REG = {k: v for k, v in KW.items() if k != "label_smoothing"}
+
+
+def clf(**kw):
+    return attnx.TransformerClassifier(**{**KW, **kw})
+
+
+def reg(**kw):
+    return attnx.TransformerRegressor(**{**KW_REG, **kw})
 
 
 def test_schedule_drives_each_step_and_is_recorded():
     X, y = _cls_data()
-    est = attnx.TransformerClassifier(**KW, lr=0.01, lr_schedule="warmup_cosine",
+    est = clf(lr=0.01, lr_schedule="warmup_cosine",
                                       warmup=0.25).fit(X, y)
     total = 4 * 3   # 48 samples / 16 per batch, 4 epochs
     w = 3           # 25% of 12 steps
@@ -28,17 +39,17 @@ def test_schedule_drives_each_step_and_is_recorded():
     # lr_curve_ holds the lr of the last step of each epoch
     np.testing.assert_allclose(est.lr_curve_, [want[3 * e + 2] for e in range(4)], rtol=1e-12)
     assert est.history_["lr"] == est.lr_curve_ and est.history_["loss"] == est.loss_curve_
-    oc = attnx.TransformerClassifier(**KW, lr=0.01, lr_schedule="one_cycle").fit(X, y)
+    oc = clf(lr=0.01, lr_schedule="one_cycle").fit(X, y)
     assert max(oc.lr_curve_) <= 0.01 and oc.lr_curve_[-1] < 1e-4
-    const = attnx.TransformerClassifier(**KW, lr=0.01).fit(X, y)
+    const = clf(lr=0.01).fit(X, y)
     assert const.lr_curve_ == [0.01] * 4
 
 
 def test_clipping_changes_training_only_when_the_norm_exceeds_it():
     X, y = _cls_data()
-    plain = attnx.TransformerClassifier(**KW).fit(X, y)
-    loose = attnx.TransformerClassifier(**KW, max_grad_norm=1e9).fit(X, y)
-    tight = attnx.TransformerClassifier(**KW, max_grad_norm=1e-3).fit(X, y)
+    plain = clf().fit(X, y)
+    loose = clf(max_grad_norm=1e9).fit(X, y)
+    tight = clf(max_grad_norm=1e-3).fit(X, y)
     np.testing.assert_array_equal(plain.model_.params.flat, loose.model_.params.flat)
     assert not np.array_equal(plain.model_.params.flat, tight.model_.params.flat)
 
@@ -46,7 +57,7 @@ def test_clipping_changes_training_only_when_the_norm_exceeds_it():
 def test_decay_matrices_leaves_biases_and_norms_undecayed():
     X, y = _cls_data()
     # lr 0 except through decay: p <- p (1 - lr wd) is the only change with zero gradient
-    est = attnx.TransformerClassifier(**KW, decay="matrices", weight_decay=0.5, norm="pre")
+    est = clf(decay="matrices", weight_decay=0.5, norm="pre")
     est.fit(X, y)
     assert est.optimizer_.decay == "matrices"
     runs = est.optimizer_._runs[0]
@@ -60,11 +71,11 @@ def test_decay_matrices_leaves_biases_and_norms_undecayed():
 
 def test_label_smoothing_changes_the_fit_and_is_checked():
     X, y = _cls_data()
-    a = attnx.TransformerClassifier(**KW).fit(X, y)
-    b = attnx.TransformerClassifier(**KW, label_smoothing=0.2).fit(X, y)
+    a = clf().fit(X, y)
+    b = clf(label_smoothing=0.2).fit(X, y)
     assert not np.array_equal(a.model_.params.flat, b.model_.params.flat)
     with pytest.raises(ValueError, match="label_smoothing"):
-        attnx.TransformerClassifier(**KW, label_smoothing=1.0).fit(X, y)
+        clf(label_smoothing=1.0).fit(X, y)
 
 
 def test_standardize_folds_into_the_model_exactly():
@@ -72,7 +83,7 @@ def test_standardize_folds_into_the_model_exactly():
     what the unfolded model gives on standardised X, destandardised."""
     X, _ = _cls_data()
     t = X[:, :, 1].mean(axis=1) * 3.0 + 1000.0
-    est = attnx.TransformerRegressor(**KW, standardize=True).fit(X, t)
+    est = reg(standardize=True).fit(X, t)
     assert est.input_mean_.shape == (3,) and est.target_scale_.shape == (1,)
     X0 = X.copy()
     pred = est.predict(X)
@@ -87,13 +98,13 @@ def test_standardize_folds_into_the_model_exactly():
     np.testing.assert_allclose(pred, std, rtol=1e-10)
     # and it helps: raw units hundreds apart train badly in 4 epochs
     r2_std = est.score(X, t)
-    r2_raw = attnx.TransformerRegressor(**KW).fit(X, t).score(X, t)
+    r2_raw = reg().fit(X, t).score(X, t)
     assert r2_std > r2_raw
 
 
 def test_standardize_survives_save_warm_start_and_partial_fit(tmp_path):
     X, y = _cls_data()
-    est = attnx.TransformerClassifier(**KW, standardize=True).fit(X, y)
+    est = clf(standardize=True).fit(X, y)
     est.save(tmp_path / "m.safetensors")
     back = attnx.load(tmp_path / "m.safetensors")
     np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
@@ -102,7 +113,7 @@ def test_standardize_survives_save_warm_start_and_partial_fit(tmp_path):
     est.set_params(warm_start=True, epochs=1).fit(X[:20] + 100.0, y[:20])
     np.testing.assert_array_equal(est.input_mean_, mean0)   # warm start keeps the stats
     assert est.score(X, y) > 0.5
-    p = attnx.TransformerClassifier(**KW, standardize=True)
+    p = clf(standardize=True)
     for _ in range(3):
         p.partial_fit(X, y, classes=[0, 1])
     assert p.input_mean_.shape == (3,) and np.isfinite(p.predict_proba(X)).all()
@@ -117,12 +128,12 @@ def test_standardize_survives_save_warm_start_and_partial_fit(tmp_path):
 def test_recipe_arguments_are_checked(bad, err):
     X, y = _cls_data()
     with pytest.raises(err, match=next(iter(bad))):
-        attnx.TransformerClassifier(**KW, **bad).fit(X, y)
+        clf(**bad).fit(X, y)
 
 
 def test_patches_as_tokens_dense_ragged_and_rules():
     X, y = _cls_data(n=32, t=23)
-    est = attnx.TransformerClassifier(**KW, patch_len=None).fit(X, y)
+    est = clf(patch_len=None).fit(X, y)
     assert est.patch_len_ == 2 and est.model_.n_features == 6 and est.n_features_in_ == 3
     # predict patches the same way: the model on hand-made tokens (zero fill) agrees
     xp = np.concatenate([X, np.zeros((32, 1, 3))], axis=1).reshape(32, 12, 6)
@@ -131,16 +142,16 @@ def test_patches_as_tokens_dense_ragged_and_rules():
                                / np.exp(raw - raw.max(1, keepdims=True)).sum(1, keepdims=True),
                                rtol=1e-10)
     ragged = [X[i, :10 + i % 13] for i in range(32)]
-    r = attnx.TransformerClassifier(**KW, patch_len=4).fit(ragged, y)
+    r = clf(patch_len=4).fit(ragged, y)
     assert r.patch_len_ == 4 and r.predict(ragged).shape == (32,)
-    one = attnx.TransformerClassifier(**KW).fit(X, y)
+    one = clf().fit(X, y)
     assert one.patch_len_ == 1 and one.model_.n_features == 3
     with pytest.raises(ValueError, match="patch_len=11 is longer than the shortest"):
-        attnx.TransformerClassifier(**KW, patch_len=11).fit(ragged, y)
+        clf(patch_len=11).fit(ragged, y)
     Yp = X[:, :, :1] * 2.0   # per-position targets keep one token per step
     with pytest.raises(ValueError, match="per-position"):
-        attnx.TransformerRegressor(**KW, patch_len=2).fit(X, Yp)
-    assert attnx.TransformerRegressor(**KW, patch_len=None).fit(X, Yp).patch_len_ == 1
+        reg(patch_len=2).fit(X, Yp)
+    assert reg(patch_len=None).fit(X, Yp).patch_len_ == 1
 
 
 def test_patched_standardized_estimator_exports_to_onnx(tmp_path):
@@ -149,7 +160,7 @@ def test_patched_standardized_estimator_exports_to_onnx(tmp_path):
     from attnx import onnx as ax
     X, y = _cls_data(n=24, t=19)
     X = X.astype(np.float32)
-    est = attnx.TransformerClassifier(**dict(KW, dtype=np.float32), patch_len=4,
+    est = clf(dtype=np.float32, patch_len=4,
                                       standardize=True).fit(X, y)
     ax.export(est, tmp_path / "m.onnx")
     s = ort.InferenceSession(str(tmp_path / "m.onnx"))
