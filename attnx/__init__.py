@@ -15,18 +15,20 @@ except ImportError as exc:  # pragma: no cover - only in an unbuilt source check
         ) from exc
     raise
 from .attention import MultiHeadAttention
-from .losses import cross_entropy_loss, mse_loss
+from .losses import cross_entropy_loss, huber_loss, mae_loss, mse_loss, pinball_loss
 from .optim import AdamW
 from .sequence import SequenceModel
 from .transformer import Transformer
 from ._version import __version__
 __all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_loss",
-           "cross_entropy_loss", "__version__"]
+           "cross_entropy_loss", "mae_loss", "huber_loss", "pinball_loss", "__version__"]
 
-from . import datasets  # noqa: E402
+from . import datasets, forecasting, schedules  # noqa: E402
 from .estimators import (AttentionClassifier, AttentionRegressor,  # noqa: E402
                          TransformerClassifier, TransformerRegressor)
+from .forecaster import TransformerForecaster  # noqa: E402
 from .io import load  # noqa: E402
 
 __all__ += ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
-            "TransformerClassifier", "load", "datasets"]
+            "TransformerClassifier", "TransformerForecaster", "load", "datasets",
+            "forecasting", "schedules"]

@@ -411,7 +411,7 @@ class SequenceEstimator(EstimatorParams):
         self.n_features_in_ = data.x.shape[2] // self.patch_len_
         self.n_iter_ = 0
         self.loss_curve_ = []
-        self.lr_curve_ = []
+        self.lr_curve_: list[float] = []
         self.best_loss_ = math.inf
         self._folded = False
         return split_seed

@@ -75,6 +75,28 @@ class TransformerForecaster(EstimatorParams):
     random_state, verbose, dtype : as the other estimators.
     """
 
+    horizon: int
+    window: int | None
+    patch_len: int | None
+    patch_stride: int | None
+    season: int
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_hidden: int | None
+    dropout: float
+    channel_independent: bool
+    intervals: str | None
+    calibration: int | None
+    steps: int
+    epochs: int | None
+    batch_size: int
+    lr: float
+    weight_decay: float
+    random_state: RandomStateLike
+    verbose: int
+    dtype: npt.DTypeLike
+
     def __init__(self, horizon: int = 1, *, window: int | None = None,
                  patch_len: int | None = None, patch_stride: int | None = None,
                  season: int = 1, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
@@ -111,8 +133,11 @@ class TransformerForecaster(EstimatorParams):
             n_heads=self.n_heads, n_layers=self.n_layers, d_hidden=self.d_hidden,
             d_model=self.d_model, positional="sinusoidal", norm="pre", pooling="mean",
             dropout=self.dropout, max_len=n_tokens, epochs=epochs, batch_size=bs, lr=self.lr,
-            weight_decay=self.weight_decay, n_iter_no_change=10 ** 9,
-            random_state=seed, verbose=self.verbose, dtype=self.dtype)
+            weight_decay=self.weight_decay, random_state=seed, verbose=self.verbose,
+            dtype=self.dtype,
+            # the windows are scaled and patched here; a constant rate, as the
+            # calibration fit is resumed in chunks to check its held-out error
+            standardize=False, patch_len=1, lr_schedule="constant")
 
     # ---- data ------------------------------------------------------------
     def _targets(self, series: list[F64]) -> list[F64]:
@@ -304,7 +329,16 @@ class TransformerForecaster(EstimatorParams):
         h = self.horizon_
         if y is None:
             series, was_list = self.history_, self.was_list_
-            cov = self.history_cov_ if X is None else self._aligned("X", X, series)
+            cov = self.history_cov_
+            if X is not None:   # the past covariates up to the end of the fit's series
+                items, _ = win.series_list("X", X if isinstance(X, (list, tuple))
+                                           or len(series) == 1 else list(X))
+                if len(items) != len(series) or any(
+                        a.shape[0] < s.shape[0] for a, s in zip(items, series)):
+                    raise ValueError(f"X must give the past covariates of each series "
+                                     f"({len(series)}), at least its last "
+                                     f"{series[0].shape[0]} rows")
+                cov = [a[-s.shape[0]:] for a, s in zip(items, series)]
         else:
             series, was_list = win.series_list("y", y, min_len=self.patch_len_)
             if series[0].shape[1] != self.k_:
@@ -394,7 +428,8 @@ class TransformerForecaster(EstimatorParams):
         q = q.reshape(1, self.horizon_, self.k_out_)
         if self.channel_independent and self.k_ > 1:
             q = np.repeat(q, self.k_, axis=2)
-        return q
+        out: F64 = np.asarray(q, dtype=np.float64)
+        return out
 
     def predict_quantiles(self, y: Any = None, X: Any = None, *, X_future: Any = None,
                           quantiles: Any = (0.1, 0.5, 0.9)) -> Any:

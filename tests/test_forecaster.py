@@ -1,0 +1,77 @@
+"""TransformerForecaster: shapes, global models, covariates, conformal intervals, errors."""
+import pickle
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx.forecasting import mase
+
+FAST = dict(d_model=16, n_heads=2, n_layers=1, steps=300, random_state=0)
+
+
+def _seasonal(n=160, period=12, seed=0, level=10.0, noise=0.3):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return level + np.sin(2 * np.pi * t / period) + noise * rng.normal(size=n)
+
+
+def test_forecasts_a_seasonal_series_better_than_seasonal_naive():
+    y = _seasonal(240)
+    h = 12
+    f = attnx.TransformerForecaster(h, **dict(FAST, steps=800)).fit(y[:-h])
+    p = f.predict()
+    assert p.shape == (h,)
+    snaive = y[-2 * h:-h]
+    assert mase(y[-h:], p, y[:-h], 12) < 0.8 * mase(y[-h:], snaive, y[:-h], 12)
+    lo, hi = f.predict_interval(coverage=0.9)
+    assert lo.shape == hi.shape == (h,) and np.all(lo < p) and np.all(p < hi)
+    q = f.predict_quantiles(quantiles=(0.9, 0.1, 0.5))
+    assert q.shape == (h, 3) and np.all(np.diff(q, axis=1) > 0)   # sorted, no crossing
+    np.testing.assert_allclose(q[:, 1], p)
+    # predict(y=...) forecasts after another history; pickling keeps the model
+    p2 = f.predict(y=y[:-h] + 100.0)
+    np.testing.assert_allclose(p2, p + 100.0, rtol=1e-4)   # instance scaling: level-free
+    back = pickle.loads(pickle.dumps(f))
+    np.testing.assert_array_equal(back.predict(), p)
+
+
+def test_global_model_multichannel_and_covariates():
+    series = [_seasonal(120 + 10 * i, seed=i, level=5.0 * (i + 1)) for i in range(3)]
+    f = attnx.TransformerForecaster(6, **FAST).fit(series)
+    out = f.predict()
+    assert isinstance(out, list) and [o.shape for o in out] == [(6,)] * 3
+    iv = f.predict_interval(coverage=0.8)
+    assert len(iv) == 3 and all(lo.shape == (6,) for lo, _ in iv)
+    two = np.stack([series[0], 2 * series[0]], axis=1)
+    g = attnx.TransformerForecaster(6, **FAST).fit(two)
+    assert g.predict().shape == (6, 2) and g.predict_quantiles().shape == (6, 2, 3)
+    X = np.cos(np.arange(len(series[0])))[:, None]
+    c = attnx.TransformerForecaster(6, **FAST, intervals=None).fit(
+        series[0], X=X, X_future=X, static=[1.0, 2.0])
+    assert c.predict(X=X, X_future=np.ones((6, 1))).shape == (6,)
+    with pytest.raises(ValueError, match="X_future must give"):
+        c.predict(X=X)
+    with pytest.raises(ValueError, match="intervals=None"):
+        c.predict_interval()
+
+
+@pytest.mark.parametrize("kw,y,msg", [
+    (dict(horizon=0), None, "horizon"),
+    (dict(horizon=5), np.ones(6), "at least 7"),
+    (dict(horizon=3), np.r_[np.ones(30), np.nan], "NaN"),
+    (dict(horizon=3, intervals="bootstrap"), None, "intervals"),
+    (dict(horizon=3, patch_len=80), None, "patch_len"),
+])
+def test_bad_input(kw, y, msg):
+    y = _seasonal(60) if y is None else y
+    with pytest.raises(ValueError, match=msg):
+        attnx.TransformerForecaster(**{**FAST, **kw}).fit(y)
+    f = attnx.TransformerForecaster(3, **FAST)
+    with pytest.raises(ValueError, match="X for series 0 must have 60 rows"):
+        f.fit(_seasonal(60), X=np.ones((59, 1)))
+    with pytest.raises(ValueError, match="coverage"):
+        attnx.TransformerForecaster(3, **FAST).fit(_seasonal(60)).predict_interval(coverage=1.2)
+    with pytest.raises(ValueError, match="quantiles"):
+        attnx.TransformerForecaster(3, **FAST).fit(_seasonal(60)).predict_quantiles(
+            quantiles=(0.0, 0.5))
