@@ -20,7 +20,8 @@ from setuptools import Extension, setup
 from Cython.Build import cythonize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODULES = ["_blas", "_ops", "_attention", "_mlp", "_seq", "_flash", "_optim"]
+MODULES = ["_blas", "_ops", "_attnargs", "_attention", "_mlp", "_seq", "_flash", "_optim",
+           "_testing"]
 # a change to a C helper or a .pxd must rebuild every extension that includes it
 HEADERS = sorted(glob.glob(os.path.join("csrc", "*.h")) + glob.glob(os.path.join("attnx", "*.pxd")))
 
