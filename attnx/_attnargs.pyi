@@ -4,6 +4,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 _F = npt.NDArray[np.floating]
 
@@ -18,6 +19,7 @@ def block_sizes() -> tuple[int, int]: ...
 def fused_block_sizes() -> tuple[int, int]: ...
 def check_sizes(nb: int, tq: int, tk: int, d_model: int) -> None: ...
 
+@disjoint_base
 class AttnShape:
     path: int
     threads: int
@@ -55,6 +57,7 @@ class AttnShape:
     def block_sizes(self) -> tuple[int, int]: ...
     def elements(self) -> int: ...
 
+@disjoint_base
 class AttnBuffers:
     shape: AttnShape
     q: _F
@@ -73,6 +76,7 @@ class AttnBuffers:
     def __init__(self, shape: AttnShape) -> None: ...
     def for_backward(self) -> AttnBuffers: ...
 
+@disjoint_base
 class AttnParams:
     d: int
     type_num: int

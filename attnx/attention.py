@@ -87,6 +87,15 @@ class _Workspace:
         return kv
 
     @property
+    def probs(self) -> FloatArray:
+        """The dense path's attention probabilities (B*H*Tq*Tk) kept by the last
+        training forward (RuntimeError on the other paths, which keep none)."""
+        probs: FloatArray | None = self.bufs.probs
+        if probs is None or not self.keeps_probs:
+            raise RuntimeError(f"a {self.shape.path_name} workspace keeps no probabilities")
+        return probs
+
+    @property
     def keeps_probs(self) -> bool:
         """Whether the probabilities of the last forward are kept (dense training
         forward); else attention_weights recomputes them from Q and K."""
@@ -446,7 +455,7 @@ class MultiHeadAttention:
         for i, b in enumerate(samples):
             for j, h in enumerate(heads):
                 if ws.keeps_probs:
-                    out[i, j] = ws.bufs.probs[(b * h_all + h) * tq * tk:(b * h_all + h + 1) * tq * tk
+                    out[i, j] = ws.probs[(b * h_all + h) * tq * tk:(b * h_all + h + 1) * tq * tk
                                          ].reshape(tq, tk)
                 else:
                     out[i, j] = self._recompute_probs(ws, b, h, tq, tk, mask)
