@@ -20,7 +20,8 @@ from setuptools import Extension, setup
 from Cython.Build import cythonize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODULES = ["_blas", "_ops", "_attention", "_mlp", "_seq", "_flash", "_optim", "_embed"]
+MODULES = ["_blas", "_ops", "_attnargs", "_attention", "_mlp", "_seq", "_flash", "_optim",
+           "_embed", "_testing"]
 # a change to a C helper or a .pxd must rebuild every extension that includes it
 HEADERS = sorted(glob.glob(os.path.join("csrc", "*.h")) + glob.glob(os.path.join("attnx", "*.pxd")))
 
@@ -48,6 +49,37 @@ def _openmp_flags():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _gcc_param_flags(*params):
+    """--param flags when the compiler takes them (GCC), else none."""
+    if sys.platform == "win32":
+        return []
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    flags = [f"--param={p}" for p in params]
+    tmp = tempfile.mkdtemp()
+    try:
+        src = os.path.join(tmp, "t.c")
+        with open(src, "w") as f:
+            f.write("int main(void){return 0;}\n")
+        r = subprocess.run([cc, "-Werror", *flags, "-c", src, "-o", os.path.join(tmp, "t.o")],
+                           capture_output=True)
+        return flags if r.returncode == 0 else []
+    except OSError:
+        return []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# GCC clones the fused kernels' static tile functions (csrc/attnx_flash_impl.h) for
+# constant arguments within a budget of ipa-cp-unit-growth percent of the translation
+# unit, and clones round differently (FMA contraction after constant propagation).
+# The budget scales with the whole _flash.c, Cython glue included: when the entry
+# points moved to attnx._attnargs, the smaller glue changed which tiles were cloned and
+# the float32 AVX2 / AVX-512 backward's last bits. 12 (GCC's default is 10) gives the
+# same clones, so the same bits, as before (checked against a build of 436e7ba at
+# every SIMD level); a change of this file's glue must check them again.
+PER_MODULE_FLAGS = {"_flash": _gcc_param_flags("ipa-cp-unit-growth=12")}
+
+
 def extensions():
     debug = bool(os.environ.get("ATTNX_DEBUG_CHECKS"))
     omp_c, omp_l = _openmp_flags()
@@ -67,7 +99,7 @@ def extensions():
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION"),
                            ("ATTNX_OMP_SIMD", "1")],
             depends=HEADERS,
-            extra_compile_args=extra_c + omp_c,
+            extra_compile_args=extra_c + omp_c + PER_MODULE_FLAGS.get(m, []),
             extra_link_args=omp_l + extra_l,
         )
         for m in MODULES

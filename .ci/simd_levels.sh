@@ -9,7 +9,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
 T="$ROOT/tests"
 FILES="$T/test_kernels.py $T/test_simd_levels.py $T/test_attention.py $T/test_blocked.py
-       $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py $T/test_embed.py"
+       $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py $T/test_optim.py
+       $T/test_embed.py"
 # kernel modules added later, tested when their test files exist
 for f in test_flash.py test_sequence_model.py; do
     [ -f "$T/$f" ] && FILES="$FILES $T/$f"

@@ -13,10 +13,11 @@ from libc.stdint cimport uint8_t
 from libc.math cimport exp, log, INFINITY
 
 from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport (rope_rotate, simd_attach, attnx_get_level, attnx_dispatched_levels,
-                         key_columns, in1, in2, out1, out2, qkv_project, out_project, qkv_project_backward,
-                         out_project_backward)
-from attnx._blas import check_blas_int
+from attnx._ops cimport (Dims, simd_attach, require_simd, attnx_get_level,
+                         attnx_dispatched_levels, key_columns, qkv_project, out_project,
+                         qkv_project_backward, out_project_backward)
+from attnx._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, begin_call, take,
+                              PATH_DENSE, PATH_FUSED, ACC_DX, ACC_DCTX)
 
 cdef extern from "attnx_math.h" nogil:
     float attnx_rowmax_f32(const float *s, Py_ssize_t n)
@@ -81,12 +82,8 @@ cdef inline void transpose_head(const floating *x, Py_ssize_t ld, Py_ssize_t row
             out[c * rows + r] = x[r * ld + c]
 
 
-cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k, const floating *v,
-                        Py_ssize_t ldkv, floating *z, Py_ssize_t ldz, floating *probs, bint store,
-                        floating *tbuf, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk,
-                        Py_ssize_t n_heads, Py_ssize_t d_head,
-                        floating scale, bint causal, const uint8_t *keymask,
-                        int nthreads) noexcept nogil:
+cdef void heads_forward(const floating *q, const floating *k, const floating *v, floating *z,
+                        floating *probs, floating *tbuf, const Dims *dm) noexcept nogil:
     """Per (batch, head): P = softmax(scale Q K^T + mask), Z = P V.
 
     probs holds (nb, n_heads, tq, tk) when store, else one (tq, tk) block per
@@ -95,6 +92,13 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k, co
     as by an explicit K_h^T, and the copy is d_head*tk elements against the
     GEMM's tq*tk*d_head multiply-adds.
     """
+    cdef Py_ssize_t ldq = dm.ldq, ldkv = dm.ldkv, ldz = dm.ldz
+    cdef Py_ssize_t nb = dm.nb, tq = dm.tq, tk = dm.tk, n_heads = dm.n_heads, d_head = dm.d_head
+    cdef floating scale = <floating> dm.scale
+    cdef bint causal = dm.causal
+    cdef int nthreads = dm.nthreads
+    cdef const uint8_t *keymask = dm.keymask
+    cdef bint store = dm.store
     cdef Py_ssize_t bh, b, h, tid
     cdef Py_ssize_t blk = tq * tk
     cdef Py_ssize_t r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
@@ -126,17 +130,20 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k, co
                  <floating> 0, z + (b * tq + i0) * ldz + h * d_head, ldz)
 
 
-cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k, const floating *v,
-                         Py_ssize_t ldkv, const floating *dz, Py_ssize_t ldz, const floating *probs,
-                         floating *scratch, floating *tbuf, floating *dq, floating *dk,
-                         floating *dv, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk,
-                         Py_ssize_t n_heads, Py_ssize_t d_head,
-                         floating scale, bint causal, int nthreads) noexcept nogil:
+cdef void heads_backward(const floating *q, const floating *k, const floating *v,
+                         const floating *dz, const floating *probs, floating *scratch,
+                         floating *tbuf, floating *dq, floating *dk, floating *dv,
+                         const Dims *dm) noexcept nogil:
     """Per (batch, head): dV = P^T dZ, dP = dZ V^T, dS = P*(dP - rowsum(dP*P)),
     dQ = scale dS K, dK = scale dS^T Q. dq shares ldq, dk/dv share ldkv.
 
     Causal row blocks run last to first: the last block touches every key and
     writes dK/dV (beta 0); earlier blocks, with fewer keys, add onto them."""
+    cdef Py_ssize_t ldq = dm.ldq, ldkv = dm.ldkv, ldz = dm.ldz
+    cdef Py_ssize_t nb = dm.nb, tq = dm.tq, tk = dm.tk, n_heads = dm.n_heads, d_head = dm.d_head
+    cdef floating scale = <floating> dm.scale
+    cdef bint causal = dm.causal
+    cdef int nthreads = dm.nthreads
     cdef Py_ssize_t bh, b, h, tid
     cdef Py_ssize_t blk = tq * tk
     cdef Py_ssize_t r, i0, i1, kk, nblk = n_row_blocks(tq, causal)
@@ -195,59 +202,9 @@ cdef inline void zero_rows(floating *x, Py_ssize_t rows, Py_ssize_t cols,
 
 # ---------------------------------------------------------------------------
 # Blocked attention (online softmax): O(T) memory. Queries in blocks of blk_q
-# rows, keys in blocks of blk_k; only the output and the per-row
-# log-sum-exp are kept. Backward recomputes P block by block.
-cdef Py_ssize_t FLASH_BQ = 128
-cdef Py_ssize_t FLASH_BK = 128
-
-
-def set_block_sizes(Py_ssize_t bq, Py_ssize_t bk):
-    """Tuning hook: query and key block sizes of the blocked path. They are part of
-    the layers' workspace keys (block_sizes()), so the next forward makes scratch of
-    the new size; a kernel handed scratch made for other sizes raises ValueError."""
-    global FLASH_BQ, FLASH_BK
-    if bq < 1 or bk < 1 or bq > 65536 or bk > 65536:
-        raise ValueError(f"block sizes must be in [1, 65536], got bq={bq}, bk={bk}")
-    FLASH_BQ, FLASH_BK = bq, bk
-
-
-def block_sizes():
-    """(query block, key block) of the blocked path now."""
-    return FLASH_BQ, FLASH_BK
-
-
-def blocked_scratch_sizes(Py_ssize_t tq, Py_ssize_t d_head, bq=None, bk=None):
-    """Per-thread scratch elements of the blocked forward and backward (for the
-    current block sizes unless bq/bk are given)."""
-    cdef Py_ssize_t q = FLASH_BQ if bq is None else bq
-    cdef Py_ssize_t k = FLASH_BK if bk is None else bk
-    return (q * k + q * d_head + 2 * q, 2 * q * k + tq)
-
-
-def check_sizes(Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d_model):
-    """ValueError when a GEMM of attention over (nb, tq) queries and (nb, tk) keys of
-    width d_model has a dimension or leading dimension beyond BLAS's 32-bit int.
-    Pure arithmetic: callable before allocating anything."""
-    check_blas_int(f"attention over batch={nb}, Tq={tq}, Tk={tk}, d_model={d_model}",
-                   **{"batch*Tq": nb * tq, "batch*Tk": nb * tk, "3*d_model": 3 * d_model,
-                      "Tq": tq, "Tk": tk})
-
-
-cdef _need(str what, Py_ssize_t have, Py_ssize_t need):
-    if have < need:
-        raise ValueError(f"{what} holds {have} elements, the kernel needs {need} "
-                         "(workspace made for other sizes or thread count)")
-
-
-cdef _check_rope(const floating[:, ::1] c, const floating[:, ::1] s, Py_ssize_t t,
-                 Py_ssize_t d_head):
-    if c is None:
-        return
-    if (s is None or c.shape[0] < t or s.shape[0] < t or c.shape[1] != d_head // 2
-            or s.shape[1] != d_head // 2):
-        raise ValueError(f"rope tables must be ({t}, {d_head // 2}) or longer")
-
-
+# rows, keys in blocks of blk_k (the shape's block sizes, attnx._attnargs); only
+# the output and the per-row log-sum-exp are kept. Backward recomputes P block by
+# block.
 cdef inline floating rowmax(const floating *s, Py_ssize_t n) noexcept nogil:
     if floating is float:
         return attnx_rowmax_f32(s, n)
@@ -278,17 +235,19 @@ cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ss
                     s[r * cols + j] = -INFINITY
 
 
-cdef void heads_forward_blocked(const floating *q, Py_ssize_t ldq, const floating *k,
-                                const floating *v, Py_ssize_t ldkv, floating *z, Py_ssize_t ldz,
-                                floating *lse, floating *scratch, Py_ssize_t per_thread,
-                                Py_ssize_t blk_q, Py_ssize_t blk_k, Py_ssize_t nb,
-                                Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t n_heads,
-                                Py_ssize_t d_head,
-                                floating scale, bint causal, const uint8_t *keymask,
-                                int nthreads) noexcept nogil:
+cdef void heads_forward_blocked(const floating *q, const floating *k, const floating *v,
+                                floating *z, floating *lse, floating *scratch,
+                                const Dims *dm) noexcept nogil:
     """Per (batch, head), per query block: running max m, running sum l and an
     accumulator rescaled by exp(m_old - m_new) as key blocks stream past;
     Z = acc / l and lse = m + log l (-inf and Z = 0 for a row with no key)."""
+    cdef Py_ssize_t ldq = dm.ldq, ldkv = dm.ldkv, ldz = dm.ldz
+    cdef Py_ssize_t nb = dm.nb, tq = dm.tq, tk = dm.tk, n_heads = dm.n_heads, d_head = dm.d_head
+    cdef floating scale = <floating> dm.scale
+    cdef bint causal = dm.causal
+    cdef int nthreads = dm.nthreads
+    cdef const uint8_t *keymask = dm.keymask
+    cdef Py_ssize_t per_thread = dm.fwd_per_thread, blk_q = dm.bq, blk_k = dm.bk
     cdef Py_ssize_t bh, b, h
     cdef Py_ssize_t i0, j0, bq, bk, jend, r, c
     cdef floating mx, mold, alpha, ssum
@@ -364,18 +323,20 @@ cdef void heads_forward_blocked(const floating *q, Py_ssize_t ldq, const floatin
             i0 = i0 + bq
 
 
-cdef void heads_backward_blocked(const floating *q, Py_ssize_t ldq, const floating *k,
-                                 const floating *v, Py_ssize_t ldkv, const floating *z,
-                                 const floating *dz, Py_ssize_t ldz, const floating *lse,
-                                 floating *scratch, Py_ssize_t per_thread,
-                                 Py_ssize_t blk_q, Py_ssize_t blk_k, floating *dq,
-                                 floating *dk, floating *dv, Py_ssize_t nb, Py_ssize_t tq,
-                                 Py_ssize_t tk, Py_ssize_t n_heads, Py_ssize_t d_head,
-                                 floating scale, bint causal, const uint8_t *keymask,
-                                 int nthreads) noexcept nogil:
+cdef void heads_backward_blocked(const floating *q, const floating *k, const floating *v,
+                                 const floating *z, const floating *dz, const floating *lse,
+                                 floating *scratch, floating *dq, floating *dk, floating *dv,
+                                 const Dims *dm) noexcept nogil:
     """P = exp(scale Q K^T - lse) recomputed per block; with D = rowsum(dZ * Z):
     dV += P^T dZ, dS = P * (dZ V^T - D), dQ += scale dS K, dK += scale dS^T Q.
     Each (batch, head) belongs to one thread, so dK and dV need no locks."""
+    cdef Py_ssize_t ldq = dm.ldq, ldkv = dm.ldkv, ldz = dm.ldz
+    cdef Py_ssize_t nb = dm.nb, tq = dm.tq, tk = dm.tk, n_heads = dm.n_heads, d_head = dm.d_head
+    cdef floating scale = <floating> dm.scale
+    cdef bint causal = dm.causal
+    cdef int nthreads = dm.nthreads
+    cdef const uint8_t *keymask = dm.keymask
+    cdef Py_ssize_t per_thread = dm.bwd_per_thread, blk_q = dm.bq, blk_k = dm.bk
     cdef Py_ssize_t bh, b, h
     cdef Py_ssize_t i0, j0, bq, bk, jend, r, c
     cdef floating L, dd
@@ -450,179 +411,103 @@ cdef void heads_backward_blocked(const floating *q, Py_ssize_t ldq, const floati
             i0 = i0 + bq
 
 
-def attention_forward(
-    const floating[:, ::1] x,        # (B*Tq, d) query input
-    const floating[:, ::1] ctx,      # (B*Tk, d) key/value input, or None for self-attention
-    const floating[:, ::1] w_qkv,    # (d, 3d) = [Wq | Wk | Wv]
-    const floating[::1] b_qkv,       # (3d,) or None
-    const floating[:, ::1] w_o,      # (d, d)
-    const floating[::1] b_o,         # (d,) or None
-    floating[:, ::1] qbuf,           # self: (B*Tq, 3d); cross: (B*Tq, d)
-    floating[:, ::1] kvbuf,          # self: unused (None); cross: (B*Tk, 2d)
-    floating[:, ::1] zcat,           # (B*Tq, d) concatenated head outputs
-    floating[::1] probs,             # (B*H*Tq*Tk) when store, else (nthreads*Tq*Tk)
-    floating[:, ::1] y,              # (B*Tq, d) output
-    Py_ssize_t nb, Py_ssize_t n_heads, bint causal, bint store,
-    const uint8_t[:, ::1] key_padding_mask,   # (B, Tk) or None
-    const floating[:, ::1] rope_cos,          # (max(Tq, Tk), d_head/2) or None
-    const floating[:, ::1] rope_sin,
-    const floating[:, ::1] residual=None,     # (B*Tq, d) added to Y, or None
-    floating[::1] lse=None,                   # (B*H*Tq): blocked path; probs is then scratch
-    floating[::1] tbuf=None,                  # dense path: (nthreads*d_head*Tk) scratch
-    int nthreads=0,                           # OpenMP threads (attnx._threads.num_threads())
-):
-    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual).
+cdef void forward_call(floating *y, const Call *c) noexcept nogil:
+    """The dense or blocked forward of one checked call: projections, heads, output."""
+    cdef const Dims *dm = &c.dm
+    cdef Py_ssize_t d = dm.d, ldq, ldkv
+    cdef floating *qp = <floating *> c.q
+    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
+    qkv_project(<const floating *> c.x, <const floating *> c.ctx, <const floating *> c.w_qkv,
+                <const floating *> c.b_qkv, qp, kp if dm.cross else NULL, dm)
+    if c.lse != NULL:
+        heads_forward_blocked(qp, kp, kp + d, <floating *> c.zcat, <floating *> c.lse,
+                              <floating *> c.fwd_scratch, dm)
+    else:
+        heads_forward(qp, kp, kp + d, <floating *> c.zcat, <floating *> c.probs,
+                      <floating *> c.tbuf, dm)
+    out_project(<const floating *> c.zcat, <const floating *> c.w_o, <const floating *> c.b_o,
+                <const floating *> c.residual, y, dm.rq, d, dm.nthreads)
 
-    Checks, before any work, that every buffer is large enough for these sizes
-    and nthreads, and that the GEMM sizes fit BLAS's int (ValueError otherwise).
+
+cdef void backward_call(const floating *dy, const Call *c) noexcept nogil:
+    """The dense or blocked backward of one checked call."""
+    cdef const Dims *dm = &c.dm
+    cdef Py_ssize_t d = dm.d, ldq, ldkv
+    cdef floating *qp = <floating *> c.q
+    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
+    cdef floating *dqp = <floating *> c.dq
+    cdef floating *dkp = key_columns(dqp, <floating *> c.dkv if dm.cross else NULL, d,
+                                     &ldq, &ldkv)
+    out_project_backward(<const floating *> c.zcat, dy, <const floating *> c.w_o,
+                         <floating *> c.dw_o, <floating *> c.db_o, <floating *> c.dzcat,
+                         dm.rq, d, dm.nthreads)
+    if c.lse != NULL:
+        heads_backward_blocked(qp, kp, kp + d, <const floating *> c.zcat,
+                               <const floating *> c.dzcat, <const floating *> c.lse,
+                               <floating *> c.bwd_scratch, dqp, dkp, dkp + d, dm)
+    else:
+        heads_backward(qp, kp, kp + d, <const floating *> c.dzcat, <const floating *> c.probs,
+                       <floating *> c.bwd_scratch, <floating *> c.tbuf, dqp, dkp, dkp + d, dm)
+    qkv_project_backward(<const floating *> c.x, <const floating *> c.ctx,
+                         <const floating *> c.w_qkv, dqp, dkp if dm.cross else NULL,
+                         <floating *> c.dw_qkv, <floating *> c.db_qkv, <floating *> c.dx,
+                         <floating *> c.dctx, dm)
+
+
+def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
+                      key_padding_mask, rope, residual, y, int nthreads):
+    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual),
+    dense or blocked as `shape` says (attnx._attnargs: the argument order of every
+    attention entry point).
+
+    x (B*Tq, d), ctx (B*Tk, d) or None (self-attention), key_padding_mask (B, Tk)
+    uint8 or None, rope None or (cos, sin) tables (>= max(Tq, Tk), d_head/2),
+    residual (B*Tq, d) or None, y (B*Tq, d) output; nthreads in [1, shape.threads].
+    Every array is checked (shape, dtype, layout) before any work; ValueError
+    otherwise. The dense path keeps the probabilities in buffers.probs when
+    shape.store; the blocked path the log-sum-exp in buffers.lse.
     """
-    cdef Py_ssize_t d = w_o.shape[0]
-    cdef Py_ssize_t d_head = d // n_heads
-    cdef Py_ssize_t tq = x.shape[0] // nb
-    cdef bint cross = ctx is not None
-    cdef Py_ssize_t tk = ctx.shape[0] // nb if cross else tq
-    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
-    cdef floating *qp
-    cdef floating *kp
-    cdef floating *vp
-    cdef Py_ssize_t ldq, ldkv
-    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
-    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
-    cdef Py_ssize_t bq = FLASH_BQ, bk = FLASH_BK, per_thread = 0
-    cdef int nth = nthreads
-    # ---- everything the kernels will touch, checked before any work
-    if nth < 1:
-        raise ValueError(f"nthreads must be >= 1, got {nth}")
-    check_sizes(nb, tq, tk, d)
-    _need("qbuf", qbuf.shape[0] * qbuf.shape[1], rq * (d if cross else 3 * d))
-    if cross:
-        _need("kvbuf", kvbuf.shape[0] * kvbuf.shape[1] if kvbuf is not None else 0, rk * 2 * d)
-    _need("zcat", zcat.shape[0] * zcat.shape[1], rq * d)
-    _need("y", y.shape[0] * y.shape[1], rq * d)
-    if key_padding_mask is not None:
-        _need("key_padding_mask", key_padding_mask.shape[0] * key_padding_mask.shape[1], nb * tk)
-    if residual is not None:
-        _need("residual", residual.shape[0] * residual.shape[1], rq * d)
-    _check_rope(rope_cos, rope_sin, max(tq, tk), d_head)
-    if lse is not None:
-        _need("lse", lse.shape[0], nb * n_heads * tq)
-        per_thread = probs.shape[0] // nth
-        _need("probs (blocked scratch per thread)", per_thread, bq * bk + bq * d_head + 2 * bq)
-    else:
-        _need("probs", probs.shape[0], (nb * n_heads if store else nth) * tq * tk)
-        _need("tbuf", tbuf.shape[0] if tbuf is not None else 0, nth * d_head * tk)
-    qp = &qbuf[0, 0]
-    kp = key_columns(qp, out2(kvbuf) if cross else NULL, d, &ldq, &ldkv)
-    vp = kp + d
+    cdef Call c
+    cdef void *ptr
+    require_simd()
+    if shape is not None and shape.path == PATH_FUSED:
+        raise ValueError("a fused shape runs in attnx._flash, not attnx._attention")
+    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, False, &c)
+    take("residual", residual, c.dm.rq, c.dm.d, shape.type_num, False, True, &ptr)
+    c.residual = ptr
+    take("y", y, c.dm.rq, c.dm.d, shape.type_num, True, False, &c.y)
     with nogil:
-        qkv_project(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], in1(b_qkv), qp,
-                    kp if cross else NULL, nb, tq, tk, d, n_heads,
-                    in2(rope_cos), in2(rope_sin), nth)
-        if lse is not None:
-            heads_forward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &lse[0], &probs[0],
-                                  per_thread, bq, bk, nb, tq, tk, n_heads, d_head, scale,
-                                  causal, km, nth)
+        if shape.itemsize == 4:
+            forward_call(<float *> c.y, &c)
         else:
-            heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, &probs[0], store, &tbuf[0],
-                          nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
-        out_project(&zcat[0, 0], &w_o[0, 0], in1(b_o), in2(residual), &y[0, 0], rq, d, nth)
+            forward_call(<double *> c.y, &c)
 
 
-def attention_backward(
-    const floating[:, ::1] x, const floating[:, ::1] ctx,
-    const floating[:, ::1] w_qkv, const floating[:, ::1] w_o,
-    const floating[:, ::1] qbuf, const floating[:, ::1] kvbuf,
-    const floating[:, ::1] zcat, const floating[::1] probs,
-    const floating[:, ::1] dy,       # (B*Tq, d)
-    floating[:, ::1] dzcat,          # (B*Tq, d) workspace
-    floating[:, ::1] dqbuf,          # shaped like qbuf
-    floating[:, ::1] dkvbuf,         # shaped like kvbuf (cross) or None
-    floating[::1] scratch,           # dense: (nthreads*Tq*Tk); blocked: nthreads * per-thread
-    floating[:, ::1] dw_qkv, floating[::1] db_qkv,   # db_* None without bias
-    floating[:, ::1] dw_o, floating[::1] db_o,
-    floating[:, ::1] dx,             # (B*Tq, d) or None when not needed
-    floating[:, ::1] dctx,           # (B*Tk, d) or None
-    Py_ssize_t nb, Py_ssize_t n_heads, bint causal,
-    const floating[:, ::1] rope_cos, const floating[:, ::1] rope_sin,
-    bint dx_accumulate=False, bint dctx_accumulate=False,
-    const floating[::1] lse=None,                  # blocked path: from the forward
-    const uint8_t[:, ::1] key_padding_mask=None,   # blocked path recomputes the mask
-    floating[::1] tbuf=None,                       # dense path: (nthreads*d_head*Tk) scratch
-    int nthreads=0,                                # OpenMP threads
-):
-    """Fill dWqkv, dWo (and biases) from dY; write dL/dx (and dL/dctx) when given.
-
-    With dx_accumulate / dctx_accumulate the input gradients are added to what
-    dx / dctx already hold (a residual path, or context shared by several layers).
-    Buffer sizes and BLAS int limits are checked first, as in attention_forward.
+def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
+                       key_padding_mask, rope, dy, dx, dctx, int accumulate, int nthreads):
+    """Fill the gradients of `params` from dY (B*Tq, d) of the forward that ran with
+    these arguments (x, ctx, key_padding_mask, rope as there; buffers as it left
+    them); write dL/dx into dx and dL/dctx into dctx (None: not needed), or add to
+    what they hold where accumulate has ACCUMULATE_DX / ACCUMULATE_DCTX set (a
+    residual path, or context shared by several layers). Checked as the forward.
     """
-    cdef int nth = nthreads
-    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
-    cdef floating bx = 1 if dx_accumulate else 0
-    cdef floating bc = 1 if dctx_accumulate else 0
-    cdef Py_ssize_t d = w_o.shape[0]
-    cdef Py_ssize_t d_head = d // n_heads
-    cdef Py_ssize_t tq = x.shape[0] // nb
-    cdef bint cross = ctx is not None
-    cdef Py_ssize_t tk = ctx.shape[0] // nb if cross else tq
-    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
-    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
-    cdef Py_ssize_t bq = FLASH_BQ, bk = FLASH_BK, per_thread = 0
-    cdef const floating *qp
-    cdef const floating *kp
-    cdef const floating *vp
-    cdef floating *dqp
-    cdef floating *dkp
-    cdef floating *dvp
-    cdef Py_ssize_t ldq, ldkv
-    if nth < 1:
-        raise ValueError(f"nthreads must be >= 1, got {nth}")
-    check_sizes(nb, tq, tk, d)
-    _need("qbuf", qbuf.shape[0] * qbuf.shape[1], rq * (d if cross else 3 * d))
-    _need("dqbuf", dqbuf.shape[0] * dqbuf.shape[1], rq * (d if cross else 3 * d))
-    if cross:
-        _need("kvbuf", kvbuf.shape[0] * kvbuf.shape[1] if kvbuf is not None else 0, rk * 2 * d)
-        _need("dkvbuf", dkvbuf.shape[0] * dkvbuf.shape[1] if dkvbuf is not None else 0,
-              rk * 2 * d)
-    _need("dzcat", dzcat.shape[0] * dzcat.shape[1], rq * d)
-    _need("dy", dy.shape[0] * dy.shape[1], rq * d)
-    _check_rope(rope_cos, rope_sin, max(tq, tk), d_head)
-    if lse is not None:
-        _need("lse", lse.shape[0], nb * n_heads * tq)
-        per_thread = scratch.shape[0] // nth
-        _need("scratch (blocked, per thread)", per_thread, 2 * bq * bk + tq)
-        if key_padding_mask is not None:
-            _need("key_padding_mask", key_padding_mask.shape[0] * key_padding_mask.shape[1],
-                  nb * tk)
-    else:
-        _need("probs", probs.shape[0], nb * n_heads * tq * tk)
-        _need("scratch", scratch.shape[0], nth * tq * tk)
-        _need("tbuf", tbuf.shape[0] if tbuf is not None else 0, nth * d_head * tk)
-    qp = &qbuf[0, 0]
-    dqp = &dqbuf[0, 0]
-    if cross:
-        ldq, ldkv = d, 2 * d
-        kp = &kvbuf[0, 0]
-        dkp = &dkvbuf[0, 0]
-    else:
-        ldq, ldkv = 3 * d, 3 * d
-        kp = qp + d
-        dkp = dqp + d
-    vp = kp + d
-    dvp = dkp + d
+    cdef Call c
+    cdef void *ptr
+    require_simd()
+    if shape is not None and shape.path == PATH_FUSED:
+        raise ValueError("a fused shape runs in attnx._flash, not attnx._attention")
+    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, True, &c)
+    if not shape.store:
+        raise ValueError("backward needs a shape with store=True")
+    take("dy", dy, c.dm.rq, c.dm.d, shape.type_num, False, False, &ptr)
+    c.dy = ptr
+    take("dx", dx, c.dm.rq, c.dm.d, shape.type_num, True, True, &c.dx)
+    take("dctx", dctx if shape.cross else None, c.dm.rk, c.dm.d, shape.type_num, True, True,
+         &c.dctx)
+    c.dm.dx_beta = 1 if accumulate & ACC_DX else 0
+    c.dm.dctx_beta = 1 if accumulate & ACC_DCTX else 0
     with nogil:
-        out_project_backward(&zcat[0, 0], &dy[0, 0], &w_o[0, 0], &dw_o[0, 0], out1(db_o),
-                             &dzcat[0, 0], rq, d, nth)
-        if lse is not None:
-            heads_backward_blocked(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d,
-                                   &lse[0], &scratch[0], per_thread, bq, bk, dqp, dkp, dvp,
-                                   nb, tq, tk, n_heads, d_head, scale, causal, km, nth)
+        if shape.itemsize == 4:
+            backward_call(<const float *> c.dy, &c)
         else:
-            heads_backward(qp, ldq, kp, vp, ldkv, &dzcat[0, 0], d, &probs[0], &scratch[0],
-                           &tbuf[0], dqp, dkp, dvp, nb, tq, tk, n_heads, d_head, scale,
-                           causal, nth)
-        qkv_project_backward(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], dqp,
-                             dkp if cross else NULL, &dw_qkv[0, 0], out1(db_qkv), out2(dx),
-                             out2(dctx) if cross else NULL, bx, bc, nb, tq, tk, d, n_heads,
-                             in2(rope_cos), in2(rope_sin),
-                             nth)
+            backward_call(<const double *> c.dy, &c)

@@ -9,28 +9,26 @@ per-row log-sum-exp (backward, per head). Nothing of size Tq*Tk is stored.
 
 Buffers are those of the dense path: row-major (B*T, w) matrices, Q, K and V
 side by side in projection buffers and addressed per head by offset and
-leading dimension. Thread policy is the caller's: `nthreads` OpenMP threads, with
+leading dimension. The entry points take attnx._attnargs' shape, buffers and
+parameters in the order of attnx._attention's. Thread policy is the caller's:
+`nthreads` OpenMP threads, with
 attnx._threads.blas_single() held around the call (the projections split their
 GEMMs over those threads); BLAS is never called inside a prange over heads.
 """
 from cython.parallel cimport prange, threadid
 from libc.stdint cimport uint8_t
 
-import numpy as np
-
-from attnx._blas cimport floating, gemm, NT, TR
-from attnx._ops cimport (in1, in2, out1, out2, key_columns, out_project, out_project_backward, qkv_project,
-                         qkv_project_backward)
+from attnx._blas cimport floating
+from attnx._ops cimport (Dims, simd_attach, require_simd, attnx_get_level,
+                         attnx_dispatched_levels, key_columns, out_project,
+                         out_project_backward, qkv_project, qkv_project_backward)
+from attnx._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, begin_call, take,
+                              backward_threads, key_splits, PATH_FUSED, ACC_DX, ACC_DCTX)
 
 cdef extern from "attnx_flash.h" nogil:
     enum:
         ATTNX_FL_BQ
         ATTNX_FL_BK
-        FL_NRN_f32
-        FL_NRN_f64
-    int attnx_flash_set_level(int want)
-    Py_ssize_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
-    Py_ssize_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
     void attnx_flash_forward_rows_f32(
         const float *q, Py_ssize_t ldq, const float *k, const float *v, Py_ssize_t ldkv,
         float *z, Py_ssize_t ldz, float *lse, int i0, int nq, int tk, int dh, float scale,
@@ -52,109 +50,40 @@ cdef extern from "attnx_flash.h" nogil:
     void attnx_flash_exp_f32(const float *x, float *y, Py_ssize_t n, float shift)
     void attnx_flash_exp_f64(const double *x, double *y, Py_ssize_t n, double shift)
 
-
-# ---------------------------------------------------------------- CPU level
-def _detected_level():
-    """The level attnx._ops chose (CPUID capped by ATTNX_SIMD / ATTNX_NO_SIMD)."""
-    from attnx import _ops
-    return int(_ops.cpu_level())
+# The fused kernels dispatch through this module's attnx_simd.h state, like every
+# other kernel module: attach it to the level attnx._ops detected.
+simd_attach()
 
 
-_LEVEL = attnx_flash_set_level(_detected_level())
+def dispatch_state():
+    """(SIMD level attached to this module, bit mask of levels whose kernels ran here)."""
+    return attnx_get_level(), attnx_dispatched_levels()
 
 
-def cpu_level():
-    """Level of the fused kernels in use: 0 portable C, 1 AVX2+FMA, 2 AVX-512F."""
-    return _LEVEL
-
-
-# ---------------------------------------------------------------- sizes
-def scratch_elements(int tk, int d_head, dtype):
-    """Per-thread scratch elements for forward and backward at this key length and
-    head width, rounded up to 64 elements so threads never share a cache line."""
-    nrn = FL_NRN_f32 if np.dtype(dtype) == np.float32 else FL_NRN_f64
-    n = max(attnx_flash_fwd_scratch(tk, d_head, nrn), attnx_flash_bwd_scratch(tk, d_head, nrn))
-    return (n + 63) // 64 * 64
-
-
-cdef int backward_threads(Py_ssize_t nbh, int tq, int tk, int d_head,
-                          int nthreads) noexcept nogil:
-    """Threads the backward's head kernels use: one when there is too little work
-    to pay for waking the others."""
-    if <double> nbh * tq * tk * d_head < 1.0e5:
-        return 1
-    return nthreads
-
-
-cdef Py_ssize_t key_splits(Py_ssize_t nbh, int tk, int nthreads) noexcept nogil:
-    """Key ranges per (sample, head) in the backward. Whole heads (1) when there
-    are at least 4 heads per thread; else enough ranges of whole key blocks for
-    about 4 work items per thread, so that B*H below the thread count (one long
-    sequence) still fills the cores and causal ranges (unequal work) balance."""
-    cdef Py_ssize_t nkb = (tk + ATTNX_FL_BK - 1) // ATTNX_FL_BK
-    cdef Py_ssize_t want, per
-    if nthreads <= 1 or nkb <= 1 or nbh >= 4 * nthreads:
-        return 1
-    want = (4 * nthreads + nbh - 1) // nbh
-    if want > nkb:
-        want = nkb
-    per = (nkb + want - 1) // want           # key blocks per range
-    return (nkb + per - 1) // per
-
-
-def dq_parts_elements(Py_ssize_t nb, int tq, int tk, int n_heads, int d_head, int nthreads):
-    """Elements of the backward's dQ buffer for heads split into key ranges: every
-    range but the first writes its share of dQ there ((ranges - 1) * B*H*Tq*d_head,
-    0 when heads are not split at this shape and thread count)."""
-    cdef Py_ssize_t nbh = nb * n_heads
-    cdef int nt = backward_threads(nbh, tq, tk, d_head, nthreads)
-    return (key_splits(nbh, tk, nt) - 1) * nbh * tq * d_head
-
-
-def block_sizes():
-    """(query rows, keys) per block of the fused kernels."""
-    return ATTNX_FL_BQ, ATTNX_FL_BK
-
-
-# ---------------------------------------------------------------- typed entry points
-cdef inline void forward_rows(const floating *q, Py_ssize_t ldq, const floating *k,
-                              const floating *v, Py_ssize_t ldkv, floating *z, Py_ssize_t ldz,
-                              floating *lse, int i0, int nq, int tk, int dh, floating scale,
-                              bint causal, const uint8_t *km, floating *ws) noexcept nogil:
-    """The C forward kernel of this float type (one query chunk of one head)."""
+cdef void exp_shifted(const floating *x, floating *y, Py_ssize_t n,
+                      double shift) noexcept nogil:
+    """y = exp(x - shift) with the fused kernels' softmax exp at this module's level
+    (accuracy tests: attnx._testing.flash_exp)."""
     if floating is float:
-        attnx_flash_forward_rows_f32(q, ldq, k, v, ldkv, z, ldz, lse, i0, nq, tk, dh, scale,
-                                     causal, km, ws)
+        attnx_flash_exp_f32(x, y, n, <float> shift)
     else:
-        attnx_flash_forward_rows_f64(q, ldq, k, v, ldkv, z, ldz, lse, i0, nq, tk, dh, scale,
-                                     causal, km, ws)
-
-
-cdef inline void backward_head(const floating *q, Py_ssize_t ldq, const floating *k,
-                               const floating *v, Py_ssize_t ldkv, const floating *z,
-                               const floating *dz, Py_ssize_t ldz, const floating *lse,
-                               floating *dq, Py_ssize_t lddq, floating *dk, floating *dv,
-                               int tq, int tk, int ka, int kb, int dh, floating scale,
-                               bint causal, const uint8_t *km, floating *ws) noexcept nogil:
-    """The C backward kernel of this float type (one key range of one head)."""
-    if floating is float:
-        attnx_flash_backward_head_f32(q, ldq, k, v, ldkv, z, dz, ldz, lse, dq, lddq, dk, dv,
-                                      tq, tk, ka, kb, dh, scale, causal, km, ws)
-    else:
-        attnx_flash_backward_head_f64(q, ldq, k, v, ldkv, z, dz, ldz, lse, dq, lddq, dk, dv,
-                                      tq, tk, ka, kb, dh, scale, causal, km, ws)
+        attnx_flash_exp_f64(x, y, n, shift)
 
 
 # ---------------------------------------------------------------- heads
-cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k,
-                        const floating *v, Py_ssize_t ldkv, floating *z, Py_ssize_t ldz,
-                        floating *lse, floating *scratch, Py_ssize_t per_thread,
-                        Py_ssize_t nb, int tq, int tk, int n_heads, int d_head,
-                        floating scale, bint causal, const uint8_t *keymask,
-                        int nthreads) noexcept nogil:
-    """Z and lse in parallel over (sample, head, query chunk). A chunk is as many
-    query blocks as leave at least 8 work items per thread (whole heads when
-    there are enough of them): each item packs its head's K^T and V once."""
+cdef void heads_forward(const floating *q, const floating *k, const floating *v,
+                        floating *z, floating *lse, floating *scratch,
+                        const Dims *dm) noexcept nogil:
+    """Z and lse (NULL: inference) in parallel over (sample, head, query chunk). A
+    chunk is as many query blocks as leave at least 8 work items per thread (whole
+    heads when there are enough of them): each item packs its head's K^T and V once."""
+    cdef Py_ssize_t ldq = dm.ldq, ldkv = dm.ldkv, ldz = dm.ldz, nb = dm.nb
+    cdef int tq = <int> dm.tq, tk = <int> dm.tk, n_heads = <int> dm.n_heads
+    cdef int d_head = <int> dm.d_head, nthreads = dm.nthreads
+    cdef floating scale = <floating> dm.scale
+    cdef bint causal = dm.causal
+    cdef const uint8_t *keymask = dm.keymask
+    cdef Py_ssize_t per_thread = dm.fwd_per_thread
     cdef Py_ssize_t nblk = (tq + ATTNX_FL_BQ - 1) // ATTNX_FL_BQ
     cdef Py_ssize_t want = (8 * nthreads + nb * n_heads - 1) // (nb * n_heads)
     cdef Py_ssize_t nchunk, rows, it, bh, b, h, i0
@@ -176,25 +105,37 @@ cdef void heads_forward(const floating *q, Py_ssize_t ldq, const floating *k,
         nq = <int> (tq - i0 if tq - i0 < rows else rows)
         km = (keymask + b * tk) if keymask != NULL else NULL
         ws = scratch + threadid() * per_thread
-        forward_rows(q + (b * tq + i0) * ldq + h * d_head, ldq,
-                     k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
-                     z + (b * tq + i0) * ldz + h * d_head, ldz,
-                     (lse + bh * tq + i0) if lse != NULL else NULL,
-                     <int> i0, nq, tk, d_head, scale, causal, km, ws)
+        if floating is float:
+            attnx_flash_forward_rows_f32(
+                q + (b * tq + i0) * ldq + h * d_head, ldq,
+                k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
+                z + (b * tq + i0) * ldz + h * d_head, ldz,
+                (lse + bh * tq + i0) if lse != NULL else NULL,
+                <int> i0, nq, tk, d_head, scale, causal, km, ws)
+        else:
+            attnx_flash_forward_rows_f64(
+                q + (b * tq + i0) * ldq + h * d_head, ldq,
+                k + b * tk * ldkv + h * d_head, v + b * tk * ldkv + h * d_head, ldkv,
+                z + (b * tq + i0) * ldz + h * d_head, ldz,
+                (lse + bh * tq + i0) if lse != NULL else NULL,
+                <int> i0, nq, tk, d_head, scale, causal, km, ws)
 
 
-cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,
-                         const floating *v, Py_ssize_t ldkv, const floating *z,
-                         const floating *dz, Py_ssize_t ldz, const floating *lse,
-                         floating *dq, floating *dk, floating *dv,
-                         floating *scratch, Py_ssize_t per_thread, floating *parts,
-                         Py_ssize_t nb, int tq, int tk, int n_heads, int d_head,
-                         floating scale, bint causal, const uint8_t *keymask,
-                         int nthreads) noexcept nogil:
+cdef void heads_backward(const floating *q, const floating *k, const floating *v,
+                         const floating *z, const floating *dz, const floating *lse,
+                         floating *dq, floating *dk, floating *dv, floating *scratch,
+                         floating *parts, const Dims *dm) noexcept nogil:
     """dQ, dK, dV in parallel over (sample, head, key range) (key_splits ranges per
     head). A range's dK and dV rows belong to one thread; its share of dQ goes to
     dq (first range) or to `parts` (the others), summed into dq afterwards in range
     order, so the result does not depend on which thread ran what."""
+    cdef Py_ssize_t ldq = dm.ldq, ldkv = dm.ldkv, ldz = dm.ldz, nb = dm.nb
+    cdef int tq = <int> dm.tq, tk = <int> dm.tk, n_heads = <int> dm.n_heads
+    cdef int d_head = <int> dm.d_head, nthreads = dm.nthreads
+    cdef floating scale = <floating> dm.scale
+    cdef bint causal = dm.causal
+    cdef const uint8_t *keymask = dm.keymask
+    cdef Py_ssize_t per_thread = dm.bwd_per_thread
     cdef Py_ssize_t nbh = nb * n_heads
     cdef Py_ssize_t nsplit, per, it, bh, b, h, c, ka, kb, r, j, row
     cdef Py_ssize_t lddq
@@ -221,11 +162,20 @@ cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,
         else:
             dqt = parts + ((c - 1) * nbh + bh) * tq * d_head
             lddq = d_head
-        backward_head(q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
-                      v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
-                      dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
-                      dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
-                      tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
+        if floating is float:
+            attnx_flash_backward_head_f32(
+                q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
+                v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
+                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
+                dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
+                tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
+        else:
+            attnx_flash_backward_head_f64(
+                q + b * tq * ldq + h * d_head, ldq, k + b * tk * ldkv + h * d_head,
+                v + b * tk * ldkv + h * d_head, ldkv, z + b * tq * ldz + h * d_head,
+                dz + b * tq * ldz + h * d_head, ldz, lse + bh * tq, dqt, lddq,
+                dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
+                tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
     if nsplit > 1:
         for row in prange(nbh * tq, schedule="static", num_threads=nthreads):
             bh = row // tq
@@ -240,144 +190,95 @@ cdef void heads_backward(const floating *q, Py_ssize_t ldq, const floating *k,
 
 
 # ---------------------------------------------------------------- layer
-def attention_forward(
-    const floating[:, ::1] x,        # (B*Tq, d) query input
-    const floating[:, ::1] ctx,      # (B*Tk, d) key/value input, or None for self-attention
-    const floating[:, ::1] w_qkv,    # (d, 3d) = [Wq | Wk | Wv]
-    const floating[::1] b_qkv,       # (3d,) or None
-    const floating[:, ::1] w_o,      # (d, d)
-    const floating[::1] b_o,         # (d,) or None
-    floating[:, ::1] qbuf,           # self: (B*Tq, 3d); cross: (B*Tq, d)
-    floating[:, ::1] kvbuf,          # self: None; cross: (B*Tk, 2d)
-    floating[:, ::1] zcat,           # (B*Tq, d) concatenated head outputs
-    floating[::1] lse,               # (B*H*Tq) per-row log-sum-exp for backward, or None
-    floating[::1] scratch,           # (nthreads * scratch_elements(Tk, d_head, dtype))
-    floating[:, ::1] y,              # (B*Tq, d) output
-    Py_ssize_t nb, int n_heads, bint causal,
-    const uint8_t[:, ::1] key_padding_mask,   # (B, Tk) nonzero = ignored, or None
-    const floating[:, ::1] rope_cos,          # (max(Tq, Tk), d_head/2) or None
-    const floating[:, ::1] rope_sin,
-    const floating[:, ::1] residual,          # (B*Tq, d) added to Y, or None
-    int nthreads,
-):
-    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo."""
-    cdef Py_ssize_t d = w_o.shape[0]
-    cdef int d_head = <int> (d // n_heads)
-    cdef int tq = <int> (x.shape[0] // nb)
-    cdef bint cross = ctx is not None
-    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
-    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
-    cdef floating *qp = &qbuf[0, 0]
-    cdef floating *kp
-    cdef floating *vp
-    cdef Py_ssize_t ldq, ldkv
-    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
-    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
-    cdef Py_ssize_t per_thread = scratch_elements(tk, d_head, np.float32 if floating is float
-                                                  else np.float64)
-    if nthreads < 1:
-        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
-    if scratch.shape[0] < nthreads * per_thread or (lse is not None
-                                                     and lse.shape[0] < nb * n_heads * tq):
-        raise ValueError("scratch or lse too small for this shape and thread count")
-    qp = &qbuf[0, 0]
-    kp = key_columns(qp, out2(kvbuf) if cross else NULL, d, &ldq, &ldkv)
-    vp = kp + d
+cdef void forward_call(floating *y, const Call *c) noexcept nogil:
+    """The fused forward of one checked call: projections, heads, output."""
+    cdef const Dims *dm = &c.dm
+    cdef Py_ssize_t d = dm.d, ldq, ldkv
+    cdef floating *qp = <floating *> c.q
+    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
+    qkv_project(<const floating *> c.x, <const floating *> c.ctx, <const floating *> c.w_qkv,
+                <const floating *> c.b_qkv, qp, kp if dm.cross else NULL, dm)
+    heads_forward(qp, kp, kp + d, <floating *> c.zcat,
+                  <floating *> c.lse if dm.store else NULL, <floating *> c.fwd_scratch, dm)
+    out_project(<const floating *> c.zcat, <const floating *> c.w_o, <const floating *> c.b_o,
+                <const floating *> c.residual, y, dm.rq, d, dm.nthreads)
+
+
+cdef void backward_call(const floating *dy, const Call *c) noexcept nogil:
+    """The fused backward of one checked call."""
+    cdef const Dims *dm = &c.dm
+    cdef Py_ssize_t d = dm.d, ldq, ldkv
+    cdef floating *qp = <floating *> c.q
+    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
+    cdef floating *dqp = <floating *> c.dq
+    cdef floating *dkp = key_columns(dqp, <floating *> c.dkv if dm.cross else NULL, d,
+                                     &ldq, &ldkv)
+    out_project_backward(<const floating *> c.zcat, dy, <const floating *> c.w_o,
+                         <floating *> c.dw_o, <floating *> c.db_o, <floating *> c.dzcat,
+                         dm.rq, d, dm.nthreads)
+    heads_backward(qp, kp, kp + d, <const floating *> c.zcat, <const floating *> c.dzcat,
+                   <const floating *> c.lse, dqp, dkp, dkp + d, <floating *> c.fwd_scratch,
+                   <floating *> c.dq_parts, dm)
+    qkv_project_backward(<const floating *> c.x, <const floating *> c.ctx,
+                         <const floating *> c.w_qkv, dqp, dkp if dm.cross else NULL,
+                         <floating *> c.dw_qkv, <floating *> c.db_qkv, <floating *> c.dx,
+                         <floating *> c.dctx, dm)
+
+
+cdef int check_parts(AttnShape shape, const Call *c) except -1:
+    """The dQ shares buffer holds what the backward's key split at this call's
+    thread count writes (the workspace's is sized for shape.threads)."""
+    cdef Py_ssize_t nbh = shape.nb * shape.n_heads
+    cdef int nt = backward_threads(nbh, shape.tq, shape.tk, shape.d_head, c.dm.nthreads)
+    cdef Py_ssize_t need = (key_splits(nbh, shape.tk, nt) - 1) * nbh * shape.tq * shape.d_head
+    if need > shape.n_dq_parts:
+        raise ValueError(f"the fused backward with {c.dm.nthreads} threads needs {need} "
+                         f"elements of dQ shares, the workspace has {shape.n_dq_parts}")
+    return 0
+
+
+def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
+                      key_padding_mask, rope, residual, y, int nthreads):
+    """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual)
+    with the fused kernels: arguments and checks as attnx._attention.attention_forward
+    (a shape of path "fused"); the log-sum-exp goes to buffers.lse when shape.store."""
+    cdef Call c
+    cdef void *ptr
+    require_simd()
+    if shape is not None and shape.path != PATH_FUSED:
+        raise ValueError("attnx._flash runs fused shapes only")
+    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, False, &c)
+    take("residual", residual, c.dm.rq, c.dm.d, shape.type_num, False, True, &ptr)
+    c.residual = ptr
+    take("y", y, c.dm.rq, c.dm.d, shape.type_num, True, False, &c.y)
     with nogil:
-        qkv_project(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], in1(b_qkv), qp,
-                    kp if cross else NULL, nb, tq, tk, d, n_heads,
-                    in2(rope_cos), in2(rope_sin), nthreads)
-        heads_forward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], d, out1(lse), &scratch[0], per_thread,
-                      nb, tq, tk, n_heads, d_head, scale, causal, km, nthreads)
-        out_project(&zcat[0, 0], &w_o[0, 0], in1(b_o), in2(residual), &y[0, 0], rq, d, nthreads)
+        if shape.itemsize == 4:
+            forward_call(<float *> c.y, &c)
+        else:
+            forward_call(<double *> c.y, &c)
 
 
-def attention_backward(
-    const floating[:, ::1] x, const floating[:, ::1] ctx,
-    const floating[:, ::1] w_qkv, const floating[:, ::1] w_o,
-    const floating[:, ::1] qbuf, const floating[:, ::1] kvbuf,
-    const floating[:, ::1] zcat, const floating[::1] lse,
-    const floating[:, ::1] dy,       # (B*Tq, d)
-    floating[:, ::1] dzcat,          # (B*Tq, d) workspace
-    floating[:, ::1] dqbuf,          # shaped like qbuf
-    floating[:, ::1] dkvbuf,         # shaped like kvbuf (cross) or None
-    floating[::1] scratch,           # as in the forward
-    floating[::1] dq_parts,          # (dq_parts_elements(...)) or None when that is 0
-    floating[:, ::1] dw_qkv, floating[::1] db_qkv,   # db_* None without bias
-    floating[:, ::1] dw_o, floating[::1] db_o,
-    floating[:, ::1] dx,             # (B*Tq, d) or None when not needed
-    floating[:, ::1] dctx,           # (B*Tk, d) or None
-    Py_ssize_t nb, int n_heads, bint causal,
-    const uint8_t[:, ::1] key_padding_mask,
-    const floating[:, ::1] rope_cos, const floating[:, ::1] rope_sin,
-    bint dx_accumulate, bint dctx_accumulate, int nthreads,
-):
-    """Fill dWqkv, dWo (and biases) from dY; write (or add, when *_accumulate)
-    dL/dx and dL/dctx when given."""
-    cdef floating bx = 1 if dx_accumulate else 0
-    cdef floating bc = 1 if dctx_accumulate else 0
-    cdef Py_ssize_t d = w_o.shape[0]
-    cdef int d_head = <int> (d // n_heads)
-    cdef int tq = <int> (x.shape[0] // nb)
-    cdef bint cross = ctx is not None
-    cdef int tk = <int> (ctx.shape[0] // nb) if cross else tq
-    cdef floating scale = <floating> (1.0 / (<double> d_head) ** 0.5)
-    cdef Py_ssize_t rq = x.shape[0], rk = tk * nb
-    cdef const uint8_t *km = &key_padding_mask[0, 0] if key_padding_mask is not None else NULL
-    cdef const floating *qp = &qbuf[0, 0]
-    cdef const floating *kp
-    cdef const floating *vp
-    cdef floating *dqp = &dqbuf[0, 0]
-    cdef floating *dkp
-    cdef floating *dvp
-    cdef Py_ssize_t ldq, ldkv
-    cdef Py_ssize_t per_thread = scratch_elements(tk, d_head, np.float32 if floating is float
-                                                  else np.float64)
-    if nthreads < 1:
-        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
-    if scratch.shape[0] < nthreads * per_thread or lse.shape[0] < nb * n_heads * tq:
-        raise ValueError("scratch or lse too small for this shape and thread count")
-    cdef Py_ssize_t nparts = dq_parts_elements(nb, tq, tk, n_heads, d_head, nthreads)
-    cdef floating *partp = NULL
-    if nparts:
-        if dq_parts is None or dq_parts.shape[0] < nparts:
-            raise ValueError(f"dq_parts must hold {nparts} elements at this shape and "
-                             f"thread count, got "
-                             f"{0 if dq_parts is None else dq_parts.shape[0]}")
-        partp = &dq_parts[0]
-    if cross:
-        ldq, ldkv = d, 2 * d
-        kp = &kvbuf[0, 0]
-        dkp = &dkvbuf[0, 0]
-    else:
-        ldq, ldkv = 3 * d, 3 * d
-        kp = qp + d
-        dkp = dqp + d
-    vp = kp + d
-    dvp = dkp + d
+def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
+                       key_padding_mask, rope, dy, dx, dctx, int accumulate, int nthreads):
+    """The fused backward: arguments and checks as attnx._attention.attention_backward."""
+    cdef Call c
+    cdef void *ptr
+    require_simd()
+    if shape is not None and shape.path != PATH_FUSED:
+        raise ValueError("attnx._flash runs fused shapes only")
+    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, True, &c)
+    if not shape.store:
+        raise ValueError("backward needs a shape with store=True")
+    check_parts(shape, &c)
+    take("dy", dy, c.dm.rq, c.dm.d, shape.type_num, False, False, &ptr)
+    c.dy = ptr
+    take("dx", dx, c.dm.rq, c.dm.d, shape.type_num, True, True, &c.dx)
+    take("dctx", dctx if shape.cross else None, c.dm.rk, c.dm.d, shape.type_num, True, True,
+         &c.dctx)
+    c.dm.dx_beta = 1 if accumulate & ACC_DX else 0
+    c.dm.dctx_beta = 1 if accumulate & ACC_DCTX else 0
     with nogil:
-        out_project_backward(&zcat[0, 0], &dy[0, 0], &w_o[0, 0], &dw_o[0, 0], out1(db_o),
-                             &dzcat[0, 0], rq, d, nthreads)
-        heads_backward(qp, ldq, kp, vp, ldkv, &zcat[0, 0], &dzcat[0, 0], d, &lse[0],
-                       dqp, dkp, dvp, &scratch[0], per_thread, partp, nb, tq, tk, n_heads,
-                       d_head, scale, causal, km, nthreads)
-        qkv_project_backward(&x[0, 0], in2(ctx) if cross else NULL, &w_qkv[0, 0], dqp,
-                             dkp if cross else NULL, &dw_qkv[0, 0], out1(db_qkv), out2(dx),
-                             out2(dctx) if cross else NULL, bx, bc, nb, tq, tk, d, n_heads,
-                             in2(rope_cos), in2(rope_sin),
-                             nthreads)
-
-
-def exp_array(const floating[::1] x, double shift=0.0):
-    """exp(x - shift) over an array with the fused kernels' softmax exp at the level
-    in use (accuracy tests; the kernels call it with shift = the row's max or
-    log-sum-exp, so x - shift <= 0 there)."""
-    out = np.empty(x.shape[0], dtype=np.float32 if floating is float else np.float64)
-    cdef floating[::1] o = out
-    if x.shape[0]:
-        with nogil:
-            if floating is float:
-                attnx_flash_exp_f32(&x[0], &o[0], x.shape[0], <float> shift)
-            else:
-                attnx_flash_exp_f64(&x[0], &o[0], x.shape[0], shift)
-    return out
+        if shape.itemsize == 4:
+            backward_call(<const float *> c.dy, &c)
+        else:
+            backward_call(<const double *> c.dy, &c)

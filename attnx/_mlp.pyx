@@ -7,8 +7,8 @@
 from cython.parallel cimport prange
 
 from attnx._blas cimport floating, NT, TR
-from attnx._ops cimport (fill_rows, colsum, pgemm, simd_attach, attnx_get_level,
-                         attnx_dispatched_levels)
+from attnx._ops cimport (fill_rows, colsum, pgemm, simd_attach, require_simd,
+                         attnx_get_level, attnx_dispatched_levels)
 from attnx._blas import check_blas_int
 
 cdef extern from "attnx_math.h" nogil:
@@ -25,6 +25,7 @@ def dispatch_state():
 
 
 cdef _check(str what, Py_ssize_t rows, Py_ssize_t d, Py_ssize_t dh, int nthreads, bufs):
+    require_simd()
     if nthreads < 1:
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
     check_blas_int(what, rows=rows, d_model=d, d_hidden=dh)
@@ -74,10 +75,15 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
                  const floating[:, ::1] w1, const floating[:, ::1] w2,
                  const floating[:, ::1] h, const floating[:, ::1] s,
                  const floating[:, ::1] sg, floating[:, ::1] dh_buf,
-                 floating[:, ::1] dw1, floating[::1] db1,
-                 floating[:, ::1] dw2, floating[::1] db2,
-                 floating[:, ::1] dz, int nthreads=0):
-    """Fill dW1, dW2 (and biases); dz = dL/dz including the residual path."""
+                 grads, floating[:, ::1] dz, int nthreads=0):
+    """Fill the gradients grads = (dW1, db1, dW2, db2) (db1/db2 None without biases);
+    dz = dL/dz including the residual path."""
+    if not isinstance(grads, tuple) or len(grads) != 4:
+        raise ValueError("grads must be a tuple (dW1, db1, dW2, db2)")
+    cdef floating[:, ::1] dw1 = grads[0]
+    cdef floating[::1] db1 = grads[1]
+    cdef floating[:, ::1] dw2 = grads[2]
+    cdef floating[::1] db2 = grads[3]
     cdef Py_ssize_t rows = z.shape[0], i, j
     cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
     cdef floating hv, g

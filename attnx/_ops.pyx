@@ -1,15 +1,12 @@
-"""Elementwise kernels: MSE loss, AdamW, bias and rotary helpers, the threaded
+"""Elementwise kernels: MSE loss, finiteness, bias and rotary helpers, the threaded
 GEMM, and the one CPU-feature detection of attnx (see _ops.pxd)."""
 from cython.parallel cimport prange
-from libc.math cimport sqrt
 
 from attnx._blas cimport floating, gemm, NT, TR
 
 cdef extern from "attnx_math.h" nogil:
     int attnx_max_threads()
     int attnx_detect_cpu(int max_level)
-    void attnx_exp_array_f32(const float *x, float *y, Py_ssize_t n)
-    void attnx_exp_array_f64(const double *x, double *y, Py_ssize_t n)
     int attnx_any_nonfinite_f32(const float *x, Py_ssize_t n)
     int attnx_any_nonfinite_f64(const double *x, Py_ssize_t n)
     double attnx_mse_f32(const float *y, const float *t, float *dy, Py_ssize_t n, float g)
@@ -32,7 +29,7 @@ def _requested_level():
 
 # The one CPU examination of the process (CPUID); every other module copies it.
 cdef int _SIMD_LEVEL = attnx_detect_cpu(_requested_level())
-simd_attach()   # this module's own kernels (exp_f32, exp_f64)
+simd_attach()   # this module's own kernels (mse_into, all_finite)
 
 _LEVEL_NAMES = ("portable", "avx2", "avx512")
 
@@ -159,6 +156,7 @@ def mse_into(const floating[::1] y, const floating[::1] t, floating[::1] dy):
     same order at every SIMD level (attnx_mse_* in csrc/attnx_math.h)."""
     cdef Py_ssize_t n = y.shape[0]
     cdef double total
+    require_simd()
     if t.shape[0] != n or dy.shape[0] != n:
         raise ValueError(f"y, t and dy must have one length, got {n}, {t.shape[0]}, "
                          f"{dy.shape[0]}")
@@ -172,53 +170,10 @@ def mse_into(const floating[::1] y, const floating[::1] t, floating[::1] dy):
     return total
 
 
-def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating[::1] v,
-               double lr, double beta1, double beta2, double eps, double weight_decay,
-               long step, int nthreads):
-    """One AdamW update of flat buffers, in torch.optim.AdamW's order of operations;
-    nthreads (attnx._threads.num_threads()) OpenMP threads from 65536 elements on."""
-    cdef Py_ssize_t i, n = p.shape[0]
-    cdef double bc1 = 1.0 - beta1 ** step
-    cdef double bc2_sqrt = sqrt(1.0 - beta2 ** step)
-    cdef floating decay = <floating> (1.0 - lr * weight_decay)
-    cdef floating step_size = <floating> (lr / bc1)
-    cdef floating w1 = <floating> (1.0 - beta1)
-    cdef floating b2 = <floating> beta2, w2 = <floating> (1.0 - beta2)
-    cdef floating inv_bc2 = <floating> bc2_sqrt, epsf = <floating> eps
-    cdef floating gi, denom
-    with nogil:
-        for i in prange(n, schedule="static", num_threads=nthreads if n >= 65536 else 1):
-            gi = g[i]
-            p[i] = p[i] * decay
-            m[i] = m[i] + (gi - m[i]) * w1
-            v[i] = v[i] * b2 + gi * gi * w2
-            denom = sqrt(v[i]) / inv_bc2 + epsf
-            p[i] = p[i] - step_size * m[i] / denom
-
-
-def exp_f64(const double[::1] x):
-    """The float64 exp used by softmax, over an array (for accuracy tests)."""
-    import numpy as np
-    out = np.empty(x.shape[0], dtype=np.float64)
-    cdef double[::1] o = out
-    if x.shape[0]:
-        attnx_exp_array_f64(&x[0], &o[0], x.shape[0])
-    return out
-
-
-def exp_f32(const float[::1] x):
-    """The float32 exp used by softmax, over an array (for accuracy tests)."""
-    import numpy as np
-    out = np.empty(x.shape[0], dtype=np.float32)
-    cdef float[::1] o = out
-    if x.shape[0]:
-        attnx_exp_array_f32(&x[0], &o[0], x.shape[0])
-    return out
-
-
 def all_finite(const floating[::1] x):
     """True when no element of the flat buffer x is NaN or infinite."""
     cdef int bad = 0
+    require_simd()
     if x.shape[0] == 0:
         return True
     with nogil:
@@ -250,13 +205,15 @@ cdef floating *key_columns(floating *qp, floating *kvp, Py_ssize_t d, Py_ssize_t
 
 
 cdef void qkv_project(const floating *x, const floating *ctx, const floating *w_qkv,
-                      const floating *b_qkv, floating *qp, floating *kvp, Py_ssize_t nb,
-                      Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d, Py_ssize_t n_heads,
-                      const floating *cos_t, const floating *sin_t,
-                      int nthreads) noexcept nogil:
+                      const floating *b_qkv, floating *qp, floating *kvp,
+                      const Dims *dm) noexcept nogil:
     """Q, K, V = x Wq + bq, ctx Wk + bk, ctx Wv + bv, then Q and K rotated (rotary
-    position embedding) when cos_t is not NULL. Self-attention: ctx and kvp NULL,
-    tk = tq. b_qkv may be NULL."""
+    position embedding) when dm.rope_cos is not NULL. Self-attention: ctx and kvp
+    NULL, tk = tq. b_qkv may be NULL."""
+    cdef Py_ssize_t nb = dm.nb, tq = dm.tq, tk = dm.tk, d = dm.d, n_heads = dm.n_heads
+    cdef int nthreads = dm.nthreads
+    cdef const floating *cos_t = <const floating *> dm.rope_cos
+    cdef const floating *sin_t = <const floating *> dm.rope_sin
     cdef floating beta = 1 if b_qkv != NULL else 0
     cdef Py_ssize_t rq = nb * tq, rk = nb * tk, ldq, ldkv
     cdef floating *kp = key_columns(qp, kvp, d, &ldq, &ldkv)
@@ -303,13 +260,16 @@ cdef void out_project_backward(const floating *zcat, const floating *dy, const f
 cdef void qkv_project_backward(
         const floating *x, const floating *ctx, const floating *w_qkv, floating *dqp,
         floating *dkvp, floating *dw_qkv, floating *db_qkv, floating *dx, floating *dctx,
-        floating bx, floating bc, Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d,
-        Py_ssize_t n_heads, const floating *cos_t, const floating *sin_t,
-        int nthreads) noexcept nogil:
+        const Dims *dm) noexcept nogil:
     """From dQ, dK, dV laid out as qkv_project wrote Q, K, V (dkvp NULL for
-    self-attention): rotate dQ, dK back in place when cos_t is not NULL, then dWqkv,
-    dbqkv (NULL to skip), dx = dQKV Wqkv^T + bx dx and, cross, dctx = d[K|V] Wkv^T
-    + bc dctx (NULL to skip)."""
+    self-attention): rotate dQ, dK back in place when dm.rope_cos is not NULL, then
+    dWqkv, dbqkv (NULL to skip), dx = dQKV Wqkv^T + bx dx and, cross, dctx = d[K|V]
+    Wkv^T + bc dctx (NULL to skip); bx, bc = dm.dx_beta, dm.dctx_beta."""
+    cdef Py_ssize_t nb = dm.nb, tq = dm.tq, tk = dm.tk, d = dm.d, n_heads = dm.n_heads
+    cdef int nthreads = dm.nthreads
+    cdef const floating *cos_t = <const floating *> dm.rope_cos
+    cdef const floating *sin_t = <const floating *> dm.rope_sin
+    cdef floating bx = <floating> dm.dx_beta, bc = <floating> dm.dctx_beta
     cdef Py_ssize_t rq = nb * tq, rk = nb * tk, ldq, ldkv
     cdef floating *dkp = key_columns(dqp, dkvp, d, &ldq, &ldkv)
     if cos_t != NULL:

@@ -5,8 +5,9 @@ but the plain C loop is not vectorised at all: sqrt may set errno, so without
 -fno-math-errno (not a flag attnx builds with) the compiler keeps one scalar
 sqrt call per element. The SIMD versions call the vector square root
 explicitly, in functions compiled with per-function target attributes (no
--march flag), chosen once at import from the level attnx._ops detected
-(ATTNX_SIMD caps it); the portable C loop stays for other CPUs and is tested.
+-march flag), chosen by attnx's one dispatch mechanism (this module's
+attnx_simd.h state, attached at import to the level attnx._ops detected; ATTNX_SIMD
+caps it); the portable C loop stays for other CPUs and is tested.
 """
 from cython.parallel cimport prange
 from libc.math cimport sqrt
@@ -15,6 +16,7 @@ cdef extern from *:
     """
     #include <math.h>
     #include <stddef.h>
+    #include "attnx_math.h"   /* attnx_level(): this module's dispatch state */
 
     /* Coefficients of one step, already in the element type's precision. */
     #define ATTNX_ADAMW_ARGS(T) T *restrict p, const T *restrict g, T *restrict m,          \\
@@ -108,27 +110,10 @@ cdef extern from *:
                     sqrt)
     #endif
 
-    static int attnx_adamw_level = 0;
-
-    static int attnx_adamw_set_level(int want)
-    {
-        int lvl = 0;
-    #ifdef ATTNX_OPT_X86
-        __builtin_cpu_init();
-        if (want >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-            lvl = 1;
-        if (want >= 2 && lvl == 1 && __builtin_cpu_supports("avx512f"))
-            lvl = 2;
-    #else
-        (void) want;
-    #endif
-        attnx_adamw_level = lvl;
-        return lvl;
-    }
-
     static void attnx_adamw_f32(ATTNX_ADAMW_ARGS(float))
     {
     #ifdef ATTNX_OPT_X86
+        int attnx_adamw_level = attnx_level();
         if (attnx_adamw_level == 2) {
             attnx_adamw_f32_avx512(p, g, m, v, n, decay, w1, b2, w2, step, bc2, eps); return; }
         if (attnx_adamw_level == 1) {
@@ -140,6 +125,7 @@ cdef extern from *:
     static void attnx_adamw_f64(ATTNX_ADAMW_ARGS(double))
     {
     #ifdef ATTNX_OPT_X86
+        int attnx_adamw_level = attnx_level();
         if (attnx_adamw_level == 2) {
             attnx_adamw_f64_avx512(p, g, m, v, n, decay, w1, b2, w2, step, bc2, eps); return; }
         if (attnx_adamw_level == 1) {
@@ -148,7 +134,6 @@ cdef extern from *:
         attnx_adamw_f64_c(p, g, m, v, n, decay, w1, b2, w2, step, bc2, eps);
     }
     """
-    int attnx_adamw_set_level(int want)
     void attnx_adamw_f32(float *p, const float *g, float *m, float *v, Py_ssize_t n,
                          float decay, float w1, float b2, float w2, float step, float bc2,
                          float eps) noexcept nogil
@@ -157,19 +142,14 @@ cdef extern from *:
                          double bc2, double eps) noexcept nogil
 
 from attnx._blas cimport floating
+from attnx._ops cimport simd_attach, require_simd, attnx_get_level, attnx_dispatched_levels
+
+simd_attach()
 
 
-def _detected_level():
-    from attnx import _ops
-    return int(_ops.cpu_level())
-
-
-_LEVEL = attnx_adamw_set_level(_detected_level())
-
-
-def cpu_level():
-    """Level of the AdamW kernel in use: 0 portable C, 1 AVX2+FMA, 2 AVX-512F."""
-    return _LEVEL
+def dispatch_state():
+    """(SIMD level attached to this module, bit mask of levels whose kernels ran here)."""
+    return attnx_get_level(), attnx_dispatched_levels()
 
 
 # elements per thread's slab: below 2 slabs the update runs on one thread
@@ -183,6 +163,7 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
     torch.optim.AdamW's order of operations; `nthreads` OpenMP threads split the
     buffer into contiguous slabs (the caller's thread policy)."""
     cdef Py_ssize_t n = p.shape[0]
+    require_simd()
     if g.shape[0] != n or m.shape[0] != n or v.shape[0] != n:
         raise ValueError(f"p, g, m and v must have one length, got {n}, {g.shape[0]}, "
                          f"{m.shape[0]}, {v.shape[0]}")

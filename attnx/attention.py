@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
-from . import _attention, _flash
+from . import _attention, _attnargs, _flash
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
@@ -69,68 +69,51 @@ class _Last(NamedTuple):
 
 
 class _Workspace:
-    """Buffers for one (batch, Tq, Tk, cross, store, blocked, threads) signature,
-    reused across steps.
-
-    Dense path: probs holds every (Tq, Tk) probability block when store (backward
-    needs them), else one block per thread. Blocked path: probs is per-thread
-    scratch of a few key blocks and lse the per-row log-sum-exp, so memory is
-    linear in T.
-    """
+    """Buffers for one attnx._attnargs.AttnShape (batch, Tq, Tk, cross, store, path,
+    threads), reused across steps: the kernels' AttnBuffers (sized from the shape's
+    size table, see there for which fields each path uses), the layer's AttnParams,
+    the forward's input copies and the key padding mask."""
 
     x: FloatArray | None
     ctx: FloatArray | None
-    kv: FloatArray | None
-    probs: FloatArray
-    lse: FloatArray | None
-    tbuf: FloatArray | None
-    _bwd_per_thread: int
-    # backward buffers, made by for_backward
-    dzcat: FloatArray
-    dq: FloatArray
-    dkv: FloatArray | None
-    scratch: FloatArray
 
-    def __init__(self, nb: int, tq: int, tk: int, d: int, n_heads: int, cross: bool,
-                 store: bool, blocked: bool, threads: int, dtype: np.dtype[Any],
-                 fused: bool = False) -> None:
-        def e(*shape: int) -> FloatArray:
-            return np.empty(shape, dtype=dtype)
-
+    def __init__(self, shape: _attnargs.AttnShape, params: _attnargs.AttnParams) -> None:
+        self.shape = shape
+        self.bufs = _attnargs.AttnBuffers(shape)
+        self.params = params
+        self.kernels = _flash if shape.path == _attnargs.FUSED else _attention
         self.x = self.ctx = None  # copies of the public forward's inputs, made there
-        self.q = e(nb * tq, d if cross else 3 * d)
-        self.kv = e(nb * tk, 2 * d) if cross else None
-        self.zcat = e(nb * tq, d)
-        self.blocked = blocked
-        self.fused = fused
-        if fused:  # probs is the fused kernels' per-thread scratch (forward and backward)
-            self.probs = e(threads * _flash.scratch_elements(tk, d // n_heads, dtype))
-            self.lse = e(nb * n_heads * tq)
-            self.tbuf = None
-            # backward: dQ shares of heads split into key ranges (0 when not split)
-            parts = _flash.dq_parts_elements(nb, tq, tk, n_heads, d // n_heads, threads)
-            self._bwd_per_thread = -(-parts // threads)
-        elif blocked:
-            fwd, self._bwd_per_thread = _attention.blocked_scratch_sizes(tq, d // n_heads)
-            self.probs = e(threads * fwd)
-            self.lse = e(nb * n_heads * tq)
-            self.tbuf = None
-        else:
-            self.probs = e((nb * n_heads if store else threads) * tq * tk)
-            self.lse = None
-            self.tbuf = e(threads * (d // n_heads) * tk)
-            self._bwd_per_thread = tq * tk
-        self.mask = np.empty((nb, tk), dtype=np.uint8)
-        # backward buffers are made on the first backward only
-        self._has_backward = False
+        self.mask = np.empty((shape.nb, shape.tk), dtype=np.uint8)
+
+    @property
+    def q(self) -> FloatArray:
+        """Q (cross) or [Q | K | V] (self) of the last forward."""
+        q: FloatArray = self.bufs.q
+        return q
+
+    @property
+    def kv(self) -> FloatArray | None:
+        """[K | V] of the last cross-attention forward (None for self-attention)."""
+        kv: FloatArray | None = self.bufs.kv
+        return kv
+
+    @property
+    def probs(self) -> FloatArray:
+        """The dense path's attention probabilities (B*H*Tq*Tk) kept by the last
+        training forward (RuntimeError on the other paths, which keep none)."""
+        probs: FloatArray | None = self.bufs.probs
+        if probs is None or not self.keeps_probs:
+            raise RuntimeError(f"a {self.shape.path_name} workspace keeps no probabilities")
+        return probs
+
+    @property
+    def keeps_probs(self) -> bool:
+        """Whether the probabilities of the last forward are kept (dense training
+        forward); else attention_weights recomputes them from Q and K."""
+        return bool(self.shape.path == _attnargs.DENSE and self.shape.store)
 
     def for_backward(self, threads: int) -> _Workspace:
-        if not self._has_backward:
-            self.dzcat = np.empty_like(self.zcat)
-            self.dq = np.empty_like(self.q)
-            self.dkv = np.empty_like(self.kv) if self.kv is not None else None
-            self.scratch = np.empty(threads * self._bwd_per_thread, dtype=self.zcat.dtype)
-            self._has_backward = True
+        self.bufs.for_backward()
         return self
 
 
@@ -171,11 +154,11 @@ _SMALL_GEMM_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 def _blas_small_gemm() -> bool:
     """Whether scipy's OpenBLAS runs kernels with a small-matrix path (False when
     it cannot be told: the fused path is then preferred for small heads)."""
+    from ._threads import controller
     try:
-        from ._threads import controller
         libs = [i for i in controller().info() if i.get("internal_api") == "openblas"]
-    except Exception:  # threadpoolctl could not inspect this process
-        return False
+    except (OSError, RuntimeError, AttributeError, ValueError):
+        return False  # threadpoolctl could not inspect this process's libraries
     # controller() holds scipy's BLAS when it could be told apart, else every BLAS
     return bool(libs) and all(str(i.get("architecture")).lower() in _SMALL_GEMM_CORES
                               for i in libs)
@@ -345,25 +328,18 @@ class MultiHeadAttention:
                    threads: int | None = None) -> tuple[_Workspace, int]:
         threads = num_threads() if threads is None else threads
         path = self._path(tq, tk, store)
-        blocked = path == "blocked"
-        _attention.check_sizes(nb, tq, tk, self.d_model)   # BLAS int limits, before allocating
+        _attnargs.check_sizes(nb, tq, tk, self.d_model)   # BLAS int limits, before allocating
         # the blocked scratch is sized by the block sizes: they are part of the key
         key = (nb, tq, tk, cross, store, path, threads,
-               _attention.block_sizes() if blocked else None)
+               _attnargs.block_sizes() if path == "blocked" else None)
 
         def make() -> _Workspace:
-            d, h = self.d_model, self.n_heads
-            if path == "fused":
-                att = (threads * _flash.scratch_elements(tk, d // h, self.dtype) + nb * h * tq
-                       + _flash.dq_parts_elements(nb, tq, tk, h, d // h, threads))
-            elif blocked:
-                att = threads * sum(_attention.blocked_scratch_sizes(tq, d // h))
-            else:
-                att = (nb * h if store else threads) * tq * tk + threads * tq * tk
-            check_size(nbytes_of(self.dtype, att, 10 * nb * max(tq, tk) * d),
+            # the shape's size table sizes the buffers and this estimate alike
+            shape = _attnargs.AttnShape(path, nb, tq, tk, self.d_model, self.n_heads, cross,
+                                        self.causal, store, threads, self.dtype)
+            check_size(nbytes_of(self.dtype, shape.elements()),
                        f"attention over batch={nb}, Tq={tq}, Tk={tk}")
-            return _Workspace(nb, tq, tk, d, h, cross, store, blocked, threads, self.dtype,
-                              fused=path == "fused")
+            return _Workspace(shape, _attnargs.AttnParams(self._w, self._g))
 
         return self._ws.get(key, store, make), threads
 
@@ -395,20 +371,10 @@ class MultiHeadAttention:
         rc = rs = None
         if self.rope:
             rc, rs = self._rope_tables(max(tq, tk))
-        w = self._w
         run = threads if self._goes_parallel(nb, tq, tk) else 1
         with blas_single(run):
-            if ws.fused:
-                _flash.attention_forward(
-                    x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"], ws.q, ws.kv, ws.zcat,
-                    ws.lse if store else None, ws.probs, y2, nb, self.n_heads, self.causal,
-                    mask, rc, rs, residual, run)
-            else:
-                _attention.attention_forward(
-                    x2, ctx2, w["qkv"], w["bqkv"], w["o"], w["bo"],
-                    ws.q, ws.kv, ws.zcat, ws.probs, y2,
-                    nb, self.n_heads, self.causal, store, mask, rc, rs, residual, ws.lse,
-                    ws.tbuf, nthreads=run)
+            ws.kernels.attention_forward(ws.shape, ws.bufs, ws.params, x2, ctx2, mask,
+                                         None if rc is None else (rc, rs), residual, y2, run)
         if store:  # inference leaves the last training forward's state alone (thread safety)
             self._last = _Last(x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask)
 
@@ -420,22 +386,12 @@ class MultiHeadAttention:
         x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask = self._last
         # backward runs with the forward's thread count: its scratch is sized for it
         ws.for_backward(threads)
-        w, g = self._w, self._g
         run = threads if self._goes_parallel(nb, tq, tk) else 1
         with blas_single(run):
-            if ws.fused:
-                _flash.attention_backward(
-                    x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.lse, dy2, ws.dzcat,  # type: ignore[arg-type]  # fused: lse is set
-                    ws.dq, ws.dkv, ws.probs, ws.scratch, g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
-                    nb, self.n_heads, self.causal, mask, rc, rs, dx_accumulate,
-                    dctx_accumulate, run)
-                return
-            _attention.attention_backward(
-                x2, ctx2, w["qkv"], w["o"], ws.q, ws.kv, ws.zcat, ws.probs,
-                dy2, ws.dzcat, ws.dq, ws.dkv, ws.scratch,
-                g["qkv"], g["bqkv"], g["o"], g["bo"], dx2, dctx2,
-                nb, self.n_heads, self.causal, rc, rs, dx_accumulate, dctx_accumulate,
-                ws.lse, mask, ws.tbuf, nthreads=run)
+            ws.kernels.attention_backward(
+                ws.shape, ws.bufs, ws.params, x2, ctx2, mask, None if rc is None else (rc, rs),
+                dy2, dx2, dctx2, (_attnargs.ACCUMULATE_DX if dx_accumulate else 0)
+                | (_attnargs.ACCUMULATE_DCTX if dctx_accumulate else 0), run)
 
     # ---- public API ----------------------------------------------------
     def forward(self, x: npt.ArrayLike, context: npt.ArrayLike | None = None,
@@ -538,7 +494,7 @@ class MultiHeadAttention:
         out = np.empty((len(samples), len(heads), tq, tk), dtype=self.dtype)
         for i, b in enumerate(samples):
             for j, h in enumerate(heads):
-                if ws.lse is None:
+                if ws.keeps_probs:
                     out[i, j] = ws.probs[(b * h_all + h) * tq * tk:(b * h_all + h + 1) * tq * tk
                                          ].reshape(tq, tk)
                 else:

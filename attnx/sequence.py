@@ -582,7 +582,7 @@ class SequenceModel(_AttentionStack):
         else:
             dbr = dcur
         _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
-                          b.dhid, g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2"),
+                          b.dhid, (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
                           b.db, nthreads=threads)
         if pre:   # dZ~ = LN2'(db - dbr) + dcur
             k.add_sub(b.db, None, dbr, nth)

@@ -12,8 +12,8 @@
  * Three builds of the same code (attnx_flash_impl.h): portable C loops
  * (level 0), AVX2+FMA (level 1) and AVX-512F (level 2), the last two through
  * per-function target attributes so the extension needs no -march flag and
- * loads on any x86-64. attnx_flash_set_level() picks one at import; the
- * callers pass the level attnx._ops detected (ATTNX_SIMD caps it).
+ * loads on any x86-64. The level is the module's attnx_simd.h dispatch state
+ * (simd_attach() at import: the level attnx._ops detected, ATTNX_SIMD caps it).
  */
 #ifndef ATTNX_FLASH_H
 #define ATTNX_FLASH_H
@@ -24,19 +24,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Query rows and keys per block. BK must be a multiple of the tile widths. */
-#define ATTNX_FL_BQ 32
-#define ATTNX_FL_BK 128
-/* Query blocks that share one sweep over the key blocks (forward and backward). */
-#define ATTNX_FL_QG 4
-#define ATTNX_FL_PAD(n, w) (((n) + (w) - 1) / (w) * (w))
-/* Row stride of the (d_head, keys) transposes (K^T, V^T, dK^T, dV^T): from 256 keys
- * on, one cache line (2 narrow tiles) more than the keys. A tile reads up to
- * d_head rows of them at once; with the bare key count the stride is a power of
- * two at the usual lengths (2048 keys: 8 KB; 16384: 64 KB), every row then falls in
- * the same L1 set and, from 64 KB, into two L2 sets: the tiles thrashed both
- * caches (16384 keys ran 5-7x slower than 8192, for 4x the work). */
-#define ATTNX_FL_LDT(tkp, w) ((tkp) >= 256 ? (tkp) + 2 * (w) : (tkp))
+#include "attnx_math.h"   /* attnx_level(): the module's dispatch state */
+
+#include "attnx_flash_sizes.h"
 
 #if defined(_OPENMP) || defined(ATTNX_OMP_SIMD)
 #define FL_PRAGMA(x) _Pragma(#x)
@@ -54,10 +44,6 @@
 #define FL_SCALEF_PS 0   /* exp through vscalefps/pd: the AVX-512 builds only (redefined */
 #define FL_SCALEF_PD 0   /* there) */
 
-/* ---- per-type constants (the narrow tile is 32 bytes wide for both types,
- * so padding does not depend on the level) */
-#define FL_NRN_f32 8
-#define FL_NRN_f64 4
 
 /* ================================================================ float32 */
 #define FL_T float
@@ -246,49 +232,15 @@
 
 /* ================================================================ dispatch */
 
-/* 0 = portable C, 1 = AVX2+FMA, 2 = AVX-512F; set once at import. */
-static int attnx_flash_level = 0;
-
-/* Use level `want` (what attnx._ops detected, capped by ATTNX_SIMD) if this CPU
- * and this build have it; returns the level in use. */
-static int attnx_flash_set_level(int want)
-{
-    int lvl = 0;
-#ifdef ATTNX_FL_X86
-    __builtin_cpu_init();
-    if (want >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        lvl = 1;
-    if (want >= 2 && lvl == 1 && __builtin_cpu_supports("avx512f"))
-        lvl = 2;
-#else
-    (void) want;
-#endif
-    attnx_flash_level = lvl;
-    return lvl;
-}
-
-/* Scratch elements per thread (nrn: the narrow tile width of the type). */
-static inline ptrdiff_t attnx_flash_fwd_scratch(int tk, int dh, int nrn)
-{
-    ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk > 0 ? tk : 1, nrn);
-    return (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK
-           + (ptrdiff_t) ATTNX_FL_QG * ATTNX_FL_BQ * (dhp + 2)
-           + (ptrdiff_t) dh * ATTNX_FL_LDT(tkp, nrn) + tkp * dhp;
-}
-
-static inline ptrdiff_t attnx_flash_bwd_scratch(int tk, int dh, int nrn)
-{
-    ptrdiff_t dhp = ATTNX_FL_PAD(dh, nrn), tkp = ATTNX_FL_PAD(tk, nrn);
-    return 2 * (ptrdiff_t) ATTNX_FL_BQ * ATTNX_FL_BK
-           + (ptrdiff_t) ATTNX_FL_QG * ATTNX_FL_BQ * (dhp + 1)
-           + 4 * (ptrdiff_t) dh * ATTNX_FL_LDT(tkp, nrn) + tkp * dhp;
-}
-
+/* The level is this module's copy of attnx_simd.h's dispatch state (attnx_level():
+ * 0 = portable C, 1 = AVX2+FMA, 2 = AVX-512F), set at import by simd_attach() like
+ * every other kernel module's; the Cython entry points refuse to run unattached. */
 #ifdef ATTNX_FL_X86
 #define FL_DISPATCH(fn, sfx, args)                                                    \
     do {                                                                              \
-        if (attnx_flash_level == 2) fn##_##sfx##_avx512 args;                         \
-        else if (attnx_flash_level == 1) fn##_##sfx##_avx2 args;                      \
+        int fl_level_ = attnx_level();                                                \
+        if (fl_level_ == 2) fn##_##sfx##_avx512 args;                                 \
+        else if (fl_level_ == 1) fn##_##sfx##_avx2 args;                              \
         else fn##_##sfx##_c args;                                                     \
     } while (0)
 #else

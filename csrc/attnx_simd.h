@@ -470,13 +470,15 @@ ATTNX_MSE_AVX2(double, f64)
 #endif
 
 /* Dispatch level of THIS extension module's copy of the kernels: 0 = portable
- * C, 1 = AVX2+FMA, 2 = AVX-512F. Every extension that includes this header gets
- * its own copy of these statics; the CPU is examined once, by attnx._ops
- * (attnx_detect_cpu), and each module copies that level at import through
- * simd_attach() in attnx/_ops.pxd. A module that never attaches stays at 0
- * (portable, correct, slow) and the dispatch test catches it.
+ * C, 1 = AVX2+FMA, 2 = AVX-512F; -1 = not attached. Every extension that includes
+ * this header gets its own copy of these statics; the CPU is examined once, by
+ * attnx._ops (attnx_detect_cpu), and each module copies that level at import
+ * through simd_attach() in attnx/_ops.pxd. This is the one dispatch mechanism of
+ * attnx (softmax, exp, SiLU, the fused attention kernels, AdamW). A module that
+ * never attaches stays at -1 and its Python entry points raise RuntimeError
+ * (require_simd() in attnx/_ops.pxd) instead of silently running portable code.
  * attnx_dispatched records which levels' kernels actually ran here (bit L). */
-static int attnx_cpu_level = 0;
+static int attnx_cpu_level = -1;
 static int attnx_dispatched = 0;
 
 ATTNX_UNUSED static int attnx_detect_cpu(int max_level)
@@ -508,6 +510,8 @@ ATTNX_UNUSED static int attnx_dispatched_levels(void) { return attnx_dispatched;
 static inline int attnx_level(void)
 {
     int level = attnx_cpu_level;
+    if (level < 0)      /* not attached: the entry points refuse before this */
+        return 0;
 #if defined(__GNUC__) || defined(__clang__)
     if (!(__atomic_load_n(&attnx_dispatched, __ATOMIC_RELAXED) & (1 << level)))
         __atomic_fetch_or(&attnx_dispatched, 1 << level, __ATOMIC_RELAXED);

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _flash, _ops
+from attnx import _attnargs, _flash, _ops, _testing
 from attnx.attention import FUSED_MAX_D_HEAD
 from conftest import rel_err
 from gradcheck import check_grads
@@ -225,7 +225,7 @@ def test_softmax_exp_accuracy_and_specials(dtype, shift):
     lo = (-125 if f32 else -1021) * np.log(2.0)           # below it: exactly 0
     x = np.concatenate([np.linspace(lo + 0.01, 0, 20011), [0.0, -1e-30, -np.inf, np.nan]])
     x = (x + shift).astype(dtype)
-    y = _flash.exp_array(x, shift)
+    y = _testing.flash_exp(x, shift)
     d = x.astype(np.float64) - shift
     ref = np.exp(d)
     fin = np.isfinite(x)
@@ -238,7 +238,7 @@ def test_softmax_exp_accuracy_and_specials(dtype, shift):
     if shift == 0.0:
         assert y[x == 0].tolist() == [1.0, 1.0]     # the row's max gets exactly 1
     tiny = np.array([lo - 0.01, lo - 5, -1e30], dtype=dtype) + dtype(shift)
-    assert (_flash.exp_array(tiny, shift) == 0).all()
+    assert (_testing.flash_exp(tiny, shift) == 0).all()
 
 
 _LEVEL_SCRIPT = r"""
@@ -268,7 +268,7 @@ for dtype, (nb, tq, tk, d, h), causal, mask, cross in [
     e = float(np.abs(y - ref).max() / np.abs(ref).max())
     name = np.dtype(dtype).name
     errs[name] = max(errs.get(name, 0.0), e)
-print(json.dumps({"level": _flash.cpu_level(), "errs": errs}))
+print(json.dumps({"level": _flash.dispatch_state()[0], "errs": errs}))
 """
 
 
@@ -292,16 +292,19 @@ def test_every_simd_level(level):
     assert res["errs"]["float32"] < 2e-5, res
 
 
-def test_scratch_is_checked():
+def test_workspace_of_another_shape_is_refused():
+    """The fused entry checks its buffers' shape (not only their sizes) and every
+    weight and gradient shape through the layer's AttnParams."""
     layer = attnx.MultiHeadAttention(16, 2, attention="fused")
     x = np.zeros((1, 4, 16), np.float32)
     layer.forward(x)
     ws = layer._last[5]
-    with pytest.raises(ValueError, match="scratch"):
-        _flash.attention_forward(ws.x, None, layer._w["qkv"], None, layer._w["o"], None,
-                                 ws.q, None, ws.zcat, ws.lse, ws.probs[:3],
-                                 np.empty((4, 16), np.float32), 1, 2, False, None, None, None,
-                                 None, 1)
+    small = _attnargs.AttnBuffers(_attnargs.AttnShape("fused", 1, 3, 3, 16, 2, False, False,
+                                                      True, ws.shape.threads, np.float32))
+    with pytest.raises(ValueError, match="buffers were made for"):
+        _flash.attention_forward(ws.shape, small, ws.params, ws.x, None, None, None, None,
+                                 np.empty((4, 16), np.float32), 1)
+    assert ws.params.weights["qkv"] is layer._w["qkv"]
 
 
 # one or two heads whose keys span several key blocks: the backward splits each
@@ -319,7 +322,9 @@ def test_key_split_backward_matches_torch(torch, dtype, opts, shape, rng):
     from threadpoolctl import threadpool_limits
     nb, tq, tk, d, h = shape
     tk_eff = tk if opts.get("cross") else tq
-    assert _flash.dq_parts_elements(nb, tq, tk_eff, h, d // h, 2) > 0   # really split
+    split = _attnargs.AttnShape("fused", nb, tq, tk_eff, d, h, bool(opts.get("cross")),
+                                False, True, 2, dtype)
+    assert split.n_dq_parts > 0   # really split
     with threadpool_limits(2, user_api="openmp"):
         test_fused_matches_torch(torch, dtype, opts, shape, rng)
 
@@ -351,8 +356,9 @@ for n in (1, 2, 2, 1):
     outs[n] = out
 a, b = outs[1], outs[2]
 assert np.abs(a[0] - b[0]).max() <= 1e-6 * np.abs(a[0]).max()
-from attnx import _flash
-assert _flash.dq_parts_elements(1, 300, 300, 2, 16, 2) > 0   # two threads split the heads
+from attnx import _attnargs
+assert _attnargs.AttnShape("fused", 1, 300, 300, 32, 2, False, True, True, 2,
+                           np.float32).n_dq_parts > 0   # two threads split the heads
 for u, v in zip(a[1:], b[1:]):
     err = np.abs(u - v).max() / np.abs(u).max()
     assert err < 1e-5, err

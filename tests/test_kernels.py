@@ -10,14 +10,14 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import attnx
-from attnx import _ops
+from attnx import _attnargs, _ops, _testing
 from conftest import rel_err
 from reference import mha_numpy
 
 
 def test_exp_f32_accuracy():
     x = np.concatenate([np.linspace(-87, 0, 200001), np.linspace(0, 88, 20001)]).astype(np.float32)
-    got = _ops.exp_f32(x).astype(np.float64)
+    got = _testing.exp_f32(x).astype(np.float64)
     ref = np.exp(x.astype(np.float64))
     rel = np.abs(got - ref) / ref
     assert rel.max() < 5e-7, rel.max()   # a few float32 ulps (ulp = 1.2e-7 relative)
@@ -25,15 +25,15 @@ def test_exp_f32_accuracy():
 
 def test_exp_f64_accuracy():
     x = np.concatenate([np.linspace(-700, 0, 300001), np.linspace(0, 700, 30001)])
-    got = _ops.exp_f64(x)
+    got = _testing.exp_f64(x)
     rel = np.abs(got - np.exp(x)) / np.exp(x)
     assert rel.max() < 1e-15, rel.max()   # a few float64 ulps (2.2e-16 each)
-    assert np.all(_ops.exp_f64(np.array([-np.inf, -1e300, -750.0])) == 0.0)
+    assert np.all(_testing.exp_f64(np.array([-np.inf, -1e300, -750.0])) == 0.0)
 
 
 def test_exp_f32_underflow_is_exact_zero():
     x = np.array([-np.inf, -1e30, -100.0, -87.5, -86.0], dtype=np.float32)
-    got = _ops.exp_f32(x)
+    got = _testing.exp_f32(x)
     assert np.all(got[:4] == 0.0)
     assert got[4] > 0
 
@@ -47,13 +47,13 @@ def test_lower_simd_levels_match_reference(level, opts, tmp_path):
 import numpy as np, attnx, sys
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 from reference import mha_numpy
-from attnx import _ops
+from attnx import _ops, _testing
 assert _ops.cpu_level() <= {level}
 x = np.linspace(-87, 10, 100003).astype(np.float32)
-e = np.abs(_ops.exp_f32(x) / np.exp(x.astype(np.float64)) - 1).max()
+e = np.abs(_testing.exp_f32(x) / np.exp(x.astype(np.float64)) - 1).max()
 assert e < 5e-7, e
 x = np.linspace(-700, 10, 100003)
-e = np.abs(_ops.exp_f64(x) / np.exp(x) - 1).max()
+e = np.abs(_testing.exp_f64(x) / np.exp(x) - 1).max()
 assert e < 1e-15, e
 layer = attnx.MultiHeadAttention(16, 4, random_state=0, **{opts!r})
 x = np.random.default_rng(0).normal(size=(3, 70, 16)).astype(np.float32)
@@ -167,16 +167,16 @@ def test_blas_int_limit_is_a_clear_error():
     """BLAS takes 32-bit ints: a GEMM dimension or leading dimension beyond 2**31 - 1
     is a ValueError naming it, raised before any allocation or work (checked with
     sizes only, nothing this large is allocated)."""
-    from attnx import _attention, _blas
+    from attnx import _blas
     _blas.check_blas_int("x", m=2**31 - 1, n=5)          # the largest that fits
     with pytest.raises(ValueError, match=r"m = 2147483648 exceeds 2147483647"):
         _blas.check_blas_int("x", m=2**31)
     with pytest.raises(ValueError, match=r"batch\*Tq = 4294967296"):
-        _attention.check_sizes(65536, 65536, 16, 8)
+        _attnargs.check_sizes(65536, 65536, 16, 8)
     with pytest.raises(ValueError, match=r"batch\*Tk"):
-        _attention.check_sizes(2, 16, 2**31, 8)
+        _attnargs.check_sizes(2, 16, 2**31, 8)
     with pytest.raises(ValueError, match=r"3\*d_model"):
-        _attention.check_sizes(1, 16, 16, 2**30)
+        _attnargs.check_sizes(1, 16, 16, 2**30)
     # the layer checks before it sizes (or allocates) any workspace
     layer = attnx.MultiHeadAttention(8, 2, attention="blocked")
     with pytest.raises(ValueError, match=r"batch\*Tq"):
@@ -187,75 +187,167 @@ def test_blas_int_limit_is_a_clear_error():
 def test_block_sizes_changed_after_a_forward(rng):
     """set_block_sizes after a forward: the next forward gets scratch of the new size
     (block sizes are in the workspace key) and the results stay right."""
-    from attnx import _attention
     layer = attnx.MultiHeadAttention(16, 2, causal=True, attention="blocked", random_state=0)
     x = rng.normal(size=(3, 300, 16)).astype(np.float32)
     ref = mha_numpy(layer.params, x, 2, causal=True)
-    old = _attention.block_sizes()
+    old = _attnargs.block_sizes()
     try:
         y1 = layer.forward(x)
-        _attention.set_block_sizes(256, 512)        # larger than the scratch made above
+        _testing.set_block_sizes(256, 512)        # larger than the scratch made above
         y2 = layer.forward(x)
+        assert layer._last[5].shape.block_sizes == (256, 512)
         dx2 = layer.backward(np.ones_like(y2))
-        _attention.set_block_sizes(16, 8)           # smaller, ragged against T = 300
+        _testing.set_block_sizes(16, 8)           # smaller, ragged against T = 300
         y3 = layer.forward(x)
         dx3 = layer.backward(np.ones_like(y3))
     finally:
-        _attention.set_block_sizes(*old)
+        _testing.set_block_sizes(*old)
     for y in (y1, y2, y3):
         assert rel_err(y, ref) < 2e-5
     assert rel_err(dx3, dx2) < 1e-4
 
 
-def _kernel_args(nb=2, t=40, d=8, h=2, store=True, blocked=False, threads=1,
-                 probs=None, tbuf=None, lse=None):
-    f = np.float32
+def _kernel_call(path="dense", nb=2, t=40, d=8, h=2, store=True, threads=1, bias=False,
+                 dtype=np.float32):
+    """A shape, its buffers, parameters and per-call arrays for a direct kernel call."""
+    f = dtype
+    shape = _attnargs.AttnShape(path, nb, t, t, d, h, False, False, store, threads, f)
+    bufs = _attnargs.AttnBuffers(shape)
+    w = {"qkv": np.full((d, 3 * d), 0.1, f), "o": np.full((d, d), 0.1, f),
+         "bqkv": np.zeros(3 * d, f) if bias else None, "bo": np.zeros(d, f) if bias else None}
+    g = {k: None if v is None else np.empty_like(v) for k, v in w.items()}
+    params = _attnargs.AttnParams(w, g)
     x = np.ones((nb * t, d), f)
-    w_qkv = np.ones((d, 3 * d), f) * 0.1
-    w_o = np.ones((d, d), f) * 0.1
-    qbuf = np.empty((nb * t, 3 * d), f)
-    zcat = np.empty((nb * t, d), f)
     y = np.empty((nb * t, d), f)
-    if probs is None:
-        probs = np.empty((nb * h if store else threads) * t * t, f)
-    if tbuf is None and not blocked:
-        tbuf = np.empty(threads * (d // h) * t, f)
-    return (x, None, w_qkv, None, w_o, None, qbuf, None, zcat, probs, y, nb, h, False,
-            store, None, None, None), dict(lse=lse, tbuf=tbuf, nthreads=threads)
+    return shape, bufs, params, x, y
 
 
-def test_kernels_check_their_scratch_before_work():
-    """Handed scratch too small for the sizes, block sizes or thread count, a kernel
-    raises ValueError before touching memory (before, it wrote past the buffer)."""
-    from attnx import _attention
-    args, kw = _kernel_args()
-    _attention.attention_forward(*args, **kw)       # right sizes: runs
-    args, kw = _kernel_args(probs=np.empty(10, np.float32))
-    with pytest.raises(ValueError, match="probs"):
-        _attention.attention_forward(*args, **kw)
-    args, kw = _kernel_args(store=False, threads=1)
-    kw["nthreads"] = 4                               # scratch made for one thread
-    with pytest.raises(ValueError, match="probs|tbuf"):
-        _attention.attention_forward(*args, **kw)
-    args, kw = _kernel_args(tbuf=np.empty(3, np.float32))
-    with pytest.raises(ValueError, match="tbuf"):
-        _attention.attention_forward(*args, **kw)
-    args, kw = _kernel_args()
-    kw["nthreads"] = 0
+def _kernels(shape):
+    from attnx import _attention, _flash
+    return _flash if shape.path == _attnargs.FUSED else _attention
+
+
+@pytest.mark.parametrize("path", ["dense", "blocked", "fused"])
+def test_kernels_check_every_argument_before_work(path):
+    """Every entry point (dense, blocked, fused alike) checks its shapes, buffers,
+    parameters and per-call arrays before touching memory: ValueError (or TypeError)
+    naming the argument."""
+    shape, bufs, params, x, y = _kernel_call(path)
+    k = _kernels(shape)
+    k.attention_forward(shape, bufs, params, x, None, None, None, None, y, 1)   # runs
+    bad_x = np.ones((2 * 39, 8), np.float32)
+    with pytest.raises(ValueError, match="x must have shape"):
+        k.attention_forward(shape, bufs, params, bad_x, None, None, None, None, y, 1)
+    with pytest.raises(ValueError, match="y must have shape"):
+        k.attention_forward(shape, bufs, params, x, None, None, None, None, y[:-1], 1)
+    with pytest.raises(ValueError, match="y must be float32"):
+        k.attention_forward(shape, bufs, params, x, None, None, None, None,
+                            y.astype(np.float64), 1)
+    with pytest.raises(ValueError, match="residual"):
+        k.attention_forward(shape, bufs, params, x, None, None, None, x[:, :4].copy(), y, 1)
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        k.attention_forward(shape, bufs, params, x, None, np.zeros((2, 39), np.uint8), None,
+                            None, y, 1)
+    with pytest.raises(ValueError, match="ctx must be None"):
+        k.attention_forward(shape, bufs, params, x, x, None, None, None, y, 1)
+    cos = np.ones((40, 2), np.float32)
+    with pytest.raises(ValueError, match="rope sin"):
+        k.attention_forward(shape, bufs, params, x, None, None, (cos, cos[:39]), None, y, 1)
+    with pytest.raises(ValueError, match="nthreads"):     # scratch made for one thread
+        k.attention_forward(shape, bufs, params, x, None, None, None, None, y, 2)
     with pytest.raises(ValueError, match="nthreads"):
-        _attention.attention_forward(*args, **kw)
-    # blocked: scratch sized for 128x128 blocks, then the block sizes grow
-    old = _attention.block_sizes()
-    fwd, _ = _attention.blocked_scratch_sizes(40, 4)
-    args, kw = _kernel_args(blocked=True, probs=np.empty(fwd, np.float32),
-                            lse=np.empty(2 * 2 * 40, np.float32))
-    _attention.attention_forward(*args, **kw)
-    try:
-        _attention.set_block_sizes(256, 256)
-        with pytest.raises(ValueError, match="blocked scratch"):
-            _attention.attention_forward(*args, **kw)
-    finally:
-        _attention.set_block_sizes(*old)
+        k.attention_forward(shape, bufs, params, x, None, None, None, None, y, 0)
+    other, obufs, oparams, *_ = _kernel_call(path, t=20)
+    with pytest.raises(ValueError, match="buffers were made for"):
+        k.attention_forward(shape, obufs, params, x, None, None, None, None, y, 1)
+    _, _, wide, _, _ = _kernel_call(path, d=16)
+    with pytest.raises(ValueError, match="params of width 16"):
+        k.attention_forward(shape, bufs, wide, x, None, None, None, None, y, 1)
+    with pytest.raises(TypeError):
+        k.attention_forward(shape, bufs, None, x, None, None, None, None, y, 1)
+    # backward: the backward part of the buffers first, then dy, dx
+    with pytest.raises(ValueError, match="for_backward"):
+        k.attention_backward(shape, bufs, params, x, None, None, None, y, None, None, 0, 1)
+    bufs.for_backward()
+    k.attention_backward(shape, bufs, params, x, None, None, None, y, np.empty_like(x), None,
+                         0, 1)
+    with pytest.raises(ValueError, match="dy must have shape"):
+        k.attention_backward(shape, bufs, params, x, None, None, None, y[1:], None, None, 0, 1)
+    ro = np.empty_like(x)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="dx must be writeable"):
+        k.attention_backward(shape, bufs, params, x, None, None, None, y, ro, None, 0, 1)
+    # the other family's entry refuses this shape
+    from attnx import _attention, _flash
+    wrong = _attention if k is _flash else _flash
+    with pytest.raises(ValueError, match="fused"):
+        wrong.attention_forward(shape, bufs, params, x, None, None, None, None, y, 1)
+
+
+def test_params_check_weight_bias_and_gradient_shapes():
+    """AttnParams checks every weight, bias and gradient once (the fused path's
+    entry took them unchecked before)."""
+    f = np.float32
+    d = 8
+    w = {"qkv": np.ones((d, 3 * d), f), "o": np.ones((d, d), f), "bqkv": np.zeros(3 * d, f),
+         "bo": np.zeros(d, f)}
+    g = {k: np.empty_like(v) for k, v in w.items()}
+    _attnargs.AttnParams(w, g)
+    for which, key, bad, match in [
+            ("w", "qkv", np.ones((d, 2 * d), f), r"weights\['qkv'\] must have shape \(8, 24\)"),
+            ("w", "bqkv", np.zeros(2 * d, f), r"weights\['bqkv'\]"),
+            ("g", "o", np.ones((d, d + 1), f), r"grads\['o'\]"),
+            ("g", "bo", None, "both None"),
+            ("g", "qkv", np.ones((d, 3 * d), np.float64), "float32"),
+            ("g", "qkv", np.ones((3 * d, d), f).T, "shape|C-contiguous")]:
+        ww, gg = dict(w), dict(g)
+        (ww if which == "w" else gg)[key] = bad
+        with pytest.raises(ValueError, match=match):
+            _attnargs.AttnParams(ww, gg)
+    ro = {k: v.copy() for k, v in g.items()}
+    ro["o"].flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        _attnargs.AttnParams(w, ro)
+
+
+def test_shape_checks_sizes_first():
+    """AttnShape checks its sizes before anything is computed from them (no
+    `rows // nb` of unchecked numbers) and refuses what does not fit."""
+    with pytest.raises(ValueError, match="n_heads dividing"):
+        _attnargs.AttnShape("dense", 2, 4, 4, 10, 3, False, False, True, 1, np.float32)
+    with pytest.raises(ValueError, match="positive"):
+        _attnargs.AttnShape("fused", 0, 4, 4, 8, 2, False, False, True, 1, np.float32)
+    with pytest.raises(ValueError, match="tk == tq"):
+        _attnargs.AttnShape("fused", 1, 4, 5, 8, 2, False, False, True, 1, np.float32)
+    with pytest.raises(ValueError, match="path"):
+        _attnargs.AttnShape("flash", 1, 4, 4, 8, 2, False, False, True, 1, np.float32)
+    with pytest.raises(ValueError, match="dtype"):
+        _attnargs.AttnShape("dense", 1, 4, 4, 8, 2, False, False, True, 1, np.float16)
+    with pytest.raises(ValueError, match="threads"):
+        _attnargs.AttnShape("dense", 1, 4, 4, 8, 2, False, False, True, 0, np.float32)
+
+
+@pytest.mark.parametrize("path", ["dense", "blocked", "fused"])
+@pytest.mark.parametrize("store", [True, False])
+@pytest.mark.parametrize("cross", [True, False])
+def test_size_table_is_what_is_allocated(path, store, cross):
+    """The shape's size table is the one source of every buffer size: the buffers
+    hold exactly its counts, and elements() (the memory estimate) is their sum."""
+    tk = 24 if cross else 16
+    shape = _attnargs.AttnShape(path, 3, 16, tk, 16, 2, cross, True, store, 2, np.float64)
+    bufs = _attnargs.AttnBuffers(shape)
+    if store:
+        bufs.for_backward()
+    total = shape.n_inputs
+    for name in ("q", "kv", "zcat", "probs", "tbuf", "lse", "fwd_scratch", "dzcat", "dq",
+                 "dkv", "bwd_scratch", "dq_parts"):
+        a = getattr(bufs, name)
+        n = getattr(shape, "n_" + name)
+        assert (0 if a is None else a.size) == n, name
+        total += n
+    assert shape.elements() == total
+    assert (bufs.probs is not None) == (path == "dense")
+    assert (bufs.lse is not None) == (path == "blocked" or (path == "fused" and store))
 
 
 def test_mlp_kernel_checks_shapes():

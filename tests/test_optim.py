@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _ops, _optim
+from attnx import _ops, _optim, _testing
 
 TOL = {np.float32: 2e-6, np.float64: 1e-14}
 HYPER = (1e-2, 0.9, 0.999, 1e-8, 0.05)   # lr, beta1, beta2, eps, weight_decay
@@ -37,14 +37,14 @@ def _state(n, dtype, seed=0):
 @pytest.mark.parametrize("n", [1, 7, 16, 17, 1000, 200003])
 def test_matches_float64_formula(dtype, n):
     """Five steps from one state against the formula in float64, and against the
-    scalar loop in attnx._ops, on lengths that leave vector tails and several slabs."""
+    plain loop of attnx._testing, on lengths that leave vector tails and several slabs."""
     p, m, v, rng = _state(n, dtype)
     p2, m2, v2 = p.copy(), m.copy(), v.copy()
     for t in range(1, 6):
         g = rng.normal(size=n).astype(dtype)
         ref = _adamw_numpy(p, g, m, v, *HYPER, t)
         _optim.adamw_step(p, g, m, v, *HYPER, t, nthreads=2)
-        _ops.adamw_step(p2, g, m2, v2, *HYPER, t, 1)
+        _testing.adamw_reference(p2, g, m2, v2, *HYPER, t, 1)
         for a, r in zip((p, m, v), ref):
             assert np.max(np.abs(a - r)) <= TOL[dtype] * max(np.max(np.abs(r)), 1e-30)
         for a, b in zip((p, m, v), (p2, m2, v2)):
@@ -72,6 +72,19 @@ def test_bad_arguments():
         _optim.adamw_step(p, p.copy(), p.copy(), p.copy(), *HYPER, 0)
     with pytest.raises(ValueError, match="nthreads"):
         _optim.adamw_step(p, p.copy(), p.copy(), p.copy(), *HYPER, 1, nthreads=0)
+
+
+def test_reference_checks_lengths():
+    """The test hook's plain AdamW loop checks its buffers like the kernel (before, it
+    read and wrote past a shorter g, m or v)."""
+    p = np.zeros(4, np.float32)
+    for short in range(3):
+        bufs = [p.copy(), p.copy(), p.copy()]
+        bufs[short] = np.zeros(3, np.float32)
+        with pytest.raises(ValueError, match="one length"):
+            _testing.adamw_reference(p, *bufs, *HYPER, 1, 1)
+    with pytest.raises(ValueError, match="step"):
+        _testing.adamw_reference(p, p.copy(), p.copy(), p.copy(), *HYPER, 0, 1)
 
 
 def test_adamw_hyperparameters_any_finite_real():
@@ -116,7 +129,7 @@ for dtype in (np.float32, np.float64):
     _optim.adamw_step(p, g, m, v, *HYPER, 3)
     errs[np.dtype(dtype).name] = max(float(np.max(np.abs(a - r)) / np.max(np.abs(r)))
                                      for a, r in zip((p, m, v), ref))
-print(json.dumps({"level": _optim.cpu_level(), "errs": errs}))
+print(json.dumps({"level": _optim.dispatch_state()[0], "errs": errs}))
 """
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _attention, _flash, _mlp, _ops, _optim
+from attnx import _attention, _flash, _mlp, _ops, _optim, _testing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMES = {0: "portable", 1: "avx2", 2: "avx512"}
@@ -44,11 +44,11 @@ CHILD = r"""
 import json, sys
 import numpy as np
 import attnx
-from attnx import _attention, _flash, _mlp, _ops, _optim
+from attnx import _ops, _testing
 
 out = {}
 rng = np.random.default_rng(7)
-_attention.set_block_sizes(32, 24)   # several query and key blocks at these lengths
+_testing.set_block_sizes(32, 24)   # several query and key blocks at these lengths
 for dt in (np.float32, np.float64):
     tag = np.dtype(dt).name
     for path in ("dense", "blocked", "fused"):
@@ -95,8 +95,8 @@ special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.
                    dtype=np.float64)
 f64 = np.tile(np.linspace(-5, 5, 37), 3)
 f64[::7] = special[np.arange(len(f64[::7])) % len(special)]
-out["exp_f64"] = _ops.exp_f64(np.concatenate([f64, [800.0, 709.7, -708.5]]))
-out["exp_f32"] = _ops.exp_f32(f64.astype(np.float32))
+out["exp_f64"] = _testing.exp_f64(np.concatenate([f64, [800.0, 709.7, -708.5]]))
+out["exp_f32"] = _testing.exp_f32(f64.astype(np.float32))
 
 # float32 score overflow: huge queries and keys make scores of +-inf
 for path in ("dense", "blocked", "fused"):
@@ -107,8 +107,7 @@ for path in ("dense", "blocked", "fused"):
 
 np.savez(sys.argv[1], **out)
 print(json.dumps({"level": _ops.simd_level(), "name": _ops.simd_level_name(),
-                  "modules": dispatching_modules(),
-                  "own_dispatch": {"_flash": _flash.cpu_level(), "_optim": _optim.cpu_level()}}))
+                  "modules": dispatching_modules()}))
 """
 
 # Every compiled attnx module that includes attnx_math.h exposes dispatch_state()
@@ -129,8 +128,9 @@ def dispatching_modules():
                 break
     return found
 """
-# modules whose kernels the workload above certainly runs
-EXERCISED = ("_ops", "_attention", "_mlp")
+# modules whose kernels the workload above certainly runs (all through the one
+# dispatch mechanism of csrc/attnx_simd.h: the fused kernels and AdamW included)
+EXERCISED = ("_ops", "_attention", "_mlp", "_flash", "_optim", "_testing")
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,9 +167,6 @@ def test_requested_level_is_reached(level, levels):
             assert ran == 1 << expect, f"{module} ran levels mask {ran:#b}, expected {expect}"
         else:   # a module the workload may not reach: whatever ran, ran at this level
             assert ran in (0, 1 << expect), f"{module} ran levels mask {ran:#b}"
-    # the fused attention and AdamW kernels keep their own dispatch, set from _ops's level
-    for module, level_used in state["own_dispatch"].items():
-        assert level_used == expect, (module, state)
 
 
 TOL = {"float32": 5e-5, "float64": 1e-12}
@@ -261,7 +258,27 @@ def test_level_of_this_process():
     for name, (attached, ran) in ns["dispatching_modules"]().items():
         assert attached == expect, name
         assert ran in (0, 1 << expect), name
-    for mod in (_attention, _mlp):
+    for mod in (_attention, _mlp, _flash):
         assert mod.dispatch_state()[1] == 1 << expect, mod.__name__
-    assert _flash.cpu_level() == _optim.cpu_level() == expect
+    assert _optim.dispatch_state()[0] == expect
     print(f"SIMD level in this process: {expect} ({NAMES[expect]})")
+
+
+def test_unattached_module_fails_loudly():
+    """A module whose dispatch state was never attached (level -1) refuses to run its
+    kernels with RuntimeError instead of silently running the portable code; attached
+    again, it runs."""
+    x = np.linspace(-3, 0, 11)
+    level = _testing.dispatch_state()[0]
+    assert level >= 0
+    _testing.simd_detach()
+    try:
+        assert _testing.dispatch_state()[0] == -1
+        with pytest.raises(RuntimeError, match="simd_attach"):
+            _testing.exp_f64(x)
+        with pytest.raises(RuntimeError, match="simd_attach"):
+            _testing.exp_f32(x.astype(np.float32))
+    finally:
+        _testing.simd_reattach()
+    assert _testing.dispatch_state()[0] == level
+    np.testing.assert_allclose(_testing.exp_f64(x), np.exp(x), rtol=1e-14)
