@@ -264,6 +264,8 @@ def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -
         if name == "weight_decay":  # the end of AdamW's group
             c.lr, c.betas, c.eps, c.weight_decay = _check_hyper(c.lr, c.betas, c.eps,
                                                                 c.weight_decay)
+        elif name == "positional" and c.rope and c.positional == "sinusoidal":
+            c.positional = "rope"   # rope=True replaces the default sinusoidal positions
         elif name == "positional" and c.rope and c.positional not in ("none", "rope"):
             raise ValueError(f"rope=True is positional='rope'; it cannot be combined with "
                              f"positional={c.positional!r}")

@@ -68,11 +68,11 @@ def default_window(lengths: list[int], horizon: int, season: int) -> int:
     typical (median) series leaves before its last horizon, never under 2 * horizon or
     8 steps.
 
-        W = min(max(4 * horizon, 4 * season, 64), median(T_i) - horizon)
+        W = min(max(3 * horizon, 4 * season, 64), median(T_i) - horizon)
         W = max(W, 2 * horizon, 8)
     """
     med = int(np.median(lengths))
-    w = min(max(4 * horizon, 4 * season, 64), med - horizon)
+    w = min(max(3 * horizon, 4 * season, 64), med - horizon)
     return int(max(w, 2 * horizon, 8))
 
 

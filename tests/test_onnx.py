@@ -9,6 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from legacy_defaults import OLD  # noqa: F401
 import attnx
 import attnx.onnx as aonnx
 from conftest import rel_err
@@ -93,8 +94,8 @@ def test_estimators_match_predict(dtype, tmp_path):
                                        + (X[:, 0, 1] > 0.5)]
     cases = [
         (attnx.AttentionRegressor(2, epochs=2, random_state=0, dtype=dtype, causal=True), X),
-        (attnx.TransformerRegressor(2, n_layers=1, epochs=2, random_state=0, dtype=dtype,
-                                    rope=True), X),
+        (attnx.TransformerRegressor(2, n_layers=1, **{**OLD, "epochs": 2}, random_state=0,
+                                    dtype=dtype, rope=True), X),       # the bare X -> Y model
         (attnx.TransformerRegressor(2, n_layers=1, d_model=8, norm="pre", epochs=2,
                                     random_state=0, dtype=dtype), X[:, :, :2].mean(axis=1)),
         (attnx.TransformerRegressor(2, n_layers=1, d_model=8, epochs=2, pooling="last",

@@ -56,7 +56,7 @@ def test_scale_and_patches():
 
 def test_default_rules():
     assert win.default_window([100, 120], 12, 12) == 64
-    assert win.default_window([300, 400], 24, 1) == 96     # 4 * horizon
+    assert win.default_window([300, 400], 24, 1) == 72     # 3 * horizon
     assert win.default_window([30, 40], 6, 1) == 29        # median length - horizon
     assert win.default_window([14], 6, 1) == 12            # floored at 2 * horizon
     assert win.default_patch(48) == (6, 3)

@@ -20,6 +20,13 @@ import numpy as np
 from mpi4py import MPI
 
 import attnx
+from attnx._hyper import DEFAULTS_0_2  # noqa: E402
+
+
+def _transformer_0_2(*args, **kw):
+    """TransformerRegressor with 0.2's recipe (dropout 0 is needed with comm anyway)."""
+    old = {k: v for k, v in DEFAULTS_0_2.items() if k not in ("n_heads", "label_smoothing")}
+    return attnx.TransformerRegressor(*args, **{**old, **kw})
 from attnx.distributed import Communicator
 
 COMM = MPI.COMM_WORLD
@@ -101,7 +108,7 @@ def checkpoint(path):
     """Fit on every rank of this job, save on rank 0, resume on a communicator of another size."""
     n = 41
     X, Y = data(n, 6, 4, 3)
-    make = lambda: attnx.TransformerRegressor(2, n_layers=1, d_hidden=8, epochs=2, batch_size=6,
+    make = lambda: _transformer_0_2(2, n_layers=1, d_hidden=8, epochs=2, batch_size=6,
                                               lr=0.01, random_state=5, dtype=np.float64)
     sizes = shards(n, P)
     lo = sum(sizes[:RANK])
@@ -135,7 +142,7 @@ def main():
         2, epochs=8, batch_size=8, lr=0.01, validation_fraction=0.2, early_stopping=True,
         n_iter_no_change=2, tol=0.05, random_state=1, dtype=np.float64), 45)
     assert RANK != 0 or figures["attention_val_es"]["n_iter"] < 8  # early stopping acted
-    _, figures["transformer_noshuffle"] = run(lambda: attnx.TransformerRegressor(
+    _, figures["transformer_noshuffle"] = run(lambda: _transformer_0_2(
         2, n_layers=2, d_hidden=8, epochs=3, batch_size=6, lr=0.01, shuffle=False,
         random_state=2, dtype=np.float64), 38)
     _, figures["attention_partial_fit"] = run(lambda: attnx.AttentionRegressor(

@@ -18,6 +18,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fit_equal import COMM, P, RANK, Watching, digest, rel, shards  # noqa: E402
 
 import attnx  # noqa: E402
+from attnx._hyper import DEFAULTS_0_2  # noqa: E402
+
+
+def _transformer_0_2(*args, **kw):
+    """TransformerRegressor with 0.2's recipe (dropout 0 is needed with comm anyway)."""
+    old = {k: v for k, v in DEFAULTS_0_2.items() if k not in ("n_heads", "label_smoothing")}
+    return attnx.TransformerRegressor(*args, **{**old, **kw})
 
 
 def ragged(n, f, seed, lo=2, hi=15):
@@ -75,7 +82,7 @@ def main():
     y = X[:, :, 0].sum(axis=1)
     w = rng.uniform(0, 2, size=43)
     w[::5] = 0.0
-    f["weighted_sequence_regression"] = run(lambda: attnx.TransformerRegressor(
+    f["weighted_sequence_regression"] = run(lambda: _transformer_0_2(
         n_layers=1, d_hidden=16, pooling="mean", positional="sinusoidal", norm="pre",
         validation_fraction=0.2, **common), X, y, w)
     # labels sorted: the first ranks see only some of the classes
@@ -85,7 +92,7 @@ def main():
         class_weight="balanced", **common), X[order], labels[order], w[order])
     Xr = ragged(47, 3, seed=1)
     yr = [np.cumsum(x[:, :2], axis=0) for x in Xr]
-    f["ragged_per_position"] = run(lambda: attnx.TransformerRegressor(
+    f["ragged_per_position"] = run(lambda: _transformer_0_2(
         n_layers=1, d_hidden=16, positional="learned", causal=True, **common), Xr, yr)
     lr_ = [(x[:, 0] > 0).astype(int) for x in Xr]
     f["ragged_classifier_partial_fit"] = run(lambda: attnx.AttentionClassifier(**common),
