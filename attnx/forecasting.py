@@ -150,7 +150,7 @@ def rmse(y_true: object, y_pred: object) -> float:
 
 
 def seasonal_naive_scale(y_train: object, season: int = 1) -> _F64:
-    """In-sample MAE of the seasonal naive forecast, per channel: mean |y[t] - y[t-m]|
+    """In-sample MAE of the seasonal naive forecast, per channel: mean ``|y[t] - y[t-m]|``
     over t = m..T-1 of the training series, shape (k,) (k = 1 for a 1-D series)."""
     m = _positive_int("season", season)
     y = _real("y_train", y_train)
@@ -186,7 +186,7 @@ def mase(y_true: object, y_pred: object, y_train: object, season: int = 1) -> fl
 
 
 def smape(y_true: object, y_pred: object) -> float:
-    """Symmetric MAPE in percent, the M4 definition: mean of 200 |y - f| / (|y| + |f|).
+    """Symmetric MAPE in percent, the M4 definition: mean of ``200 |y - f| / (|y| + |f|)``.
 
     Ranges 0..200. A step where the truth and the forecast are both 0 counts as 0
     (a perfect forecast; the formula itself would be 0/0).
@@ -304,7 +304,7 @@ def _copy_param(v: object) -> object:
 
 
 def clone(estimator: object) -> object:
-    """An unfitted copy: type(estimator)(**estimator.get_params(deep=False)).
+    """An unfitted copy: ``type(estimator)(**estimator.get_params(deep=False))``.
 
     Parameters that are estimators are cloned in turn, others deep-copied (shared
     when they cannot be copied, as an MPI communicator). scikit-learn is not needed.

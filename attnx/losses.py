@@ -217,8 +217,8 @@ def mae_loss(y: FloatArray, y_true: npt.ArrayLike, *,
 def huber_loss(y: FloatArray, y_true: npt.ArrayLike, delta: float = 1.0, *,
                out: FloatArray | None = None) -> tuple[float, FloatArray]:
     """Huber loss (torch's huber_loss, mean reduction) and its gradient: per element
-    0.5 e^2 where |e| <= delta, delta (|e| - delta / 2) beyond, e = y - y_true;
-    dL/dy = clip(e, -delta, delta) / N."""
+    ``0.5 e^2`` where ``|e| <= delta``, ``delta (|e| - delta / 2)`` beyond, with
+    ``e = y - y_true``; ``dL/dy = clip(e, -delta, delta) / N``."""
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta > 0 \
             or not np.isfinite(delta):
         raise ValueError(f"delta must be a finite real number > 0, got {delta!r}")

@@ -284,7 +284,7 @@ def global_norm(grads: Mapping[str, Any]) -> float:
 def clip_grad_norm(grads: Mapping[str, Any], max_norm: float) -> float:
     """Scale every gradient in place so that their global L2 norm is at most max_norm.
 
-    Returns the norm before clipping. As torch.nn.utils.clip_grad_norm_, the scale is
+    Returns the norm before clipping. As PyTorch's ``clip_grad_norm_``, the scale is
     max_norm / (norm + 1e-6) when that is below 1, and nothing changes otherwise. A non-finite norm leaves
     the gradients unchanged (the optimizer's step then refuses them)."""
     mx = _real("max_norm", max_norm, 0.0, math.inf, "> 0", lo_open=True)
