@@ -544,6 +544,44 @@ class SequenceEstimator(EstimatorParams):
         assert pooled is not None
         return pooled, lengths
 
+    def attention_weights(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
+        """Attention probabilities of the fitted model on X, at inference (no dropout).
+
+        The bare X -> Y models: (n, n_heads, T, T), a list of one per layer for a
+        Transformer. Sequence models: a list with one (n, n_heads, T', T') array per
+        layer, T' the tokens (T, or ceil(T / patch_len_) with patches; key position j
+        covers steps [j * patch_len_, (j + 1) * patch_len_)); for ragged X the arrays
+        are padded to the longest sequence, padded keys weigh 0 and padded queries'
+        rows are 0. attnx.plot.attention_over_series draws one sample's over its series.
+        """
+        model = self._fitted_model()
+        net = self._network()
+        if not net.head:
+            return net.attention_weights(
+                model, lambda: seqs.sequences("X", X, model.dtype, self.n_features_in_)[0],
+                _PREDICT_ROWS)
+        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_)
+        x, lengths = seqs.patch(x, lengths, int(self.__dict__.get("patch_len_", 1)))
+        n, t = x.shape[:2]
+        step = max(1, _PREDICT_ROWS // max(t, 1))
+        parts: list[list[FloatArray]] = []
+        seq = cast("Any", model)
+        dropout, seq.dropout = seq.dropout, 0.0   # inference weights: no dropout masks
+        try:
+            for s in range(0, n, step):
+                mask = None if lengths is None else \
+                    ~seqs.valid_positions(lengths[s:s + step], t)
+                seq.forward(x[s:s + step], key_padding_mask=mask, grad=True)
+                w = [np.array(a) for a in seq.attention_weights()]
+                if mask is not None:
+                    for a in w:
+                        a[mask[:, None, :, None].repeat(a.shape[1], axis=1)
+                          .repeat(a.shape[3], axis=3)] = 0
+                parts.append(w)
+        finally:
+            seq.dropout = dropout
+        return [np.concatenate(p, axis=0) for p in zip(*parts)]
+
     def export_spec(self) -> ExportSpec:
         """The fitted network and how predict turns its output into predictions (see
         ExportSpec); what attnx.onnx.export reads from an estimator."""

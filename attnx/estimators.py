@@ -164,15 +164,6 @@ class _Regressor(SequenceEstimator):
         return r2_score(yv.reshape(-1, yv.shape[2]), raw.reshape(-1, raw.shape[2]),
                         sample_weight=rows_w)
 
-    def attention_weights(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
-        """Attention probabilities of the bare model on X: (n, n_heads, T, T); a
-        TransformerRegressor gives a list with one such array per layer."""
-        model = self._fitted_model()
-        return self._network().attention_weights(
-            model, lambda: seqs.sequences("X", X, model.dtype, self.n_features_in_)[0],
-            _estimator._PREDICT_ROWS)
-
-
 _COMMON_DOC = """
     d_model : None or int. The model's width. None: the number of features of X;
         with y of X's own shape (and no positional / norm / dropout / max_len) this

@@ -173,3 +173,19 @@ def test_patched_standardized_estimator_exports_to_onnx(tmp_path):
         xp[i, :len(a)], m[i, :len(a)] = a, False
     out = s.run(None, {"x": xp, "key_padding_mask": m})[0]
     np.testing.assert_allclose(out, est.predict_proba(ragged), atol=2e-6)
+
+
+def test_attention_weights_of_sequence_estimators():
+    X, y = _cls_data(n=20, t=12)
+    est = clf(n_layers=2, patch_len=3, dropout=0.3).fit(X, y)
+    w = est.attention_weights(X[:4])
+    assert len(w) == 2 and w[0].shape == (4, 2, 4, 4)
+    np.testing.assert_allclose(w[1].sum(axis=-1), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(est.attention_weights(X[:4])[0], w[0])   # no dropout
+    assert est.model_.dropout == 0.3                                      # restored
+    ragged = [X[i, :6 + i % 6] for i in range(6)]
+    wr = est.attention_weights(ragged)[0]
+    n_tok = [-(-(6 + i % 6) // 3) for i in range(6)]
+    for i, k in enumerate(n_tok):
+        assert np.all(wr[i, :, :, k:] == 0) and np.all(wr[i, :, k:, :] == 0)
+        np.testing.assert_allclose(wr[i, :, :k].sum(axis=-1), 1.0, rtol=1e-12)
