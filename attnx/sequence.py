@@ -16,7 +16,9 @@ from ._sequence_buffers import _Buffers, _Last
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
 from ._validate import as_input, as_mask, cast_into, check_params
 from ._workspace import WorkspaceCache, check_size, nbytes_of
-from .attention import MultiHeadAttention, _AttentionStack
+from ._attention_stack import _AttentionStack
+from ._positions import sinusoidal_table as sinusoidal_table
+from .attention import MultiHeadAttention
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -63,17 +65,6 @@ LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 POOLING = (None, "mean", "last")
 NORM = (None, "pre")
-
-
-def sinusoidal_table(t_len: int, d_model: int, dtype: npt.DTypeLike) -> FloatArray:
-    """PE (t_len, d_model): PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same)."""
-    pos = np.arange(t_len, dtype=np.float64)[:, None]
-    i2 = np.arange(0, d_model, 2, dtype=np.float64)
-    ang = pos / 10000.0 ** (i2 / d_model)
-    pe = np.empty((t_len, d_model), dtype=np.float64)
-    pe[:, 0::2] = np.sin(ang)
-    pe[:, 1::2] = np.cos(ang[:, :d_model // 2])
-    return np.ascontiguousarray(pe, dtype=dtype)
 
 
 def _choice(name: str, value: object, options: tuple[_T, ...]) -> _T:

@@ -10,7 +10,9 @@ from . import _mlp
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
-from .attention import MultiHeadAttention, _AttentionStack, _copy_rows
+from ._attention_stack import _AttentionStack
+from ._attention_workspace import _copy_rows
+from .attention import MultiHeadAttention
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
