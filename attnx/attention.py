@@ -9,7 +9,7 @@ import numpy as np
 from . import _attnargs
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
-from ._validate import as_dtype, as_input, as_mask, check_params
+from ._validate import as_dtype, as_input, as_mask, check_params, out_array
 from ._attention_stack import _index
 from ._attention_workspace import _copy_rows, _Workspace
 from ._positions import rope_tables as rope_tables
@@ -392,15 +392,7 @@ class MultiHeadAttention:
         return (dx, dctx) if cross else dx
 
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
-        if out is None:
-            return np.empty(shape, dtype=self.dtype)
-        if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
-                or not out.flags.c_contiguous or not out.flags.writeable):
-            got = (f"{type(out).__name__} {getattr(out, 'shape', '')} "
-                   f"{getattr(out, 'dtype', '')}").strip()
-            raise ValueError(f"{name} must be a writeable C-contiguous {self.dtype} array "
-                             f"of shape {shape}, got {got}")
-        return out
+        return out_array(name, out, shape, self.dtype)
 
     def attention_weights(self, sample: int | None = None,
                           head: int | None = None) -> FloatArray:

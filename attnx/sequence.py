@@ -14,7 +14,7 @@ from ._blas import check_blas_int
 from ._threads import blas_single, num_threads
 from ._sequence_buffers import _Buffers, _Last
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_input, as_mask, cast_into, check_params
+from ._validate import as_input, as_mask, cast_into, check_params, out_array
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 from ._attention_stack import _AttentionStack
 from ._positions import sinusoidal_table as sinusoidal_table
@@ -305,15 +305,7 @@ class SequenceModel(_AttentionStack):
         return tab
 
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
-        if out is None:
-            return np.empty(shape, dtype=self.dtype)
-        if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
-                or not out.flags.c_contiguous or not out.flags.writeable):
-            got = (f"{type(out).__name__} {getattr(out, 'shape', '')} "
-                   f"{getattr(out, 'dtype', '')}").strip()
-            raise ValueError(f"{name} must be a writeable C-contiguous {self.dtype} array "
-                             f"of shape {shape}, got {got}")
-        return out
+        return out_array(name, out, shape, self.dtype)
 
     def output_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
         """Shape of Y for an input (batch, seq_len, n_features)."""
