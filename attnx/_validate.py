@@ -1,7 +1,7 @@
 """Input checks run before any kernel: clear exceptions instead of crashes or garbage."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ._params import ParamDict
-    from ._typing import AnyArray, BoolArray
+    from ._typing import AnyArray, BoolArray, FloatArray
 
 
 def as_real_3d(name: str, a: object, dims: str = "(n_samples, seq_len, n_features)") -> AnyArray:
@@ -94,3 +94,18 @@ def check_params(params: ParamDict) -> None:
     if not finite(params.flat):
         bad = [k for k, v in params.items() if not np.isfinite(v).all()]
         raise ValueError(f"the model's parameters contain NaN or infinity: {bad}")
+
+
+def out_array(name: str, out: object, shape: tuple[int, ...], dtype: np.dtype[Any]) -> FloatArray:
+    """A new array of this shape and dtype when out is None; else out, checked to be
+    a writeable C-contiguous array of exactly that shape and dtype (ValueError
+    naming `name` otherwise)."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        got = (f"{type(out).__name__} {getattr(out, 'shape', '')} "
+               f"{getattr(out, 'dtype', '')}").strip()
+        raise ValueError(f"{name} must be a writeable C-contiguous {dtype} array "
+                         f"of shape {shape}, got {got}")
+    return out

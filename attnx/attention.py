@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _attention, _attnargs, _flash
+from . import _attnargs
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
-from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
+from ._validate import as_dtype, as_input, as_mask, check_params, out_array
+from ._attention_stack import _index
+from ._attention_workspace import _copy_rows, _Workspace
+from ._positions import rope_tables as rope_tables
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
@@ -33,26 +36,6 @@ _NAMES_W = ("Wq", "Wk", "Wv", "Wo")
 _NAMES_B = ("bq", "bk", "bv", "bo")
 
 
-def rope_tables(t_len: int, d_head: int, dtype: npt.DTypeLike,
-                base: float = 10000.0) -> tuple[FloatArray, FloatArray]:
-    """cos and sin of angle t * base^(-2i/d_head): arrays (t_len, d_head // 2)."""
-    i = np.arange(d_head // 2, dtype=np.float64)
-    theta = base ** (-2.0 * i / d_head)
-    ang = np.arange(t_len, dtype=np.float64)[:, None] * theta[None, :]
-    return (np.ascontiguousarray(np.cos(ang), dtype=dtype),
-            np.ascontiguousarray(np.sin(ang), dtype=dtype))
-
-
-def _copy_rows(buf: FloatArray | None, a: AnyArray, dtype: npt.DTypeLike,
-               name: str = "x") -> FloatArray:
-    """Copy a (B, T, w) array into the 2-D buffer buf (made on first use), cast to dtype;
-    ValueError naming `name` when the cast overflows."""
-    rows = a.shape[0] * a.shape[1]
-    if buf is None:
-        buf = np.empty((rows, a.shape[2]), dtype=dtype)
-    return cast_into(name, buf, a.reshape(rows, a.shape[2]))
-
-
 class _Last(NamedTuple):
     """What backward needs from the last training forward."""
 
@@ -66,55 +49,6 @@ class _Last(NamedTuple):
     rope_cos: FloatArray | None
     rope_sin: FloatArray | None
     mask: AnyArray | None        # the key padding mask (uint8)
-
-
-class _Workspace:
-    """Buffers for one attnx._attnargs.AttnShape (batch, Tq, Tk, cross, store, path,
-    threads), reused across steps: the kernels' AttnBuffers (sized from the shape's
-    size table, see there for which fields each path uses), the layer's AttnParams,
-    the forward's input copies and the key padding mask."""
-
-    x: FloatArray | None
-    ctx: FloatArray | None
-
-    def __init__(self, shape: _attnargs.AttnShape, params: _attnargs.AttnParams) -> None:
-        self.shape = shape
-        self.bufs = _attnargs.AttnBuffers(shape)
-        self.params = params
-        self.kernels = _flash if shape.path == _attnargs.FUSED else _attention
-        self.x = self.ctx = None  # copies of the public forward's inputs, made there
-        self.mask = np.empty((shape.nb, shape.tk), dtype=np.uint8)
-
-    @property
-    def q(self) -> FloatArray:
-        """Q (cross) or [Q | K | V] (self) of the last forward."""
-        q: FloatArray = self.bufs.q
-        return q
-
-    @property
-    def kv(self) -> FloatArray | None:
-        """[K | V] of the last cross-attention forward (None for self-attention)."""
-        kv: FloatArray | None = self.bufs.kv
-        return kv
-
-    @property
-    def probs(self) -> FloatArray:
-        """The dense path's attention probabilities (B*H*Tq*Tk) kept by the last
-        training forward (RuntimeError on the other paths, which keep none)."""
-        probs: FloatArray | None = self.bufs.probs
-        if probs is None or not self.keeps_probs:
-            raise RuntimeError(f"a {self.shape.path_name} workspace keeps no probabilities")
-        return probs
-
-    @property
-    def keeps_probs(self) -> bool:
-        """Whether the probabilities of the last forward are kept (dense training
-        forward); else attention_weights recomputes them from Q and K."""
-        return bool(self.shape.path == _attnargs.DENSE and self.shape.store)
-
-    def for_backward(self, threads: int) -> _Workspace:
-        self.bufs.for_backward()
-        return self
 
 
 # "auto" and the fused kernels (attnx._flash), re-measured after the base-2
@@ -162,12 +96,6 @@ def _blas_small_gemm() -> bool:
     # controller() holds scipy's BLAS when it could be told apart, else every BLAS
     return bool(libs) and all(str(i.get("architecture")).lower() in _SMALL_GEMM_CORES
                               for i in libs)
-
-
-def _index(name: str, i: object, n: int) -> int:
-    if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n <= i < n:
-        raise ValueError(f"{name} must be an int in [0, {n}), got {i!r}")
-    return int(i) % n
 
 
 class MultiHeadAttention:
@@ -464,15 +392,7 @@ class MultiHeadAttention:
         return (dx, dctx) if cross else dx
 
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
-        if out is None:
-            return np.empty(shape, dtype=self.dtype)
-        if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
-                or not out.flags.c_contiguous or not out.flags.writeable):
-            got = (f"{type(out).__name__} {getattr(out, 'shape', '')} "
-                   f"{getattr(out, 'dtype', '')}").strip()
-            raise ValueError(f"{name} must be a writeable C-contiguous {self.dtype} array "
-                             f"of shape {shape}, got {got}")
-        return out
+        return out_array(name, out, shape, self.dtype)
 
     def attention_weights(self, sample: int | None = None,
                           head: int | None = None) -> FloatArray:
@@ -557,32 +477,3 @@ class MultiHeadAttention:
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]
         return (f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
-
-
-class _AttentionStack:
-    """attention_weights for the models built from a stack of MultiHeadAttention
-    layers (`attn`, `n_layers`): Transformer and SequenceModel."""
-
-    attn: list[MultiHeadAttention]
-    n_layers: int
-
-    def _check_weights_kept(self) -> None:
-        """Raise when the model's last forward kept no attention weights."""
-
-    @overload
-    def attention_weights(self, layer: None = None, sample: int | None = None,
-                          head: int | None = None) -> list[FloatArray]: ...
-    @overload
-    def attention_weights(self, layer: int, sample: int | None = None,
-                          head: int | None = None) -> FloatArray: ...
-
-    def attention_weights(self, layer: int | None = None, sample: int | None = None,
-                          head: int | None = None) -> FloatArray | list[FloatArray]:
-        """Attention probabilities of the last forward with grad=True: a list with one
-        (B, H, Tq, Tk) array per layer, or that of one `layer`; sample/head select as in
-        MultiHeadAttention.attention_weights."""
-        self._check_weights_kept()
-        if layer is not None:
-            return self.attn[_index("layer", layer, self.n_layers)].attention_weights(
-                sample, head)
-        return [a.attention_weights(sample, head) for a in self.attn]

@@ -5,17 +5,20 @@ X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pool
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import _mlp, _seq
 from ._blas import check_blas_int
 from ._threads import blas_single, num_threads
+from ._sequence_buffers import _Buffers, _Last
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
-from ._validate import as_input, as_mask, cast_into, check_params
+from ._validate import as_input, as_mask, cast_into, check_params, out_array
 from ._workspace import WorkspaceCache, check_size, nbytes_of
-from .attention import MultiHeadAttention, _AttentionStack
+from ._attention_stack import _AttentionStack
+from ._positions import sinusoidal_table as sinusoidal_table
+from .attention import MultiHeadAttention
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -64,117 +67,12 @@ POOLING = (None, "mean", "last")
 NORM = (None, "pre")
 
 
-def sinusoidal_table(t_len: int, d_model: int, dtype: npt.DTypeLike) -> FloatArray:
-    """PE (t_len, d_model): PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same)."""
-    pos = np.arange(t_len, dtype=np.float64)[:, None]
-    i2 = np.arange(0, d_model, 2, dtype=np.float64)
-    ang = pos / 10000.0 ** (i2 / d_model)
-    pe = np.empty((t_len, d_model), dtype=np.float64)
-    pe[:, 0::2] = np.sin(ang)
-    pe[:, 1::2] = np.cos(ang[:, :d_model // 2])
-    return np.ascontiguousarray(pe, dtype=dtype)
-
-
 def _choice(name: str, value: object, options: tuple[_T, ...]) -> _T:
     """The option that `value` is (or equals, for a string)."""
     for o in options:
         if value is o or (isinstance(value, str) and value == o):
             return o
     raise ValueError(f"{name} must be one of {options}, got {value!r}")
-
-
-class _Buffers:
-    """Activations and backward scratch of one (batch, T, store, threads) signature.
-
-    Buffers a configuration does not use are None (single arrays) or empty lists
-    (per-layer lists)."""
-
-    # backward scratch, made by for_backward (dpooled without pooling and dbr
-    # without dropout stay None)
-    dy: FloatArray
-    dpooled: FloatArray | None
-    dhf: FloatArray
-    da: FloatArray
-    db: FloatArray
-    dzt: FloatArray
-    dhid: FloatArray
-    part: FloatArray
-    dbr: FloatArray | None
-
-    def __init__(self, m: SequenceModel, nb: int, t: int, store: bool) -> None:
-        rows, d, dh, L = nb * t, m.d_model, m.d_hidden, m.n_layers
-
-        def e(*shape: int) -> FloatArray:
-            return np.empty(shape, dtype=m.dtype)
-
-        pre = m.norm == "pre"
-
-        def per_layer(*shape: int) -> list[FloatArray]:
-            # training keeps every layer's activations for backward; inference
-            # reuses one set for all layers
-            if store:
-                return [e(*shape) for _ in range(L)]
-            return [e(*shape)] * L
-
-        self.x = e(rows, m.n_features)
-        if store:   # block inputs; hs[L] the last block's output
-            self.hs = [e(rows, d) for _ in range(L + 1)]
-        else:       # two buffers, alternating (a block never writes its own input)
-            pair = (e(rows, d), e(rows, d))
-            self.hs = [pair[i % 2] for i in range(L + 1)]
-        self.zt = per_layer(rows, d)         # Z~ = attention branch + residual
-        self.hid = per_layer(rows, dh)       # Z W1 + b1
-        self.s = per_layer(rows, dh)         # silu
-        self.sg = per_layer(rows, dh) if store else []   # sigmoid, for backward
-        # pre-norm: LN outputs and their row statistics (mean, 1/std)
-        self.u1 = per_layer(rows, d) if pre else []
-        self.u2 = per_layer(rows, d) if pre else []
-        self.st1 = per_layer(2, rows) if pre else []
-        self.st2 = per_layer(2, rows) if pre else []
-        self.hf = e(rows, d) if pre else self.hs[L]      # after the final norm
-        self.stf = e(2, rows) if pre else None
-        self.pooled = e(nb, d) if m.pooling is not None else self.hf
-        self.mask = np.empty((nb, t), dtype=np.uint8)
-        # dropout: a branch's output before it is masked, and the multipliers
-        drop = m.dropout > 0
-        self.branch = e(rows, d) if drop and store else None
-        self.m1 = [e(rows, d) for _ in range(L)] if drop and store else []
-        self.m2 = [e(rows, d) for _ in range(L)] if drop and store else []
-        self._has_backward = False
-
-    def draw_masks(self, m: SequenceModel) -> None:
-        """New dropout multipliers (0 or 1/(1-p)) from the model's generator."""
-        for buf in self.m1 + self.m2:
-            m.dropout_rng.random(out=buf, dtype=buf.dtype)
-            m._k.dropout_mask(buf, m.dropout)
-
-    def for_backward(self, m: SequenceModel, nb: int, t: int, threads: int) -> _Buffers:
-        if not self._has_backward:
-            rows, d = nb * t, m.d_model
-
-            def e(*shape: int) -> FloatArray:
-                return np.empty(shape, dtype=m.dtype)
-
-            self.dy = e(nb if m.pooling is not None else rows, m.n_outputs)
-            self.dpooled = e(nb, d) if m.pooling is not None else None
-            self.dhf = e(rows, d)
-            self.da, self.db, self.dzt = e(rows, d), e(rows, d), e(rows, d)
-            self.dbr = e(rows, d) if m.dropout > 0 else None
-            self.dhid = e(rows, m.d_hidden)
-            self.part = e(max(threads, 1), 2 * d)   # per-thread LayerNorm gain sums
-            self._has_backward = True
-        return self
-
-
-class _Last(NamedTuple):
-    """What backward needs from the last training forward."""
-
-    nb: int
-    t: int
-    bufs: _Buffers
-    threads: int                 # the forward's thread count
-    km: _U8Array | None          # the key padding mask (uint8)
-    dropout: bool                # whether it drew dropout masks
 
 
 class SequenceModel(_AttentionStack):
@@ -393,12 +291,9 @@ class SequenceModel(_AttentionStack):
             check_blas_int(f"a sequence model over batch={nb}, T={t}", **{
                 "batch*T": rows, "d_model": d, "d_hidden": self.d_hidden,
                 "n_features": self.n_features, "n_outputs": self.n_outputs})
-            per_layer = 6 * d + 3 * self.d_hidden + (2 * d if self.dropout > 0 else 0)
-            layers = self.n_layers if store else 1
-            check_size(nbytes_of(self.dtype, rows * (layers * per_layer + 8 * d
-                                                     + self.n_features + self.d_hidden)),
+            check_size(nbytes_of(self.dtype, _Buffers.elements(self, nb, t, store, threads)),
                        f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")
-            return _Buffers(self, nb, t, store)
+            return _Buffers(self, nb, t, store, threads)
 
         return self._bufs.get(key, store, make), threads
 
@@ -410,15 +305,7 @@ class SequenceModel(_AttentionStack):
         return tab
 
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
-        if out is None:
-            return np.empty(shape, dtype=self.dtype)
-        if (not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != self.dtype
-                or not out.flags.c_contiguous or not out.flags.writeable):
-            got = (f"{type(out).__name__} {getattr(out, 'shape', '')} "
-                   f"{getattr(out, 'dtype', '')}").strip()
-            raise ValueError(f"{name} must be a writeable C-contiguous {self.dtype} array "
-                             f"of shape {shape}, got {got}")
-        return out
+        return out_array(name, out, shape, self.dtype)
 
     def output_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
         """Shape of Y for an input (batch, seq_len, n_features)."""
@@ -536,7 +423,7 @@ class SequenceModel(_AttentionStack):
         if dy.dtype.kind not in "fiu":
             raise TypeError(f"dy must hold real numbers, got dtype {dy.dtype}")
         dx = self._out("out", out, (nb, t, self.n_features)) if self.input_grad else None
-        b.for_backward(self, nb, t, threads)
+        b.for_backward(self)
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
         with blas_single(threads):   # the forward's thread count: scratch is sized for it
             self._backward_layers(b, km, nb, t, drop, threads,

@@ -1,6 +1,7 @@
 """Transformer: stacked (attention + residual, SiLU MLP + residual) layers."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -9,7 +10,9 @@ from . import _mlp
 from ._threads import blas_single, num_threads
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
-from .attention import MultiHeadAttention, _AttentionStack, _copy_rows
+from ._attention_stack import _AttentionStack
+from ._attention_workspace import _copy_rows
+from .attention import MultiHeadAttention
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
@@ -31,6 +34,11 @@ if TYPE_CHECKING:
 class _Buffers:
     """Activations of one (batch, T, Tk, store, threads) signature, reused across steps."""
 
+    xs: list[FloatArray]   # xs[i] is layer i's input; xs[n_layers] the model output
+    zt: list[FloatArray]   # Z~ = attention(X) + X
+    h: list[FloatArray]
+    s: list[FloatArray]
+    sg: list[FloatArray]   # sigmoid(H), for backward (inference does not write it)
     ctx: FloatArray | None
     mask: npt.NDArray[np.uint8] | None
     # backward scratch, made by for_backward
@@ -38,27 +46,41 @@ class _Buffers:
     dh: FloatArray
     dx: FloatArray
 
+    @staticmethod
+    def shapes(n_layers: int, rows: int, d: int, d_hidden: int, store: bool
+               ) -> tuple[dict[str, list[tuple[int, int]]], dict[str, tuple[int, int]]]:
+        """The one size table of a Transformer's buffers: the forward's per-layer
+        lists (name -> one shape per array) and the backward scratch (name -> shape).
+        __init__ and for_backward allocate from it, elements() sums it."""
+        L = n_layers
+        forward = {"xs": [(rows, d)] * (L + 1), "zt": [(rows, d)] * L,
+                   "h": [(rows, d_hidden)] * L, "s": [(rows, d_hidden)] * L,
+                   "sg": [(rows, d_hidden)] * L if store else []}
+        backward = {"dzt": (rows, d), "dh": (rows, d_hidden), "dx": (rows, d)}
+        return forward, backward
+
+    @classmethod
+    def elements(cls, n_layers: int, rows: int, d: int, d_hidden: int, store: bool) -> int:
+        """Values held by the buffers of these sizes (with the backward scratch when
+        store: a training forward is followed by a backward)."""
+        forward, backward = cls.shapes(n_layers, rows, d, d_hidden, store)
+        n = sum(math.prod(sh) for shapes in forward.values() for sh in shapes)
+        return n + (sum(math.prod(sh) for sh in backward.values()) if store else 0)
+
     def __init__(self, n_layers: int, rows: int, d: int, d_hidden: int,
                  dtype: np.dtype[Any], store: bool = True) -> None:
-        def e(*shape: int) -> FloatArray:
-            return np.empty(shape, dtype=dtype)
-
-        # xs[i] is layer i's input; xs[n_layers] the model output
-        self.xs = [e(rows, d) for _ in range(n_layers + 1)]
-        self.zt = [e(rows, d) for _ in range(n_layers)]       # Z~ = attention(X) + X
-        self.h = [e(rows, d_hidden) for _ in range(n_layers)]
-        self.s = [e(rows, d_hidden) for _ in range(n_layers)]
-        # sigmoid(H), for backward (inference does not write it)
-        self.sg = [e(rows, d_hidden) for _ in range(n_layers)] if store else []
+        forward, self._backward = self.shapes(n_layers, rows, d, d_hidden, store)
+        for name, shapes in forward.items():
+            setattr(self, name, [np.empty(sh, dtype=dtype) for sh in shapes])
+        self._dtype = dtype
         self.ctx = None
         self.mask = None
         self._has_backward = False
 
-    def for_backward(self, rows: int, d: int, d_hidden: int, dtype: np.dtype[Any]) -> _Buffers:
+    def for_backward(self) -> _Buffers:
         if not self._has_backward:
-            self.dzt = np.empty((rows, d), dtype=dtype)
-            self.dh = np.empty((rows, d_hidden), dtype=dtype)
-            self.dx = np.empty((rows, d), dtype=dtype)
+            for name, sh in self._backward.items():
+                setattr(self, name, np.empty(sh, dtype=self._dtype))
             self._has_backward = True
         return self
 
@@ -199,12 +221,10 @@ class Transformer(_AttentionStack):
         key = (nb, t, tk, cross, store, threads)
 
         def make() -> _Buffers:
-            rows = nb * t
-            check_size(nbytes_of(self.dtype, self.n_layers * rows * (2 * self.d_model
-                                                                     + 3 * self.d_hidden)),
+            sizes = (self.n_layers, nb * t, self.d_model, self.d_hidden, store)
+            check_size(nbytes_of(self.dtype, _Buffers.elements(*sizes)),
                        f"a {self.n_layers}-layer transformer over batch={nb}, T={t}")
-            return _Buffers(self.n_layers, rows, self.d_model, self.d_hidden, self.dtype,
-                            store)
+            return _Buffers(*sizes[:4], self.dtype, store)
 
         return self._bufs.get(key, store, make), threads
 
@@ -283,7 +303,7 @@ class Transformer(_AttentionStack):
         att0 = self.attn[0]
         dx = att0._out("out", outs[0], (nb, t, d)) if self.input_grad else None
         dctx = att0._out("out", outs[1], (nb, tk, d)) if cross else None
-        bufs.for_backward(rows, d, self.d_hidden, self.dtype)
+        bufs.for_backward()
         with blas_single(self._run_threads(threads, nb, t, tk)):
             self._backward_layers(dy, dx, dctx, bufs, nb, tk, rows, d, threads)
         return (dx, dctx) if cross else dx

@@ -1,0 +1,130 @@
+"""SequenceModel's activations and backward scratch (one size table, allocated from
+it) and the state a training forward leaves for backward."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._typing import FloatArray
+    from .sequence import SequenceModel
+
+    _Shapes = dict[str, list[tuple[int, int]]]
+    _U8Array = npt.NDArray[np.uint8]
+
+
+class _Buffers:
+    """Activations and backward scratch of one (batch, T, store, threads) signature.
+
+    Buffers a configuration does not use are None (single arrays) or empty lists
+    (per-layer lists)."""
+
+    # backward scratch, made by for_backward (dpooled without pooling and dbr
+    # without dropout stay None)
+    dy: FloatArray
+    dpooled: FloatArray | None
+    dhf: FloatArray
+    da: FloatArray
+    db: FloatArray
+    dzt: FloatArray
+    dhid: FloatArray
+    part: FloatArray
+    dbr: FloatArray | None
+
+    @staticmethod
+    def shapes(m: SequenceModel, nb: int, t: int, store: bool,
+               threads: int) -> tuple[_Shapes, _Shapes]:
+        """The one size table of the buffers: name -> the shapes of its distinct
+        arrays, for the forward and for the backward scratch. __init__ and
+        for_backward allocate from it, elements() sums it. Without store (inference)
+        the per-layer activations are one array shared by every layer and the block
+        outputs two that alternate (a block never writes its own input)."""
+        rows, d, dh, L = nb * t, m.d_model, m.d_hidden, m.n_layers
+        n = L if store else 1
+        pre, pooled, drop = m.norm == "pre", m.pooling is not None, m.dropout > 0
+        forward = {
+            "x": [(rows, m.n_features)],
+            "hs": [(rows, d)] * (L + 1 if store else 2),   # block inputs; hs[L] the output
+            "zt": [(rows, d)] * n,          # Z~ = attention branch + residual
+            "hid": [(rows, dh)] * n,        # Z W1 + b1
+            "s": [(rows, dh)] * n,          # silu
+            "sg": [(rows, dh)] * L if store else [],   # sigmoid, for backward
+            # pre-norm: LN outputs and their row statistics (mean, 1/std)
+            "u1": [(rows, d)] * n if pre else [], "u2": [(rows, d)] * n if pre else [],
+            "st1": [(2, rows)] * n if pre else [], "st2": [(2, rows)] * n if pre else [],
+            "hf": [(rows, d)] if pre else [],    # after the final norm (else hs[L])
+            "stf": [(2, rows)] if pre else [],
+            "pooled": [(nb, d)] if pooled else [],   # (else hf)
+            # dropout: a branch's output before it is masked, and the multipliers
+            "branch": [(rows, d)] if drop and store else [],
+            "m1": [(rows, d)] * L if drop and store else [],
+            "m2": [(rows, d)] * L if drop and store else []}
+        backward = {
+            "dy": [(nb if pooled else rows, m.n_outputs)],
+            "dpooled": [(nb, d)] if pooled else [],
+            "dhf": [(rows, d)], "da": [(rows, d)], "db": [(rows, d)], "dzt": [(rows, d)],
+            "dbr": [(rows, d)] if drop else [],
+            "dhid": [(rows, dh)],
+            "part": [(max(threads, 1), 2 * d)]}   # per-thread LayerNorm gain sums
+        return forward, backward
+
+    @classmethod
+    def elements(cls, m: SequenceModel, nb: int, t: int, store: bool, threads: int) -> int:
+        """Floats held by the buffers (with the backward scratch when store: a
+        training forward is followed by a backward); the (nb, t) uint8 mask aside."""
+        forward, backward = cls.shapes(m, nb, t, store, threads)
+        tables = (forward, backward) if store else (forward,)
+        return sum(math.prod(sh) for tab in tables for shapes in tab.values() for sh in shapes)
+
+    def __init__(self, m: SequenceModel, nb: int, t: int, store: bool, threads: int) -> None:
+        forward, self._backward = self.shapes(m, nb, t, store, threads)
+        a = {name: [np.empty(sh, dtype=m.dtype) for sh in shapes]
+             for name, shapes in forward.items()}
+        L = m.n_layers
+
+        def per_layer(name: str) -> list[FloatArray]:
+            # training keeps every layer's activations for backward; inference
+            # reuses one set for all layers
+            return a[name] if store else a[name] * L
+
+        self.x = a["x"][0]
+        self.hs = a["hs"] if store else [a["hs"][i % 2] for i in range(L + 1)]
+        self.zt, self.hid, self.s = per_layer("zt"), per_layer("hid"), per_layer("s")
+        self.sg = a["sg"]
+        self.u1, self.u2 = per_layer("u1"), per_layer("u2")
+        self.st1, self.st2 = per_layer("st1"), per_layer("st2")
+        self.hf = a["hf"][0] if a["hf"] else self.hs[L]
+        self.stf = a["stf"][0] if a["stf"] else None
+        self.pooled = a["pooled"][0] if a["pooled"] else self.hf
+        self.mask = np.empty((nb, t), dtype=np.uint8)
+        self.branch = a["branch"][0] if a["branch"] else None
+        self.m1, self.m2 = a["m1"], a["m2"]
+        self._has_backward = False
+
+    def draw_masks(self, m: SequenceModel) -> None:
+        """New dropout multipliers (0 or 1/(1-p)) from the model's generator."""
+        for buf in self.m1 + self.m2:
+            m.dropout_rng.random(out=buf, dtype=buf.dtype)
+            m._k.dropout_mask(buf, m.dropout)
+
+    def for_backward(self, m: SequenceModel) -> _Buffers:
+        if not self._has_backward:
+            for name, shapes in self._backward.items():
+                setattr(self, name, np.empty(shapes[0], dtype=m.dtype) if shapes else None)
+            self._has_backward = True
+        return self
+
+
+class _Last(NamedTuple):
+    """What backward needs from the last training forward."""
+
+    nb: int
+    t: int
+    bufs: _Buffers
+    threads: int                 # the forward's thread count
+    km: _U8Array | None          # the key padding mask (uint8)
+    dropout: bool                # whether it drew dropout masks
