@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 import numpy as np
 
 from . import _sequences as seqs
-from . import _state, _training, distributed, schedules
+from . import _scaling, _state, _training, distributed, schedules
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
@@ -108,6 +108,15 @@ class SequenceEstimator(EstimatorParams):
     best_loss_: float
     validation_loss_curve_: list[float]
     best_validation_loss_: float
+    lr_curve_: list[float]
+    patch_len_: int
+    # standardize=True (attnx._scaling): per channel / output, and the standardised biases
+    input_mean_: F64Array
+    input_scale_: F64Array
+    target_mean_: F64Array
+    target_scale_: F64Array
+    embed_bias_: FloatArray
+    head_bias_: FloatArray
     # private state: the kind of targets at fit ({"per_position": bool, "k": int |
     # None}), the network's architecture (its file spec), the running fit's comm
     _target: dict[str, Any]
@@ -241,8 +250,8 @@ class SequenceEstimator(EstimatorParams):
             prepared, net = self._prepare(X, y, sample_weight, cfg, fitted=warm)
             _check_comm_options(dist, cfg)
         if warm:
-            self._unfold_inputs()
-        data = self._standardized(prepared[0], cfg, net, dist, refit=not warm)
+            _scaling.unfold(self)
+        data = _scaling.standardized(self, prepared[0], cfg, net, dist, refit=not warm)
         prepared = (data,) + prepared[1:]
         padded = _training.setup(dist, data)  # the hyper-parameters: in together()
         n = dist.n
@@ -266,7 +275,7 @@ class SequenceEstimator(EstimatorParams):
                 _training.auto_epochs(dist.n, cfg.batch_size)   # the training part's count
             self._train(train, val, cfg, epochs, fit=True)
         finally:
-            self._fold_inputs()
+            _scaling.fold(self)
         return self
 
     def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
@@ -279,8 +288,8 @@ class SequenceEstimator(EstimatorParams):
                                           partial=True)
             _check_comm_options(dist, cfg)
         if fitted:
-            self._unfold_inputs()
-        std = self._standardized(prepared[0], cfg, net, dist,
+            _scaling.unfold(self)
+        std = _scaling.standardized(self, prepared[0], cfg, net, dist,
                                  refit="input_mean_" not in self.__dict__)
         # once: the loop uses its global count and lengths
         data = _training.setup(dist, std)
@@ -291,90 +300,12 @@ class SequenceEstimator(EstimatorParams):
         try:
             self._train(data, None, cfg, 1, fit=False)
         finally:
-            self._fold_inputs()
+            _scaling.fold(self)
         return self
-
-    # ---- input standardisation (standardize=True) ------------------------------------
-    def _standardized(self, data: seqs.Data, cfg: Config, net: Network,
-                      dist: distributed.Local, refit: bool) -> seqs.Data:
-        """Data with each input channel standardised (a copy; the caller's X is never
-        changed). The mean and scale come from this data's valid positions (over every
-        rank with comm) when refit, else from the fit that learned them. The bare X -> Y
-        network keeps X's units (no embedding to fold the scaling into)."""
-        if not (cfg.standardize and net.head):
-            for k in ("input_mean_", "input_scale_", "target_mean_", "target_scale_",
-                      "embed_bias_", "head_bias_"):
-                self.__dict__.pop(k, None)
-            return data
-        x = data.x
-        if refit:
-            valid = np.ones(x.shape[:2], bool) if data.lengths is None else \
-                seqs.valid_positions(data.lengths, x.shape[1])
-            xv = x[valid].astype(np.float64)
-            count = dist.allsum(float(xv.shape[0]))
-            s1 = dist.allsum(xv.sum(axis=0))
-            mean = s1 / max(count, 1.0)
-            s2 = dist.allsum(((xv - mean) ** 2).sum(axis=0))
-            self.input_mean_ = mean
-            self.input_scale_ = _power_of_two(np.sqrt(s2 / max(count, 1.0)))
-        xs = ((x - self.input_mean_) / self.input_scale_).astype(x.dtype)
-        if data.lengths is not None:   # padding stays zero
-            xs[~seqs.valid_positions(data.lengths, x.shape[1])] = 0
-        y = data.y
-        if self._scales_targets():   # regression targets: per output column
-            if refit:
-                yv = y.reshape(-1, y.shape[-1]).astype(np.float64)
-                if data.w is not None:   # rows that count (w per sample or per position)
-                    keep = np.broadcast_to(data.w.reshape(data.w.shape + (1,) * (
-                        y.ndim - 1 - data.w.ndim)), y.shape[:-1])
-                    yv = yv[keep.reshape(-1) > 0]
-                count = dist.allsum(float(yv.shape[0]))
-                mean = dist.allsum(yv.sum(axis=0)) / max(count, 1.0)
-                scale = np.sqrt(dist.allsum(((yv - mean) ** 2).sum(axis=0)) / max(count, 1.0))
-                self.target_mean_ = mean
-                self.target_scale_ = _power_of_two(scale)
-            y = ((y - self.target_mean_) / self.target_scale_).astype(y.dtype)
-        return seqs.Data(np.ascontiguousarray(xs), data.lengths, y, data.w,
-                         data.per_position)
 
     def _scales_targets(self) -> bool:
         """Hook: whether standardize=True also standardises y (the regressors)."""
         return False
-
-    def _fold_inputs(self) -> None:
-        """Fold the standardisation into the input embedding (and a regressor's head),
-        so that the fitted model (predict, save, ONNX) takes X and gives y in their own
-        units: W' = W / scale (per input row), b' = b - (mean / scale) W; head
-        W' = W * scale_y, b' = b * scale_y + mean_y. The scales are powers of two, so the
-        weight matrices fold and unfold exactly; the standardised biases are kept
-        (embed_bias_, head_bias_) so that training resumes bit for bit."""
-        if "input_mean_" not in self.__dict__ or self.__dict__.get("_folded", True):
-            return
-        p = self.model_.params
-        w, b = p["embed.W"], p["embed.b"]
-        self.embed_bias_ = b.copy()
-        r = (self.input_mean_ / self.input_scale_)
-        b[...] = (b.astype(np.float64) - r @ w.astype(np.float64)).astype(b.dtype)
-        w /= self.input_scale_[:, None].astype(w.dtype)
-        if "target_mean_" in self.__dict__:   # y = y_std * scale + mean
-            hw, hb = p["head.W"], p["head.b"]
-            self.head_bias_ = hb.copy()
-            hw *= self.target_scale_.astype(hw.dtype)
-            hb[...] = (hb.astype(np.float64) * self.target_scale_
-                       + self.target_mean_).astype(hb.dtype)
-        self._folded = True
-
-    def _unfold_inputs(self) -> None:
-        """The inverse of _fold_inputs, before training goes on in standardised units."""
-        if "input_mean_" not in self.__dict__ or not self.__dict__.get("_folded", True):
-            return
-        p = self.model_.params
-        p["embed.W"][...] *= self.input_scale_[:, None].astype(p["embed.W"].dtype)
-        p["embed.b"][...] = self.embed_bias_
-        if "target_mean_" in self.__dict__:
-            p["head.W"][...] /= self.target_scale_.astype(p["head.W"].dtype)
-            p["head.b"][...] = self.head_bias_
-        self._folded = False
 
     def _set_optimizer_hyper(self, cfg: Config) -> None:
         opt = self.optimizer_
@@ -385,10 +316,8 @@ class SequenceEstimator(EstimatorParams):
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
         data, per_position, k = prepared
-        keep: dict[str, Any] = {k: self.__dict__[k] for k in ("classes_", "_dist",
-                                                              "input_mean_", "input_scale_",
-                                                              "target_mean_", "target_scale_",
-                                                              "embed_bias_", "head_bias_")
+        keep: dict[str, Any] = {k: self.__dict__[k]
+                                for k in ("classes_", "_dist") + _scaling.ATTRIBUTES
                                 if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
@@ -628,15 +557,6 @@ class SequenceEstimator(EstimatorParams):
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
         _state.set_state(self, *state["attnx_state"])
-
-
-def _power_of_two(scale: F64Array) -> F64Array:
-    """Each positive scale rounded to the nearest power of two (1 where it is 0): the
-    data is then standardised to within a factor sqrt(2), and scaling by it is exact."""
-    out = np.ones_like(scale)
-    pos = scale > 0
-    out[pos] = np.exp2(np.round(np.log2(scale[pos])))
-    return out
 
 
 def store(est: SequenceEstimator, args: Mapping[str, Any]) -> None:

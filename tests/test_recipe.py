@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import schedules
+from attnx import _scaling, schedules
 from legacy_defaults import OLD_CLS
 
 
@@ -90,10 +90,10 @@ def test_standardize_folds_into_the_model_exactly():
     assert np.array_equal(X, X0)   # the caller's X is untouched
     m = est.model_
     raw = m.params.flat.copy()
-    est._unfold_inputs()
+    _scaling.unfold(est)
     xs = (X - est.input_mean_) / est.input_scale_
     std = m.forward(xs, grad=False)[:, 0] * est.target_scale_[0] + est.target_mean_[0]
-    est._fold_inputs()
+    _scaling.fold(est)
     np.testing.assert_allclose(m.params.flat, raw, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(pred, std, rtol=1e-10)
     # and it helps: raw units hundreds apart train badly in 4 epochs

@@ -1,0 +1,117 @@
+"""Input (and regression target) standardisation of the estimators (standardize=True):
+learned at fit, applied to the training data, folded into the model after training.
+
+The scales are powers of two, so folding them into the weight matrices and unfolding
+them for more training are exact; the standardised biases are kept beside the model
+(embed_bias_, head_bias_), so a resumed fit continues bit for bit."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _sequences as seqs
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from . import distributed
+    from ._estimator import SequenceEstimator
+    from ._hyper import Config
+    from ._networks import Network
+
+    F64Array = NDArray[np.float64]
+
+#: the fitted attributes of the standardisation
+ATTRIBUTES = ("input_mean_", "input_scale_", "target_mean_", "target_scale_",
+              "embed_bias_", "head_bias_")
+
+
+def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Network,
+                 dist: distributed.Local, refit: bool) -> seqs.Data:
+    """Data with each input channel standardised (a copy; the caller's X is never
+    changed). The mean and scale come from this data's valid positions (over every
+    rank with comm) when refit, else from the fit that learned them. The bare X -> Y
+    network keeps X's units (no embedding to fold the scaling into)."""
+    if not (cfg.standardize and net.head):
+        for k in ATTRIBUTES:
+            est.__dict__.pop(k, None)
+        return data
+    x = data.x
+    if refit:
+        valid = np.ones(x.shape[:2], bool) if data.lengths is None else \
+            seqs.valid_positions(data.lengths, x.shape[1])
+        xv = x[valid].astype(np.float64)
+        count = dist.allsum(float(xv.shape[0]))
+        s1 = dist.allsum(xv.sum(axis=0))
+        mean = s1 / max(count, 1.0)
+        s2 = dist.allsum(((xv - mean) ** 2).sum(axis=0))
+        est.input_mean_ = mean
+        est.input_scale_ = power_of_two(np.sqrt(s2 / max(count, 1.0)))
+    xs = ((x - est.input_mean_) / est.input_scale_).astype(x.dtype)
+    if data.lengths is not None:   # padding stays zero
+        xs[~seqs.valid_positions(data.lengths, x.shape[1])] = 0
+    y = data.y
+    if est._scales_targets():   # regression targets: per output column
+        if refit:
+            yv = y.reshape(-1, y.shape[-1]).astype(np.float64)
+            if data.w is not None:   # rows that count (w per sample or per position)
+                keep = np.broadcast_to(data.w.reshape(data.w.shape + (1,) * (
+                    y.ndim - 1 - data.w.ndim)), y.shape[:-1])
+                yv = yv[keep.reshape(-1) > 0]
+            count = dist.allsum(float(yv.shape[0]))
+            mean = dist.allsum(yv.sum(axis=0)) / max(count, 1.0)
+            scale = np.sqrt(dist.allsum(((yv - mean) ** 2).sum(axis=0)) / max(count, 1.0))
+            est.target_mean_ = mean
+            est.target_scale_ = power_of_two(scale)
+        y = ((y - est.target_mean_) / est.target_scale_).astype(y.dtype)
+    return seqs.Data(np.ascontiguousarray(xs), data.lengths, y, data.w,
+                     data.per_position)
+
+
+
+def fold(est: SequenceEstimator) -> None:
+    """Fold the standardisation into the input embedding (and a regressor's head),
+    so that the fitted model (predict, save, ONNX) takes X and gives y in their own
+    units: W' = W / scale (per input row), b' = b - (mean / scale) W; head
+    W' = W * scale_y, b' = b * scale_y + mean_y. The scales are powers of two, so the
+    weight matrices fold and unfold exactly; the standardised biases are kept
+    (embed_bias_, head_bias_) so that training resumes bit for bit."""
+    if "input_mean_" not in est.__dict__ or est.__dict__.get("_folded", True):
+        return
+    p = est.model_.params
+    w, b = p["embed.W"], p["embed.b"]
+    est.embed_bias_ = b.copy()
+    r = (est.input_mean_ / est.input_scale_)
+    b[...] = (b.astype(np.float64) - r @ w.astype(np.float64)).astype(b.dtype)
+    w /= est.input_scale_[:, None].astype(w.dtype)
+    if "target_mean_" in est.__dict__:   # y = y_std * scale + mean
+        hw, hb = p["head.W"], p["head.b"]
+        est.head_bias_ = hb.copy()
+        hw *= est.target_scale_.astype(hw.dtype)
+        hb[...] = (hb.astype(np.float64) * est.target_scale_
+                   + est.target_mean_).astype(hb.dtype)
+    est._folded = True
+
+
+
+def unfold(est: SequenceEstimator) -> None:
+    """The inverse of fold, before training goes on in standardised units."""
+    if "input_mean_" not in est.__dict__ or not est.__dict__.get("_folded", True):
+        return
+    p = est.model_.params
+    p["embed.W"][...] *= est.input_scale_[:, None].astype(p["embed.W"].dtype)
+    p["embed.b"][...] = est.embed_bias_
+    if "target_mean_" in est.__dict__:
+        p["head.W"][...] /= est.target_scale_.astype(p["head.W"].dtype)
+        p["head.b"][...] = est.head_bias_
+    est._folded = False
+
+
+def power_of_two(scale: F64Array) -> F64Array:
+    """Each positive scale rounded to the nearest power of two (1 where it is 0): the
+    data is then standardised to within a factor sqrt(2), and scaling by it is exact."""
+    out = np.ones_like(scale)
+    pos = scale > 0
+    out[pos] = np.exp2(np.round(np.log2(scale[pos])))
+    return out
