@@ -278,7 +278,7 @@ def _load_arrays(path: str, keys: Sequence[str], optional: Sequence[str] = ()
 def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     from . import distributed
     from .estimators import AttentionRegressor, TransformerRegressor
-    from ._hyper import DEFAULTS_0_2
+    from ._hyper import LEGACY_DEFAULTS
 
     dist = distributed.wrap(comm)
     with dist.together():  # a rank that cannot read the file stops every rank
@@ -303,7 +303,7 @@ def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     est: AttentionRegressor | TransformerRegressor
     if args.model == "transformer":
         # the bare X -> Y transformer, as the command always trained
-        bare = {k: v for k, v in DEFAULTS_0_2.items() if k not in common and k != "n_heads"
+        bare = {k: v for k, v in LEGACY_DEFAULTS.items() if k not in common and k != "n_heads"
                 and k != "label_smoothing"}
         est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common,
                                    **bare)

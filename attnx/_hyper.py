@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
-#: The constructor values of attnx 0.2 that TransformerRegressor / TransformerClassifier
-#: changed (TransformerRegressor(**DEFAULTS_0_2) trains as 0.2 did: with y of X's shape,
+#: The constructor values of the previous release that TransformerRegressor / TransformerClassifier
+#: changed (TransformerRegressor(**LEGACY_DEFAULTS) trains as the previous release did: with y of X's shape,
 #: the bare X -> Y model). A model file written before a hyper-parameter existed gets
 #: the value here for it (see attnx._state).
-DEFAULTS_0_2: dict[str, Any] = {
+LEGACY_DEFAULTS: dict[str, Any] = {
     "n_heads": 1, "d_model": None, "positional": "none", "norm": None, "dropout": 0.0,
     "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",

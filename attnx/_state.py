@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ._hyper import DEFAULTS_0_2
+from ._hyper import LEGACY_DEFAULTS
 
 __all__ = ["get_state", "set_state", "new_from_state", "StateError"]
 
@@ -196,8 +196,8 @@ def new_from_state(arrays: Arrays, config: Config, classes: dict[str, type]) -> 
     return est
 
 
-#: hyper-parameters added after attnx 0.2, with the values that mean "as 0.2 did"
-LEGACY_VALUES: dict[str, Any] = {k: DEFAULTS_0_2[k] for k in (
+#: hyper-parameters added after the previous release, with the values that mean "as the previous release did"
+LEGACY_VALUES: dict[str, Any] = {k: LEGACY_DEFAULTS[k] for k in (
     "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize", "patch_len",
     "label_smoothing")}
 

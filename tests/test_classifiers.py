@@ -20,7 +20,7 @@ def sign_task(n, t=8, f=3, seed=0, labels=("neg", "pos")):
 
 def small(cls=attnx.AttentionClassifier, **kw):
     opts = dict(n_heads=2, d_model=8, epochs=15, batch_size=32, lr=1e-2, random_state=0)
-    if cls is attnx.TransformerClassifier:   # with 0.2's recipe
+    if cls is attnx.TransformerClassifier:   # with the previous release's recipe
         opts = {**OLD_CLS, **opts, "n_layers": 1, "d_hidden": 16}
     opts.update(kw)
     return cls(**opts)

@@ -30,7 +30,7 @@ def task():
 
 def small(cls=attnx.AttentionRegressor, **kw):
     opts = dict(n_heads=2, epochs=3, batch_size=32, lr=0.02, random_state=0)
-    if cls is attnx.TransformerRegressor:   # 0.2's defaults: the bare X -> Y model
+    if cls is attnx.TransformerRegressor:   # the previous release's defaults: the bare X -> Y model
         opts = {**OLD, **opts, "n_layers": 1, "d_hidden": 8}
     opts.update(kw)
     return cls(**opts)

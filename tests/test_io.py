@@ -19,7 +19,7 @@ def data():
 
 def _est(cls=attnx.AttentionRegressor, **kw):
     opts = dict(n_heads=2, epochs=2, batch_size=16, lr=0.02, random_state=4)
-    if cls is attnx.TransformerRegressor:   # 0.2's defaults: the bare X -> Y model
+    if cls is attnx.TransformerRegressor:   # the previous release's defaults: the bare X -> Y model
         opts = {**OLD, **opts, "n_layers": 2, "d_hidden": 12}
     opts.update(kw)
     return cls(**opts)

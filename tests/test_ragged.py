@@ -15,7 +15,7 @@ def ragged(n, f=3, lo=2, hi=15, seed=0, dtype=np.float64):
 def reg(cls=attnx.TransformerRegressor, **kw):
     opts = dict(n_heads=2, d_model=8, epochs=3, batch_size=8, lr=5e-3, random_state=0,
                 dtype=np.float64)
-    if cls in (attnx.TransformerRegressor, attnx.TransformerClassifier):   # 0.2's recipe
+    if cls in (attnx.TransformerRegressor, attnx.TransformerClassifier):   # the previous release's recipe
         old = OLD_CLS if cls is attnx.TransformerClassifier else OLD
         opts = {**old, **opts, "n_layers": 1, "d_hidden": 16}
     opts.update(kw)

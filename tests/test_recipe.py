@@ -15,7 +15,7 @@ def _cls_data(seed=0, n=48, t=8):
     return X, y
 
 
-# 0.2's recipe (every option off), small: each test turns one option on
+# the previous release's recipe (every option off), small: each test turns one option on
 KW = dict(OLD_CLS, n_heads=2, d_model=8, n_layers=1, epochs=4, batch_size=16, random_state=0,
           dtype=np.float64)
 KW_REG = {k: v for k, v in KW.items() if k != "label_smoothing"}

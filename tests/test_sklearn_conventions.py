@@ -23,7 +23,7 @@ def is_clf(cls):
 
 def make(cls, **kw):
     opts = dict(n_heads=2, d_model=8, epochs=3, batch_size=16, lr=1e-2, random_state=0)
-    if "Transformer" in cls.__name__:   # 0.2's recipe: these tests compare exact fits
+    if "Transformer" in cls.__name__:   # the previous release's recipe: these tests compare exact fits
         old = OLD_CLS if "Classifier" in cls.__name__ else OLD
         opts = {**old, **opts, "n_layers": 1, "d_hidden": 16}
     opts.update(kw)

@@ -18,12 +18,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fit_equal import COMM, P, RANK, Watching, digest, rel, shards  # noqa: E402
 
 import attnx  # noqa: E402
-from attnx._hyper import DEFAULTS_0_2  # noqa: E402
+from attnx._hyper import LEGACY_DEFAULTS  # noqa: E402
 
 
 def _transformer_0_2(*args, **kw):
-    """TransformerRegressor with 0.2's recipe (dropout 0 is needed with comm anyway)."""
-    old = {k: v for k, v in DEFAULTS_0_2.items() if k not in ("n_heads", "label_smoothing")}
+    """TransformerRegressor with the previous release's recipe (dropout 0 is needed with comm anyway)."""
+    old = {k: v for k, v in LEGACY_DEFAULTS.items() if k not in ("n_heads", "label_smoothing")}
     return attnx.TransformerRegressor(*args, **{**old, **kw})
 
 
