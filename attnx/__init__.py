@@ -26,9 +26,11 @@ __all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_l
 from . import datasets, forecasting, schedules  # noqa: E402
 from .estimators import (AttentionClassifier, AttentionRegressor,  # noqa: E402
                          TransformerClassifier, TransformerRegressor)
+from .ensemble import EnsembleClassifier, EnsembleRegressor  # noqa: E402
 from .forecaster import TransformerForecaster  # noqa: E402
 from .io import load  # noqa: E402
 
 __all__ += ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
-            "TransformerClassifier", "TransformerForecaster", "load", "datasets",
+            "TransformerClassifier", "EnsembleClassifier", "EnsembleRegressor",
+            "TransformerForecaster", "load", "datasets",
             "forecasting", "schedules"]
