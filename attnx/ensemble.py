@@ -39,16 +39,21 @@ def _member_seeds(random_state: RandomStateLike, n: int) -> list[int]:
     return [int(s) for s in rng.integers(0, _SEED_BOUND, size=n)]
 
 
-def _mean(outputs: list[Any]) -> Any:
+def _mean(outputs: list[Any]) -> FloatArray | list[FloatArray]:
     """The element-wise mean of the members' outputs: arrays, or lists of arrays
     (ragged per-position outputs), summed in member order."""
     first = outputs[0]
     if isinstance(first, list):
-        return [_mean([o[i] for o in outputs]) for i in range(len(first))]
-    acc = np.array(first, dtype=np.float64)
+        return [_mean_arrays([o[i] for o in outputs]) for i in range(len(first))]
+    return _mean_arrays(outputs)
+
+
+def _mean_arrays(outputs: list[Any]) -> FloatArray:
+    acc: FloatArray = np.array(outputs[0], dtype=np.float64)
     for o in outputs[1:]:
         acc += o
-    return (acc / len(outputs)).astype(np.asarray(first).dtype, copy=False)
+    mean: FloatArray = (acc / len(outputs)).astype(np.asarray(outputs[0]).dtype, copy=False)
+    return mean
 
 
 class _Ensemble(EstimatorParams):
@@ -150,10 +155,11 @@ class EnsembleClassifier(ClassifierParams, _Ensemble):
 
     def predict(self, X: ArrayLike) -> AnyArray | list[AnyArray]:
         proba = self.predict_proba(X)
-        classes = self._fitted()[0].classes_
+        classes: AnyArray = self._fitted()[0].classes_
         if isinstance(proba, list):
             return [classes[np.argmax(p, axis=-1)] for p in proba]
-        return classes[np.argmax(proba, axis=-1)]
+        labels: AnyArray = classes[np.argmax(proba, axis=-1)]
+        return labels
 
     def score(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
         """Mean accuracy of predict(X) (weighted by sample_weight if given), for labels
