@@ -22,6 +22,8 @@ classification, RMSE in the target's units for regression):
 
   attnx defaults    TransformerClassifier/Regressor(random_state=seed), raw data in
                     attnx's (n, T, n_features) layout (a list of (T_i, f) arrays when ragged)
+  attnx ensemble    attnx.EnsembleClassifier/Regressor of ENSEMBLE_MEMBERS default
+                    networks (seeds drawn from random_state=seed), probabilities averaged
   attnx best        BEST below: the harness's preprocessing, then the estimator with
                     explicit arguments
   torch twin        the same network as "attnx best" (tests/seq_torch_twin.py, from
@@ -90,9 +92,12 @@ DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
        "Sunspots", "Covid3Month", "CardanoSentiment"]
 HOLDOUT = ["ArrowHead", "BasicMotions", "GunPoint", "ItalyPowerDemand",
            "PickupGestureWiimoteZ", "PLAID", "Tecator"]
-MODELS = ["attnx defaults", "attnx best", "torch twin", "1-NN Euclidean", "1-NN DTW",
+MODELS = ["attnx defaults", "attnx ensemble", "attnx best", "torch twin", "1-NN Euclidean",
+          "1-NN DTW",
           "MiniRocket", "linear (summary)", "linear (raw)"]
-STOCHASTIC = {"attnx defaults", "attnx best", "torch twin", "MiniRocket"}
+STOCHASTIC = {"attnx defaults", "attnx ensemble", "attnx best", "torch twin", "MiniRocket"}
+#: members of the "attnx ensemble" row: the defaults' network, seeds drawn from the run's seed
+ENSEMBLE_MEMBERS = 5
 
 
 # ---- data: every set as lists of (T_i, c) float64 arrays --------------------------------
@@ -282,6 +287,20 @@ def run_attnx_defaults(d, seed, quick):
     return pred, t_fit, t_pred
 
 
+def run_attnx_ensemble(d, seed, quick):
+    """EnsembleClassifier / EnsembleRegressor of ENSEMBLE_MEMBERS default networks."""
+    import attnx
+    if d.task == "classify":
+        est = attnx.EnsembleClassifier(attnx.TransformerClassifier(**({"epochs": 2} if quick else {})),
+                                       n_members=ENSEMBLE_MEMBERS, random_state=seed)
+    else:
+        est = attnx.EnsembleRegressor(attnx.TransformerRegressor(**({"epochs": 2} if quick else {})),
+                                      n_members=ENSEMBLE_MEMBERS, random_state=seed)
+    _, t_fit = _timed(est.fit, for_attnx(d.Xtr), d.ytr)
+    pred, t_pred = _timed(est.predict, for_attnx(d.Xte))
+    return pred, t_fit, t_pred
+
+
 def _best_estimator(d, cfg, seed, quick, n_train):
     import attnx
     epochs, bs = schedule(cfg, n_train)
@@ -406,6 +425,8 @@ def run_linear(d, features):
 def run_model(name, d, seed, quick, cfg):
     if name == "attnx defaults":
         return run_attnx_defaults(d, seed, quick)
+    if name == "attnx ensemble":
+        return run_attnx_ensemble(d, seed, quick)
     if name == "attnx best":
         return run_attnx_best(d, seed, quick, cfg)
     if name == "torch twin":
