@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._params import ParamDict
     from ._sequences import Data
     from ._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
-    from .distributed import Local
+    from .distributed import Local, Part
     from .optim import AdamW
 
     F64Array = npt.NDArray[np.float64]
@@ -370,7 +370,8 @@ class Trainer:
         good.save(model, opt, rng)  # the state to roll back to if training diverges
         last = history.n_iter_ + epochs
         fit = stopper is not None
-        bar = Progress(self.verbose if dist.is_root else 0, -(-n // bs), last if fit else None)
+        bar = Progress(self.verbose if dist.is_root else 0, dist.steps_per_epoch(bs),
+                       last if fit else None)
         with InterruptGuard() as guard:
             try:
                 for _ in range(epochs):
@@ -414,11 +415,7 @@ class Trainer:
         """One pass over data; returns the (weighted) mean loss, or None when
         interrupted (after a warning). Rolls back and raises when training diverges."""
         dist = self.dist
-        order, global_plan = batch_plan(dist.n, bs, self.rng if self.shuffle else None,
-                                        dist.lengths)
-        # this rank's samples of each global batch (all of them with comm=None)
-        order, plan = dist.batches(order, global_plan)
-        rows = dist.rows(plan, bs)
+        order, plan, rows = self.epoch_plan(data, bs)
         t_full = data.x.shape[1]
         total, seen, done = 0.0, 0.0, 0
         for k, (start, m, t, _) in enumerate(plan):
@@ -447,6 +444,28 @@ class Trainer:
                 f"counts completed epochs only", UserWarning, stacklevel=5)
             return None
         return total / seen if seen else 0.0
+
+    def epoch_plan(self, data: Data, bs: int) -> tuple[IntArray | None, list[Part], int]:
+        """(order, parts, rows) of one epoch: this rank's rows of every step are
+        order[start:start + m] (start..start + m when order is None) for each
+        (start, m, t, _) in parts, in a batch buffer of `rows` rows.
+
+        Without comm, and with comm in balanced mode: the batch plan of this rank's
+        own data, dist.local_batch(bs) rows per step, shuffled by dist.shard_rng;
+        every rank runs dist.steps_per_epoch(bs) steps (short shards end with empty
+        steps). Exact mode: this rank's part of the plan of the global data set."""
+        dist = self.dist
+        rng = self.rng if self.shuffle else None
+        if dist.exact:
+            order, global_plan = batch_plan(dist.n, bs, rng, dist.lengths)
+            order, mine = dist.batches(order, global_plan)
+            return order, mine, dist.rows(mine, bs)
+        b = dist.local_batch(bs)
+        rng = None if rng is None else dist.shard_rng(rng)
+        order, plan = batch_plan(data.n, b, rng, data.lengths) if data.n else (None, [])
+        parts = [(s, m, t, m) for s, m, t in plan]
+        parts += [(0, 0, None, 0)] * (dist.steps_per_epoch(bs) - len(parts))
+        return order, parts, dist.rows(parts, b)
 
     def step(self, batch: Batch, m: int, guard: InterruptGuard | None = None
              ) -> tuple[float, float]:
