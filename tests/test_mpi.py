@@ -240,6 +240,15 @@ def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path
     r2 = [re.search(r"R\^2 on the training data: (\S+)", s).group(1)
           for s in (r.stdout, one.stdout)]
     assert r2[0] == r2[1]
+    assert a.distributed == "exact"
+    # without --exact: balanced batches, another (reproducible) model
+    bal = [o for o in opts if o != "--exact"]
+    r = mpirun(mpiexec, 2, ["-m", "attnx", *bal, "-o", "bal.safetensors", "--distributed"],
+               tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = attnx.load(tmp_path / "bal.safetensors")
+    assert c.distributed == "balanced" and c.n_iter_ == 3
+    assert not np.array_equal(c.model_.params.flat, pb)
 
 
 def test_cli_distributed_reports_a_bad_file_once_and_fails(mpiexec, tmp_path):
@@ -352,7 +361,20 @@ def test_distributed_mode_is_checked():
         attnx.AttentionRegressor(epochs=1, distributed="fast").fit(X, X)
     assert attnx.TransformerRegressor().distributed == "balanced"
     from attnx._hyper import LEGACY_DEFAULTS
-    assert LEGACY_DEFAULTS["distributed"] == "exact"  # model files from before keep their mode
+    assert LEGACY_DEFAULTS["distributed"] == "exact"
+
+
+def test_model_files_from_before_the_parameter_load_as_exact():
+    from attnx import _state
+    from attnx.estimators import ESTIMATORS
+    X, Y = attnx.datasets.max_position_task(8, 3, 2, random_state=0)
+    est = attnx.AttentionRegressor(epochs=1, random_state=0).fit(X, Y)
+    arrays, config = _state.get_state(est, portable=False)
+    assert _state.new_from_state(arrays, config, ESTIMATORS).distributed == "balanced"
+    del config["params"]["distributed"]  # as written before distributed= existed
+    old = _state.new_from_state(arrays, config, ESTIMATORS)
+    assert old.distributed == "exact"  # how that model was trained with comm
+    np.testing.assert_array_equal(old.predict(X), est.predict(X))
 
 
 def test_comm_must_be_an_mpi_communicator():
