@@ -133,7 +133,7 @@ def test_balanced_ranks_batch_their_own_shards(mpiexec, tmp_path, P):
     att = res["attention"]
     b = -(-8 // P)  # rows per rank per step: ceil(batch_size / P)
     assert att["steps"] == att["n_iter"] * -(-max(att["shards"]) // b)
-    assert att["loss_last"] < 0.1 * att["loss_first"]
+    assert att["loss_last"] < 0.2 * att["loss_first"]  # it learned
     assert att["mse"] <= 1.5 * att["mse_one"], att  # comparable to one process
     if P == 1:
         assert att["mse"] == att["mse_one"] and att["loss_last"] == att["loss_last_one"]

@@ -103,7 +103,7 @@ def main():
     X, Y = X.astype(np.float64), Y.astype(np.float64)
 
     def make():
-        return attnx.AttentionRegressor(2, epochs=12, batch_size=8, lr=0.01, random_state=4,
+        return attnx.AttentionRegressor(2, epochs=8, batch_size=8, lr=0.01, random_state=4,
                                         dtype=np.float64, n_iter_no_change=None)
     est, fig = fit_shard(make, X, Y)
     again, fig2 = fit_shard(make, X, Y)
