@@ -3,14 +3,15 @@ rollback) and its pieces: batch buffers and plans, snapshots, Ctrl-C, progress b
 the validation split and the seeds."""
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import signal
 import sys
 import threading
 import warnings
-from typing import (TYPE_CHECKING, Any, Callable, Literal, Mapping, NoReturn, Protocol, Union,
-                    cast)
+from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, NoReturn, Protocol,
+                    Union, cast)
 
 import numpy as np
 
@@ -418,23 +419,24 @@ class Trainer:
         order, plan, rows = self.epoch_plan(data, bs)
         t_full = data.x.shape[1]
         total, seen, done = 0.0, 0.0, 0
-        for k, (start, m, t, _) in enumerate(plan):
-            batch = self.batch_for(data, rows, t or t_full)
-            batch.load(data, order, start, m)
-            try:
-                loss, weight = self.step(batch, m, guard)
-            except KeyboardInterrupt:  # raised outside the guard's reach
-                guard.interrupted = True
-                break
-            except NonFinite as exc:
-                self.diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of {len(plan)}",
-                              epoch)
-            total += loss * weight
-            seen += weight
-            done += 1
-            bar.step(total / seen if seen else 0.0)
-            if dist.stopping(guard):  # with comm: every rank stops after the same step
-                break
+        with self.rank_dropout():
+            for k, (start, m, t, _) in enumerate(plan):
+                batch = self.batch_for(data, rows, t or t_full)
+                batch.load(data, order, start, m)
+                try:
+                    loss, weight = self.step(batch, m, guard)
+                except KeyboardInterrupt:  # raised outside the guard's reach
+                    guard.interrupted = True
+                    break
+                except NonFinite as exc:
+                    self.diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of "
+                                        f"{len(plan)}", epoch)
+                total += loss * weight
+                seen += weight
+                done += 1
+                bar.step(total / seen if seen else 0.0)
+                if dist.stopping(guard):  # with comm: every rank stops after the same step
+                    break
         if guard.interrupted:
             bar.close()
             warnings.warn(
@@ -444,6 +446,23 @@ class Trainer:
                 f"counts completed epochs only", UserWarning, stacklevel=5)
             return None
         return total / seen if seen else 0.0
+
+    @contextlib.contextmanager
+    def rank_dropout(self) -> Iterator[None]:
+        """Balanced mode with dropout: for one epoch the model draws its dropout masks
+        from this rank's own generator (dist.shard_rng of the model's dropout_rng,
+        which advances alike on every rank and is put back after the epoch), so the
+        ranks' masks are independent. Without comm, on one rank, in exact mode (which
+        refuses dropout) or without dropout: nothing changes."""
+        shared = getattr(self.model, "dropout_rng", None)
+        if shared is None or self.dist.exact or not getattr(self.model, "dropout", 0.0):
+            yield
+            return
+        setattr(self.model, "dropout_rng", self.dist.shard_rng(shared))
+        try:
+            yield
+        finally:
+            setattr(self.model, "dropout_rng", shared)
 
     def epoch_plan(self, data: Data, bs: int) -> tuple[IntArray | None, list[Part], int]:
         """(order, parts, rows) of one epoch: this rank's rows of every step are

@@ -13,13 +13,15 @@ order, and everything that depends on the samples is defined over it:
   plan). Every rank runs the largest shard's number of steps; a smaller shard's last
   steps are short or empty, so every row is used exactly once per epoch (no row is
   repeated to fill them). Reproducible for a given seed and P; not equal to the
-  single-process fit for P > 1;
+  single-process fit for P > 1. With dropout, each epoch every rank draws its masks
+  from a generator seeded the same way from the model's dropout generator;
 - batches, distributed="exact": every rank draws the same permutation of the global
   indices from the estimator's shuffling generator (same seed on every rank; rank 0's
   seeds when random_state is None) and builds the same global batch plan (for ragged
   input the length-sorted windows over every rank's lengths), so global batch k holds
   the samples it holds in one process with all the data; each rank computes its
-  own samples of the batch (possibly none), padded to its largest share;
+  own samples of the batch (possibly none), padded to its largest share (dropout is
+  refused: the ranks cannot draw one process's masks);
 - the gradient: each rank's loss is the (weighted) mean over its own samples of
   the batch; its gradient is scaled by its share of the batch's weight (sample
   count, or sum of sample and class weights) and one ``Allreduce`` (sum) over

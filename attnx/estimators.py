@@ -205,7 +205,8 @@ _COMMON_DOC = """
         takes ceil(batch_size / P) rows of it per step (reproducible for a given
         seed and number of ranks P); "exact": the global batches of one process,
         split over the ranks (the fit equals the single-process one to rounding,
-        but ranks pad to their largest share). Without comm both are the plain fit.
+        but ranks pad to their largest share; no dropout). Without comm both are
+        the plain fit.
 """
 
 

@@ -122,7 +122,8 @@ def test_balanced_ranks_batch_their_own_shards(mpiexec, tmp_path, P):
     """Each rank's batches hold its own rows, each once per epoch; every rank runs the
     largest shard's steps with identical weights; a second fit repeats the first bit
     for bit; losses and early stopping agree on every rank (checked in the script).
-    One rank equals the plain fit bit for bit; P ranks train as well as one process."""
+    One rank equals the plain fit bit for bit; P ranks train as well as one process;
+    with dropout the ranks draw other masks from one shared generator."""
     res = _balanced(mpiexec, tmp_path, P)
     for name in ("attention", "validation_early_stopping", "transformer",
                  "ragged_classifier_partial_fit"):

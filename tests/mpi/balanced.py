@@ -7,7 +7,9 @@ Every rank keeps its own (uneven) shard of one global data set. Checked on every
   the weights are identical bit for bit on every rank before every step and at the end;
 - a second fit with the same seed gives the same weights bit for bit;
 - with validation and early stopping, every rank has the same loss curves and n_iter_;
-- ragged input (a classifier by partial_fit) follows the same rules.
+- ragged input (a classifier by partial_fit) follows the same rules;
+- with dropout every rank draws other masks, while the model's dropout generator stays
+  the same on every rank.
 Rank 0 compares with a single-process fit on all the data: with P = 1 the balanced
 fit must equal it bit for bit; for any P the model's mean squared error on all the
 data is reported (the pytest side compares it). Prints one JSON line on rank 0 (with
@@ -27,15 +29,28 @@ import attnx._training as training  # noqa: E402
 
 #: the first value of every sequence loaded into a training batch, per epoch
 SEEN = []
-_epoch, _load = training.Trainer.epoch, training.Batch.load
+#: a digest of the dropout masks of each epoch's first step (models with dropout)
+MASKS = []
+_epoch, _load, _step = training.Trainer.epoch, training.Batch.load, training.Trainer.step
+_first = [False]
 
 
 def _recording_epoch(self, *args, **kwargs):
     SEEN.append([])
+    _first[0] = True
     try:
         return _epoch(self, *args, **kwargs)
     finally:
         SEEN.append(None)  # loads outside an epoch (validation) are not recorded
+
+
+def _recording_step(self, batch, m, guard=None):
+    out = _step(self, batch, m, guard)
+    if _first[0] and getattr(self.model, "dropout", 0):
+        masks = self.model.dropout_masks()
+        MASKS.append(digest(np.concatenate([masks[k].ravel() for k in sorted(masks)])))
+    _first[0] = False
+    return out
 
 
 def _recording_load(self, data, order, start, m):
@@ -46,6 +61,7 @@ def _recording_load(self, data, order, start, m):
 
 training.Trainer.epoch = _recording_epoch
 training.Batch.load = _recording_load
+training.Trainer.step = _recording_step
 
 
 def epochs_seen():
@@ -128,6 +144,18 @@ def main():
     _, figures["transformer"] = fit_shard(lambda: attnx.TransformerRegressor(
         2, 1, 16, d_model=8, dropout=0.0, standardize=False, epochs=3, batch_size=10,
         random_state=2, dtype=np.float64), X[:97], y)
+    # dropout (the Transformer estimators' default): each rank its own masks, from one
+    # shared generator that stays the same on every rank
+    MASKS.clear()
+    est, figures["transformer_dropout"] = fit_shard(lambda: attnx.TransformerRegressor(
+        2, 1, 16, d_model=8, standardize=False, epochs=3, batch_size=8, random_state=5,
+        dtype=np.float64), X[:97], y)
+    assert est.dropout == 0.1 and len(MASKS) == 3
+    masks = COMM.allgather(list(MASKS))
+    for e in range(3):  # every epoch's first masks differ between ranks
+        assert len({m[e] for m in masks}) == P, masks
+    shared = COMM.allgather(str(est.model_.dropout_rng.bit_generator.state))
+    assert len(set(shared)) == 1
     # ragged input, a classifier by partial_fit
     rng = np.random.default_rng(1)
     Xr = [rng.normal(size=(int(t), 3)) for t in rng.integers(2, 15, size=53)]
