@@ -91,11 +91,14 @@ def fit_shard(make, X, Y, method="fit", epochs_pf=1, **kw):
             est.partial_fit(Xs, Ys, comm=dist, **kw)
     seen = epochs_seen()
     assert len(seen) == (est.n_iter_ if method == "fit" else epochs_pf), len(seen)
-    if not est.validation_fraction:
-        mine = first_values(Xs)
-        for e, values in enumerate(seen):
-            # only this rank's rows, each once per epoch
-            assert sorted(values) == mine, f"rank {RANK} epoch {e}: rows used != its shard"
+    mine = first_values(Xs)
+    for e, values in enumerate(seen):
+        # only this rank's rows, each once per epoch (with validation: the same training
+        # part of its shard every epoch)
+        ok = (sorted(values) == mine if not est.validation_fraction else
+              len(set(values)) == len(values) and set(values) <= set(mine)
+              and sorted(values) == sorted(seen[0]))
+        assert ok, f"rank {RANK} epoch {e}: rows used != its shard"
     every = COMM.allgather(dist.hashes + [digest(est.model_.params.flat)])
     assert all(h == every[0] for h in every), "weights differ between ranks after some step"
     b = -(-min(est.batch_size, len(X)) // P)
