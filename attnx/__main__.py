@@ -166,9 +166,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="show a progress bar per epoch with the running loss (on stderr)")
     t.add_argument("--distributed", action="store_true",
                    help="data-parallel training over MPI: start with `mpiexec -n P`; each rank "
-                        "reads DATA and trains on its 1/P of the samples (in order), the "
-                        "result equals a single-process run with the same batch size; rank 0 "
-                        "prints and writes the model (needs attnx[mpi])")
+                        "reads DATA and trains on its 1/P of the samples (in order), each "
+                        "rank shuffling its own part; rank 0 prints and writes the model "
+                        "(needs attnx[mpi])")
+    t.add_argument("--exact", action="store_true",
+                   help="with --distributed: split the global batches of one process over "
+                        "the ranks, so the result equals a single-process run with the same "
+                        "batch size (slower: ranks pad to their largest share of a batch)")
     t.set_defaults(run=_train, command="train")
 
     pr = sub.add_parser("predict", formatter_class=fmt,
@@ -299,7 +303,8 @@ def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
                   validation_fraction=args.validation_fraction,
                   early_stopping=args.early_stopping, n_iter_no_change=args.n_iter_no_change,
                   tol=args.tol, random_state=args.seed, verbose=int(args.verbose),
-                  dtype=np.dtype(args.dtype).type)
+                  dtype=np.dtype(args.dtype).type,
+                  distributed="exact" if args.exact else "balanced")
     est: AttentionRegressor | TransformerRegressor
     if args.model == "transformer":
         # the bare X -> Y transformer, as the command always trained

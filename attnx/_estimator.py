@@ -374,8 +374,7 @@ class SequenceEstimator(EstimatorParams):
         gradient clipping."""
         schedule = None
         if fit:
-            n = self._comm().n
-            per_epoch = -(-n // min(cfg.batch_size, n))
+            per_epoch = self._comm().steps_per_epoch(cfg.batch_size)
             factor = schedules.estimator_schedule(cfg.lr_schedule, epochs * per_epoch,
                                                   cfg.warmup)
             if factor is not None:
@@ -567,7 +566,8 @@ def store(est: SequenceEstimator, args: Mapping[str, Any]) -> None:
 
 
 def _check_comm_options(dist: distributed.Local, cfg: Config) -> None:
-    if dist.distributed and cfg.dropout > 0:
-        raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm: each rank "
-                         f"would draw its own dropout masks, so the fit would differ from a "
-                         f"single-process one; use dropout=0 with comm")
+    dist.configure(cfg.distributed)  # "balanced" or "exact" batches
+    if dist.distributed and dist.exact and cfg.dropout > 0:
+        raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm and "
+                         f"distributed='exact': the ranks cannot draw the masks of a single "
+                         f"process; use dropout=0 or distributed='balanced'")

@@ -37,7 +37,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "n_heads": 1, "d_model": None, "positional": "none", "norm": None, "dropout": 0.0,
     "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
-    "standardize": False, "patch_len": 1, "label_smoothing": 0.0,
+    "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
 }
 
 
@@ -195,6 +195,10 @@ COMMON: dict[str, Constraint] = {
                    "weight_decay applies to), got {value!r}"),
     "standardize": Bool(),
     "patch_len": PatchLen(),
+    "distributed": OneOf(("balanced", "exact"),
+                         "distributed must be 'balanced' (each rank batches its own shard) or "
+                         "'exact' (the global batches of one process, split over the ranks), "
+                         "got {value!r}"),
 }
 
 
@@ -248,6 +252,7 @@ class Config(SimpleNamespace):
     standardize: bool
     patch_len: int | None
     label_smoothing: float
+    distributed: str
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:

@@ -3,14 +3,15 @@ rollback) and its pieces: batch buffers and plans, snapshots, Ctrl-C, progress b
 the validation split and the seeds."""
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import signal
 import sys
 import threading
 import warnings
-from typing import (TYPE_CHECKING, Any, Callable, Literal, Mapping, NoReturn, Protocol, Union,
-                    cast)
+from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, NoReturn, Protocol,
+                    Union, cast)
 
 import numpy as np
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from ._params import ParamDict
     from ._sequences import Data
     from ._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
-    from .distributed import Local
+    from .distributed import Local, Part
     from .optim import AdamW
 
     F64Array = npt.NDArray[np.float64]
@@ -370,7 +371,8 @@ class Trainer:
         good.save(model, opt, rng)  # the state to roll back to if training diverges
         last = history.n_iter_ + epochs
         fit = stopper is not None
-        bar = Progress(self.verbose if dist.is_root else 0, -(-n // bs), last if fit else None)
+        bar = Progress(self.verbose if dist.is_root else 0, dist.steps_per_epoch(bs),
+                       last if fit else None)
         with InterruptGuard() as guard:
             try:
                 for _ in range(epochs):
@@ -414,30 +416,27 @@ class Trainer:
         """One pass over data; returns the (weighted) mean loss, or None when
         interrupted (after a warning). Rolls back and raises when training diverges."""
         dist = self.dist
-        order, global_plan = batch_plan(dist.n, bs, self.rng if self.shuffle else None,
-                                        dist.lengths)
-        # this rank's samples of each global batch (all of them with comm=None)
-        order, plan = dist.batches(order, global_plan)
-        rows = dist.rows(plan, bs)
+        order, plan, rows = self.epoch_plan(data, bs)
         t_full = data.x.shape[1]
         total, seen, done = 0.0, 0.0, 0
-        for k, (start, m, t, _) in enumerate(plan):
-            batch = self.batch_for(data, rows, t or t_full)
-            batch.load(data, order, start, m)
-            try:
-                loss, weight = self.step(batch, m, guard)
-            except KeyboardInterrupt:  # raised outside the guard's reach
-                guard.interrupted = True
-                break
-            except NonFinite as exc:
-                self.diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of {len(plan)}",
-                              epoch)
-            total += loss * weight
-            seen += weight
-            done += 1
-            bar.step(total / seen if seen else 0.0)
-            if dist.stopping(guard):  # with comm: every rank stops after the same step
-                break
+        with self.rank_dropout():
+            for k, (start, m, t, _) in enumerate(plan):
+                batch = self.batch_for(data, rows, t or t_full)
+                batch.load(data, order, start, m)
+                try:
+                    loss, weight = self.step(batch, m, guard)
+                except KeyboardInterrupt:  # raised outside the guard's reach
+                    guard.interrupted = True
+                    break
+                except NonFinite as exc:
+                    self.diverged(good, f"epoch {epoch}: {exc} at batch {k + 1} of "
+                                        f"{len(plan)}", epoch)
+                total += loss * weight
+                seen += weight
+                done += 1
+                bar.step(total / seen if seen else 0.0)
+                if dist.stopping(guard):  # with comm: every rank stops after the same step
+                    break
         if guard.interrupted:
             bar.close()
             warnings.warn(
@@ -447,6 +446,45 @@ class Trainer:
                 f"counts completed epochs only", UserWarning, stacklevel=5)
             return None
         return total / seen if seen else 0.0
+
+    @contextlib.contextmanager
+    def rank_dropout(self) -> Iterator[None]:
+        """Balanced mode with dropout: for one epoch the model draws its dropout masks
+        from this rank's own generator (dist.shard_rng of the model's dropout_rng,
+        which advances alike on every rank and is put back after the epoch), so the
+        ranks' masks are independent. Without comm, on one rank, in exact mode (which
+        refuses dropout) or without dropout: nothing changes."""
+        shared = getattr(self.model, "dropout_rng", None)
+        if shared is None or self.dist.exact or not getattr(self.model, "dropout", 0.0):
+            yield
+            return
+        setattr(self.model, "dropout_rng", self.dist.shard_rng(shared))
+        try:
+            yield
+        finally:
+            setattr(self.model, "dropout_rng", shared)
+
+    def epoch_plan(self, data: Data, bs: int) -> tuple[IntArray | None, list[Part], int]:
+        """(order, parts, rows) of one epoch: this rank's rows of every step are
+        order[start:start + m] (start..start + m when order is None) for each
+        (start, m, t, _) in parts, in a batch buffer of `rows` rows.
+
+        Without comm, and with comm in balanced mode: the batch plan of this rank's
+        own data, dist.local_batch(bs) rows per step, shuffled by dist.shard_rng;
+        every rank runs dist.steps_per_epoch(bs) steps (short shards end with empty
+        steps). Exact mode: this rank's part of the plan of the global data set."""
+        dist = self.dist
+        rng = self.rng if self.shuffle else None
+        if dist.exact:
+            order, global_plan = batch_plan(dist.n, bs, rng, dist.lengths)
+            order, mine = dist.batches(order, global_plan)
+            return order, mine, dist.rows(mine, bs)
+        b = dist.local_batch(bs)
+        rng = None if rng is None else dist.shard_rng(rng)
+        order, plan = batch_plan(data.n, b, rng, data.lengths) if data.n else (None, [])
+        parts = [(s, m, t, m) for s, m, t in plan]
+        parts += [(0, 0, None, 0)] * (dist.steps_per_epoch(bs) - len(parts))
+        return order, parts, dist.rows(parts, b)
 
     def step(self, batch: Batch, m: int, guard: InterruptGuard | None = None
              ) -> tuple[float, float]:

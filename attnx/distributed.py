@@ -5,12 +5,23 @@ Started as ``mpiexec -n P python -m mpi4py train.py``, every rank calls
 own shard of the samples. The *global* data set is the shards concatenated in rank
 order, and everything that depends on the samples is defined over it:
 
-- batches: every rank draws the same permutation of the global indices from the
-  estimator's shuffling generator (same seed on every rank; rank 0's seeds when
-  random_state is None) and builds the same global batch plan (for ragged input
-  the length-sorted windows over every rank's lengths), so global batch k holds
+- batches, distributed="balanced" (the default): as PyTorch's DistributedSampler,
+  each rank shuffles its own shard every epoch (a generator seeded by a number drawn
+  alike on every rank from the estimator's shuffling generator, and the rank; one
+  rank uses that generator itself, so its fit is the fit without comm) and takes
+  ceil(batch_size / P) rows of it per step (for ragged input its own length-sorted
+  plan). Every rank runs the largest shard's number of steps; a smaller shard's last
+  steps are short or empty, so every row is used exactly once per epoch (no row is
+  repeated to fill them). Reproducible for a given seed and P; not equal to the
+  single-process fit for P > 1. With dropout, each epoch every rank draws its masks
+  from a generator seeded the same way from the model's dropout generator;
+- batches, distributed="exact": every rank draws the same permutation of the global
+  indices from the estimator's shuffling generator (same seed on every rank; rank 0's
+  seeds when random_state is None) and builds the same global batch plan (for ragged
+  input the length-sorted windows over every rank's lengths), so global batch k holds
   the samples it holds in one process with all the data; each rank computes its
-  own samples of the batch (possibly none), padded to its largest share;
+  own samples of the batch (possibly none), padded to its largest share (dropout is
+  refused: the ranks cannot draw one process's masks);
 - the gradient: each rank's loss is the (weighted) mean over its own samples of
   the batch; its gradient is scaled by its share of the batch's weight (sample
   count, or sum of sample and class weights) and one ``Allreduce`` (sum) over
@@ -107,6 +118,9 @@ class Local:
 
     distributed = False
     rank, size, is_root = 0, 1, True
+    # the global batch plan split over the ranks (distributed="exact"); else every
+    # rank batches its own shard ("balanced", and one process: the same thing)
+    exact = False
     # set by setup()
     n: int
     n_local: int
@@ -119,6 +133,22 @@ class Local:
         self.n, self.n_local, self.offset = int(n_local), int(n_local), 0
         self.lengths = lengths
         self.t_max = None if lengths is None else int(lengths.max())
+
+    def configure(self, mode: str) -> None:
+        """The estimator's distributed= ("balanced" or "exact"); nothing without comm."""
+
+    def local_batch(self, bs: int) -> int:
+        """Rows each rank takes from its shard per step (balanced mode)."""
+        return bs
+
+    def shard_rng(self, rng: np.random.Generator) -> np.random.Generator:
+        """The generator that shuffles this rank's shard this epoch (balanced mode)."""
+        return rng
+
+    def steps_per_epoch(self, bs: int) -> int:
+        """Optimizer steps in one epoch over the data set up by setup()."""
+        n = max(self.n, 1)
+        return -(-n // min(bs, n))
 
     def allmax(self, value: _N) -> _N:
         return value
@@ -183,6 +213,7 @@ class Communicator(Local):
     """
 
     distributed = True
+    counts: list[int]  # set by setup()
 
     def __init__(self, comm: object) -> None:
         try:
@@ -266,6 +297,40 @@ class Communicator(Local):
         if err is not None:
             raise exc from err
         raise exc
+
+    # ---- the two modes ------------------------------------------------------
+    def configure(self, mode: str) -> None:
+        """distributed="exact": the global batch plan, split over the ranks (the
+        fit equals one process's to rounding); "balanced": every rank batches its
+        own shard (see local_batch, shard_rng, steps_per_epoch)."""
+        self.exact = mode == "exact"
+
+    def local_batch(self, bs: int) -> int:
+        """Balanced mode: ceil(bs / size) rows of this rank's shard per step (a
+        global batch of size * that, at most size - 1 rows more than bs)."""
+        return bs if self.exact else -(-bs // self.size)
+
+    def shard_rng(self, rng: np.random.Generator) -> np.random.Generator:
+        """Balanced mode, once per epoch: one rank of many shuffles its shard with a
+        generator seeded by (a number drawn from rng, rank), so the ranks' orders are
+        independent while rng, drawn alike on every rank, stays the same everywhere
+        (it is saved with the model). One rank uses rng itself: the fit of one rank
+        is the fit without comm."""
+        if self.size == 1:
+            return rng
+        seed = int(rng.integers(0, 2**63 - 1))
+        return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(self.rank,)))
+
+    def steps_per_epoch(self, bs: int) -> int:
+        """Exact mode: ceil(n / bs) global batches. Balanced mode: every rank runs the
+        same number of steps, that of the largest shard, ceil(max count / local
+        batch); a smaller shard's last steps are short or empty (its rows weigh
+        nothing there), so every row of every shard is used once per epoch."""
+        bs = min(bs, max(self.n, 1))
+        if self.exact:
+            return super().steps_per_epoch(bs)
+        b = self.local_batch(bs)
+        return max(-(-c // b) for c in self.counts)
 
     # ---- layout of the global data set -----------------------------------
     def setup(self, n_local: int, tail: tuple[int, ...] = (),

@@ -201,6 +201,12 @@ _COMMON_DOC = """
     verbose : 0 prints nothing; 1 shows a progress bar per epoch (tqdm, on
         stderr) with the running loss.
     dtype : float32 or float64 for the weights and the computation.
+    distributed : with comm (MPI), "balanced": each rank shuffles its own shard and
+        takes ceil(batch_size / P) rows of it per step (reproducible for a given
+        seed and number of ranks P); "exact": the global batches of one process,
+        split over the ranks (the fit equals the single-process one to rounding,
+        but ranks pad to their largest share; no dropout). Without comm both are
+        the plain fit.
 """
 
 
@@ -237,7 +243,7 @@ class AttentionRegressor(_Regressor):
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1) -> None:
+                 patch_len: int | None = 1, distributed: str = "balanced") -> None:
         store(self, locals())
 
 
@@ -272,7 +278,7 @@ class TransformerRegressor(_Regressor):
                  dtype: DTypeLike = np.float32, lr_schedule: str = "warmup_cosine",
                  warmup: float = 0.1, max_grad_norm: float | None = 1.0,
                  decay: str = "matrices", standardize: bool = True,
-                 patch_len: int | None = None) -> None:
+                 patch_len: int | None = None, distributed: str = "balanced") -> None:
         store(self, locals())
 
 
@@ -417,7 +423,7 @@ class AttentionClassifier(_Classifier):
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1) -> None:
+                 patch_len: int | None = 1, distributed: str = "balanced") -> None:
         store(self, locals())
 
 
@@ -452,7 +458,7 @@ class TransformerClassifier(_Classifier):
                  warmup: float = 0.1, max_grad_norm: float | None = 1.0,
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None,
-                 label_smoothing: float = 0.0) -> None:
+                 label_smoothing: float = 0.0, distributed: str = "balanced") -> None:
         store(self, locals())
 
 

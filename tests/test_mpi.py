@@ -106,6 +106,44 @@ def test_weights_classifiers_and_ragged_input_equal_one_process(mpiexec, tmp_pat
     assert res["weighted_sequence_regression"]["val_rel"] <= 1e-10
 
 
+# ---- balanced mode (the default) ----------------------------------------------------
+def _balanced(mpiexec, tmp_path, P):
+    r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "balanced.py")], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert len(lines) == 1, r.stdout
+    res = json.loads(lines[0][len("RESULT "):])
+    assert res["P"] == P
+    return res
+
+
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_balanced_ranks_batch_their_own_shards(mpiexec, tmp_path, P):
+    """Each rank's batches hold its own rows, each once per epoch; every rank runs the
+    largest shard's steps with identical weights; a second fit repeats the first bit
+    for bit; losses and early stopping agree on every rank (checked in the script).
+    One rank equals the plain fit bit for bit; P ranks train as well as one process;
+    with dropout the ranks draw other masks from one shared generator."""
+    res = _balanced(mpiexec, tmp_path, P)
+    for name in ("attention", "validation_early_stopping", "transformer",
+                 "ragged_classifier_partial_fit"):
+        fig = res[name]
+        assert len(fig["shards"]) == P and fig["steps"] > 0
+        if P > 1:
+            assert len(set(fig["shards"])) > 1  # uneven
+    att = res["attention"]
+    b = -(-8 // P)  # rows per rank per step: ceil(batch_size / P)
+    assert att["steps"] == att["n_iter"] * -(-max(att["shards"]) // b)
+    assert att["loss_last"] < 0.2 * att["loss_first"]  # it learned
+    assert att["mse"] <= 1.5 * att["mse_one"], att  # comparable to one process
+    if P == 1:
+        assert att["mse"] == att["mse_one"] and att["loss_last"] == att["loss_last_one"]
+    assert res["validation_early_stopping"]["n_iter"] < 30  # early stopping acted
+    if P == 2:  # another job with the same seed and ranks: the same weights, bit for bit
+        again = _balanced(mpiexec, tmp_path, P)
+        assert all(again[k]["digest"] == res[k]["digest"] for k in res if k != "P")
+
+
 # ---- faults ---------------------------------------------------------------------------
 FAULTS = {
     "bad_input": ("ValueError", "X contains NaN"),
@@ -186,7 +224,7 @@ def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path
     np.savez(tmp_path / "data.npz", X=X, Y=Y)
     opts = ["train", "data.npz", "--model", "transformer", "--n-layers", "1", "--n-heads", "2",
             "--epochs", "3", "--batch-size", "16", "--lr", "0.01", "--dtype", "float64",
-            "--validation-fraction", "0.2"]
+            "--validation-fraction", "0.2", "--exact"]
     r = mpirun(mpiexec, 2, ["-m", "attnx", *opts, "-o", "dist.safetensors", "--distributed"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("wrote dist.safetensors") == 1  # rank 0 alone prints and writes
@@ -203,6 +241,15 @@ def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path
     r2 = [re.search(r"R\^2 on the training data: (\S+)", s).group(1)
           for s in (r.stdout, one.stdout)]
     assert r2[0] == r2[1]
+    assert a.distributed == "exact"
+    # without --exact: balanced batches, another (reproducible) model
+    bal = [o for o in opts if o != "--exact"]
+    r = mpirun(mpiexec, 2, ["-m", "attnx", *bal, "-o", "bal.safetensors", "--distributed"],
+               tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = attnx.load(tmp_path / "bal.safetensors")
+    assert c.distributed == "balanced" and c.n_iter_ == 3
+    assert not np.array_equal(c.model_.params.flat, pb)
 
 
 def test_cli_distributed_reports_a_bad_file_once_and_fails(mpiexec, tmp_path):
@@ -257,6 +304,78 @@ def test_the_ranks_parts_make_up_each_global_batch(rng, shuffle):
         for c, (_, p) in zip(ranks, parts):
             rows = c.rows(p, bs)
             assert max(ml for _, ml, _, _ in p) <= rows <= bs
+
+
+def _trainer(dist, rng, bs, shuffle=True):
+    from attnx._training import Trainer
+    return Trainer(None, None, rng, None, None, dist, batch_size=bs, shuffle=shuffle,
+                   verbose=0)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_balanced_plans_use_each_shard_row_once_in_equal_step_counts(ragged):
+    from types import SimpleNamespace
+    for counts, bs in (([5], 4), ([1, 9, 4], 4), ([10, 10], 7), ([3, 12, 2, 8], 8)):
+        ranks = _fake_ranks(counts)
+        size = len(counts)
+        b = -(-bs // size)
+        for c in ranks:
+            c.exact, c.size = False, size
+            c.rank = ranks.index(c)
+        steps = max(-(-n // b) for n in counts)
+        rngs = [np.random.default_rng(7) for _ in ranks]  # the same state on every rank
+        lengths = [np.random.default_rng(c.rank).integers(1, 9, size=c.n_local) if ragged
+                   else None for c in ranks]
+        for epoch in range(2):
+            orders = []
+            for c, rng, ln in zip(ranks, rngs, lengths):
+                assert c.local_batch(bs) == b and c.steps_per_epoch(bs) == steps
+                data = SimpleNamespace(n=c.n_local, lengths=ln)
+                order, parts, rows = _trainer(c, rng, bs).epoch_plan(data, bs)
+                assert len(parts) == steps
+                used = np.concatenate([np.arange(s, s + m) if order is None else order[s:s + m]
+                                       for s, m, _, _ in parts])
+                np.testing.assert_array_equal(np.sort(used), np.arange(c.n_local))
+                assert rows == max(1, min(b, max(m for _, m, _, _ in parts)))
+                if ragged:
+                    for s, m, t, _ in parts:
+                        if m:
+                            assert t >= ln[order[s:s + m]].max()
+                orders.append(order)
+            # the shared generator advanced alike on every rank
+            assert len({r.bit_generator.state["state"]["state"] for r in rngs}) == 1
+            if size > 1 and counts[0] == counts[1] and not ragged:
+                assert not np.array_equal(orders[0], orders[1])  # independent shuffles
+        # one rank: the plan of one process (batch_plan with the shared generator itself)
+        if size == 1:
+            from attnx._training import batch_plan
+            o1, p1, _ = _trainer(ranks[0], np.random.default_rng(3), bs).epoch_plan(
+                SimpleNamespace(n=counts[0], lengths=lengths[0]), bs)
+            o2, p2 = batch_plan(counts[0], bs, np.random.default_rng(3), lengths[0])
+            np.testing.assert_array_equal(o1, o2)
+            assert [p[:3] for p in p1] == p2
+
+
+def test_distributed_mode_is_checked():
+    X = np.zeros((4, 3, 2))
+    with pytest.raises(ValueError, match="distributed must be 'balanced'.*or 'exact'.*got 'fast'"):
+        attnx.AttentionRegressor(epochs=1, distributed="fast").fit(X, X)
+    assert attnx.TransformerRegressor().distributed == "balanced"
+    from attnx._hyper import LEGACY_DEFAULTS
+    assert LEGACY_DEFAULTS["distributed"] == "exact"
+
+
+def test_model_files_from_before_the_parameter_load_as_exact():
+    from attnx import _state
+    from attnx.estimators import ESTIMATORS
+    X, Y = attnx.datasets.max_position_task(8, 3, 2, random_state=0)
+    est = attnx.AttentionRegressor(epochs=1, random_state=0).fit(X, Y)
+    arrays, config = _state.get_state(est, portable=False)
+    assert _state.new_from_state(arrays, config, ESTIMATORS).distributed == "balanced"
+    del config["params"]["distributed"]  # as written before distributed= existed
+    old = _state.new_from_state(arrays, config, ESTIMATORS)
+    assert old.distributed == "exact"  # how that model was trained with comm
+    np.testing.assert_array_equal(old.predict(X), est.predict(X))
 
 
 def test_comm_must_be_an_mpi_communicator():

@@ -5,7 +5,7 @@ Modes (the failing rank is the last one):
   mismatch    it passes another learning rate than the other ranks;
   step_error  its loss computation raises in the 4th training step;
   diverge     its shard holds huge targets, so the global loss overflows;
-  dropout     every rank asks for dropout, which comm does not support;
+  dropout     every rank asks for dropout, which comm's exact mode does not support;
   classifier_bad_input   a balanced classifier; its shard holds a NaN, so it fails
               before the others exchange their labels (classes_ from every rank);
   kill        it kills itself (SIGKILL) in the 20th step of a long fit;
@@ -39,8 +39,8 @@ def main(mode):
     X, Y = attnx.datasets.max_position_task(24 * P, 5, 4, random_state=0)
     X, Y = (a[24 * RANK:24 * (RANK + 1)].astype(np.float64) for a in (X, Y))
     params = dict(epochs=3, batch_size=8, lr=0.01, random_state=0, dtype=np.float64)
-    if mode == "dropout":  # on every rank: refused before any training
-        params.update(d_model=8, dropout=0.1)
+    if mode == "dropout":  # on every rank: refused before any training in exact mode
+        params.update(d_model=8, dropout=0.1, distributed="exact")
     if mode in ("kill", "hang", "interrupt", "interrupt2"):
         params["epochs"] = 10**6  # would run for hours: the fault must end it
     if RANK == LAST:

@@ -76,7 +76,7 @@ def run(make, X, y, w=None, method="fit", epochs_pf=1, classes=None):
 def main():
     f = {}
     common = dict(n_heads=2, d_model=8, epochs=3, batch_size=8, lr=5e-3, random_state=0,
-                  dtype=np.float64)
+                  dtype=np.float64, distributed="exact")
     rng = np.random.default_rng(0)
     X = rng.normal(size=(43, 7, 3))
     y = X[:, :, 0].sum(axis=1)
