@@ -312,7 +312,7 @@ def test_errors(rng):
     with pytest.raises(ValueError, match="max_len"):
         SequenceModel(3, 8, 2, 1, 1, positional="learned")
     with pytest.raises(ValueError, match="pooling"):
-        SequenceModel(3, 8, 2, 1, 1, pooling="max")
+        SequenceModel(3, 8, 2, 1, 1, pooling="min")
     with pytest.raises(ValueError, match="positional"):
         SequenceModel(3, 8, 2, 1, 1, positional="alibi")
     with pytest.raises(ValueError, match="norm"):
