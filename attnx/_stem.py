@@ -66,6 +66,23 @@ def check_stem(stem: object) -> Stem | None:
     return tuple(out)
 
 
+def check_settings(stem: Stem, patch_len: int | None, per_position: bool,
+                   t_min: int) -> None:
+    """ValueError unless an estimator's stem fits its other settings and the shortest
+    sequence of the data (t_min steps)."""
+    if patch_len not in (None, 1):
+        raise ValueError(f"patch_len={patch_len} and stem={stem} both make the tokens: "
+                         "give one of them (patch_len=None or 1 with a stem)")
+    if per_position and any(s > 1 for _, s in stem):
+        raise ValueError(f"stem={stem} has strides > 1, which need one target per "
+                         "sequence (per-position targets keep one token per time step)")
+    try:
+        lengths(stem, t_min)
+    except ValueError as exc:
+        raise ValueError(f"stem={stem} does not fit the shortest sequence ({t_min} "
+                         f"steps): {exc}") from None
+
+
 def param_layout(stem: Stem | None, n_features: int,
                  d: int) -> list[tuple[str, tuple[int, ...]]]:
     """(name, shape) of the stem's weights: stem.{i}.W (kernel * C_i, d), stem.{i}.b (d,)."""
