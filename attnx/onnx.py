@@ -287,7 +287,7 @@ def _stem_layer(g: _Graph, w: Any, i: int, k: int, s: int, x: str, mask: str | N
     d = wi.shape[1]
     c = wi.shape[0] // k
     left = (k - 1) // 2
-    conv = dict(kernel_shape=[k], pads=[left, k - 1 - left], strides=[s])
+    conv: dict[str, Any] = dict(kernel_shape=[k], pads=[left, k - 1 - left], strides=[s])
     if mask is not None:
         valid = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)            # (B, T)
         x = g.op("Mul", [x, g.op("Unsqueeze", [valid, g.const_i64([2])])])
