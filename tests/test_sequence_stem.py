@@ -8,8 +8,7 @@ import pytest
 
 from attnx import SequenceModel, _mlp
 from conftest import rel_err
-from gradcheck import check_grads
-from test_sequence_model import check_grads_vs, ragged_mask
+from test_sequence_model import check_grads_vs, fd_check, ragged_mask
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}
 STEMS = [None, ((3, 1),), ((4, 2), (3, 2)), ((1, 1), (5, 3))]
@@ -121,18 +120,7 @@ def test_finite_differences(use_mask, case, rng):
     nb, t = 3, 9
     x = rng.normal(size=(nb, t, 3))
     kpm = ragged_mask(nb, t, rng) if use_mask else None
-    y = m.forward(x, kpm)
-    g = rng.normal(size=y.shape)
-    dx = m.backward(g)
-    analytic = {n: m.grads[n].copy() for n in m.params}
-    analytic["x"] = dx.copy()
-    arrays = dict(m.params)
-    arrays["x"] = x
-
-    def loss():
-        return float(np.sum(m.forward(x, kpm, grad=False) * g))
-
-    check_grads(loss, arrays, analytic, rng, n_probe=6, tol=1e-6)
+    fd_check(m, x, kpm, rng.normal(size=m.output_shape(nb, t)), rng, n_probe=6)
 
 
 def test_finite_differences_stem_every_entry(rng):
@@ -140,16 +128,8 @@ def test_finite_differences_stem_every_entry(rng):
     m = make(np.float64, "cls", ((3, 2), (2, 1)), "learned", "pre", n_layers=1, rng=rng)
     x = rng.normal(size=(2, 7, 3))
     kpm = ragged_mask(2, 7, rng)
-    g = rng.normal(size=(2, 4))
-    m.forward(x, kpm)
-    dx = m.backward(g)
     names = [n for n in m.params if n.startswith("stem.")] + ["cls", "embed.W"]
-    analytic = {n: m.grads[n].copy() for n in names}
-    analytic["x"] = dx.copy()
-    arrays = {n: m.params[n] for n in names}
-    arrays["x"] = x
-    check_grads(lambda: float(np.sum(m.forward(x, kpm, grad=False) * g)), arrays, analytic,
-                rng, n_probe=10**6, tol=1e-6)
+    fd_check(m, x, kpm, rng.normal(size=(2, 4)), rng, n_probe=10**6, names=names)
 
 
 # ---- semantics ----------------------------------------------------------
@@ -243,18 +223,6 @@ def test_pickle_inference_and_buffer_reuse(pool, rng):
     m2 = pickle.loads(pickle.dumps(m))
     assert m2.stem == ((3, 2),) and m2.pooling == pool
     np.testing.assert_array_equal(m2.forward(x, kpm, grad=False), y1)
-
-
-def test_input_grad_false_keeps_stem_grads(rng):
-    m = make(np.float64, "mean", ((3, 2), (2, 2)), rng=rng)
-    x = rng.normal(size=(2, 8, 3))
-    y = m.forward(x)
-    m.backward(np.ones_like(y))
-    g = m.grads.flat.copy()
-    m.input_grad = False
-    m.forward(x)
-    assert m.backward(np.ones_like(y)) is None
-    np.testing.assert_array_equal(m.grads.flat, g)
 
 
 def test_does_not_modify_inputs(rng):
