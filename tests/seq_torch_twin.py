@@ -18,9 +18,10 @@ returned by SequenceModel.dropout_masks(): "layers.{i}.res1" (B, T, d) on the
 attention branch and "layers.{i}.res2" (B, T, d) on the MLP branch; a name
 missing from `masks` is not dropped. Call twin.eval() for predictions.
 
-The convolutional stem runs torch's F.conv1d (the op behind nn.Conv1d) on the input
-zero-padded by F.pad((kernel-1)//2, kernel-1-(kernel-1)//2), padded steps zeroed; a
-right-padded sequence of length t_b keeps ceil(t_b / stride) tokens per layer.
+The convolutional stem is a torch.nn.Conv1d per layer (weight[o, c, l] = attnx's
+stem.{i}.W[l*C + c, o]) on the input zero-padded by F.pad((kernel-1)//2,
+kernel-1-(kernel-1)//2), padded steps zeroed; a right-padded sequence of length t_b
+keeps ceil(t_b / stride) tokens per layer.
 """
 import math
 
@@ -60,7 +61,16 @@ class SeqTwin(torch.nn.Module):
         self.names = list(model.params)
         self.p = torch.nn.ParameterDict({
             n.replace(".", "__"): torch.nn.Parameter(torch.tensor(np.array(v), dtype=dtype))
-            for n, v in model.params.items()})
+            for n, v in model.params.items() if not n.startswith("stem.")})
+        self.convs = torch.nn.ModuleList()
+        for i, (k, s) in enumerate(model.stem or ()):
+            w = np.array(model.params[f"stem.{i}.W"])
+            c, d = w.shape[0] // k, w.shape[1]
+            conv = torch.nn.Conv1d(c, d, k, stride=s, dtype=dtype)
+            with torch.no_grad():
+                conv.weight.copy_(torch.tensor(w.reshape(k, c, d).transpose(2, 1, 0)))
+                conv.bias.copy_(torch.tensor(np.array(model.params[f"stem.{i}.b"])))
+            self.convs.append(conv)
         self.dtype = dtype
         for k in ("d_model", "n_heads", "n_layers", "pooling", "positional", "norm",
                   "causal", "bias", "dropout", "stem"):
@@ -75,7 +85,15 @@ class SeqTwin(torch.nn.Module):
     def grads(self):
         """name -> gradient as a float64 numpy array (zeros where torch has none)."""
         out = {}
+        for i, conv in enumerate(self.convs):
+            k = conv.kernel_size[0]
+            for n, t in ((f"stem.{i}.W", conv.weight), (f"stem.{i}.b", conv.bias)):
+                g = (np.zeros(tuple(t.shape)) if t.grad is None
+                     else t.grad.detach().to(torch.float64).numpy())
+                out[n] = g.transpose(2, 1, 0).reshape(k * g.shape[1], -1) if g.ndim == 3 else g
         for n in self.names:
+            if n in out:
+                continue
             g = self.w(n).grad
             out[n] = (np.zeros(tuple(self.w(n).shape)) if g is None
                       else g.detach().to(torch.float64).numpy())
@@ -129,14 +147,11 @@ class SeqTwin(torch.nn.Module):
 
     def _stem(self, x, valid):
         """The convolutional stem: (tokens, their validity) from x (B, T, C)."""
-        for i, (k, s) in enumerate(self.stem or ()):
-            c = x.shape[2]
+        for (k, s), conv in zip(self.stem or (), self.convs):
             lens = valid.sum(dim=1)   # right-padded: the valid lengths
             x = (x * valid[:, :, None].to(self.dtype)).transpose(1, 2)   # (B, C, T)
             left = (k - 1) // 2
-            x = F.pad(x, (left, k - 1 - left))
-            wt = self.w(f"stem.{i}.W").reshape(k, c, self.d_model).permute(2, 1, 0)
-            x = F.silu(F.conv1d(x, wt, self.w(f"stem.{i}.b"), stride=s)).transpose(1, 2)
+            x = F.silu(conv(F.pad(x, (left, k - 1 - left)))).transpose(1, 2)
             n = x.shape[1]
             valid = torch.arange(n)[None, :] < ((lens + s - 1) // s)[:, None]
         return x, valid
