@@ -22,7 +22,7 @@ from ._positions import sinusoidal_table as sinusoidal_table
 from .attention import MultiHeadAttention
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Protocol, TypeVar
 
     import numpy.typing as npt
@@ -141,8 +141,8 @@ class SequenceModel(_AttentionStack):
     attnx._embed.Windows.mask says (past ceil(t_b / stride) for a right-padded
     sequence of length t_b, or covering padded steps only).
     `params` / `grads`: read-only mappings of live views into one flat buffer
-    (names stem.{i}.W, stem.{i}.b, embed.W, embed.b, pos.P, cls, layers.{i}.Wq ... layers.{i}.b2,
-    layers.{i}.ln1.g/.b, layers.{i}.ln2.g/.b, norm.g, norm.b, head.W, head.b).
+    (names stem.{i}.W, stem.{i}.b, embed.W, embed.b, pos.P, cls, layers.{i}.Wq ...
+    layers.{i}.b2, layers.{i}.ln1.g/.b, layers.{i}.ln2.g/.b, norm.g, norm.b, head.W, head.b).
     Set `input_grad = False` to skip dL/dX in backward (it then returns None).
     """
 
@@ -167,7 +167,8 @@ class SequenceModel(_AttentionStack):
                  n_outputs: int, *, d_hidden: int | None = None, pooling: str | None = None,
                  positional: str = "none", norm: str | None = None, causal: bool = False,
                  bias: bool = True, dropout: float = 0.0, max_len: int | None = None,
-                 stem: Any = None, dtype: npt.DTypeLike = np.float32,
+                 stem: Sequence[Sequence[int]] | None = None,
+                 dtype: npt.DTypeLike = np.float32,
                  random_state: RandomStateLike = None) -> None:
         self.n_features = check_positive_int("n_features", n_features)
         d = self.d_model = check_positive_int("d_model", d_model)
