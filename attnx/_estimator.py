@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 import numpy as np
 
 from . import _sequences as seqs
-from . import _scaling, _state, _training, distributed, schedules
+from . import _scaling, _state, _stem, _training, distributed, schedules
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
@@ -76,6 +76,7 @@ class SequenceEstimator(EstimatorParams):
     d_hidden: int | None
     dropout: float
     max_len: int | None
+    stem: Any   # None or ((kernel, stride), ...), see attnx._stem
     causal: bool
     bias: bool
     rope: bool
@@ -193,15 +194,20 @@ class SequenceEstimator(EstimatorParams):
     def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
                       net: Network) -> int:
         """The fit's patch length: 1 for the bare network and per-position targets
-        (a token must stay one position), patch_len as given, or with patch_len=None
-        the automatic rule (at most 16 tokens)."""
+        (a token must stay one position) and with a stem (its strides make the
+        tokens), patch_len as given, or with patch_len=None the automatic rule (at
+        most 16 tokens)."""
+        t_min = int(data.x.shape[1] if data.lengths is None or not data.lengths.size
+                    else data.lengths.min())
+        if cfg.stem is not None and net.head:
+            _stem.check_settings(cfg.stem, cfg.patch_len, per_position, t_min)
+            return 1
         if not net.head or per_position:
             if cfg.patch_len not in (None, 1):
                 raise ValueError(f"patch_len={cfg.patch_len} needs one target per sequence "
                                  f"(per-position targets and the bare X -> Y model keep one "
                                  f"token per time step)")
             return 1
-        t_min = int(data.x.shape[1] if data.lengths is None else data.lengths.min())
         if cfg.patch_len is None:   # every rank: the longest sequence of any rank
             return seqs.auto_patch(int(self._comm().allmax(int(data.x.shape[1]))))
         if cfg.patch_len > t_min:
@@ -478,7 +484,11 @@ class SequenceEstimator(EstimatorParams):
         The bare X -> Y models: (n, n_heads, T, T), a list of one per layer for a
         Transformer. Sequence models: a list with one (n, n_heads, T', T') array per
         layer, T' the tokens (T, or ceil(T / patch_len_) with patches; key position j
-        covers steps [j * patch_len_, (j + 1) * patch_len_)); for ragged X the arrays
+        covers steps [j * patch_len_, (j + 1) * patch_len_)). With a stem the tokens
+        are its last layer's outputs (token j of a layer of stride s and kernel k
+        covers steps j*s - (k-1)//2 .. j*s + k//2 of that layer's input, so with one
+        layer T' = ceil(T / s)); with pooling="cls" token 0 is the class token and
+        token j + 1 is data token j. For ragged X the arrays
         are padded to the longest sequence, padded keys weigh 0 and padded queries'
         rows are 0. attnx.plot.attention_over_series draws one sample's over its series.
         """
@@ -501,6 +511,8 @@ class SequenceEstimator(EstimatorParams):
                     ~seqs.valid_positions(lengths[s:s + step], t)
                 seq.forward(x[s:s + step], key_padding_mask=mask, grad=True)
                 w = [np.array(a) for a in seq.attention_weights()]
+                km = seq._last.km   # the tokens' padding (stem, class token)
+                mask = None if km is None else km.astype(bool)
                 if mask is not None:
                     for a in w:
                         a[mask[:, None, :, None].repeat(a.shape[1], axis=1)
@@ -571,3 +583,4 @@ def _check_comm_options(dist: distributed.Local, cfg: Config) -> None:
         raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm and "
                          f"distributed='exact': the ranks cannot draw the masks of a single "
                          f"process; use dropout=0 or distributed='balanced'")
+

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from . import _stem
 from ._params import check_dtype, check_positive_int
 from .optim import _check_hyper
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     Positional = Literal["none", "sinusoidal", "learned", "rope"]
     Norm = Union[None, Literal["pre"]]
-    Pooling = Literal["mean", "last"]
+    Pooling = Literal["mean", "last", "max", "cls"]
 
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
@@ -38,6 +39,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
     "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
+    "stem": None,
 }
 
 
@@ -85,6 +87,13 @@ class PatchLen(Constraint):
         if value is None or value == "auto":
             return None
         return check_positive_int(name, value)
+
+
+class Stem(Constraint):
+    """None, or a convolutional stem ((kernel, stride), ...) (attnx._stem)."""
+
+    def check(self, name: str, value: Any) -> _stem.Stem | None:
+        return _stem.check_stem(value)
 
 
 class Bool(Constraint):
@@ -180,8 +189,8 @@ COMMON: dict[str, Constraint] = {
     "d_hidden": PositiveInt(optional=True),
     "positional": OneOf(POSITIONAL, "positional must be one of {options}, got {value!r}"),
     "norm": OneOf((None, "pre"), "norm must be None or 'pre', got {value!r}"),
-    "pooling": OneOf(("mean", "last"),
-                     "pooling must be 'mean' or 'last' (how one output per sequence is "
+    "pooling": OneOf(("mean", "last", "max", "cls"),
+                     "pooling must be one of {options} (how one output per sequence is "
                      "made; per-position targets use no pooling), got {value!r}"),
     "dropout": Real(0.0, 1.0, "in [0, 1)"),
     "max_len": PositiveInt(optional=True),
@@ -199,6 +208,7 @@ COMMON: dict[str, Constraint] = {
                          "distributed must be 'balanced' (each rank batches its own shard) or "
                          "'exact' (the global batches of one process, split over the ranks), "
                          "got {value!r}"),
+    "stem": Stem(),
 }
 
 
@@ -251,6 +261,7 @@ class Config(SimpleNamespace):
     decay: str
     standardize: bool
     patch_len: int | None
+    stem: _stem.Stem | None
     label_smoothing: float
     distributed: str
 

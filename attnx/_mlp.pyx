@@ -116,3 +116,44 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
             colsum(&dh_buf[0, 0], rows, dh, dh, &db1[0])
         pgemm(NT, TR, rows, d, dh, <floating> 1, &dh_buf[0, 0], dh, &w1[0, 0], dh,
              <floating> 1, &dz[0, 0], d, nth)
+
+
+# ---- the activation on its own (the convolutional stem of attnx.SequenceModel) -------
+def silu_forward(const floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] sg,
+                 int nthreads=1):
+    """s = silu(h) = h * sigmoid(h) row by row, sg = sigmoid(h) for backward (None:
+    not kept, inference); h, s, sg (rows, n)."""
+    cdef Py_ssize_t rows = h.shape[0], n = h.shape[1], i
+    require_simd()
+    if nthreads < 1:
+        raise ValueError(f"SiLU forward: nthreads must be >= 1, got {nthreads}")
+    for name, a in (("s", s), ("sg", sg)):
+        if a is not None and (a.shape[0] != rows or a.shape[1] != n):
+            raise ValueError(f"SiLU forward: {name} must be ({rows}, {n}), "
+                             f"got ({a.shape[0]}, {a.shape[1]})")
+    if rows == 0 or n == 0:
+        return
+    cdef int nth = nthreads if rows * n >= 16384 else 1
+    with nogil:
+        for i in prange(rows, schedule="static", num_threads=nth):
+            silu_row(&h[i, 0], &s[i, 0], &sg[i, 0] if sg is not None else NULL, n)
+
+
+def silu_backward(const floating[:, ::1] ds, const floating[:, ::1] h,
+                  const floating[:, ::1] sg, floating[:, ::1] dh, int nthreads=1):
+    """dh = ds * silu'(h) = ds * sg * (1 + h (1 - sg)) from silu_forward's h and sg;
+    dh may be ds itself (in place)."""
+    cdef Py_ssize_t rows = h.shape[0], n = h.shape[1], i, j
+    cdef floating g
+    if nthreads < 1:
+        raise ValueError(f"SiLU backward: nthreads must be >= 1, got {nthreads}")
+    for name, a in (("ds", ds), ("sg", sg), ("dh", dh)):
+        if a.shape[0] != rows or a.shape[1] != n:
+            raise ValueError(f"SiLU backward: {name} must be ({rows}, {n}), "
+                             f"got ({a.shape[0]}, {a.shape[1]})")
+    cdef int nth = nthreads if rows * n >= 16384 else 1
+    with nogil:
+        for i in prange(rows, schedule="static", num_threads=nth):
+            for j in range(n):
+                g = sg[i, j]
+                dh[i, j] = ds[i, j] * g * (1 + h[i, j] * (1 - g))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _sequences as seqs
-from . import _targets
+from . import _stem, _targets
 from ._params import check_dtype
 from .sequence import SequenceModel
 from .transformer import Transformer
@@ -91,13 +91,13 @@ class SequenceNetwork(Network):
             raise ValueError(f"n_heads={cfg.n_heads} must divide d_model={d}{hint}")
         positional = "rope" if cfg.rope else cfg.positional
         max_len = cfg.max_len
-        if positional == "learned" and max_len is None:
-            max_len = int(dist.allmax(data.x.shape[1]))  # the longest sequence
+        if positional == "learned" and max_len is None:   # the longest sequence's tokens
+            max_len = _stem.lengths(cfg.stem, int(dist.allmax(data.x.shape[1])))[-1]
         spec = dict(kind="sequence", n_features=f, d_model=d, n_heads=cfg.n_heads,
                     n_layers=cfg.n_layers, n_outputs=n_out, d_hidden=cfg.d_hidden,
                     pooling=cfg.pooling if pooled else None, positional=positional,
                     norm=cfg.norm, causal=cfg.causal, bias=cfg.bias, dropout=cfg.dropout,
-                    max_len=max_len, dtype=cfg.dtype.name)
+                    max_len=max_len, stem=cfg.stem, dtype=cfg.dtype.name)
         return self._build(spec, seed), spec
 
     @staticmethod
@@ -120,8 +120,11 @@ class SequenceNetwork(Network):
         return _targets.regression_data(x, lengths, ragged, y, w, dtype)
 
     def check_length(self, spec: Mapping[str, Any], t: int) -> None:
-        if spec["positional"] == "learned" and t > spec["max_len"]:
-            raise ValueError(f"X has sequences of length {t}, longer than "
+        stem = _stem.check_stem(spec.get("stem"))
+        n = _stem.lengths(stem, t)[-1]   # ValueError for a kernel longer than the input
+        if spec["positional"] == "learned" and n > spec["max_len"]:
+            what = f"{n} tokens after the stem" if stem else f"length {t}"
+            raise ValueError(f"X has sequences of {what}, longer than "
                              f"max_len={spec['max_len']} of the learned positions")
 
 
@@ -138,7 +141,7 @@ class BareNetwork(Network):
         """Whether the settings ask for nothing the bare network lacks (no width,
         positions, norm, dropout or max_len; an MLP width for a Transformer only)."""
         return (cfg.d_model is None and cfg.positional == "none" and cfg.norm is None
-                and cfg.dropout == 0 and cfg.max_len is None
+                and cfg.dropout == 0 and cfg.max_len is None and cfg.stem is None
                 and (issubclass(self.cls, Transformer) or cfg.d_hidden is None))
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,

@@ -32,7 +32,9 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
     """Data with each input channel standardised (a copy; the caller's X is never
     changed). The mean and scale come from this data's valid positions (over every
     rank with comm) when refit, else from the fit that learned them. The bare X -> Y
-    network keeps X's units (no embedding to fold the scaling into)."""
+    network keeps X's units (no embedding to fold the scaling into). With a
+    convolutional stem the input is scaled but not centred (mean 0): its zero
+    padding must read zero in the user's units too, so that folding stays exact."""
     if not (cfg.standardize and net.head):
         for k in ATTRIBUTES:
             est.__dict__.pop(k, None)
@@ -46,7 +48,7 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
         s1 = dist.allsum(xv.sum(axis=0))
         mean = s1 / max(count, 1.0)
         s2 = dist.allsum(((xv - mean) ** 2).sum(axis=0))
-        est.input_mean_ = mean
+        est.input_mean_ = mean if cfg.stem is None else np.zeros_like(mean)
         est.input_scale_ = power_of_two(np.sqrt(s2 / max(count, 1.0)))
     xs = ((x - est.input_mean_) / est.input_scale_).astype(x.dtype)
     if data.lengths is not None:   # padding stays zero
@@ -80,11 +82,11 @@ def fold(est: SequenceEstimator) -> None:
     if "input_mean_" not in est.__dict__ or est.__dict__.get("_folded", True):
         return
     p = est.model_.params
-    w, b = p["embed.W"], p["embed.b"]
+    w, b, scale = _first_layer(est)
     est.embed_bias_ = b.copy()
-    r = (est.input_mean_ / est.input_scale_)
+    r = np.tile(est.input_mean_ / est.input_scale_, len(scale) // len(est.input_scale_))
     b[...] = (b.astype(np.float64) - r @ w.astype(np.float64)).astype(b.dtype)
-    w /= est.input_scale_[:, None].astype(w.dtype)
+    w /= scale[:, None].astype(w.dtype)
     if "target_mean_" in est.__dict__:   # y = y_std * scale + mean
         hw, hb = p["head.W"], p["head.b"]
         est.head_bias_ = hb.copy()
@@ -100,12 +102,25 @@ def unfold(est: SequenceEstimator) -> None:
     if "input_mean_" not in est.__dict__ or not est.__dict__.get("_folded", True):
         return
     p = est.model_.params
-    p["embed.W"][...] *= est.input_scale_[:, None].astype(p["embed.W"].dtype)
-    p["embed.b"][...] = est.embed_bias_
+    w, b, scale = _first_layer(est)
+    w *= scale[:, None].astype(w.dtype)
+    b[...] = est.embed_bias_
     if "target_mean_" in est.__dict__:
         p["head.W"][...] /= est.target_scale_.astype(p["head.W"].dtype)
         p["head.b"][...] = est.head_bias_
     est._folded = False
+
+
+def _first_layer(est: SequenceEstimator) -> tuple[NDArray[np.floating], NDArray[np.floating],
+                                                  F64Array]:
+    """(W, b, scale per row of W) of the layer that reads X: the embedding, or the
+    stem's first convolution (rows l * C + c, the scale of channel c; with a stem
+    the mean is 0, see standardized)."""
+    p = est.model_.params
+    if "stem.0.W" in p:
+        w = p["stem.0.W"]
+        return w, p["stem.0.b"], np.tile(est.input_scale_, w.shape[0] // len(est.input_scale_))
+    return p["embed.W"], p["embed.b"], est.input_scale_
 
 
 def power_of_two(scale: F64Array) -> F64Array:

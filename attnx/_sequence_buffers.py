@@ -3,9 +3,11 @@ it) and the state a training forward leaves for backward."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+from . import _stem
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -14,7 +16,12 @@ if TYPE_CHECKING:
     from .sequence import SequenceModel
 
     _Shapes = dict[str, list[tuple[int, int]]]
+    _Index = dict[str, list[tuple[tuple[int, int], type[np.generic]]]]
     _U8Array = npt.NDArray[np.uint8]
+
+
+# backward scratch held as one array per stem layer
+_PER_LAYER = ("dss", "dsu")
 
 
 class _Buffers:
@@ -34,28 +41,41 @@ class _Buffers:
     dhid: FloatArray
     part: FloatArray
     dbr: FloatArray | None
+    demb: FloatArray | None
+    dss: list[FloatArray]
+    idx: npt.NDArray[np.int64] | None
+    dsu: list[FloatArray]
 
     @staticmethod
     def shapes(m: SequenceModel, nb: int, t: int, store: bool,
-               threads: int) -> tuple[_Shapes, _Shapes]:
+               threads: int) -> tuple[_Shapes, _Shapes, _Index]:
         """The one size table of the buffers: name -> the shapes of its distinct
-        arrays, for the forward and for the backward scratch. __init__ and
-        for_backward allocate from it, elements() sums it. Without store (inference)
-        the per-layer activations are one array shared by every layer and the block
-        outputs two that alternate (a block never writes its own input)."""
-        rows, d, dh, L = nb * t, m.d_model, m.d_hidden, m.n_layers
-        n = L if store else 1
+        arrays, for the forward, for the backward scratch, and (shape, dtype) of the
+        integer ones (key padding masks, max pooling's indices). __init__ and
+        for_backward allocate from it, elements() sums its floats. Without store
+        (inference) the per-layer activations are one array shared by every layer and
+        the block outputs two that alternate (a block never writes its own input).
+        The blocks run over tt tokens per sequence: the stem's output length n (t
+        without a stem), plus the class token with pooling="cls"."""
+        lens = _stem.lengths(m.stem, t)
+        n = lens[-1]
+        cls = m.pooling == "cls"
+        tt = n + cls
+        rows, d, dh, L = nb * tt, m.d_model, m.d_hidden, m.n_layers
+        nl = L if store else 1
         pre, pooled, drop = m.norm == "pre", m.pooling is not None, m.dropout > 0
+        stem_fwd, stem_bwd = _stem.buffer_shapes(m, nb, lens, store)
         forward = {
-            "x": [(rows, m.n_features)],
+            "x": [(nb * t, m.n_features)], **stem_fwd,
+            "emb": [(nb * n, d)] if cls else [],    # tokens before the class token
             "hs": [(rows, d)] * (L + 1 if store else 2),   # block inputs; hs[L] the output
-            "zt": [(rows, d)] * n,          # Z~ = attention branch + residual
-            "hid": [(rows, dh)] * n,        # Z W1 + b1
-            "s": [(rows, dh)] * n,          # silu
+            "zt": [(rows, d)] * nl,          # Z~ = attention branch + residual
+            "hid": [(rows, dh)] * nl,        # Z W1 + b1
+            "s": [(rows, dh)] * nl,          # silu
             "sg": [(rows, dh)] * L if store else [],   # sigmoid, for backward
             # pre-norm: LN outputs and their row statistics (mean, 1/std)
-            "u1": [(rows, d)] * n if pre else [], "u2": [(rows, d)] * n if pre else [],
-            "st1": [(2, rows)] * n if pre else [], "st2": [(2, rows)] * n if pre else [],
+            "u1": [(rows, d)] * nl if pre else [], "u2": [(rows, d)] * nl if pre else [],
+            "st1": [(2, rows)] * nl if pre else [], "st2": [(2, rows)] * nl if pre else [],
             "hf": [(rows, d)] if pre else [],    # after the final norm (else hs[L])
             "stf": [(2, rows)] if pre else [],
             "pooled": [(nb, d)] if pooled else [],   # (else hf)
@@ -69,19 +89,26 @@ class _Buffers:
             "dhf": [(rows, d)], "da": [(rows, d)], "db": [(rows, d)], "dzt": [(rows, d)],
             "dbr": [(rows, d)] if drop else [],
             "dhid": [(rows, dh)],
-            "part": [(max(threads, 1), 2 * d)]}   # per-thread LayerNorm gain sums
-        return forward, backward
+            "part": [(max(threads, 1), 2 * d)],   # per-thread LayerNorm gain sums
+            "demb": [(nb * n, d)] if cls else [], **stem_bwd}
+        u8 = np.uint8
+        index: _Index = {
+            "mask": [((nb, t), u8)],                                  # the input's
+            "smask": [((nb, lens[i + 1]), u8) for i in range(len(lens) - 1)],   # stem's
+            "cmask": [((nb, tt), u8)] if cls else [],                 # with the token
+            "idx": [((nb, d), np.int64)] if m.pooling == "max" else []}
+        return forward, backward, index
 
     @classmethod
     def elements(cls, m: SequenceModel, nb: int, t: int, store: bool, threads: int) -> int:
         """Floats held by the buffers (with the backward scratch when store: a
-        training forward is followed by a backward); the (nb, t) uint8 mask aside."""
-        forward, backward = cls.shapes(m, nb, t, store, threads)
+        training forward is followed by a backward); the integer buffers aside."""
+        forward, backward, _ = cls.shapes(m, nb, t, store, threads)
         tables = (forward, backward) if store else (forward,)
         return sum(math.prod(sh) for tab in tables for shapes in tab.values() for sh in shapes)
 
     def __init__(self, m: SequenceModel, nb: int, t: int, store: bool, threads: int) -> None:
-        forward, self._backward = self.shapes(m, nb, t, store, threads)
+        forward, self._backward, index = self.shapes(m, nb, t, store, threads)
         a = {name: [np.empty(sh, dtype=m.dtype) for sh in shapes]
              for name, shapes in forward.items()}
         L = m.n_layers
@@ -92,6 +119,8 @@ class _Buffers:
             return a[name] if store else a[name] * L
 
         self.x = a["x"][0]
+        self.su, self.sz, self.ss, self.ssg = a["su"], a["sz"], a["ss"], a["ssg"]
+        self.emb = a["emb"][0] if a["emb"] else None
         self.hs = a["hs"] if store else [a["hs"][i % 2] for i in range(L + 1)]
         self.zt, self.hid, self.s = per_layer("zt"), per_layer("hid"), per_layer("s")
         self.sg = a["sg"]
@@ -100,9 +129,16 @@ class _Buffers:
         self.hf = a["hf"][0] if a["hf"] else self.hs[L]
         self.stf = a["stf"][0] if a["stf"] else None
         self.pooled = a["pooled"][0] if a["pooled"] else self.hf
-        self.mask = np.empty((nb, t), dtype=np.uint8)
+        ints: dict[str, list[npt.NDArray[Any]]] = {
+            name: [np.empty(sh, dtype=dt) for sh, dt in v] for name, v in index.items()}
+        self.mask, self.smask = ints["mask"][0], ints["smask"]
+        self.cmask = ints["cmask"][0] if ints["cmask"] else None
+        self.idx = ints["idx"][0] if ints["idx"] else None
         self.branch = a["branch"][0] if a["branch"] else None
         self.m1, self.m2 = a["m1"], a["m2"]
+        self.lens = _stem.lengths(m.stem, t)   # steps per stem layer, then tokens
+        self.n = self.lens[-1]                 # tokens from the stem (t without)
+        self.tt = self.n + (m.pooling == "cls")   # tokens in the blocks
         self._has_backward = False
 
     def draw_masks(self, m: SequenceModel) -> None:
@@ -114,7 +150,11 @@ class _Buffers:
     def for_backward(self, m: SequenceModel) -> _Buffers:
         if not self._has_backward:
             for name, shapes in self._backward.items():
-                setattr(self, name, np.empty(shapes[0], dtype=m.dtype) if shapes else None)
+                if name in _PER_LAYER:
+                    setattr(self, name, [np.empty(sh, dtype=m.dtype) for sh in shapes])
+                else:
+                    setattr(self, name,
+                            np.empty(shapes[0], dtype=m.dtype) if shapes else None)
             self._has_backward = True
         return self
 
@@ -123,8 +163,8 @@ class _Last(NamedTuple):
     """What backward needs from the last training forward."""
 
     nb: int
-    t: int
+    t: int                       # the input's steps (the blocks run on bufs.tt tokens)
     bufs: _Buffers
     threads: int                 # the forward's thread count
-    km: _U8Array | None          # the key padding mask (uint8)
+    km: _U8Array | None          # the blocks' key padding mask (uint8; tokens)
     dropout: bool                # whether it drew dropout masks

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
     from ._estimator import Prepared
     from ._hyper import Config, Norm, Pooling, Positional
+    from ._stem import Stem
     from ._networks import Network
     from ._typing import AnyArray, FloatArray, IntArray, RandomStateLike
 
@@ -172,8 +173,19 @@ _COMMON_DOC = """
         or "rope" (rotary, in every attention layer; rope=True is the same).
     norm : None (post-residual blocks) or "pre" (pre-LayerNorm blocks and a final
         LayerNorm).
-    pooling : "mean" or "last": how one output per sequence is made (valid
-        positions only); per-position targets are not pooled.
+    pooling : how one output per sequence is made (valid positions only):
+        "mean", "last", "max" (per feature, the maximum over the positions) or
+        "cls" (a learned class token put before the positions; the head reads its
+        final row; not with causal=True); per-position targets are not pooled.
+    stem : None, or a convolutional stem ((kernel, stride), ...) before the
+        embedding: per layer a 1-D convolution over time to d_model channels
+        ('same' zero padding, left (kernel-1)//2), a bias and SiLU; the blocks then
+        see ceil(T / stride) tokens per layer, e.g. stem=((5, 1), (3, 2)) halves
+        the length. Token j of a layer of stride s covers steps j*s - (kernel-1)//2
+        to j*s + kernel//2 of its input. Every kernel must fit the shortest sequence
+        at its layer. Replaces patches: patch_len must be None (off with a stem) or
+        1. Per-position targets need strides of 1. With standardize=True the input
+        is scaled but not centred (the convolution's zero padding stays zero).
     d_hidden : MLP width (None: 4 * d_model).
     dropout : on the attention probabilities and the residual branches in training.
     max_len : longest sequence for positional="learned" (None: the longest
@@ -243,7 +255,8 @@ class AttentionRegressor(_Regressor):
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1, distributed: str = "balanced") -> None:
+                 patch_len: int | None = 1, distributed: str = "balanced",
+                 stem: Stem | None = None) -> None:
         store(self, locals())
 
 
@@ -278,7 +291,8 @@ class TransformerRegressor(_Regressor):
                  dtype: DTypeLike = np.float32, lr_schedule: str = "warmup_cosine",
                  warmup: float = 0.1, max_grad_norm: float | None = 1.0,
                  decay: str = "matrices", standardize: bool = True,
-                 patch_len: int | None = None, distributed: str = "balanced") -> None:
+                 patch_len: int | None = None, distributed: str = "balanced",
+                 stem: Stem | None = None) -> None:
         store(self, locals())
 
 
@@ -423,7 +437,8 @@ class AttentionClassifier(_Classifier):
                  dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1, distributed: str = "balanced") -> None:
+                 patch_len: int | None = 1, distributed: str = "balanced",
+                 stem: Stem | None = None) -> None:
         store(self, locals())
 
 
@@ -458,7 +473,8 @@ class TransformerClassifier(_Classifier):
                  warmup: float = 0.1, max_grad_norm: float | None = 1.0,
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None,
-                 label_smoothing: float = 0.0, distributed: str = "balanced") -> None:
+                 label_smoothing: float = 0.0, distributed: str = "balanced",
+                 stem: Stem | None = None) -> None:
         store(self, locals())
 
 

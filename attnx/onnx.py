@@ -15,8 +15,9 @@
 The graph is built from standard operators only (MatMul, Softmax, Reshape,
 Transpose, Sigmoid, Where, LayerNormalization, ...): attention with its heads,
 causal and padding masks and rotary positions; the SiLU MLP and residuals;
-and for a SequenceModel the embedding, sinusoidal or learned positions,
-pre-norm LayerNorms, mean / last pooling and the head. Rotary and sinusoidal
+and for a SequenceModel the convolutional stem (Conv with its pads and strides, then
+x * Sigmoid(x)), the embedding, sinusoidal or learned positions, the class token,
+pre-norm LayerNorms, mean / last / max / class-token pooling and the head. Rotary and sinusoidal
 tables are computed inside the graph in float64 from the positions, so any
 sequence length works (up to max_len for learned positions, as in predict).
 Neither torch nor anything else beyond ``onnx`` and NumPy is imported.
@@ -134,7 +135,11 @@ def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int]:
 def _output_shape(model: Any) -> list[Any]:
     if hasattr(model, "n_outputs"):   # SequenceModel
         tail = [model.n_outputs]
-        return ["batch"] + tail if model.pooling is not None else ["batch", "seq_len"] + tail
+        if model.pooling is not None:
+            return ["batch"] + tail
+        # a stem with strides > 1 makes fewer tokens than steps
+        strided = any(s > 1 for _, s in model.stem or ())
+        return ["batch", "tokens" if strided else "seq_len"] + tail
     return ["batch", "seq_len", model.d_model]
 
 
@@ -242,6 +247,8 @@ def _block(g: _Graph, params: Any, p: str, att: Any, h: str, mask: str | None,
 
 def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
     w = m.params
+    for i, (k, s) in enumerate(m.stem or ()):
+        x, mask = _stem_layer(g, w, i, k, s, x, mask)
     h = g.op("Add", [g.op("MatMul", [x, g.const(w["embed.W"])]), g.const(w["embed.b"])])
     if m.positional == "sinusoidal":
         h = g.op("Add", [h, g.sinusoidal(x, m.d_model)])
@@ -249,17 +256,105 @@ def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
         t = g.seq_len(x)
         table = g.op("Slice", [g.const(w["pos.P"]), g.const_i64([0]), t, g.const_i64([0])])
         h = g.op("Add", [h, table])
+    if m.pooling == "cls":
+        h, mask = _class_token(g, w["cls"], h, mask)
     pre = m.norm == "pre"
     for i, att in enumerate(m.attn):
         h = _block(g, w, f"layers.{i}.", att, h, mask, pre)
     if pre:
         h = g.layernorm(h, w["norm.g"], w["norm.b"])
-    if m.pooling is not None:
+    if m.pooling == "cls":
+        first = g.op("Gather", [h, g.const_i64([0])], axis=1)           # (B, 1, d)
+        h = g.op("Squeeze", [first, g.const_i64([1])])
+    elif m.pooling == "max":
+        h = _max_pool(g, h, mask)
+    elif m.pooling is not None:
         h = _pool(g, h, mask, m.pooling == "last")
     y = g.op("Add", [g.op("MatMul", [h, g.const(w["head.W"])]), g.const(w["head.b"])])
     if m.pooling is None and mask is not None:   # padded positions output zeros
         y = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]), g.scalar(0.0), y])
     return y
+
+
+def _stem_layer(g: _Graph, w: Any, i: int, k: int, s: int, x: str, mask: str | None
+                ) -> tuple[str, str | None]:
+    """Stem layer i on x (B, T, C): padded steps zeroed, Conv (pads (k-1)//2 and
+    k-1-(k-1)//2, stride s, weight[o, c, l] = W[l*C + c, o]), bias, x * Sigmoid(x);
+    returns (B, N, d) and the tokens' padding mask: token n is padding when it lies
+    past ceil(t_b / s) (t_b one past the last valid step) or reads no valid step, as
+    attnx._embed.Windows.mask."""
+    wi = np.asarray(w[f"stem.{i}.W"])
+    d = wi.shape[1]
+    c = wi.shape[0] // k
+    left = (k - 1) // 2
+    conv: dict[str, Any] = dict(kernel_shape=[k], pads=[left, k - 1 - left], strides=[s])
+    if mask is not None:
+        valid = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)            # (B, T)
+        x = g.op("Mul", [x, g.op("Unsqueeze", [valid, g.const_i64([2])])])
+    if g.dtype == np.float32:
+        kernel = g.const(wi.reshape(k, c, d).transpose(2, 1, 0))
+        z = g.op("Conv", [g.op("Transpose", [x], perm=[0, 2, 1]), kernel,
+                          g.const(w[f"stem.{i}.b"])], **conv)                    # (B, d, N)
+        z = g.op("Transpose", [z], perm=[0, 2, 1])
+    else:   # onnxruntime has no float64 Conv: the same windows as strided slices
+        z = g.op("Add", [g.op("MatMul", [_windows(g, x, k, s, left), g.const(wi)]),
+                         g.const(w[f"stem.{i}.b"])])
+    z = g.op("Mul", [z, g.op("Sigmoid", [z])])                                  # (B, N, d)
+    if mask is None:
+        return z, None
+    # steps read per window: a float32 Conv of the valid indicator with a kernel of ones
+    v32 = g.op("Cast", [g.op("Not", [mask])], to=1)
+    ones = g.const(np.ones((1, 1, k)), np.float32)
+    count = g.op("Conv", [g.op("Unsqueeze", [v32, g.const_i64([1])]), ones], **conv)
+    reads = g.op("Greater", [g.op("Squeeze", [count, g.const_i64([1])]),
+                             g.scalar(0.0, np.float32)])
+    # t_b = max over steps of (t + 1) * valid; the first ceil(t_b / s) windows count
+    pos = g.op("Add", [g.positions(x, g.dtype), g.scalar(1.0)])
+    tb = g.op("ReduceMax", [g.op("Mul", [valid, pos])] + g.axes_input([1]), keepdims=1,
+              **g.axes_attr([1]))                                                # (B, 1)
+    n_b = g.op("Floor", [g.op("Div", [g.op("Add", [tb, g.scalar(s - 1.0)]), g.scalar(s)])])
+    inside = g.op("Less", [g.positions(z, g.dtype), n_b])                        # (B, N)
+    return z, g.op("Not", [g.op("And", [reads, inside])])
+
+
+def _windows(g: _Graph, x: str, k: int, s: int, left: int) -> str:
+    """(B, N, k*C) windows of x (B, T, C) zero-padded by (left, k-1-left), N = ceil(T/s):
+    row n holds steps n*s + l - left for l = 0..k-1, channels fastest (Windows' rows)."""
+    xp = g.op("Pad", [x, g.const_i64([0, left, 0, 0, k - 1 - left, 0])])
+    t = g.seq_len(x)
+    n = g.op("Div", [g.op("Add", [t, g.const_i64([s - 1])]), g.const_i64([s])])
+    span = g.op("Add", [g.op("Mul", [g.op("Sub", [n, g.const_i64([1])]), g.const_i64([s])]),
+                        g.const_i64([1])])          # s*(N-1)+1 steps from a window's start
+    parts = [g.op("Slice", [xp, g.const_i64([l]), g.op("Add", [span, g.const_i64([l])]),
+                            g.const_i64([1]), g.const_i64([s])]) for l in range(k)]
+    return parts[0] if k == 1 else g.op("Concat", parts, axis=2)
+
+
+def _class_token(g: _Graph, cls: Any, h: str, mask: str | None) -> tuple[str, str | None]:
+    """The class token first: (B, N, d) -> (B, N+1, d); the mask gets a valid column."""
+    d = int(np.asarray(cls).shape[0])
+    batch = g.op("Shape", [h], start=0, end=1)
+    tok = g.op("Expand", [g.const(np.asarray(cls).reshape(1, 1, d)),
+                          g.op("Concat", [batch, g.const_i64([1, d])], axis=0)])
+    h = g.op("Concat", [tok, h], axis=1)
+    if mask is not None:
+        col = g.op("ConstantOfShape", [g.op("Concat", [batch, g.const_i64([1])], axis=0)],
+                   value=_tensor_attr(np.array([False])))
+        mask = g.op("Concat", [col, mask], axis=1)
+    return h, mask
+
+
+def _max_pool(g: _Graph, h: str, mask: str | None) -> str:
+    """(B, T, d) -> (B, d): per feature the maximum over the valid positions; zeros
+    for a sequence without valid positions."""
+    if mask is None:
+        return g.op("ReduceMax", [h] + g.axes_input([1]), keepdims=0, **g.axes_attr([1]))
+    pad = g.op("Unsqueeze", [mask, g.const_i64([2])])
+    low = g.op("Where", [pad, g.scalar(float("-inf")), h])
+    big = g.op("ReduceMax", [low] + g.axes_input([1]), keepdims=0, **g.axes_attr([1]))
+    vf = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)
+    anyv = g.op("ReduceMax", [vf] + g.axes_input([1]), keepdims=1, **g.axes_attr([1]))
+    return g.op("Where", [g.op("Greater", [anyv, g.scalar(0.0)]), big, g.scalar(0.0)])
 
 
 def _pool(g: _Graph, h: str, mask: str | None, last: bool) -> str:

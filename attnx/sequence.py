@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _mlp, _seq
+from . import _mlp, _pooling, _seq, _sequence_params, _stem
+from ._embed import cls_backward, cls_forward
 from ._blas import check_blas_int
 from ._threads import blas_single, num_threads
 from ._sequence_buffers import _Buffers, _Last
-from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int
+from ._params import ParamDict, check_dtype, check_positive_int
 from ._validate import as_input, as_mask, cast_into, check_params, out_array
 from ._workspace import WorkspaceCache, check_size, nbytes_of
 from ._attention_stack import _AttentionStack
@@ -21,7 +22,7 @@ from ._positions import sinusoidal_table as sinusoidal_table
 from .attention import MultiHeadAttention
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Protocol, TypeVar
 
     import numpy.typing as npt
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 
 LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
-POOLING = (None, "mean", "last")
+POOLING = (None, "mean", "last", "max", "cls")
 NORM = (None, "pre")
 
 
@@ -78,20 +79,38 @@ def _choice(name: str, value: object, options: tuple[_T, ...]) -> _T:
 class SequenceModel(_AttentionStack):
     """A transformer for sequences with its own width, pooling and output head.
 
-        H0 = X embed.W + embed.b (+ positions)          X: (B, T, n_features)
+        A = stem(X) (B, N, d_model), or A = X without a stem (N = T)
+        H0 = A embed.W + embed.b (+ positions)          X: (B, T, n_features)
+        pooling="cls": H0 = [cls; H0], the class token first (N + 1 tokens)
         blocks i = 0 .. n_layers-1, with norm=None:
             Z~ = Attn(H) + H ;       H' = silu(Z~ W1 + b1) W2 + b2 + Z~
         with norm="pre" (LayerNorm over features, eps 1e-5, affine):
             Z~ = Attn(LN1(H)) + H ;  H' = MLP(LN2(Z~)) + Z~ ; after the last block LN `norm`
         pooling None: every position; "mean": the mean of the valid positions of each
-            sequence; "last": each sequence's last valid position
+            sequence; "last": each sequence's last valid position; "max": per feature,
+            the maximum over the valid positions; "cls": the class token's final row
         head: Y = pooled head.W + head.b
 
     Parameters
     ----------
     n_features, d_model, n_heads, n_layers, n_outputs : ints; n_heads divides d_model.
     d_hidden : MLP width (None: 4 * d_model).
-    pooling : None (Y is (B, T, n_outputs)), "mean" or "last" (Y is (B, n_outputs)).
+    pooling : None (Y is (B, N, n_outputs)), "mean", "last", "max" or "cls" (Y is
+        (B, n_outputs)). "cls" prepends a learnable class token `cls` (d_model,) to the
+        tokens after the embedding and positions: the token gets no position of its
+        own (token j of the data keeps row j of the positions; with rotary positions
+        the data tokens sit at 1..N, which leaves their relative angles unchanged), is
+        never padded, and the head reads its final (normed) row. Not with causal
+        (the token would attend to itself only). A sequence with no valid position
+        pools to zeros (Y = head.b), except with "cls" (the token alone).
+    stem : None, or a convolutional stem ((kernel, stride), ...) in front of the
+        embedding (attnx._stem): layer i is a 1-D convolution over time with 'same'
+        zero padding (left (kernel-1)//2), stride `stride`, d_model output channels,
+        a bias and SiLU, so its output has ceil(T_i / stride) steps; the embedding
+        then maps d_model -> d_model and the blocks run on the N tokens of the last
+        layer (token j of a stride-s layer covers steps j*s - (kernel-1)//2 onwards).
+        Parameters stem.{i}.W (kernel * C_i, d_model), W[l*C_i + c, o] = torch
+        Conv1d weight[o, c, l], C_0 = n_features and C_i = d_model after; stem.{i}.b.
     positional : "none", "sinusoidal" (fixed sin/cos table added to H0), "learned"
         (`pos.P` (max_len, d_model), rows 0..T-1 added to H0) or "rope" (rotary
         positions inside every attention layer; needs an even d_model // n_heads).
@@ -109,17 +128,21 @@ class SequenceModel(_AttentionStack):
     max_len : longest sequence; required by positional="learned".
     dtype : float32 or float64.
     random_state : seed for numpy.random.default_rng. Initial weights: embed.W
-        uniform in +-1/sqrt(n_features); attention and MLP weights as in
+        uniform in +-1/sqrt(its input width); attention and MLP weights as in
         Transformer; pos.P normal with std 0.02; head.W uniform in
-        +-1/sqrt(d_model); LayerNorm gains 1; every bias 0.
+        +-1/sqrt(d_model); LayerNorm gains 1; every bias 0; then (drawn after the
+        others, so models without them start as before) stem.{i}.W uniform in
+        +-1/sqrt(kernel * C_i) (torch Conv1d's bound) and cls normal with std 0.02.
 
     forward(x, key_padding_mask) takes a (B, T) bool mask, True = padding:
     padded positions are never attended to, are left out of the pooling, give
     zero outputs with pooling=None (their dY is ignored) and receive zero
-    gradient. A sequence with no valid position pools to zeros (Y = head.b).
+    gradient. With a stem the padded steps read as zero and a token is padded as
+    attnx._embed.Windows.mask says (past ceil(t_b / stride) for a right-padded
+    sequence of length t_b, or covering padded steps only).
     `params` / `grads`: read-only mappings of live views into one flat buffer
-    (names embed.W, embed.b, pos.P, layers.{i}.Wq ... layers.{i}.b2,
-    layers.{i}.ln1.g/.b, layers.{i}.ln2.g/.b, norm.g, norm.b, head.W, head.b).
+    (names stem.{i}.W, stem.{i}.b, embed.W, embed.b, pos.P, cls, layers.{i}.Wq ...
+    layers.{i}.b2, layers.{i}.ln1.g/.b, layers.{i}.ln2.g/.b, norm.g, norm.b, head.W, head.b).
     Set `input_grad = False` to skip dL/dX in backward (it then returns None).
     """
 
@@ -144,6 +167,7 @@ class SequenceModel(_AttentionStack):
                  n_outputs: int, *, d_hidden: int | None = None, pooling: str | None = None,
                  positional: str = "none", norm: str | None = None, causal: bool = False,
                  bias: bool = True, dropout: float = 0.0, max_len: int | None = None,
+                 stem: Sequence[Sequence[int]] | None = None,
                  dtype: npt.DTypeLike = np.float32,
                  random_state: RandomStateLike = None) -> None:
         self.n_features = check_positive_int("n_features", n_features)
@@ -160,6 +184,11 @@ class SequenceModel(_AttentionStack):
         if self.positional == "rope" and (d // h) % 2:
             raise ValueError(f"positional='rope' needs an even d_model // n_heads, got {d // h}")
         self.causal, self.bias = bool(causal), bool(bias)
+        if self.pooling == "cls" and self.causal:
+            raise ValueError("pooling='cls' needs causal=False: the class token comes first "
+                             "and would attend to itself only, got causal=True")
+        self.stem = _stem.check_stem(stem)
+        self._windows = _stem.windows(self.stem)
         if (isinstance(dropout, bool) or not isinstance(dropout, numbers.Real)
                 or not 0.0 <= float(dropout) < 1.0):
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
@@ -185,23 +214,9 @@ class SequenceModel(_AttentionStack):
         """(name, shape) of every weight of the model get_config() describes, in the
         order of the flat buffer; "layers.{i}.attn" is layer i's attention block,
         (n,) values laid out as MultiHeadAttention's own. The one table of parameter
-        sizes: _build allocates from it, config_n_params sums it."""
-        f, d, k = int(config["n_features"]), int(config["d_model"]), int(config["n_outputs"])
-        dh = 4 * d if config["d_hidden"] is None else int(config["d_hidden"])
-        bias, pre = bool(config["bias"]), config["norm"] == "pre"
-        out: list[tuple[str, tuple[int, ...]]] = [("embed.W", (f, d)), ("embed.b", (d,))]
-        if config["positional"] == "learned":
-            out.append(("pos.P", (int(config["max_len"]), d)))
-        for i in range(int(config["n_layers"])):
-            out += [(f"layers.{i}.attn", (MultiHeadAttention.n_params(d, bias),)),
-                    (f"layers.{i}.W1", (d, dh)), (f"layers.{i}.W2", (dh, d))]
-            if bias:
-                out += [(f"layers.{i}.b1", (dh,)), (f"layers.{i}.b2", (d,))]
-            if pre:
-                out += [(f"layers.{i}.{n}", (d,)) for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b")]
-        if pre:
-            out += [("norm.g", (d,)), ("norm.b", (d,))]
-        return out + [("head.W", (d, k)), ("head.b", (k,))]
+        sizes (attnx._sequence_params): _build allocates from it, config_n_params
+        sums it."""
+        return _sequence_params.param_layout(config)
 
     @classmethod
     def config_n_params(cls, config: Mapping[str, Any]) -> int:
@@ -209,68 +224,8 @@ class SequenceModel(_AttentionStack):
         return sum(int(np.prod(shape)) for _, shape in cls.param_layout(config))
 
     def _build(self, random_state: RandomStateLike) -> None:
-        d, dh, L, f, k = self.d_model, self.d_hidden, self.n_layers, self.n_features, self.n_outputs
-        pre = self.norm == "pre"
-        a = FlatAllocator()
-        spans: dict[str, tuple[int, tuple[int, ...]]] = {}
-        att_start = []
-        for name, shape in self.param_layout(self.get_config()):
-            start = a.reserve(int(np.prod(shape)))
-            if name.endswith(".attn"):
-                att_start.append(start)
-            else:
-                spans[name] = (start, shape)
-        max_len = self.max_len   # an int with positional="learned" (checked in __init__)
-        theta = np.zeros(a.size, self.dtype)
-        grad = np.zeros(a.size, self.dtype)
-
-        def view(flat: FloatArray, name: str) -> FloatArray:
-            st, shape = spans[name]
-            return flat[st:st + int(np.prod(shape))].reshape(shape)
-
-        w = {n: view(theta, n) for n in spans}
-        g = {n: view(grad, n) for n in spans}
-        rng = np.random.default_rng(random_state)
-        w["embed.W"][...] = rng.uniform(-1 / np.sqrt(f), 1 / np.sqrt(f), size=(f, d))
-        self.attn = []
-        for i in range(L):
-            att = MultiHeadAttention(d, self.n_heads, causal=self.causal, bias=self.bias,
-                                     rope=self.positional == "rope", dtype=self.dtype,
-                                     random_state=rng, attention="auto",
-                                     _storage=(theta, grad, att_start[i]))
-            self.attn.append(att)
-            for n, v in att.params.items():
-                w[f"layers.{i}.{n}"] = v
-                g[f"layers.{i}.{n}"] = att.grads[n]
-            w[f"layers.{i}.W1"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, dh))
-            w[f"layers.{i}.W2"][...] = rng.uniform(-1 / np.sqrt(dh), 1 / np.sqrt(dh), size=(dh, d))
-            if pre:
-                w[f"layers.{i}.ln1.g"][...] = 1
-                w[f"layers.{i}.ln2.g"][...] = 1
-        if pre:
-            w["norm.g"][...] = 1
-        if self.positional == "learned" and max_len is not None:
-            w["pos.P"][...] = rng.normal(0.0, 0.02, size=(max_len, d))
-        w["head.W"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, k))
-        # dropout masks come from their own stream, seeded from the same random_state
-        self.dropout_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
-        self._w, self._g = w, g
-        order = self._order()
-        self.params = ParamDict(theta, {n: w[n] for n in order})
-        self.grads = ParamDict(grad, {n: g[n] for n in order})
-
-    def _order(self) -> list[str]:
-        names = ["embed.W", "embed.b"] + (["pos.P"] if self.positional == "learned" else [])
-        per = ["Wq", "Wk", "Wv", "Wo", "W1", "W2"]
-        if self.bias:
-            per += ["bq", "bk", "bv", "bo", "b1", "b2"]
-        if self.norm == "pre":
-            per += ["ln1.g", "ln1.b", "ln2.g", "ln2.b"]
-        for i in range(self.n_layers):
-            names += [f"layers.{i}.{n}" for n in per]
-        if self.norm == "pre":
-            names += ["norm.g", "norm.b"]
-        return names + ["head.W", "head.b"]
+        (self.attn, self.dropout_rng, self._w, self._g, self.params,
+         self.grads) = _sequence_params.build(self, random_state)
 
     @property
     def n_params(self) -> int:
@@ -285,7 +240,7 @@ class SequenceModel(_AttentionStack):
         key = (nb, t, self.n_features, store, threads)
 
         def make() -> _Buffers:
-            rows, d = nb * t, self.d_model
+            rows, d = nb * (t + 1), self.d_model   # the class token may add a row
             # BLAS takes 32-bit sizes: check before allocating (the attention layers
             # check theirs in their own workspace call)
             check_blas_int(f"a sequence model over batch={nb}, T={t}", **{
@@ -307,17 +262,22 @@ class SequenceModel(_AttentionStack):
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
         return out_array(name, out, shape, self.dtype)
 
+    def n_tokens(self, seq_len: int) -> int:
+        """Tokens the embedding makes of seq_len steps: seq_len, or the stem's output
+        length (ceil division by each stride); the class token aside."""
+        return _stem.lengths(self.stem, seq_len)[-1]
+
     def output_shape(self, batch: int, seq_len: int) -> tuple[int, ...]:
         """Shape of Y for an input (batch, seq_len, n_features)."""
         if self.pooling is None:
-            return (batch, seq_len, self.n_outputs)
+            return (batch, self.n_tokens(seq_len), self.n_outputs)
         return (batch, self.n_outputs)
 
     # ---- public API ----------------------------------------------------
     def forward(self, x: npt.ArrayLike, key_padding_mask: npt.ArrayLike | None = None, *,
                 grad: bool = True, out: FloatArray | None = None) -> FloatArray:
-        """Y for x (B, T, n_features): (B, T, n_outputs) with pooling=None, else
-        (B, n_outputs).
+        """Y for x (B, T, n_features): (B, N, n_outputs) with pooling=None (N = T
+        without a stem, n_tokens(T) with one), else (B, n_outputs).
 
         key_padding_mask: (B, T) bool, True = padding (ragged batches right-padded).
         grad: keep what backward needs (False for inference: no dropout, less state).
@@ -326,8 +286,10 @@ class SequenceModel(_AttentionStack):
         x = as_input("x", x, self.n_features)
         check_params(self.params)
         nb, t = x.shape[:2]
-        if self.max_len is not None and t > self.max_len:
-            raise ValueError(f"x has sequence length {t}, longer than max_len={self.max_len} "
+        n = self.n_tokens(t)
+        if self.max_len is not None and n > self.max_len:
+            what = f"{n} tokens after the stem" if self.stem else f"sequence length {t}"
+            raise ValueError(f"x has {what}, longer than max_len={self.max_len} "
                              f"(shape {x.shape})")
         mask = None if key_padding_mask is None else as_mask(key_padding_mask, nb, t)
         y = self._out("out", out, self.output_shape(nb, t))
@@ -343,28 +305,41 @@ class SequenceModel(_AttentionStack):
         drop = grad and self.dropout > 0
         if drop and not self._freeze_dropout:
             b.draw_masks(self)
+        kms = _stem.token_masks(self, b, km, nb, b.lens)
+        kt = kms[-1]   # the tokens' key padding mask, with the class token's column
+        if kt is not None and b.cmask is not None:
+            b.cmask[:, 0] = 0
+            b.cmask[:, 1:] = kt
+            kt = b.cmask
         with blas_single(threads):   # BLAS single-threaded beside attnx's own threads
-            self._forward_layers(b, km, nb, t, grad, drop, threads, y.reshape(-1, self.n_outputs))
+            self._forward_layers(b, kms, kt, nb, grad, drop, threads,
+                                 y.reshape(-1, self.n_outputs))
         if grad:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = _Last(nb, t, b, threads, km, drop)
+            self._last = _Last(nb, t, b, threads, kt, drop)
         return y
 
     __call__ = forward
 
-    def _forward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, t: int, grad: bool,
-                        drop: bool, threads: int, y2: FloatArray) -> None:
-        """Embedding, blocks, final norm, pooling and head on the buffers b."""
+    def _forward_layers(self, b: _Buffers, kms: list[_U8Array | None], km: _U8Array | None,
+                        nb: int, grad: bool, drop: bool, threads: int, y2: FloatArray) -> None:
+        """Stem, embedding, class token, blocks, final norm, pooling and head on the
+        buffers b; kms the stem layers' masks (attnx._stem), km the blocks'."""
+        n, t = b.n, b.tt
         k, w, nth = self._k, self._w, self._nth(nb * t, threads)
-        h0 = b.hs[0]
-        pos = (self._table(t) if self.positional == "sinusoidal" else
+        a = _stem.forward(self, b, kms, nb, b.lens, grad, nth) if self.stem else b.x
+        h0 = b.hs[0] if b.emb is None else b.emb
+        pos = (self._table(n) if self.positional == "sinusoidal" else
                w["pos.P"] if self.positional == "learned" else None)
-        k.linear_forward(b.x, w["embed.W"], w["embed.b"], h0, nth, pos, t)
+        k.linear_forward(a, w["embed.W"], w["embed.b"], h0, nth, pos, n)
+        if b.emb is not None:   # the class token first
+            cls_forward(b.emb.reshape(nb, n, -1), w["cls"], b.hs[0].reshape(nb, t, -1),
+                        nthreads=nth)
         for i in range(self.n_layers):
             self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
         if b.stf is not None:  # pre-norm: the final LayerNorm
             k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
-            k.pool_forward(b.hf, km, b.pooled, nb, t, self.pooling == "last", nth)
+            _pooling.forward(self, b, km, nb, t, nth)
         k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
         if self.pooling is None and km is not None:
             k.zero_masked_rows(y2, km)
@@ -426,12 +401,13 @@ class SequenceModel(_AttentionStack):
         b.for_backward(self)
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
         with blas_single(threads):   # the forward's thread count: scratch is sized for it
-            self._backward_layers(b, km, nb, t, drop, threads,
+            self._backward_layers(b, km, nb, drop, threads,
                                   None if dx is None else dx.reshape(-1, self.n_features))
         return dx
 
-    def _backward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, t: int, drop: bool,
+    def _backward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, drop: bool,
                          threads: int, dx2: FloatArray | None) -> None:
+        n, t = b.n, b.tt
         k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
         if self.pooling is None and km is not None:
             k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
@@ -441,7 +417,7 @@ class SequenceModel(_AttentionStack):
         else:
             k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"],
                               b.dpooled, nth)
-            k.pool_backward(b.dpooled, km, b.dhf, nb, t, self.pooling == "last", nth)
+            _pooling.backward(self, b, km, nb, t, nth)
         # dcur: dL/d(block output), walking down the stack
         if b.stf is not None:   # pre-norm: the final LayerNorm
             k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], b.stf, g["norm.g"], g["norm.b"],
@@ -451,9 +427,20 @@ class SequenceModel(_AttentionStack):
             dcur = b.dhf
         for i in reversed(range(self.n_layers)):
             self._block_backward(i, b, dcur, drop, threads, nth)
+        if b.demb is not None:   # the class token's rows
+            cls_backward(dcur.reshape(nb, t, -1), b.demb.reshape(nb, n, -1), g["cls"],
+                         nthreads=nth)
+            dcur = b.demb
         if self.positional == "learned":
-            k.positions_backward(dcur, g["pos.P"], t, nth)
-        k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"], dx2, nth)
+            k.positions_backward(dcur, g["pos.P"], n, nth)
+        if not self.stem:
+            k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"], dx2, nth)
+            return
+        k.linear_backward(dcur, b.ss[-1], w["embed.W"], g["embed.W"], g["embed.b"],
+                          b.dss[-1], nth)
+        kms = [b.mask if km is not None else None] + [m if km is not None else None
+                                                      for m in b.smask]
+        _stem.backward(self, b, kms, nb, b.lens, nth, dx2)
 
     def _block_backward(self, i: int, b: _Buffers, dcur: FloatArray, drop: bool, threads: int,
                         nth: int) -> None:
@@ -501,17 +488,17 @@ class SequenceModel(_AttentionStack):
 
     def dropout_masks(self) -> dict[str, FloatArray]:
         """The residual-branch dropout multipliers of the last training forward:
-        name -> (B, T, d_model) copies with values 0 or 1/(1-dropout); names
+        name -> (B, tokens, d_model) copies with values 0 or 1/(1-dropout); names
         "layers.{i}.res1" (attention branch) and "layers.{i}.res2" (MLP branch).
         Empty when the last forward used no dropout."""
         last = self._last
         if last is None or not last.dropout:
             return {}
-        nb, t, b = last.nb, last.t, last.bufs
+        nb, b = last.nb, last.bufs
         out = {}
         for i in range(self.n_layers):
-            out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, t, -1).copy()
-            out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, t, -1).copy()
+            out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, b.tt, -1).copy()
+            out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, b.tt, -1).copy()
         return out
 
     # ---- PyTorch weight exchange (attnx._torch_layout) -----------------
@@ -543,7 +530,7 @@ class SequenceModel(_AttentionStack):
                     n_layers=self.n_layers, n_outputs=self.n_outputs, d_hidden=self.d_hidden,
                     pooling=self.pooling, positional=self.positional, norm=self.norm,
                     causal=self.causal, bias=self.bias, dropout=self.dropout,
-                    max_len=self.max_len, dtype=self.dtype.name)
+                    max_len=self.max_len, stem=self.stem, dtype=self.dtype.name)
 
     def __reduce__(self) -> tuple[Callable[..., SequenceModel], tuple[Any, ...]]:
         # pickles the weights, the dropout generator and input_grad; workspaces,
@@ -555,7 +542,7 @@ class SequenceModel(_AttentionStack):
         opts = []
         for k, default in (("pooling", None), ("positional", "none"), ("norm", None),
                            ("causal", False), ("bias", True), ("dropout", 0.0),
-                           ("max_len", None)):
+                           ("max_len", None), ("stem", None)):
             v = getattr(self, k)
             if v != default:
                 opts.append(f"{k}={v!r}")

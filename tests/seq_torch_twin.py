@@ -17,6 +17,11 @@ exact masks pass `masks`, a dict name -> multiplier tensor (0 or 1/(1-p)), as
 returned by SequenceModel.dropout_masks(): "layers.{i}.res1" (B, T, d) on the
 attention branch and "layers.{i}.res2" (B, T, d) on the MLP branch; a name
 missing from `masks` is not dropped. Call twin.eval() for predictions.
+
+The convolutional stem is a torch.nn.Conv1d per layer (weight[o, c, l] = attnx's
+stem.{i}.W[l*C + c, o]) on the input zero-padded by F.pad((kernel-1)//2,
+kernel-1-(kernel-1)//2), padded steps zeroed; a right-padded sequence of length t_b
+keeps ceil(t_b / stride) tokens per layer.
 """
 import math
 
@@ -56,10 +61,19 @@ class SeqTwin(torch.nn.Module):
         self.names = list(model.params)
         self.p = torch.nn.ParameterDict({
             n.replace(".", "__"): torch.nn.Parameter(torch.tensor(np.array(v), dtype=dtype))
-            for n, v in model.params.items()})
+            for n, v in model.params.items() if not n.startswith("stem.")})
+        self.convs = torch.nn.ModuleList()
+        for i, (k, s) in enumerate(model.stem or ()):
+            w = np.array(model.params[f"stem.{i}.W"])
+            c, d = w.shape[0] // k, w.shape[1]
+            conv = torch.nn.Conv1d(c, d, k, stride=s, dtype=dtype)
+            with torch.no_grad():
+                conv.weight.copy_(torch.tensor(w.reshape(k, c, d).transpose(2, 1, 0)))
+                conv.bias.copy_(torch.tensor(np.array(model.params[f"stem.{i}.b"])))
+            self.convs.append(conv)
         self.dtype = dtype
         for k in ("d_model", "n_heads", "n_layers", "pooling", "positional", "norm",
-                  "causal", "bias", "dropout"):
+                  "causal", "bias", "dropout", "stem"):
             setattr(self, k, getattr(model, k))
 
     def w(self, name):
@@ -71,7 +85,15 @@ class SeqTwin(torch.nn.Module):
     def grads(self):
         """name -> gradient as a float64 numpy array (zeros where torch has none)."""
         out = {}
+        for i, conv in enumerate(self.convs):
+            k = conv.kernel_size[0]
+            for n, t in ((f"stem.{i}.W", conv.weight), (f"stem.{i}.b", conv.bias)):
+                g = (np.zeros(tuple(t.shape)) if t.grad is None
+                     else t.grad.detach().to(torch.float64).numpy())
+                out[n] = g.transpose(2, 1, 0).reshape(k * g.shape[1], -1) if g.ndim == 3 else g
         for n in self.names:
+            if n in out:
+                continue
             g = self.w(n).grad
             out[n] = (np.zeros(tuple(self.w(n).shape)) if g is None
                       else g.detach().to(torch.float64).numpy())
@@ -123,6 +145,17 @@ class SeqTwin(torch.nn.Module):
         return F.layer_norm(x, (self.d_model,), self.w(name + ".g"), self.w(name + ".b"),
                             eps=1e-5)
 
+    def _stem(self, x, valid):
+        """The convolutional stem: (tokens, their validity) from x (B, T, C)."""
+        for (k, s), conv in zip(self.stem or (), self.convs):
+            lens = valid.sum(dim=1)   # right-padded: the valid lengths
+            x = (x * valid[:, :, None].to(self.dtype)).transpose(1, 2)   # (B, C, T)
+            left = (k - 1) // 2
+            x = F.silu(conv(F.pad(x, (left, k - 1 - left)))).transpose(1, 2)
+            n = x.shape[1]
+            valid = torch.arange(n)[None, :] < ((lens + s - 1) // s)[:, None]
+        return x, valid
+
     def forward(self, x, key_padding_mask=None, masks=None):
         """x (B, T, n_features) tensor; key_padding_mask (B, T) bool array or tensor,
         True = padding. Returns Y as SequenceModel.forward does."""
@@ -130,15 +163,20 @@ class SeqTwin(torch.nn.Module):
         nb, t, _ = x.shape
         pad = (torch.zeros((nb, t), dtype=torch.bool) if key_padding_mask is None
                else torch.as_tensor(np.asarray(key_padding_mask), dtype=torch.bool))
-        valid = ~pad
-        allowed = valid[:, None, None, :].expand(nb, 1, t, t)
-        if self.causal:
-            allowed = allowed & torch.ones((t, t), dtype=torch.bool).tril()
+        x, valid = self._stem(x, ~pad)
+        t = x.shape[1]
         h = x @ self.w("embed.W") + self.w("embed.b")
         if self.positional == "sinusoidal":
             h = h + sinusoidal(t, self.d_model, self.dtype)
         elif self.positional == "learned":
             h = h + self.w("pos.P")[:t]
+        if self.pooling == "cls":   # the class token first, never padded, no position
+            h = torch.cat((self.w("cls").expand(nb, 1, self.d_model), h), dim=1)
+            valid = torch.cat((torch.ones((nb, 1), dtype=torch.bool), valid), dim=1)
+            t += 1
+        allowed = valid[:, None, None, :].expand(nb, 1, t, t)
+        if self.causal:
+            allowed = allowed & torch.ones((t, t), dtype=torch.bool).tril()
         for i in range(self.n_layers):
             pre = f"layers.{i}."
             if self.norm == "pre":
@@ -159,6 +197,11 @@ class SeqTwin(torch.nn.Module):
             last = torch.where(valid, idx, torch.full_like(idx, -1)).amax(dim=1)
             pooled = h[torch.arange(nb), last.clamp(min=0)]
             pooled = pooled * (last >= 0).to(self.dtype)[:, None]
+        elif self.pooling == "max":
+            big = h.masked_fill(~valid[:, :, None], float("-inf")).amax(dim=1)
+            pooled = torch.where(valid.any(dim=1)[:, None], big, torch.zeros_like(big))
+        elif self.pooling == "cls":
+            pooled = h[:, 0]
         else:
             pooled = h
         y = pooled @ self.w("head.W") + self.w("head.b")

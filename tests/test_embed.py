@@ -1,4 +1,4 @@
-"""attnx._embed (time-series layer kernels): every forward and gradient against float64
+"""attnx._embed and attnx._revin (time-series layer kernels): every forward and gradient against float64
 central finite differences and against PyTorch on identical inputs and weights
 (float64 1e-10, float32 1e-4); masked and unmasked, ragged masks with interior holes,
 padded steps holding NaN; bad input; thread-count determinism."""
@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from attnx import _embed as E
+from attnx import _revin as R
 from attnx import _seq
 from conftest import rel_err
 from gradcheck import check_grads
@@ -395,7 +396,7 @@ def revin_case(dtype, kind, affine, rng, nb=4, t=10, c=3, h=4):
 @pytest.mark.parametrize("kind", ["none", "ragged", "holes"])
 def test_revin_vs_torch(torch, kind, affine, denorm, dtype, rng):
     x, km, aff, mix, g_y, g_xn = revin_case(dtype, kind, affine, rng)
-    rv = E.RevIN()
+    rv = R.RevIN()
     assert rv.eps == 1e-5 and rv.eps2 == 1e-5 ** 2
     ref = revin_torch(torch, x, km, aff, mix, g_y, g_xn, rv.eps, denorm)
     got = revin_pipeline(rv, poisoned(x, km), km, aff, mix, g_y, g_xn, denorm)
@@ -476,7 +477,7 @@ def test_revin_finite_differences(kind, affine, denorm, rng):
     """dL/dx through xhat, the mean and the std (both used again by the
     de-normalisation), and dgamma, dbeta summed over the two places they enter."""
     x, km, aff, mix, g_y, g_xn = revin_case(np.float64, kind, affine, rng)
-    rv = E.RevIN()
+    rv = R.RevIN()
     got = revin_pipeline(rv, x, km, aff, mix, g_y, g_xn, denorm)
     arrays, grads = dict(x=x), dict(x=got["dx"])
     if affine:
@@ -512,7 +513,7 @@ def test_thread_count_does_not_change_results(rng):
         E.cls_pool_backward(first, dfirst, nth)
         mix = rng.normal(size=(3, t)) if nth == 1 else runs[0][-1]
         aff = np.stack([np.linspace(0.5, 1.5, c), np.linspace(-1, 1, c)])
-        rv = E.RevIN()
+        rv = R.RevIN()
         xn, st = np.empty_like(x), np.empty((2, nb, c))
         rv.forward(x, km, aff, xn, st, nth)
         yn = np.ascontiguousarray(np.einsum("ht,btc->bhc", mix, xn))
@@ -539,7 +540,7 @@ def test_inputs_are_not_modified(rng):
     win.backward(u, km, np.empty_like(x))
     win.mask(km, np.empty((3, win.count(8)), np.uint8))
     E.max_pool_forward(x, km, np.empty((3, 2)), np.empty((3, 2), np.int64))
-    rv = E.RevIN()
+    rv = R.RevIN()
     xn, st = np.empty_like(x), np.empty((2, 3, 2))
     rv.forward(x, km, aff, xn, st)
     rv.backward(xn, x, km, aff, st, None, np.empty_like(x), np.empty_like(aff))
@@ -573,7 +574,7 @@ def test_fully_padded_sequence(rng):
     dh = np.empty_like(x)
     E.max_pool_backward(np.ones((2, 2)), idx, dh)
     assert not dh[1].any()
-    rv = E.RevIN()
+    rv = R.RevIN()
     xn, st = np.empty_like(x), np.empty((2, 2, 2))
     rv.forward(x, km, None, xn, st)
     assert np.isfinite(xn).all() and not xn[1].any()
@@ -591,7 +592,7 @@ def _bad_cases():
     u = np.zeros((2, 3, 6))
     h, pooled, idx = np.zeros((2, 6, 4)), np.zeros((2, 4)), np.zeros((2, 4), np.int64)
     aff, st = np.zeros((2, 3)), np.zeros((2, 2, 3))
-    rv = E.RevIN()
+    rv = R.RevIN()
     ro = np.zeros((2, 3, 6))
     ro.flags.writeable = False
     shared = np.zeros(2 * 6 * 3)
@@ -647,8 +648,8 @@ def _bad_cases():
          r"pooled must have shape \(2, 4\)"),
         (lambda: E.cls_pool_backward(np.zeros((3, 4)), h.copy()), ValueError,
          r"dpooled must have shape \(2, 4\)"),
-        (lambda: E.RevIN(eps=0), ValueError, "eps must be > 0"),
-        (lambda: E.RevIN(eps2=-1.0), ValueError, "eps2 must be >= 0"),
+        (lambda: R.RevIN(eps=0), ValueError, "eps must be > 0"),
+        (lambda: R.RevIN(eps2=-1.0), ValueError, "eps2 must be >= 0"),
         (lambda: rv.forward(x, None, np.zeros((3, 2)), x.copy(), st), ValueError,
          r"affine must have shape \(2, 3\)"),
         (lambda: rv.forward(x, None, aff, x.copy(), np.zeros((2, 3, 2))), ValueError,

@@ -40,7 +40,7 @@ assert_type(AttentionClassifier(class_weight={0: 2.0}).fit(X, labels).predict_pr
 
 # misspelt choices are type errors (strict mode reports an unused ignore otherwise)
 AttentionRegressor(positional="learnt")  # type: ignore[arg-type]
-AttentionRegressor(pooling="max")  # type: ignore[arg-type]
+AttentionRegressor(pooling="min")  # type: ignore[arg-type]
 AttentionClassifier(class_weight="balance")  # type: ignore[arg-type]
 '''
 

@@ -51,7 +51,7 @@ def test_constructor_stores_hyperparameters_unchanged():
                       "dtype", "d_model", "positional", "norm", "pooling", "d_hidden",
                       "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init",
                       "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize",
-                      "patch_len", "distributed"}
+                      "patch_len", "distributed", "stem"}
     tp = attnx.TransformerRegressor().get_params()
     assert set(tp) == set(p) | {"n_layers"}
     with pytest.raises(ValueError, match="epochs"):
@@ -488,7 +488,8 @@ def test_target_shapes_choose_the_output(cls):
         cls(**kw).fit(X, bad)
     with pytest.raises(ValueError, match=r"y must have 2 output\(s\) as at fit, got 3"):
         two.partial_fit(X, np.zeros((60, 3)))
-    with pytest.raises(ValueError, match="pooling must be 'mean' or 'last'"):
+    with pytest.raises(ValueError, match=r"pooling must be one of \('mean', 'last', 'max', "
+                                         r"'cls'\) .*got None"):
         cls(**kw, pooling=None).fit(X, y)
 
 

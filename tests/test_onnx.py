@@ -30,7 +30,7 @@ def _masks(rng, b, t):
     return mask
 
 
-def _check_model(model, dtype, tmp_path, n_in):
+def _check_model(model, dtype, tmp_path, n_in, lengths=LENGTHS):
     path = tmp_path / "m.onnx"
     proto = aonnx.export(model, path)
     onnx.checker.check_model(onnx.load(path), full_check=True)
@@ -38,7 +38,7 @@ def _check_model(model, dtype, tmp_path, n_in):
     assert [o.name for o in proto.graph.output] == ["y"]
     sess = _session(path)
     rng = np.random.default_rng(1)
-    for t in LENGTHS:
+    for t in lengths:
         x = rng.standard_normal((4, t, n_in)).astype(dtype)
         for mask in (np.zeros((4, t), dtype=bool), _masks(rng, 4, t)):
             (y,) = sess.run(None, {"x": x, "key_padding_mask": mask})
@@ -80,6 +80,32 @@ def test_sequence_model(dtype, opts, tmp_path):
         if ".g" in name or name.endswith((".b", "b1", "b2", "bo", "bq")):
             w[...] += np.random.default_rng(len(name)).normal(0, 0.3, w.shape)
     _check_model(model, dtype, tmp_path, 5)
+
+
+# the time-series options; a stem needs every kernel to fit its layer's input
+STEM_OPTIONS = [
+    dict(pooling="max", stem=((3, 2), (2, 1)), norm="pre", positional="sinusoidal"),
+    dict(pooling="cls", norm="pre", positional="learned", max_len=16),
+    dict(stem=((4, 1),), positional="rope"),                       # per token, stride 1
+    dict(stem=((1, 1), (3, 3)), norm="pre", positional="learned", max_len=5),   # per token
+    dict(pooling="cls", stem=((3, 3),), positional="rope", norm="pre"),
+    dict(pooling="max", causal=True, positional="rope"),
+    dict(pooling="mean", stem=((2, 2), (2, 2)), bias=False),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("opts", STEM_OPTIONS, ids=str)
+def test_sequence_model_stem_and_pooling(dtype, opts, tmp_path):
+    """Stem (Conv, or strided slices in float64, which onnxruntime lacks a Conv for),
+    class token and max pooling, with holes and fully padded sequences in the mask."""
+    kw = dict(n_features=5, d_model=8, n_heads=2, n_layers=2, n_outputs=3, d_hidden=16)
+    kw.update(opts)
+    model = attnx.SequenceModel(**kw, dtype=dtype, random_state=0)
+    for name, w in model.params.items():
+        if ".g" in name or name.endswith((".b", "b1", "b2", "bo", "bq")) or name == "cls":
+            w[...] += np.random.default_rng(len(name)).normal(0, 0.3, w.shape)
+    _check_model(model, dtype, tmp_path, 5, lengths=(4, 9, 13))
 
 
 def _fit(cls, X, y, **kw):
@@ -149,6 +175,41 @@ def test_padding_mask_matches_ragged_predict(tmp_path):
     xp, mask = _right_padded(X)
     (p,) = _session(tmp_path / "r.onnx").run(None, {"x": xp, "key_padding_mask": mask})
     assert rel_err(p, est.predict_proba(X), floor=1.0) < 1e-10
+
+
+@pytest.mark.parametrize("opts", [dict(pooling="max", stem=((3, 2),)),
+                                  dict(pooling="cls", stem=((2, 1), (3, 2))),
+                                  dict(pooling="max")], ids=str)
+def test_stem_and_pooling_estimators_match_ragged_predict(opts, tmp_path):
+    rng = np.random.default_rng(5)
+    X = [rng.standard_normal((t, 3)) for t in (6, 9, 4, 9, 7, 5)]
+    y = np.array([0, 1, 2, 1, 0, 2])
+    est = attnx.TransformerClassifier(2, n_layers=1, d_model=8, epochs=2, random_state=0,
+                                      dtype=np.float64, **opts).fit(X, y)
+    aonnx.export(est, tmp_path / "s.onnx")
+    xp, mask = _right_padded(X)
+    (p,) = _session(tmp_path / "s.onnx").run(None, {"x": xp, "key_padding_mask": mask})
+    assert rel_err(p, est.predict_proba(X), floor=1.0) < 1e-10
+    (p1,) = _session(tmp_path / "s.onnx").run(None, {"x": xp[:1], "key_padding_mask":
+                                                       mask[:1]})
+    assert rel_err(p1, est.predict_proba(X[:1]), floor=1.0) < 1e-10
+
+
+def test_per_position_stem_regressor_matches_ragged_predict(tmp_path):
+    rng = np.random.default_rng(6)
+    lengths = (5, 8, 3, 6)
+    X = [rng.standard_normal((t, 3)) for t in lengths]
+    y = [rng.standard_normal(t) for t in lengths]
+    est = attnx.TransformerRegressor(2, d_model=8, epochs=2, random_state=0, stem=((3, 1),),
+                                     dtype=np.float32).fit(X, y)
+    aonnx.export(est, tmp_path / "p.onnx")
+    xp, mask = _right_padded(X)
+    (out,) = _session(tmp_path / "p.onnx").run(None, {"x": xp.astype(np.float32),
+                                                      "key_padding_mask": mask})
+    ref = est.predict(X)
+    for i, t in enumerate(lengths):
+        assert rel_err(out[i, :t], ref[i], floor=1.0) < 1e-5
+        assert np.all(out[i, t:] == 0)
 
 
 @pytest.mark.parametrize("kind", ["regressor", "classifier"])

@@ -51,6 +51,20 @@ def check_grads_vs(m, tg, tol):
         assert err < tol, f"{n}: relative error {err:.3g}"
 
 
+def fd_check(m, x, kpm, g, rng, n_probe, names=None):
+    """Finite differences of sum(Y * g) for the parameters `names` (all by default)
+    and x, against the model's backward (float64)."""
+    m.forward(x, kpm)
+    dx = m.backward(g)
+    names = list(m.params) if names is None else names
+    analytic = {n: m.grads[n].copy() for n in names}
+    analytic["x"] = dx.copy()
+    arrays = {n: m.params[n] for n in names}
+    arrays["x"] = x
+    check_grads(lambda: float(np.sum(m.forward(x, kpm, grad=False) * g)), arrays, analytic,
+                rng, n_probe=n_probe, tol=1e-6)
+
+
 def twin_of(torch, m):
     from seq_torch_twin import SeqTwin
     return SeqTwin(m)
@@ -183,18 +197,8 @@ def test_finite_differences(case, rng):
     nb, t = 3, 6
     x = rng.normal(size=(nb, t, 3))
     kpm = ragged_mask(nb, t, rng) if use_mask else None
-    y = m.forward(x, kpm)
-    g = rng.normal(size=y.shape)
-    dx = m.backward(g)
-    analytic = {n: m.grads[n].copy() for n in m.params}
-    analytic["x"] = dx.copy()
-    arrays = dict(m.params)
-    arrays["x"] = x
-
-    def loss():
-        return float(np.sum(m.forward(x, kpm, grad=False) * g))
-
-    check_grads(loss, arrays, analytic, rng, n_probe=5, tol=1e-6)
+    g = rng.normal(size=m.output_shape(nb, t))
+    fd_check(m, x, kpm, g, rng, n_probe=5)
 
 
 def test_finite_differences_one_layer_every_entry(rng):
@@ -202,15 +206,7 @@ def test_finite_differences_one_layer_every_entry(rng):
     m = make(np.float64, "mean", "learned", "pre", True, n_layers=1, rng=rng)
     x = rng.normal(size=(2, 5, 3))
     kpm = ragged_mask(2, 5, rng)
-    g = rng.normal(size=(2, 4))
-    m.forward(x, kpm)
-    dx = m.backward(g)
-    analytic = {n: m.grads[n].copy() for n in m.params}
-    analytic["x"] = dx.copy()
-    arrays = dict(m.params)
-    arrays["x"] = x
-    check_grads(lambda: float(np.sum(m.forward(x, kpm, grad=False) * g)), arrays, analytic,
-                rng, n_probe=10**6, tol=1e-6)
+    fd_check(m, x, kpm, rng.normal(size=(2, 4)), rng, n_probe=10**6)
 
 
 # ---- contract ------------------------------------------------------------
@@ -296,9 +292,11 @@ def test_does_not_modify_inputs(rng):
     np.testing.assert_array_equal(dy, 1)
 
 
-def test_input_grad_false(rng):
-    m = make(np.float64, None, "none", None, False)
-    x = rng.normal(size=(2, 4, 3))
+@pytest.mark.parametrize("pool, kw", [(None, {}), ("mean", dict(stem=((3, 2), (2, 2))))])
+def test_input_grad_false(pool, kw, rng):
+    """Without dL/dX the weights' gradients (a stem's too) are unchanged."""
+    m = make(np.float64, pool, "none", None, False, **kw)
+    x = rng.normal(size=(2, 8, 3))
     y = m.forward(x)
     m.backward(np.ones_like(y))
     g = m.grads.flat.copy()
@@ -312,7 +310,7 @@ def test_errors(rng):
     with pytest.raises(ValueError, match="max_len"):
         SequenceModel(3, 8, 2, 1, 1, positional="learned")
     with pytest.raises(ValueError, match="pooling"):
-        SequenceModel(3, 8, 2, 1, 1, pooling="max")
+        SequenceModel(3, 8, 2, 1, 1, pooling="min")
     with pytest.raises(ValueError, match="positional"):
         SequenceModel(3, 8, 2, 1, 1, positional="alibi")
     with pytest.raises(ValueError, match="norm"):

@@ -1,0 +1,177 @@
+"""SequenceModel's convolutional stem, forward beside backward: layers ((kernel, stride),
+...) in front of the embedding, each a 1-D convolution over time with 'same'-style zero
+padding, a bias and SiLU.
+
+Layer i reads A_i (B, T_i, C_i) (A_0 = X, C_0 = n_features; C_i = d_model after) and
+writes A_{i+1} (B, T_{i+1}, d_model), T_{i+1} = ceil(T_i / stride_i):
+
+    U_i = windows of A_i (attnx._embed.Windows(kernel, stride, pad_left, pad_right),
+          pad_left = (kernel - 1) // 2, pad_right = kernel - 1 - pad_left, zeros)
+    A_{i+1} = silu(U_i stem.{i}.W + stem.{i}.b)       one GEMM over all B * T_{i+1} rows
+
+stem.{i}.W is (kernel * C_i, d_model) with W[l * C_i + c, o] = torch's Conv1d
+weight[o, c, l]; the padding is torch's padding='same' for stride 1 and, for larger
+strides, that of F.pad(x, (pad_left, pad_right)) before a Conv1d(stride=stride).
+
+Key padding: padded steps read as zero; token n of a layer's output is padded when
+it lies past the ceil(t_b / stride) tokens of the sequence's valid length t_b, or when
+every step it covers is padded (attnx._embed.Windows.mask). A right-padded sequence of
+length t_b thus gives the tokens it gives alone.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _mlp
+from ._embed import Windows, same_padding
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ._sequence_buffers import _Buffers
+    from ._typing import FloatArray
+    from .sequence import SequenceModel
+
+    _U8Array = npt.NDArray[np.uint8]
+
+Stem = tuple[tuple[int, int], ...]
+
+
+def check_stem(stem: object) -> Stem | None:
+    """stem as a tuple of (kernel, stride) int pairs >= 1, or None; TypeError or
+    ValueError naming `stem` otherwise."""
+    if stem is None:
+        return None
+    if isinstance(stem, (str, bytes)) or not isinstance(stem, Sequence):
+        raise TypeError("stem must be None or a sequence of (kernel, stride) pairs, "
+                        f"got {type(stem).__name__}")
+    if len(stem) == 0:
+        raise ValueError("stem must hold at least one (kernel, stride) layer (None: no "
+                         "stem), got an empty sequence")
+    out = []
+    for i, layer in enumerate(stem):
+        if (isinstance(layer, (str, bytes)) or not isinstance(layer, Sequence)
+                or len(layer) != 2):
+            raise TypeError(f"stem[{i}] must be a (kernel, stride) pair, got {layer!r}")
+        for what, v in zip(("kernel", "stride"), layer):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"stem[{i}] {what} must be an int, got "
+                                f"{type(v).__name__} {v!r}")
+            if v < 1:
+                raise ValueError(f"stem[{i}] {what} must be >= 1, got {v}")
+        out.append((int(layer[0]), int(layer[1])))
+    return tuple(out)
+
+
+def check_settings(stem: Stem, patch_len: int | None, per_position: bool,
+                   t_min: int) -> None:
+    """ValueError unless an estimator's stem fits its other settings and the shortest
+    sequence of the data (t_min steps)."""
+    if patch_len not in (None, 1):
+        raise ValueError(f"patch_len={patch_len} and stem={stem} both make the tokens: "
+                         "give one of them (patch_len=None or 1 with a stem)")
+    if per_position and any(s > 1 for _, s in stem):
+        raise ValueError(f"stem={stem} has strides > 1, which need one target per "
+                         "sequence (per-position targets keep one token per time step)")
+    try:
+        lengths(stem, t_min)
+    except ValueError as exc:
+        raise ValueError(f"stem={stem} does not fit the shortest sequence ({t_min} "
+                         f"steps): {exc}") from None
+
+
+def param_layout(stem: Stem | None, n_features: int,
+                 d: int) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of the stem's weights: stem.{i}.W (kernel * C_i, d), stem.{i}.b (d,)."""
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for i, (k, _) in enumerate(stem or ()):
+        c = n_features if i == 0 else d
+        out += [(f"stem.{i}.W", (k * c, d)), (f"stem.{i}.b", (d,))]
+    return out
+
+
+def init(stem: Stem | None, w: dict[str, FloatArray], rng: np.random.Generator) -> None:
+    """stem.{i}.W uniform in +-1/sqrt(kernel * C_i) (torch Conv1d's bound), biases 0."""
+    for i in range(len(stem or ())):
+        wi = w[f"stem.{i}.W"]
+        bound = 1 / np.sqrt(wi.shape[0])
+        wi[...] = rng.uniform(-bound, bound, size=wi.shape)
+
+
+def windows(stem: Stem | None) -> list[Windows]:
+    """The layers' window geometry: N = ceil(T / stride) windows over T steps."""
+    return [Windows(k, s, *same_padding(k)) for k, s in stem or ()]
+
+
+def lengths(stem: Stem | None, t: int) -> list[int]:
+    """[T_0 = t, T_1, ..., T_L]: the steps each stem layer reads, then the tokens
+    (ceil division by each stride). ValueError when a kernel is longer than its
+    layer's input."""
+    out = [t]
+    for i, (k, s) in enumerate(stem or ()):
+        if k > out[-1]:
+            raise ValueError(f"stem layer {i} has kernel {k}, longer than its input of "
+                             f"{out[-1]} steps (x has T={t}); use shorter kernels or "
+                             "longer sequences")
+        out.append(-(-out[-1] // s))
+    return out
+
+
+def buffer_shapes(m: SequenceModel, nb: int, lens: list[int],
+                  store: bool) -> tuple[dict[str, list[tuple[int, int]]],
+                                        dict[str, list[tuple[int, int]]]]:
+    """Forward and backward buffers of the stem, per layer i: su (windows), sz (before
+    SiLU), ss (after SiLU), ssg (sigmoid, training only); dss (dL/d ss, then dL/d sz in
+    place) and dsu (dL/d su)."""
+    stem, d = m.stem or (), m.d_model
+    su = [(nb * lens[i + 1], k * (m.n_features if i == 0 else d))
+          for i, (k, _) in enumerate(stem)]
+    rows = [(nb * lens[i + 1], d) for i in range(len(stem))]
+    forward = {"su": su, "sz": rows, "ss": rows, "ssg": rows if store else []}
+    return forward, {"dss": rows, "dsu": su}
+
+
+def token_masks(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int,
+                lens: list[int]) -> list[_U8Array | None]:
+    """[km_0 = km, km_1, ..., km_L]: the key padding mask each layer reads, then the
+    tokens' (all None without a mask)."""
+    out = [km]
+    for i, win in enumerate(m._windows):
+        cur = out[-1]
+        if cur is None:
+            out.append(None)
+        else:
+            win.mask(cur, b.smask[i])
+            out.append(b.smask[i])
+    return out
+
+
+def forward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], nb: int,
+            lens: list[int], grad: bool, nth: int) -> FloatArray:
+    """Run the stem on b.x; returns its output A_L (B * T_L, d_model)."""
+    k, w, a = m._k, m._w, b.x
+    for i, win in enumerate(m._windows):
+        n = lens[i + 1]
+        win.forward(a.reshape(nb, lens[i], -1), kms[i], b.su[i].reshape(nb, n, -1), nth)
+        k.linear_forward(b.su[i], w[f"stem.{i}.W"], w[f"stem.{i}.b"], b.sz[i], nth)
+        _mlp.silu_forward(b.sz[i], b.ss[i], b.ssg[i] if grad else None, nth)
+        a = b.ss[i]
+    return a
+
+
+def backward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], nb: int,
+             lens: list[int], nth: int, dx2: FloatArray | None) -> None:
+    """Fill the stem's gradients from b.dss[-1] = dL/dA_L; dx2 (B * T, n_features)
+    receives dL/dX (skipped when None)."""
+    k, w, g = m._k, m._w, m._g
+    for i in reversed(range(len(m._windows))):
+        _mlp.silu_backward(b.dss[i], b.sz[i], b.ssg[i], b.dss[i], nth)
+        target = b.dss[i - 1] if i > 0 else dx2
+        k.linear_backward(b.dss[i], b.su[i], w[f"stem.{i}.W"], g[f"stem.{i}.W"],
+                          g[f"stem.{i}.b"], None if target is None else b.dsu[i], nth)
+        if target is not None:
+            m._windows[i].backward(b.dsu[i].reshape(nb, lens[i + 1], -1), kms[i],
+                                   target.reshape(nb, lens[i], -1), nth)
