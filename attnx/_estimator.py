@@ -170,7 +170,7 @@ class SequenceEstimator(EstimatorParams):
         """Data for training, and the network it is for."""
         dtype = self.model_.dtype if fitted else cfg.dtype
         nf = self.n_features_in_ if fitted else None
-        x, lengths, ragged = seqs.sequences("X", X, dtype, nf)
+        x, lengths, ragged = seqs.sequences("X", X, dtype, nf, layout=cfg.layout)
         w = seqs.sample_weights(sample_weight, x.shape[0])
         if fitted:
             net = self._network()
@@ -439,13 +439,17 @@ class SequenceEstimator(EstimatorParams):
                 f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first")
         return self.model_
 
+    def _layout(self) -> str:
+        """The `layout` X arrives in (models fitted before it existed: "ntc")."""
+        return str(self.__dict__.get("layout", "ntc"))
+
     def _forward_all(self, X: ArrayLike, allow_empty: bool = True
                      ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
         """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
         ragged X an array of pooled rows or a list of (T_i, ...) arrays."""
         model = self._fitted_model()
         x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                       allow_empty=allow_empty)
+                                       allow_empty=allow_empty, layout=self._layout())
         x, lengths = seqs.patch(x, lengths, int(self.__dict__.get("patch_len_", 1)))
         self._network().check_length(self._spec, x.shape[1])
         n, t = x.shape[:2]
@@ -496,9 +500,11 @@ class SequenceEstimator(EstimatorParams):
         net = self._network()
         if not net.head:
             return net.attention_weights(
-                model, lambda: seqs.sequences("X", X, model.dtype, self.n_features_in_)[0],
+                model, lambda: seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                       layout=self._layout())[0],
                 _PREDICT_ROWS)
-        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_)
+        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                       layout=self._layout())
         x, lengths = seqs.patch(x, lengths, int(self.__dict__.get("patch_len_", 1)))
         n, t = x.shape[:2]
         step = max(1, _PREDICT_ROWS // max(t, 1))

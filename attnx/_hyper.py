@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from . import _stem
+from ._sequences import LAYOUTS
 from ._params import check_dtype, check_positive_int
 from .optim import _check_hyper
 
@@ -39,7 +40,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
     "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
-    "stem": None,
+    "stem": None, "layout": "ntc",
 }
 
 
@@ -209,6 +210,9 @@ COMMON: dict[str, Constraint] = {
                          "'exact' (the global batches of one process, split over the ranks), "
                          "got {value!r}"),
     "stem": Stem(),
+    "layout": OneOf(LAYOUTS, "layout must be one of {options} ('ntc': X is (n_samples, "
+                    "seq_len, n_features); 'nct': aeon's (n_cases, n_channels, "
+                    "n_timepoints)), got {value!r}"),
 }
 
 
@@ -262,6 +266,7 @@ class Config(SimpleNamespace):
     standardize: bool
     patch_len: int | None
     stem: _stem.Stem | None
+    layout: str
     label_smoothing: float
     distributed: str
 

@@ -97,17 +97,30 @@ def cast(name: str, a: AnyArray, dtype: npt.DTypeLike) -> FloatArray:
     return c
 
 
+#: the estimators' `layout` values: attnx's own (n_samples, seq_len, n_features), and
+#: aeon's / sktime's (n_cases, n_channels, n_timepoints) with its list of (C, T_i) arrays
+LAYOUTS = ("ntc", "nct")
+
+
 def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None = None,
-              allow_empty: bool = False) -> tuple[FloatArray, IntArray | None, bool]:
+              allow_empty: bool = False, layout: str = "ntc"
+              ) -> tuple[FloatArray, IntArray | None, bool]:
     """(x, lengths, ragged): X as a padded (n, T, f) array of dtype (a copy only when
-    needed: the caller's arrays are never written), lengths (n,) for ragged X."""
+    needed: the caller's arrays are never written), lengths (n,) for ragged X.
+    layout "nct": X is (n, channels, T), or a list of (channels, T_i) arrays."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    nct = layout == "nct"
     if is_ragged(X):
         seqs: list[AnyArray] = []
         for i, e in enumerate(X):
             s = _real(f"{name}[{i}]", e)
             if s.ndim != 2:
-                raise ValueError(f"{name}[{i}] must be a 2-D array (seq_len, n_features), "
+                want = "(n_channels, n_timepoints)" if nct else "(seq_len, n_features)"
+                raise ValueError(f"{name}[{i}] must be a 2-D array {want}, "
                                  f"got shape {s.shape}")
+            if nct:
+                s = s.T
             if s.shape[0] == 0:
                 raise ValueError(f"{name}[{i}] is an empty sequence (shape {s.shape}): every "
                                  f"sequence needs at least one position")
@@ -123,19 +136,30 @@ def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None
                 x[i, :s.shape[0]] = s
         if not finite(x):
             raise ValueError(f"{name} contains NaN or infinity")
-        _check_features(name, x, n_features)
+        _check_features(name, x, n_features, nct)
         return x, lengths, True
     x = _real(name, X)
     if x.ndim != 3:
+        if nct:
+            raise ValueError(f"{name} must be a 3-D array (n_cases, n_channels, n_timepoints) "
+                             f"or a list of 2-D arrays (n_channels, n_timepoints) "
+                             f"(layout='nct'), got shape {x.shape}")
         raise ValueError(f"{name} must be a 3-D array (n_samples, seq_len, n_features) or a "
                          f"list of 2-D arrays (seq_len, n_features), got shape {x.shape}")
-    _check_features(name, x, n_features)
+    if nct:
+        x = x.transpose(0, 2, 1)
+    _check_features(name, x, n_features, nct)
     if not allow_empty and min(x.shape) == 0:
         raise ValueError(f"{name} is empty: shape {x.shape}")
     return cast(name, x, dtype), None, False
 
 
-def _check_features(name: str, x: AnyArray, n_features: int | None) -> None:
+def _check_features(name: str, x: AnyArray, n_features: int | None,
+                    nct: bool = False) -> None:
+    if n_features is not None and x.shape[2] != n_features and nct:
+        raise ValueError(f"{name} must have {n_features} channels (n_cases, {n_features}, "
+                         f"n_timepoints) as the data the model was fitted on, got "
+                         f"{x.shape[2]} (shape {(x.shape[0], x.shape[2], x.shape[1])})")
     if n_features is not None and x.shape[2] != n_features:
         raise ValueError(f"{name} must have {n_features} features (n_samples, seq_len, "
                          f"{n_features}) as the data the model was fitted on, got "

@@ -139,7 +139,8 @@ class _Regressor(SequenceEstimator):
         rows are the sequences, or for per-position targets every valid position;
         sample_weight (n_samples,) weights the rows of each sample."""
         model = self._fitted_model()
-        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_)
+        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                            layout=self._layout())
         n, t = x.shape[:2]
         w = seqs.sample_weights(sample_weight, n)
         if not self._network().head:  # y of X's shape for the bare X -> Y network
@@ -186,6 +187,12 @@ _COMMON_DOC = """
         at its layer. Replaces patches: patch_len must be None (off with a stem) or
         1. Per-position targets need strides of 1. With standardize=True the input
         is scaled but not centred (the convolution's zero padding stays zero).
+    layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
+        (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays
+        for unequal lengths; "nct" aeon's and sktime's (n_cases, n_channels,
+        n_timepoints), or a list of (n_channels, n_timepoints_i) arrays. Explicit, never
+        guessed from the shapes. Targets per position keep (n, seq_len[, k]); the ONNX
+        graph takes (n, seq_len, n_features).
     d_hidden : MLP width (None: 4 * d_model).
     dropout : on the attention probabilities and the residual branches in training.
     max_len : longest sequence for positional="learned" (None: the longest
@@ -256,7 +263,7 @@ class AttentionRegressor(_Regressor):
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
                  patch_len: int | None = 1, distributed: str = "balanced",
-                 stem: Stem | None = None) -> None:
+                 stem: Stem | None = None, layout: str = "ntc") -> None:
         store(self, locals())
 
 
@@ -292,7 +299,7 @@ class TransformerRegressor(_Regressor):
                  warmup: float = 0.1, max_grad_norm: float | None = 1.0,
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None, distributed: str = "balanced",
-                 stem: Stem | None = None) -> None:
+                 stem: Stem | None = None, layout: str = "ntc") -> None:
         store(self, locals())
 
 
@@ -387,7 +394,8 @@ class _Classifier(ClassifierParams, SequenceEstimator):
         """Accuracy of predict(X) against y (over every valid position for per-position
         labels), weighted by sample_weight (n_samples,) when given."""
         model = self._fitted_model()
-        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_)
+        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                            layout=self._layout())
         n, t = x.shape[:2]
         w = seqs.sample_weights(sample_weight, n)
         lab, per_position = seqs.labels(y, x, lengths, ragged)
@@ -438,7 +446,7 @@ class AttentionClassifier(_Classifier):
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
                  patch_len: int | None = 1, distributed: str = "balanced",
-                 stem: Stem | None = None) -> None:
+                 stem: Stem | None = None, layout: str = "ntc") -> None:
         store(self, locals())
 
 
@@ -474,7 +482,7 @@ class TransformerClassifier(_Classifier):
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None,
                  label_smoothing: float = 0.0, distributed: str = "balanced",
-                 stem: Stem | None = None) -> None:
+                 stem: Stem | None = None, layout: str = "ntc") -> None:
         store(self, locals())
 
 
