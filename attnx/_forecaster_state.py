@@ -77,9 +77,10 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
 
 def new_from_state(arrays: Arrays, config: Config, classes: dict[str, type]) -> Any:
     """A new forecaster of config["class"] (looked up in `classes`) with that state."""
-    cls = classes.get(config.get("class")) if isinstance(config, dict) else None
+    name = config.get("class") if isinstance(config, dict) else None
+    cls = classes.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise _state.StateError(f"unknown forecaster class {config.get('class')!r}")
+        raise _state.StateError(f"unknown forecaster class {name!r}")
     est: Any = object.__new__(cls)
     set_state(est, arrays, config)
     return est
@@ -95,7 +96,7 @@ class _Shell:
     fitted attributes, without the wrapped regressor and the lists of arrays (which
     are stored on their own)."""
 
-    def __init__(self, cls: type, attrs: dict[str, Any]) -> None:
+    def __init__(self, cls: Any, attrs: dict[str, Any]) -> None:
         self._cls = cls
         vars(self).update(attrs)
 
