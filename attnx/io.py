@@ -13,8 +13,11 @@ written and read with the ``safetensors`` package's NumPy API:
   ``checksum``: SHA-256 over the config and every tensor's name, dtype, shape
   and bytes, so that any change to a stored value is detected.
 
-The state itself comes from attnx._state (shared with pickling); this module only
-handles the file. Loading checks the header (its length, every tensor's dtype,
+The state itself comes from attnx._state (shared with pickling); a forecaster's
+(attnx.forecaster.FORECASTERS) from attnx._forecaster_state, which stores the wrapped
+regressor's state as above under ``regressor.`` and the forecaster's own fitted
+arrays as ``attribute.<name>`` (``attribute.<name>.<i>`` for one array per series).
+This module only handles the file. Loading checks the header (its length, every tensor's dtype,
 shape and offsets against the file's size) before handing the bytes to
 safetensors, so that a damaged or hostile file never makes attnx allocate more
 than the file holds, and never runs code.
