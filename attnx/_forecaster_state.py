@@ -54,8 +54,11 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
     taken: Arrays = {}
     restored: dict[str, list[np.ndarray]] = {}
     for k, n in lists.items():
-        if not (isinstance(k, str) and k.endswith("_") and k.isidentifier()
-                and not k.startswith("_")) or isinstance(n, bool) or not isinstance(n, int):
+        name_ok = (isinstance(k, str) and k.endswith("_") and k.isidentifier()
+                   and not k.startswith("_"))
+        # each item is an array of the file: no more items than arrays
+        if not name_ok or isinstance(n, bool) or not isinstance(n, int) \
+                or not 0 < n <= len(arrays):
             raise _state.StateError(f"invalid array list {k!r}")
         names = [f"{_state.ATTR}{k}.{i}" for i in range(n)]
         missing = [m for m in names if m not in arrays]

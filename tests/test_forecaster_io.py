@@ -110,3 +110,24 @@ def test_damaged_forecaster_file_is_refused(fitted, tmp_path):
         attnx.load(bad)
     with pytest.raises(TypeError, match="save needs an attnx estimator"):
         attnx.io.save(object(), tmp_path / "x.safetensors")
+
+
+def test_altered_state_is_refused(fitted):
+    """A state whose pieces do not fit (as a hand-edited file would give) is a
+    StateError naming the piece, never a forecaster with missing parts."""
+    from attnx import _forecaster_state as fs
+    from attnx._state import StateError
+
+    f, *_ = fitted
+    arrays, config = fs.get_state(f, portable=True)
+    assert config["array_lists"]["history_"] == 2
+    for edit, msg in [
+        (lambda a, c: c["array_lists"].update(history_=10 ** 12), "invalid array list"),
+        (lambda a, c: a.pop("attribute.history_.1"), "history_.1' is missing"),
+        (lambda a, c: a.update({"attribute.junk_": np.ones(2)}), "unexpected arrays"),
+        (lambda a, c: c.update({"class": "TransformerRegressor"}), "unknown forecaster"),
+    ]:
+        a, c = dict(arrays), {**config, "array_lists": dict(config["array_lists"])}
+        edit(a, c)
+        with pytest.raises(StateError, match=msg):
+            fs.new_from_state(a, c, {"TransformerForecaster": attnx.TransformerForecaster})
