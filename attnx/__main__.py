@@ -4,6 +4,7 @@
   python -m attnx train DATA.npz -o MODEL.safetensors [model and training options]
   mpiexec -n P python -m attnx train DATA.npz -o MODEL.safetensors --distributed [...]
   python -m attnx predict MODEL.safetensors DATA.npz -o OUT.npz
+  python -m attnx forecast DATA.csv --horizon H --time-col DATE --target Y [--id-col ID]
   python -m attnx bench [benchmarks/run.py options]
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
+
+from . import _cli_forecast
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -98,7 +101,8 @@ def _parser() -> argparse.ArgumentParser:
                     "the row whose feature 0 is largest to every position) and prints the "
                     "loss every few epochs, then per output feature the R^2, the MAE and "
                     "three test predictions against their targets.",
-        epilog="Commands: train, predict, bench; `%(prog)s COMMAND --help` explains each.")
+        epilog="Commands: train, predict, forecast, bench; `%(prog)s COMMAND --help` "
+               "explains each.")
     demo = p.add_argument_group("demo options (no command)")
     demo.add_argument("--plot", metavar="FILE.png",
                       help="after training, save an attention heatmap (test sample 0, head 0) "
@@ -189,6 +193,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--y-key", default="Y",
                     help="name of the output array, and of the targets in DATA if present")
     pr.set_defaults(run=_predict, command="predict")
+
+    _cli_forecast.add_parser(sub, fmt)
 
     b = sub.add_parser("bench", formatter_class=fmt,
                        help="run the benchmark suite (benchmarks/run.py of a source checkout)",

@@ -28,10 +28,12 @@ appended to every token.
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _forecaster_state, _pandas
 from . import _windows as win
 from ._base import EstimatorParams
 from .estimators import TransformerRegressor
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["TransformerForecaster"]
+__all__ = ["TransformerForecaster", "FORECASTERS"]
 
 _INTERVALS = ("conformal", None)
 # how many times the calibration fit checks its held-out error
@@ -201,6 +203,7 @@ class TransformerForecaster(EstimatorParams):
             raise ValueError("sample_weight is not supported by TransformerForecaster yet; "
                              "pass None")
         h = self.horizon_
+        y, self.time_index_ = _pandas.unwrap("y", y)
         series, self.was_list_ = win.series_list("y", y, min_len=h + 2)
         self.k_ = series[0].shape[1]
         self.k_out_ = 1 if self.channel_independent else self.k_
@@ -317,18 +320,38 @@ class TransformerForecaster(EstimatorParams):
                              f"got shape {np.shape(static)}")
         return list(a)
 
+    # ---- persistence ---------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the forecaster (hyper-parameters, the wrapped regressor's weights,
+        optimizer and RNG state, and the fitted window, scaling statistics, conformal
+        scores and series ends) to exactly `path`, a safetensors file (see attnx.io);
+        attnx.load(path) reads it back and predicts the same values bit for bit."""
+        from .io import save  # io imports the forecasters (its registry)
+
+        save(self, path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the same state as a model file (attnx._forecaster_state)
+        return {"attnx_state": _forecaster_state.get_state(self, portable=False)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        _forecaster_state.set_state(self, *state["attnx_state"])
+
     def _fitted(self) -> None:
         if not hasattr(self, "regressor_"):
             from ._base import sklearn_class
             raise sklearn_class("NotFittedError")(
                 "this TransformerForecaster is not fitted yet: call fit first")
 
-    def _forecast(self, y: Any, X: Any, X_future: Any) -> tuple[F64, F64, bool]:
-        """Scaled-back point forecasts (n_series, horizon, k) and the scales (n, 1, k)."""
+    def _forecast(self, y: Any, X: Any, X_future: Any
+                  ) -> tuple[F64, F64, bool, list[dict[str, Any]] | None]:
+        """Scaled-back point forecasts (n_series, horizon, k), the scales (n, 1, k),
+        whether the series came as a list, and their pandas index records (or None)."""
         self._fitted()
         h = self.horizon_
         if y is None:
             series, was_list = self.history_, self.was_list_
+            index = self.time_index_
             cov = self.history_cov_
             if X is not None:   # the past covariates up to the end of the fit's series
                 items, _ = win.series_list("X", X if isinstance(X, (list, tuple))
@@ -340,6 +363,7 @@ class TransformerForecaster(EstimatorParams):
                                      f"{series[0].shape[0]} rows")
                 cov = [a[-s.shape[0]:] for a, s in zip(items, series)]
         else:
+            y, index = _pandas.unwrap("y", y)
             series, was_list = win.series_list("y", y, min_len=self.patch_len_)
             if series[0].shape[1] != self.k_:
                 raise ValueError(f"y must have {self.k_} channel(s) as at fit, got "
@@ -376,13 +400,14 @@ class TransformerForecaster(EstimatorParams):
                 c = np.concatenate([np.repeat(c[:1], pad, axis=0), c], axis=0)
             ctx.append(c)
             msk.append(m)
-        index = np.arange(len(targets), dtype=np.intp)
-        extra = self._extra(self._per_target(stat), self._per_target(fut), index, None)
+        rows = np.arange(len(targets), dtype=np.intp)
+        extra = self._extra(self._per_target(stat), self._per_target(fut), rows, None)
         mu, sd, _, xin = self._tokens(np.stack(ctx), np.stack(msk), extra)
         raw = np.asarray(self.regressor_.predict(xin), dtype=np.float64)
         raw = raw.reshape(len(targets), h, self.k_out_)
         point = raw * sd + mu
-        return self._merge(point), self._merge(np.broadcast_to(sd, point.shape)), was_list
+        return (self._merge(point), self._merge(np.broadcast_to(sd, point.shape)), was_list,
+                index)
 
     def _merge(self, a: F64) -> F64:
         """(n_targets, h, k_out) -> (n_series, h, k)."""
@@ -395,12 +420,20 @@ class TransformerForecaster(EstimatorParams):
         out = [s if self.k_ > 1 else s[:, 0] for s in a]
         return out if was_list else out[0]
 
+    @staticmethod
+    def _one_or_list(out: list[Any], was_list: bool) -> Any:
+        return out if was_list else out[0]
+
     def predict(self, y: Any = None, X: Any = None, *, X_future: Any = None) -> Any:
         """The next `horizon` values after the end of each series: (horizon,) or
         (horizon, k), a list of those for a list of series. Without y, after the
-        series seen at fit; with y (and X), after the series given."""
-        point, _, was_list = self._forecast(y, X, X_future)
-        return self._shape(point, was_list)
+        series seen at fit; with y (and X), after the series given. Series given as
+        pandas give pandas: a Series / DataFrame on the next `horizon` time stamps."""
+        point, _, was_list, index = self._forecast(y, X, X_future)
+        if index is None:
+            return self._shape(point, was_list)
+        return self._one_or_list([_pandas.point(m, a) for m, a in
+                                  zip(index, self._shape(point, True))], was_list)
 
     def predict_interval(self, y: Any = None, X: Any = None, *, X_future: Any = None,
                          coverage: float = 0.9) -> Any:
@@ -410,12 +443,14 @@ class TransformerForecaster(EstimatorParams):
         lo_q, _ = win.interval_levels(coverage)
         if self.calibration_scores_ is None:
             raise ValueError("this forecaster was fitted with intervals=None: no intervals")
-        point, sd, was_list = self._forecast(y, X, X_future)
+        point, sd, was_list, index = self._forecast(y, X, X_future)
         half = self._half_width(float(coverage))
         lower = self._shape(point - half * sd, True)
         upper = self._shape(point + half * sd, True)
-        pairs = list(zip(lower, upper))
-        return pairs if was_list else pairs[0]
+        if index is not None:
+            return self._one_or_list([_pandas.interval(m, lo, hi) for m, lo, hi in
+                                      zip(index, lower, upper)], was_list)
+        return self._one_or_list(list(zip(lower, upper)), was_list)
 
     def _half_width(self, coverage: float) -> F64:
         """Per horizon step (and channel): the conformal quantile of the scaled errors,
@@ -436,11 +471,12 @@ class TransformerForecaster(EstimatorParams):
         """Forecast quantiles, shape predict's result + (n_quantiles,): level q is the
         lower end of the central (1 - 2q) interval for q < 0.5, the upper end of the
         central (2q - 1) interval for q > 0.5, the point forecast at 0.5 (so quantiles
-        never cross)."""
+        never cross). For pandas series: a DataFrame per series on the future time
+        stamps, one column per level (per column of a DataFrame: (column, level))."""
         qs = win.check_quantiles(quantiles)
         if self.calibration_scores_ is None:
             raise ValueError("this forecaster was fitted with intervals=None: no quantiles")
-        point, sd, was_list = self._forecast(y, X, X_future)
+        point, sd, was_list, index = self._forecast(y, X, X_future)
         cols = []
         for q in qs:
             if q == 0.5:
@@ -449,6 +485,9 @@ class TransformerForecaster(EstimatorParams):
                 half = self._half_width(abs(2.0 * q - 1.0))
                 cols.append(point + np.sign(q - 0.5) * half * sd)
         stacked = np.stack(cols, axis=-1)
+        if index is not None:
+            return self._one_or_list([_pandas.quantiles(m, a, qs) for m, a in
+                                      zip(index, self._shape(stacked, True))], was_list)
         return self._shape(stacked, was_list)
 
 
@@ -459,3 +498,8 @@ def _col_stats(items: list[F64] | None) -> tuple[Any, Any]:
     mu = allv.mean(axis=0)
     sd = allv.std(axis=0)
     return mu, np.where(sd > 0, sd, 1.0)
+
+
+#: the forecaster classes a model file may name: attnx.io looks them up here
+FORECASTERS: dict[str, type[TransformerForecaster]] = {
+    TransformerForecaster.__name__: TransformerForecaster}

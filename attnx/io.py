@@ -13,8 +13,11 @@ written and read with the ``safetensors`` package's NumPy API:
   ``checksum``: SHA-256 over the config and every tensor's name, dtype, shape
   and bytes, so that any change to a stored value is detected.
 
-The state itself comes from attnx._state (shared with pickling); this module only
-handles the file. Loading checks the header (its length, every tensor's dtype,
+The state itself comes from attnx._state (shared with pickling); a forecaster's
+(attnx.forecaster.FORECASTERS) from attnx._forecaster_state, which stores the wrapped
+regressor's state as above under ``regressor.`` and the forecaster's own fitted
+arrays as ``attribute.<name>`` (``attribute.<name>.<i>`` for one array per series).
+This module only handles the file. Loading checks the header (its length, every tensor's dtype,
 shape and offsets against the file's size) before handing the bytes to
 safetensors, so that a damaged or hostile file never makes attnx allocate more
 than the file holds, and never runs code.
@@ -32,9 +35,10 @@ from typing import Any
 import numpy as np
 import safetensors.numpy
 
-from . import _state
+from . import _forecaster_state, _state
 from ._version import __version__
 from .estimators import ESTIMATORS
+from .forecaster import FORECASTERS
 
 __all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]
 
@@ -57,7 +61,8 @@ def save(est: Any, path: str | os.PathLike[str]) -> None:
     if type(est) not in _classes().values():
         raise TypeError(f"save needs an attnx estimator ({', '.join(sorted(_classes()))}), "
                         f"got {type(est).__name__}")
-    arrays, config = _state.get_state(est, portable=True)
+    state = _forecaster_state if type(est) in FORECASTERS.values() else _state
+    arrays, config = state.get_state(est, portable=True)
     data = _serialise(arrays, config)
     path = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(path))
@@ -130,6 +135,8 @@ def load(path: str | os.PathLike[str]) -> Any:
         raise ValueError(f"{path} is corrupted: its checksum does not match its contents")
     try:
         config = json.loads(text)
+        if isinstance(config, dict) and config.get("class") in FORECASTERS:
+            return _forecaster_state.new_from_state(arrays, config, dict(FORECASTERS))
         return _state.new_from_state(arrays, config, _classes())
     except _state.StateError as exc:
         raise ValueError(f"{path}: {exc}") from None
@@ -141,8 +148,9 @@ def load(path: str | os.PathLike[str]) -> Any:
 
 
 def _classes() -> dict[str, type]:
-    """The estimator classes a file may name (attnx.estimators.ESTIMATORS)."""
-    return dict(ESTIMATORS)
+    """The estimator classes a file may name (attnx.estimators.ESTIMATORS and
+    attnx.forecaster.FORECASTERS)."""
+    return {**ESTIMATORS, **FORECASTERS}
 
 
 class _FormatError(Exception):

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 import attnx
-from attnx import estimators, io
+from attnx import estimators, forecaster, io
 
 PKG = Path(attnx.__file__).parent
 
@@ -44,9 +44,10 @@ def test_version_lives_in_a_leaf_module():
 
 
 def test_loading_looks_estimators_up_in_an_explicit_registry():
-    assert io._classes() == estimators.ESTIMATORS
+    assert io._classes() == {**estimators.ESTIMATORS, **forecaster.FORECASTERS}
     assert set(estimators.ESTIMATORS) == {"AttentionRegressor", "TransformerRegressor",
                                           "AttentionClassifier", "TransformerClassifier"}
+    assert forecaster.FORECASTERS == {"TransformerForecaster": attnx.TransformerForecaster}
     assert "import attnx" not in (PKG / "io.py").read_text()  # no scan of the exports
 
 

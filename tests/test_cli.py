@@ -84,12 +84,12 @@ def test_cli_errors_are_short_messages(tmp_path):
 
 
 def test_help_explains_every_option(tmp_path):
-    for cmd in ([], ["train"], ["predict"], ["bench"]):
+    for cmd in ([], ["train"], ["predict"], ["forecast"], ["bench"]):
         r = run([*cmd, "--help"], tmp_path)
         assert r.stdout.startswith("usage: python -m attnx")
     parser = cli._parser()
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(subs.choices) == {"train", "predict", "bench"}
+    assert set(subs.choices) == {"train", "predict", "forecast", "bench"}
     for p in [parser, *subs.choices.values()]:
         for action in p._actions:
             if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):

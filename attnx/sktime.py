@@ -1,0 +1,178 @@
+"""attnx's TransformerForecaster as an sktime forecaster (``pip install attnx[sktime]``).
+
+    from attnx.sktime import AttnxForecaster
+    f = AttnxForecaster(season=12, random_state=0).fit(y, fh=[1, 2, 3])
+    f.predict(); f.predict_interval(coverage=0.9); f.predict_quantiles(alpha=[0.1, 0.9])
+
+A thin adapter: the horizon of the wrapped model is the largest step of the
+forecasting horizon given to fit (sktime's ``fh``, relative to the cutoff; in-sample
+steps are not supported), every forecast is made from all the data seen so far (so
+``update(..., update_params=False)`` moves the forecast origin without refitting;
+with update_params=True the model is refitted on all of it), and
+intervals and quantiles are the wrapped model's split-conformal ones. Exogenous X is
+ignored: sktime passes the future values of X at predict, while the wrapped model's
+past covariates need their history up to the cutoff.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sktime.forecasting.base import BaseForecaster
+
+from .forecaster import TransformerForecaster
+
+__all__ = ["AttnxForecaster"]
+
+
+class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
+    """sktime forecaster around attnx.TransformerForecaster.
+
+    Parameters: those of TransformerForecaster but `horizon` (taken from fit's fh),
+    with the same defaults; see its documentation.
+
+    Examples
+    --------
+    >>> from sktime.datasets import load_airline
+    >>> from attnx.sktime import AttnxForecaster
+    >>> y = load_airline()
+    >>> f = AttnxForecaster(season=12, d_model=8, n_heads=2, epochs=2, random_state=0)
+    >>> f = f.fit(y, fh=[1, 2, 3])
+    >>> f.predict().index.astype(str).tolist()
+    ['1961-01', '1961-02', '1961-03']
+    >>> f.predict_interval(coverage=0.9).shape
+    (3, 2)
+    """
+
+    _tags = {
+        "authors": ["attnx developers"],
+        "maintainers": ["attnx developers"],
+        "python_dependencies": None,
+        "y_inner_mtype": "pd.DataFrame",
+        "X_inner_mtype": "pd.DataFrame",
+        "capability:multivariate": True,
+        "capability:exogenous": False,
+        "capability:insample": False,
+        "capability:pred_int": True,
+        "capability:pred_int:insample": False,
+        "capability:missing_values": False,
+        "requires-fh-in-fit": True,
+        "capability:random_state": True,
+        "capability:update": True,
+    }
+    # the data seen is kept here (_seen), not in sktime's _y
+    _config = {"remember_data": False}
+
+    def __init__(self, window: int | None = None, patch_len: int | None = None,
+                 patch_stride: int | None = None, season: int = 1, d_model: int = 64,
+                 n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None,
+                 dropout: float = 0.1, channel_independent: bool = True,
+                 calibration: int | None = None, steps: int = 1500,
+                 epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
+                 weight_decay: float = 0.01, random_state: Any = None) -> None:
+        self.window = window
+        self.patch_len = patch_len
+        self.patch_stride = patch_stride
+        self.season = season
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.n_layers = n_layers
+        self.d_hidden = d_hidden
+        self.dropout = dropout
+        self.channel_independent = channel_independent
+        self.calibration = calibration
+        self.steps = steps
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.random_state = random_state
+        super().__init__()
+        # sktime's BaseForecaster creates these only when remember_data is on at
+        # construction; a later set_config(remember_data=True) expects them
+        self._y = getattr(self, "_y", None)
+        self._X = getattr(self, "_X", None)
+
+    # ---- helpers --------------------------------------------------------
+    def _steps(self, fh: Any) -> np.ndarray:
+        """fh as 1-based steps after the cutoff; a ValueError for in-sample steps and
+        (after fit) for steps beyond the fitted horizon."""
+        rel = np.asarray(fh.to_relative(self.cutoff), dtype=np.int64)
+        if rel.size == 0 or rel.min() < 1:
+            raise ValueError(f"fh must hold steps after the cutoff (relative steps >= 1): "
+                             f"AttnxForecaster does not make in-sample forecasts, got "
+                             f"relative steps {rel.tolist()}")
+        horizon = getattr(self, "forecaster_", None)
+        if horizon is not None and rel.max() > horizon.horizon_:
+            raise ValueError(f"fh reaches {int(rel.max())} steps ahead, beyond the horizon "
+                             f"of {horizon.horizon_} it was fitted for: refit with this fh")
+        return rel
+
+    def _history(self) -> np.ndarray:
+        y: np.ndarray = self._seen.to_numpy(dtype=np.float64)
+        return y
+
+    def _frame(self, fh: Any, values: np.ndarray, columns: Any) -> pd.DataFrame:
+        index = fh.to_absolute_index(self.cutoff)
+        return pd.DataFrame(values, index=index, columns=columns)
+
+    # ---- sktime's interface --------------------------------------------
+    def _fit(self, y: pd.DataFrame, X: Any = None, fh: Any = None) -> AttnxForecaster:
+        rel = self._steps(fh)
+        self._seen = y
+        self.forecaster_ = TransformerForecaster(int(rel.max()), **self.get_params(deep=False))
+        self.forecaster_.fit(self._history())
+        return self
+
+    def _update(self, y: pd.DataFrame, X: Any = None, update_params: bool = True
+                ) -> AttnxForecaster:
+        """Append y to the data seen (the forecasts start after its end); with
+        update_params, refit the model on all of it (same horizon)."""
+        seen = pd.concat([self._seen, y])
+        self._seen = seen[~seen.index.duplicated(keep="last")].sort_index()
+        if update_params:
+            self.forecaster_ = TransformerForecaster(self.forecaster_.horizon_,
+                                                     **self.get_params(deep=False))
+            self.forecaster_.fit(self._history())
+        return self
+
+    def _predict(self, fh: Any, X: Any = None) -> pd.DataFrame:
+        rel = self._steps(fh)
+        point = np.asarray(self.forecaster_.predict(self._history()))
+        return self._frame(fh, point.reshape(len(point), -1)[rel - 1], self._seen.columns)
+
+    def _predict_interval(self, fh: Any, X: Any = None, coverage: Any = 0.9) -> pd.DataFrame:
+        rel = self._steps(fh)
+        names = list(self._get_varnames())
+        blocks = []
+        for c in coverage:
+            lo, hi = self.forecaster_.predict_interval(self._history(), coverage=float(c))
+            blocks.append((np.asarray(lo).reshape(len(lo), -1)[rel - 1],
+                           np.asarray(hi).reshape(len(hi), -1)[rel - 1]))
+        cols, data = [], []
+        for j, name in enumerate(names):
+            for c, (lo, hi) in zip(coverage, blocks):
+                cols += [(name, c, "lower"), (name, c, "upper")]
+                data += [lo[:, j], hi[:, j]]
+        return self._frame(fh, np.stack(data, axis=1), pd.MultiIndex.from_tuples(cols))
+
+    def _predict_quantiles(self, fh: Any, X: Any = None, alpha: Any = None) -> pd.DataFrame:
+        rel = self._steps(fh)
+        names = list(self._get_varnames())
+        alpha = [float(a) for a in alpha]
+        levels = sorted(set(alpha))
+        q = np.asarray(self.forecaster_.predict_quantiles(self._history(), quantiles=levels))
+        q = q.reshape(q.shape[0], -1, len(levels))[rel - 1]   # (n_fh, k, n_levels)
+        cols, data = [], []
+        for j, name in enumerate(names):
+            for a in alpha:
+                cols.append((name, a))
+                data.append(q[:, j, levels.index(a)])
+        return self._frame(fh, np.stack(data, axis=1), pd.MultiIndex.from_tuples(cols))
+
+    @classmethod
+    def get_test_params(cls, parameter_set: str = "default") -> list[dict[str, Any]]:
+        """Two tiny, fast configurations for sktime's estimator checks."""
+        tiny = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
+        return [tiny, dict(tiny, window=8, patch_len=4, dropout=0.0, channel_independent=False)]

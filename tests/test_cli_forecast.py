@@ -1,0 +1,100 @@
+"""`attnx forecast`: long-format CSV / Parquet in, forecasts with intervals out."""
+import numpy as np
+import pytest
+
+import attnx
+from attnx.__main__ import main
+
+pd = pytest.importorskip("pandas")
+
+FAST = ["--d-model", "8", "--epochs", "2", "--seed", "0"]
+
+
+def _long(n=(40, 52)):
+    rows = []
+    for k, length in zip("ab", n):
+        rng = np.random.default_rng(len(rows))
+        t = pd.date_range("2015-01-01", periods=length, freq="MS")
+        v = 10 + np.sin(np.arange(length) / 2.0) + 0.1 * rng.normal(size=length)
+        rows.append(pd.DataFrame({"store": k, "date": t.strftime("%Y-%m-%d"), "y": v}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def _check_output(path, df, h):
+    out = pd.read_csv(path)
+    assert list(out.columns) == ["store", "date", "forecast", "lower", "upper"]
+    assert len(out) == 2 * h
+    for k, part in out.groupby("store"):
+        last = pd.Timestamp(df.loc[df.store == k, "date"].max())
+        want = pd.date_range(last, periods=h + 1, freq="MS")[1:]
+        assert list(pd.to_datetime(part["date"])) == list(want)
+    assert np.all(out["lower"] < out["forecast"]) and np.all(out["forecast"] < out["upper"])
+    return out
+
+
+def test_csv_round_trip_matches_the_api(tmp_path, capsys):
+    df = _long()
+    src = tmp_path / "data.csv"
+    df.sample(frac=1.0, random_state=0).to_csv(src, index=False)   # rows in any order
+    dst = tmp_path / "f.csv"
+    rc = main(["forecast", str(src), "--horizon", "3", "--time-col", "date", "--target", "y",
+               "--id-col", "store", "--out", str(dst), "--coverage", "0.8", *FAST])
+    assert rc == 0 and "2 series x 3 steps" in capsys.readouterr().out
+    out = _check_output(dst, df, 3)
+    series = [df[df.store == k].set_index(pd.DatetimeIndex(df[df.store == k].date))["y"]
+              for k in "ab"]
+    f = attnx.TransformerForecaster(3, d_model=8, epochs=2, random_state=0).fit(series)
+    want = np.concatenate([p.to_numpy() for p in f.predict()])
+    np.testing.assert_allclose(out["forecast"].to_numpy(), want, rtol=1e-12)
+    lo = np.concatenate([b["lower"].to_numpy() for b in f.predict_interval(coverage=0.8)])
+    np.testing.assert_allclose(out["lower"].to_numpy(), lo, rtol=1e-12)
+
+
+def test_parquet_and_one_series_with_integer_steps(tmp_path):
+    pytest.importorskip("pyarrow")
+    df = _long()
+    src = tmp_path / "data.parquet"
+    df.to_parquet(src)
+    dst = tmp_path / "f.csv"
+    assert main(["forecast", str(src), "--horizon", "2", "--time-col", "date", "--target",
+                 "y", "--id-col", "store", "--out", str(dst), *FAST]) == 0
+    _check_output(dst, df, 2)
+    one = pd.DataFrame({"step": np.arange(5, 65, 1), "y": np.sin(np.arange(60) / 3.0)})
+    one.to_csv(tmp_path / "one.csv", index=False)
+    assert main(["forecast", str(tmp_path / "one.csv"), "--horizon", "4", "--time-col",
+                 "step", "--target", "y", "--out", str(dst), *FAST]) == 0
+    out = pd.read_csv(dst)
+    assert list(out.columns) == ["step", "forecast", "lower", "upper"]
+    assert list(out["step"]) == [65, 66, 67, 68]
+
+
+@pytest.mark.parametrize("edit,args,msg", [
+    (None, ["--target", "sales"], "column 'sales' (--target) is not in the data"),
+    (None, ["--id-col", "shop"], "column 'shop' (--id-col) is not in the data"),
+    ("dup", [], "series 'a' has duplicate time stamps in column 'date' (first: 2015-01-01"),
+    ("short", [], "series 'b' is too short: 4 rows, at least horizon + 2 = 5"),
+    ("gap", [], "series 'a' has a DatetimeIndex without an inferable frequency"),
+    ("text", [], "column 'y' (--target) must hold numbers"),
+])
+def test_bad_files(tmp_path, capsys, edit, args, msg):
+    df = _long()
+    if edit == "dup":
+        df = pd.concat([df.iloc[:1], df], ignore_index=True)
+    elif edit == "short":
+        df = pd.concat([df[df.store == "a"], df[df.store == "b"].iloc[:4]])
+    elif edit == "gap":
+        df = df.drop(index=[5, 9])
+    elif edit == "text":
+        df["y"] = df["y"].astype(str)
+        df.loc[3, "y"] = "n/a?"
+    src = tmp_path / "data.csv"
+    df.to_csv(src, index=False)
+    base = {"--time-col": "date", "--target": "y", "--id-col": "store"}
+    base.update(dict(zip(args[::2], args[1::2])))
+    argv = ["forecast", str(src), "--horizon", "3", "--out", str(tmp_path / "o.csv"), *FAST]
+    for k, v in base.items():
+        argv += [k, v]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("attnx forecast: error:") and msg in err, err
+    assert not (tmp_path / "o.csv").exists()
