@@ -234,6 +234,18 @@ cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ss
                     s[r * cols + j] = -INFINITY
 
 
+cdef inline void block_scores(const floating *qh, Py_ssize_t ldq, const floating *kh,
+                              Py_ssize_t ldkv, Py_ssize_t i0, Py_ssize_t j0, Py_ssize_t bq,
+                              Py_ssize_t bk, Py_ssize_t d_head, floating scale, bint causal,
+                              const uint8_t *km, floating *s) noexcept nogil:
+    """s (bq, bk) = scale Q[i0:i0+bq] K[j0:j0+bk]^T of one head, -inf where masked:
+    the score block of the blocked forward, recomputed alike by its backward."""
+    gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
+         <floating> 0, s, bk)
+    if causal or km != NULL:
+        mask_block(s, bq, bk, i0, j0, causal, km)
+
+
 cdef void heads_forward_blocked(const floating *q, const floating *k, const floating *v,
                                 floating *z, floating *lse, floating *scratch,
                                 const Dims *dm) noexcept nogil:
@@ -284,10 +296,7 @@ cdef void heads_forward_blocked(const floating *q, const floating *k, const floa
             j0 = 0
             while j0 < jend:
                 bk = min(blk_k, jend - j0)
-                gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
-                     <floating> 0, sblk, bk)
-                if causal or km != NULL:
-                    mask_block(sblk, bq, bk, i0, j0, causal, km)
+                block_scores(qh, ldq, kh, ldkv, i0, j0, bq, bk, d_head, scale, causal, km, sblk)
                 for r in range(bq):
                     row = sblk + r * bk
                     mold = mrow[r]
@@ -382,10 +391,7 @@ cdef void heads_backward_blocked(const floating *q, const floating *k, const flo
             j0 = 0
             while j0 < jend:
                 bk = min(blk_k, jend - j0)
-                gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
-                     <floating> 0, pblk, bk)
-                if causal or km != NULL:
-                    mask_block(pblk, bq, bk, i0, j0, causal, km)
+                block_scores(qh, ldq, kh, ldkv, i0, j0, bq, bk, d_head, scale, causal, km, pblk)
                 for r in range(bq):
                     L = lse[bh * tq + i0 + r]
                     if L == -INFINITY:
