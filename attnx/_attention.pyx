@@ -14,10 +14,9 @@ from libc.math cimport exp, log, INFINITY
 
 from attnx._blas cimport floating, gemm, NT, TR
 from attnx._ops cimport (Dims, simd_attach, require_simd, attnx_get_level,
-                         attnx_dispatched_levels, key_columns, qkv_project, out_project,
-                         qkv_project_backward, out_project_backward)
-from attnx._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, begin_call, take,
-                              PATH_DENSE, PATH_FUSED, ACC_DX, ACC_DCTX)
+                         attnx_dispatched_levels)
+from attnx._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, Heads, run_forward,
+                              run_backward)
 
 cdef extern from "attnx_math.h" nogil:
     float attnx_rowmax_f32(const float *s, Py_ssize_t n)
@@ -235,6 +234,18 @@ cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ss
                     s[r * cols + j] = -INFINITY
 
 
+cdef inline void block_scores(const floating *qh, Py_ssize_t ldq, const floating *kh,
+                              Py_ssize_t ldkv, Py_ssize_t i0, Py_ssize_t j0, Py_ssize_t bq,
+                              Py_ssize_t bk, Py_ssize_t d_head, floating scale, bint causal,
+                              const uint8_t *km, floating *s) noexcept nogil:
+    """s (bq, bk) = scale Q[i0:i0+bq] K[j0:j0+bk]^T of one head, -inf where masked:
+    the score block of the blocked forward, recomputed alike by its backward."""
+    gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
+         <floating> 0, s, bk)
+    if causal or km != NULL:
+        mask_block(s, bq, bk, i0, j0, causal, km)
+
+
 cdef void heads_forward_blocked(const floating *q, const floating *k, const floating *v,
                                 floating *z, floating *lse, floating *scratch,
                                 const Dims *dm) noexcept nogil:
@@ -285,10 +296,7 @@ cdef void heads_forward_blocked(const floating *q, const floating *k, const floa
             j0 = 0
             while j0 < jend:
                 bk = min(blk_k, jend - j0)
-                gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
-                     <floating> 0, sblk, bk)
-                if causal or km != NULL:
-                    mask_block(sblk, bq, bk, i0, j0, causal, km)
+                block_scores(qh, ldq, kh, ldkv, i0, j0, bq, bk, d_head, scale, causal, km, sblk)
                 for r in range(bq):
                     row = sblk + r * bk
                     mold = mrow[r]
@@ -383,10 +391,7 @@ cdef void heads_backward_blocked(const floating *q, const floating *k, const flo
             j0 = 0
             while j0 < jend:
                 bk = min(blk_k, jend - j0)
-                gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
-                     <floating> 0, pblk, bk)
-                if causal or km != NULL:
-                    mask_block(pblk, bq, bk, i0, j0, causal, km)
+                block_scores(qh, ldq, kh, ldkv, i0, j0, bq, bk, d_head, scale, causal, km, pblk)
                 for r in range(bq):
                     L = lse[bh * tq + i0 + r]
                     if L == -INFINITY:
@@ -411,47 +416,31 @@ cdef void heads_backward_blocked(const floating *q, const floating *k, const flo
             i0 = i0 + bq
 
 
-cdef void forward_call(floating *y, const Call *c) noexcept nogil:
-    """The dense or blocked forward of one checked call: projections, heads, output."""
-    cdef const Dims *dm = &c.dm
-    cdef Py_ssize_t d = dm.d, ldq, ldkv
-    cdef floating *qp = <floating *> c.q
-    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
-    qkv_project(<const floating *> c.x, <const floating *> c.ctx, <const floating *> c.w_qkv,
-                <const floating *> c.b_qkv, qp, kp if dm.cross else NULL, dm)
+cdef void heads_fwd(const Call *c, floating *qp, floating *kp) noexcept nogil:
+    """The dense or blocked heads of a forward (attnx._attnargs.Heads)."""
     if c.lse != NULL:
-        heads_forward_blocked(qp, kp, kp + d, <floating *> c.zcat, <floating *> c.lse,
-                              <floating *> c.fwd_scratch, dm)
+        heads_forward_blocked(qp, kp, kp + c.dm.d, <floating *> c.zcat, <floating *> c.lse,
+                              <floating *> c.fwd_scratch, &c.dm)
     else:
-        heads_forward(qp, kp, kp + d, <floating *> c.zcat, <floating *> c.probs,
-                      <floating *> c.tbuf, dm)
-    out_project(<const floating *> c.zcat, <const floating *> c.w_o, <const floating *> c.b_o,
-                <const floating *> c.residual, y, dm.rq, d, dm.nthreads)
+        heads_forward(qp, kp, kp + c.dm.d, <floating *> c.zcat, <floating *> c.probs,
+                      <floating *> c.tbuf, &c.dm)
 
 
-cdef void backward_call(const floating *dy, const Call *c) noexcept nogil:
-    """The dense or blocked backward of one checked call."""
-    cdef const Dims *dm = &c.dm
-    cdef Py_ssize_t d = dm.d, ldq, ldkv
-    cdef floating *qp = <floating *> c.q
-    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
-    cdef floating *dqp = <floating *> c.dq
-    cdef floating *dkp = key_columns(dqp, <floating *> c.dkv if dm.cross else NULL, d,
-                                     &ldq, &ldkv)
-    out_project_backward(<const floating *> c.zcat, dy, <const floating *> c.w_o,
-                         <floating *> c.dw_o, <floating *> c.db_o, <floating *> c.dzcat,
-                         dm.rq, d, dm.nthreads)
+cdef void heads_bwd(const Call *c, floating *qp, floating *kp, floating *dqp,
+                    floating *dkp) noexcept nogil:
+    """The dense or blocked heads of a backward (attnx._attnargs.Heads)."""
     if c.lse != NULL:
-        heads_backward_blocked(qp, kp, kp + d, <const floating *> c.zcat,
+        heads_backward_blocked(qp, kp, kp + c.dm.d, <const floating *> c.zcat,
                                <const floating *> c.dzcat, <const floating *> c.lse,
-                               <floating *> c.bwd_scratch, dqp, dkp, dkp + d, dm)
+                               <floating *> c.bwd_scratch, dqp, dkp, dkp + c.dm.d, &c.dm)
     else:
-        heads_backward(qp, kp, kp + d, <const floating *> c.dzcat, <const floating *> c.probs,
-                       <floating *> c.bwd_scratch, <floating *> c.tbuf, dqp, dkp, dkp + d, dm)
-    qkv_project_backward(<const floating *> c.x, <const floating *> c.ctx,
-                         <const floating *> c.w_qkv, dqp, dkp if dm.cross else NULL,
-                         <floating *> c.dw_qkv, <floating *> c.db_qkv, <floating *> c.dx,
-                         <floating *> c.dctx, dm)
+        heads_backward(qp, kp, kp + c.dm.d, <const floating *> c.dzcat,
+                       <const floating *> c.probs, <floating *> c.bwd_scratch,
+                       <floating *> c.tbuf, dqp, dkp, dkp + c.dm.d, &c.dm)
+
+
+cdef Heads HEADS = Heads(heads_fwd[float], heads_fwd[double], heads_bwd[float],
+                         heads_bwd[double], False)
 
 
 def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
@@ -467,20 +456,9 @@ def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x
     otherwise. The dense path keeps the probabilities in buffers.probs when
     shape.store; the blocked path the log-sum-exp in buffers.lse.
     """
-    cdef Call c
-    cdef void *ptr
     require_simd()
-    if shape is not None and shape.path == PATH_FUSED:
-        raise ValueError("a fused shape runs in attnx._flash, not attnx._attention")
-    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, False, &c)
-    take("residual", residual, c.dm.rq, c.dm.d, shape.type_num, False, True, &ptr)
-    c.residual = ptr
-    take("y", y, c.dm.rq, c.dm.d, shape.type_num, True, False, &c.y)
-    with nogil:
-        if shape.itemsize == 4:
-            forward_call(<float *> c.y, &c)
-        else:
-            forward_call(<double *> c.y, &c)
+    run_forward(shape, buffers, params, x, ctx, key_padding_mask, rope, residual, y,
+                nthreads, &HEADS)
 
 
 def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
@@ -491,23 +469,6 @@ def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, 
     what they hold where accumulate has ACCUMULATE_DX / ACCUMULATE_DCTX set (a
     residual path, or context shared by several layers). Checked as the forward.
     """
-    cdef Call c
-    cdef void *ptr
     require_simd()
-    if shape is not None and shape.path == PATH_FUSED:
-        raise ValueError("a fused shape runs in attnx._flash, not attnx._attention")
-    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, True, &c)
-    if not shape.store:
-        raise ValueError("backward needs a shape with store=True")
-    take("dy", dy, c.dm.rq, c.dm.d, shape.type_num, False, False, &ptr)
-    c.dy = ptr
-    take("dx", dx, c.dm.rq, c.dm.d, shape.type_num, True, True, &c.dx)
-    take("dctx", dctx if shape.cross else None, c.dm.rk, c.dm.d, shape.type_num, True, True,
-         &c.dctx)
-    c.dm.dx_beta = 1 if accumulate & ACC_DX else 0
-    c.dm.dctx_beta = 1 if accumulate & ACC_DCTX else 0
-    with nogil:
-        if shape.itemsize == 4:
-            backward_call(<const float *> c.dy, &c)
-        else:
-            backward_call(<const double *> c.dy, &c)
+    run_backward(shape, buffers, params, x, ctx, key_padding_mask, rope, dy, dx, dctx,
+                 accumulate, nthreads, &HEADS)

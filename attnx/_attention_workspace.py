@@ -28,15 +28,19 @@ class _Workspace:
     """Buffers for one attnx._attnargs.AttnShape (batch, Tq, Tk, cross, store, path,
     threads), reused across steps: the kernels' AttnBuffers (sized from the shape's
     size table, see there for which fields each path uses), the layer's AttnParams,
-    the forward's input copies and the key padding mask."""
+    the forward's input copies and the key padding mask. parallel: whether a kernel
+    call at this shape starts OpenMP regions (MultiHeadAttention._goes_parallel, fixed
+    by the shape), so that it runs with the caller's thread count, else with one."""
 
     x: FloatArray | None
     ctx: FloatArray | None
 
-    def __init__(self, shape: _attnargs.AttnShape, params: _attnargs.AttnParams) -> None:
+    def __init__(self, shape: _attnargs.AttnShape, params: _attnargs.AttnParams,
+                 parallel: bool) -> None:
         self.shape = shape
         self.bufs = _attnargs.AttnBuffers(shape)
         self.params = params
+        self.parallel = parallel
         self.kernels = _flash if shape.path == _attnargs.FUSED else _attention
         self.x = self.ctx = None  # copies of the public forward's inputs, made there
         self.mask = np.empty((shape.nb, shape.tk), dtype=np.uint8)

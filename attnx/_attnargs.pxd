@@ -3,7 +3,8 @@
 # from an AttnShape and so sized by construction), one of parameters (AttnParams:
 # weights and gradients), and the per-call C struct the kernels read (Call). The
 # dense/blocked (attnx._attention) and fused (attnx._flash) entry points take them
-# in one order and share one prologue (begin_call).
+# in one order and share one prologue (begin_call) and the projections around their
+# head kernels (run_forward, run_backward).
 from attnx._ops cimport Dims
 
 cdef enum:
@@ -88,3 +89,30 @@ cdef int begin_call(AttnShape s, AttnBuffers b, AttnParams p, object x, object c
                     Call *c) except -1
 cdef int take(str name, object a, Py_ssize_t rows, Py_ssize_t cols, int type_num,
               bint write, bint optional, void **out) except -1
+
+# A kernel module's head kernels, one per direction and float type: Q at q, K at k and
+# V at k + d (leading dimensions c.dm.ldq, c.dm.ldkv); backward writes dQ, dK, dV
+# alike at dq and dk. `fused`: the module runs the fused path only (attnx._flash),
+# else every other path (attnx._attention).
+ctypedef void (*HeadsForwardF32)(const Call *c, float *q, float *k) noexcept nogil
+ctypedef void (*HeadsForwardF64)(const Call *c, double *q, double *k) noexcept nogil
+ctypedef void (*HeadsBackwardF32)(const Call *c, float *q, float *k, float *dq,
+                                  float *dk) noexcept nogil
+ctypedef void (*HeadsBackwardF64)(const Call *c, double *q, double *k, double *dq,
+                                  double *dk) noexcept nogil
+
+cdef struct Heads:
+    HeadsForwardF32 forward_f32
+    HeadsForwardF64 forward_f64
+    HeadsBackwardF32 backward_f32
+    HeadsBackwardF64 backward_f64
+    bint fused
+
+# The checked call of an attention entry point: its prologue, the projections around
+# `heads` and the output (see attnx._attention.attention_forward / _backward).
+cdef int run_forward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
+                     object key_padding_mask, object rope, object residual, object y,
+                     int nthreads, const Heads *heads) except -1
+cdef int run_backward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
+                      object key_padding_mask, object rope, object dy, object dx, object dctx,
+                      int accumulate, int nthreads, const Heads *heads) except -1

@@ -12,11 +12,17 @@ first, in one order:
     attention_backward(shape, buffers, params, x, ctx, key_padding_mask, rope,
                        dy, dx, dctx, accumulate, nthreads)
 
-and begin with begin_call, which checks every per-call array (shape, dtype,
-layout) and fills the C struct Call that the kernels read without the GIL.
+and hand them to run_forward / run_backward with their head kernels (Heads):
+begin_call checks every per-call array (shape, dtype, layout) and fills the C
+struct Call that the kernels read without the GIL; the Q/K/V and output
+projections around the heads are the same on every path and run here.
 """
 cimport numpy as cnp
 from libc.stdint cimport uint8_t
+
+from attnx._blas cimport floating
+from attnx._ops cimport (key_columns, qkv_project, out_project, out_project_backward,
+                         qkv_project_backward)
 
 import numpy as np
 
@@ -250,14 +256,13 @@ cdef int take(str name, object a, Py_ssize_t rows, Py_ssize_t cols, int type_num
     dims = cnp.PyArray_DIMS(arr)
     if cols < 0:
         ok = nd == 1 and dims[0] == rows
-        want = f"({rows},)"
     elif rows < 0:
         ok = nd == 2 and dims[0] >= -rows and dims[1] == cols
-        want = f"(>= {-rows}, {cols})"
     else:
         ok = nd == 2 and dims[0] == rows and dims[1] == cols
-        want = f"({rows}, {cols})"
-    if not ok:
+    if not ok:   # the message is built only here: take runs several times per call
+        want = (f"({rows},)" if cols < 0 else f"(>= {-rows}, {cols})" if rows < 0
+                else f"({rows}, {cols})")
         raise ValueError(f"{name} must have shape {want}, got {a.shape}")
     if cnp.PyArray_TYPE(arr) != type_num:
         raise ValueError(f"{name} must be {_TYPE_NAMES.get(type_num, type_num)}, "
@@ -428,4 +433,110 @@ cdef int begin_call(AttnShape s, AttnBuffers b, AttnParams p, object x, object c
         c.dm.rope_sin = ptr
     c.residual = c.dy = NULL
     c.y = c.dx = c.dctx = NULL
+    return 0
+
+
+# ---------------------------------------------------------------- the call
+cdef void layer_forward(floating *y, const Call *c, const Heads *heads) noexcept nogil:
+    """One checked forward: Q/K/V projections, the module's heads, output projection."""
+    cdef const Dims *dm = &c.dm
+    cdef Py_ssize_t d = dm.d, ldq, ldkv
+    cdef floating *qp = <floating *> c.q
+    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
+    qkv_project(<const floating *> c.x, <const floating *> c.ctx, <const floating *> c.w_qkv,
+                <const floating *> c.b_qkv, qp, kp if dm.cross else NULL, dm)
+    if floating is float:
+        heads.forward_f32(c, qp, kp)
+    else:
+        heads.forward_f64(c, qp, kp)
+    out_project(<const floating *> c.zcat, <const floating *> c.w_o, <const floating *> c.b_o,
+                <const floating *> c.residual, y, dm.rq, d, dm.nthreads)
+
+
+cdef void layer_backward(const floating *dy, const Call *c, const Heads *heads) noexcept nogil:
+    """One checked backward: output projection's gradients, the module's heads, the
+    Q/K/V projections' gradients."""
+    cdef const Dims *dm = &c.dm
+    cdef Py_ssize_t d = dm.d, ldq, ldkv
+    cdef floating *qp = <floating *> c.q
+    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
+    cdef floating *dqp = <floating *> c.dq
+    cdef floating *dkp = key_columns(dqp, <floating *> c.dkv if dm.cross else NULL, d,
+                                     &ldq, &ldkv)
+    out_project_backward(<const floating *> c.zcat, dy, <const floating *> c.w_o,
+                         <floating *> c.dw_o, <floating *> c.db_o, <floating *> c.dzcat,
+                         dm.rq, d, dm.nthreads)
+    if floating is float:
+        heads.backward_f32(c, qp, kp, dqp, dkp)
+    else:
+        heads.backward_f64(c, qp, kp, dqp, dkp)
+    qkv_project_backward(<const floating *> c.x, <const floating *> c.ctx,
+                         <const floating *> c.w_qkv, dqp, dkp if dm.cross else NULL,
+                         <floating *> c.dw_qkv, <floating *> c.db_qkv, <floating *> c.dx,
+                         <floating *> c.dctx, dm)
+
+
+cdef int check_path(AttnShape s, const Heads *heads) except -1:
+    """ValueError when the shape's path is not one the calling module runs."""
+    if s is not None and (s.path == PATH_FUSED) != heads.fused:
+        raise ValueError("attnx._flash runs fused shapes only" if heads.fused else
+                         "a fused shape runs in attnx._flash, not attnx._attention")
+    return 0
+
+
+cdef int check_parts(AttnShape s, const Call *c) except -1:
+    """The fused dQ shares buffer holds what the backward's key split at this call's
+    thread count writes (the workspace's is sized for s.threads)."""
+    cdef Py_ssize_t nbh = s.nb * s.n_heads
+    cdef int nt = backward_threads(nbh, s.tq, s.tk, s.d_head, c.dm.nthreads)
+    cdef Py_ssize_t need = (key_splits(nbh, s.tk, nt) - 1) * nbh * s.tq * s.d_head
+    if need > s.n_dq_parts:
+        raise ValueError(f"the fused backward with {c.dm.nthreads} threads needs {need} "
+                         f"elements of dQ shares, the workspace has {s.n_dq_parts}")
+    return 0
+
+
+cdef int run_forward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
+                     object key_padding_mask, object rope, object residual, object y,
+                     int nthreads, const Heads *heads) except -1:
+    """Check a forward's arguments (begin_call, then residual and y) and run it."""
+    cdef Call c
+    cdef void *ptr
+    check_path(s, heads)
+    begin_call(s, b, p, x, ctx, key_padding_mask, rope, nthreads, False, &c)
+    take("residual", residual, c.dm.rq, c.dm.d, s.type_num, False, True, &ptr)
+    c.residual = ptr
+    take("y", y, c.dm.rq, c.dm.d, s.type_num, True, False, &c.y)
+    with nogil:
+        if s.itemsize == 4:
+            layer_forward(<float *> c.y, &c, heads)
+        else:
+            layer_forward(<double *> c.y, &c, heads)
+    return 0
+
+
+cdef int run_backward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
+                      object key_padding_mask, object rope, object dy, object dx, object dctx,
+                      int accumulate, int nthreads, const Heads *heads) except -1:
+    """Check a backward's arguments (begin_call, a store shape, the fused dQ shares,
+    dy, dx, dctx) and run it; accumulate: ACC_DX / ACC_DCTX bits."""
+    cdef Call c
+    cdef void *ptr
+    check_path(s, heads)
+    begin_call(s, b, p, x, ctx, key_padding_mask, rope, nthreads, True, &c)
+    if not s.store:
+        raise ValueError("backward needs a shape with store=True")
+    if heads.fused:
+        check_parts(s, &c)
+    take("dy", dy, c.dm.rq, c.dm.d, s.type_num, False, False, &ptr)
+    c.dy = ptr
+    take("dx", dx, c.dm.rq, c.dm.d, s.type_num, True, True, &c.dx)
+    take("dctx", dctx if s.cross else None, c.dm.rk, c.dm.d, s.type_num, True, True, &c.dctx)
+    c.dm.dx_beta = 1 if accumulate & ACC_DX else 0
+    c.dm.dctx_beta = 1 if accumulate & ACC_DCTX else 0
+    with nogil:
+        if s.itemsize == 4:
+            layer_backward(<const float *> c.dy, &c, heads)
+        else:
+            layer_backward(<const double *> c.dy, &c, heads)
     return 0

@@ -1,19 +1,6 @@
 """Type stubs for the fused small-head attention kernels (attnx/_flash.pyx): the
-arguments of attnx/_attention.pyi, for shapes of path "fused"."""
-import numpy as np
-import numpy.typing as npt
-
-from ._attnargs import AttnBuffers, AttnParams, AttnShape
-
-_F = npt.NDArray[np.floating]
-_M = npt.NDArray[np.uint8]
+entry points of attnx/_attention.pyi, with its arguments, for shapes of path "fused"."""
+from ._attention import attention_backward as attention_backward
+from ._attention import attention_forward as attention_forward
 
 def dispatch_state() -> tuple[int, int]: ...
-def attention_forward(shape: AttnShape, buffers: AttnBuffers, params: AttnParams, x: _F,
-                      ctx: _F | None, key_padding_mask: _M | None,
-                      rope: tuple[_F, _F] | None, residual: _F | None, y: _F,
-                      nthreads: int) -> None: ...
-def attention_backward(shape: AttnShape, buffers: AttnBuffers, params: AttnParams, x: _F,
-                       ctx: _F | None, key_padding_mask: _M | None,
-                       rope: tuple[_F, _F] | None, dy: _F, dx: _F | None, dctx: _F | None,
-                       accumulate: int, nthreads: int) -> None: ...

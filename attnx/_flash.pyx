@@ -20,10 +20,9 @@ from libc.stdint cimport uint8_t
 
 from attnx._blas cimport floating
 from attnx._ops cimport (Dims, simd_attach, require_simd, attnx_get_level,
-                         attnx_dispatched_levels, key_columns, out_project,
-                         out_project_backward, qkv_project, qkv_project_backward)
-from attnx._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, begin_call, take,
-                              backward_threads, key_splits, PATH_FUSED, ACC_DX, ACC_DCTX)
+                         attnx_dispatched_levels)
+from attnx._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, Heads, run_forward,
+                              run_backward, backward_threads, key_splits)
 
 cdef extern from "attnx_flash.h" nogil:
     enum:
@@ -190,51 +189,23 @@ cdef void heads_backward(const floating *q, const floating *k, const floating *v
 
 
 # ---------------------------------------------------------------- layer
-cdef void forward_call(floating *y, const Call *c) noexcept nogil:
-    """The fused forward of one checked call: projections, heads, output."""
-    cdef const Dims *dm = &c.dm
-    cdef Py_ssize_t d = dm.d, ldq, ldkv
-    cdef floating *qp = <floating *> c.q
-    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
-    qkv_project(<const floating *> c.x, <const floating *> c.ctx, <const floating *> c.w_qkv,
-                <const floating *> c.b_qkv, qp, kp if dm.cross else NULL, dm)
-    heads_forward(qp, kp, kp + d, <floating *> c.zcat,
-                  <floating *> c.lse if dm.store else NULL, <floating *> c.fwd_scratch, dm)
-    out_project(<const floating *> c.zcat, <const floating *> c.w_o, <const floating *> c.b_o,
-                <const floating *> c.residual, y, dm.rq, d, dm.nthreads)
+cdef void heads_fwd(const Call *c, floating *qp, floating *kp) noexcept nogil:
+    """The fused heads of a forward (attnx._attnargs.Heads); lse kept when store."""
+    heads_forward(qp, kp, kp + c.dm.d, <floating *> c.zcat,
+                  <floating *> c.lse if c.dm.store else NULL, <floating *> c.fwd_scratch,
+                  &c.dm)
 
 
-cdef void backward_call(const floating *dy, const Call *c) noexcept nogil:
-    """The fused backward of one checked call."""
-    cdef const Dims *dm = &c.dm
-    cdef Py_ssize_t d = dm.d, ldq, ldkv
-    cdef floating *qp = <floating *> c.q
-    cdef floating *kp = key_columns(qp, <floating *> c.kv if dm.cross else NULL, d, &ldq, &ldkv)
-    cdef floating *dqp = <floating *> c.dq
-    cdef floating *dkp = key_columns(dqp, <floating *> c.dkv if dm.cross else NULL, d,
-                                     &ldq, &ldkv)
-    out_project_backward(<const floating *> c.zcat, dy, <const floating *> c.w_o,
-                         <floating *> c.dw_o, <floating *> c.db_o, <floating *> c.dzcat,
-                         dm.rq, d, dm.nthreads)
-    heads_backward(qp, kp, kp + d, <const floating *> c.zcat, <const floating *> c.dzcat,
-                   <const floating *> c.lse, dqp, dkp, dkp + d, <floating *> c.fwd_scratch,
-                   <floating *> c.dq_parts, dm)
-    qkv_project_backward(<const floating *> c.x, <const floating *> c.ctx,
-                         <const floating *> c.w_qkv, dqp, dkp if dm.cross else NULL,
-                         <floating *> c.dw_qkv, <floating *> c.db_qkv, <floating *> c.dx,
-                         <floating *> c.dctx, dm)
+cdef void heads_bwd(const Call *c, floating *qp, floating *kp, floating *dqp,
+                    floating *dkp) noexcept nogil:
+    """The fused heads of a backward (attnx._attnargs.Heads)."""
+    heads_backward(qp, kp, kp + c.dm.d, <const floating *> c.zcat, <const floating *> c.dzcat,
+                   <const floating *> c.lse, dqp, dkp, dkp + c.dm.d, <floating *> c.fwd_scratch,
+                   <floating *> c.dq_parts, &c.dm)
 
 
-cdef int check_parts(AttnShape shape, const Call *c) except -1:
-    """The dQ shares buffer holds what the backward's key split at this call's
-    thread count writes (the workspace's is sized for shape.threads)."""
-    cdef Py_ssize_t nbh = shape.nb * shape.n_heads
-    cdef int nt = backward_threads(nbh, shape.tq, shape.tk, shape.d_head, c.dm.nthreads)
-    cdef Py_ssize_t need = (key_splits(nbh, shape.tk, nt) - 1) * nbh * shape.tq * shape.d_head
-    if need > shape.n_dq_parts:
-        raise ValueError(f"the fused backward with {c.dm.nthreads} threads needs {need} "
-                         f"elements of dQ shares, the workspace has {shape.n_dq_parts}")
-    return 0
+cdef Heads HEADS = Heads(heads_fwd[float], heads_fwd[double], heads_bwd[float],
+                         heads_bwd[double], True)
 
 
 def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
@@ -242,43 +213,15 @@ def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x
     """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual)
     with the fused kernels: arguments and checks as attnx._attention.attention_forward
     (a shape of path "fused"); the log-sum-exp goes to buffers.lse when shape.store."""
-    cdef Call c
-    cdef void *ptr
     require_simd()
-    if shape is not None and shape.path != PATH_FUSED:
-        raise ValueError("attnx._flash runs fused shapes only")
-    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, False, &c)
-    take("residual", residual, c.dm.rq, c.dm.d, shape.type_num, False, True, &ptr)
-    c.residual = ptr
-    take("y", y, c.dm.rq, c.dm.d, shape.type_num, True, False, &c.y)
-    with nogil:
-        if shape.itemsize == 4:
-            forward_call(<float *> c.y, &c)
-        else:
-            forward_call(<double *> c.y, &c)
+    run_forward(shape, buffers, params, x, ctx, key_padding_mask, rope, residual, y,
+                nthreads, &HEADS)
 
 
 def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
                        key_padding_mask, rope, dy, dx, dctx, int accumulate, int nthreads):
-    """The fused backward: arguments and checks as attnx._attention.attention_backward."""
-    cdef Call c
-    cdef void *ptr
+    """The fused backward: arguments and checks as attnx._attention.attention_backward
+    (the dQ shares buffer must fit the key split at this thread count)."""
     require_simd()
-    if shape is not None and shape.path != PATH_FUSED:
-        raise ValueError("attnx._flash runs fused shapes only")
-    begin_call(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, True, &c)
-    if not shape.store:
-        raise ValueError("backward needs a shape with store=True")
-    check_parts(shape, &c)
-    take("dy", dy, c.dm.rq, c.dm.d, shape.type_num, False, False, &ptr)
-    c.dy = ptr
-    take("dx", dx, c.dm.rq, c.dm.d, shape.type_num, True, True, &c.dx)
-    take("dctx", dctx if shape.cross else None, c.dm.rk, c.dm.d, shape.type_num, True, True,
-         &c.dctx)
-    c.dm.dx_beta = 1 if accumulate & ACC_DX else 0
-    c.dm.dctx_beta = 1 if accumulate & ACC_DCTX else 0
-    with nogil:
-        if shape.itemsize == 4:
-            backward_call(<const float *> c.dy, &c)
-        else:
-            backward_call(<const double *> c.dy, &c)
+    run_backward(shape, buffers, params, x, ctx, key_padding_mask, rope, dy, dx, dctx,
+                 accumulate, nthreads, &HEADS)

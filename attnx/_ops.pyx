@@ -1,5 +1,6 @@
 """Elementwise kernels: MSE loss, finiteness, bias and rotary helpers, the threaded
 GEMM, and the one CPU-feature detection of attnx (see _ops.pxd)."""
+cimport numpy as cnp
 from cython.parallel cimport prange
 
 from attnx._blas cimport floating, gemm, NT, TR
@@ -14,6 +15,8 @@ cdef extern from "attnx_math.h" nogil:
                          double g)
 
 import os as _os
+
+cnp.import_array()
 
 
 def _requested_level():
@@ -170,17 +173,30 @@ def mse_into(const floating[::1] y, const floating[::1] t, floating[::1] dy):
     return total
 
 
-def all_finite(const floating[::1] x):
-    """True when no element of the flat buffer x is NaN or infinite."""
-    cdef int bad = 0
+def all_finite(x):
+    """True when no element of x, a C-contiguous float32 or float64 array of any shape
+    in native byte order, is NaN or infinite (TypeError or ValueError for any other
+    x). Typed checks, no memoryview: it runs on every input and parameter check."""
+    cdef cnp.ndarray a
+    cdef int bad = 0, t
+    cdef Py_ssize_t n
     require_simd()
-    if x.shape[0] == 0:
+    if not isinstance(x, cnp.ndarray):
+        raise TypeError(f"x must be a NumPy array, got {type(x).__name__}")
+    a = <cnp.ndarray> x
+    t = cnp.PyArray_TYPE(a)
+    if (t != cnp.NPY_FLOAT32 and t != cnp.NPY_FLOAT64) or not cnp.PyArray_ISNOTSWAPPED(a):
+        raise TypeError(f"x must be float32 or float64 in native byte order, got {x.dtype}")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        raise ValueError("x must be C-contiguous")
+    n = cnp.PyArray_SIZE(a)
+    if n == 0:
         return True
     with nogil:
-        if floating is float:
-            bad = attnx_any_nonfinite_f32(&x[0], x.shape[0])
+        if t == cnp.NPY_FLOAT32:
+            bad = attnx_any_nonfinite_f32(<const float *> cnp.PyArray_DATA(a), n)
         else:
-            bad = attnx_any_nonfinite_f64(&x[0], x.shape[0])
+            bad = attnx_any_nonfinite_f64(<const double *> cnp.PyArray_DATA(a), n)
     return not bad
 
 

@@ -152,6 +152,19 @@ def dispatch_state():
     return attnx_get_level(), attnx_dispatched_levels()
 
 
+cdef int check_adamw_args(Py_ssize_t n, Py_ssize_t ng, Py_ssize_t nm, Py_ssize_t nv,
+                          long step, int nthreads) except -1:
+    """ValueError unless p (n elements), g, m and v have one length, step >= 1 and
+    nthreads >= 1 (the AdamW step's arguments; also attnx._testing.adamw_reference's)."""
+    if ng != n or nm != n or nv != n:
+        raise ValueError(f"p, g, m and v must have one length, got {n}, {ng}, {nm}, {nv}")
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    if nthreads < 1:
+        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    return 0
+
+
 # elements per thread's slab: below 2 slabs the update runs on one thread
 cdef Py_ssize_t SLAB = 1 << 16
 
@@ -164,13 +177,7 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
     buffer into contiguous slabs (the caller's thread policy)."""
     cdef Py_ssize_t n = p.shape[0]
     require_simd()
-    if g.shape[0] != n or m.shape[0] != n or v.shape[0] != n:
-        raise ValueError(f"p, g, m and v must have one length, got {n}, {g.shape[0]}, "
-                         f"{m.shape[0]}, {v.shape[0]}")
-    if step < 1:
-        raise ValueError(f"step must be >= 1, got {step}")
-    if nthreads < 1:
-        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    check_adamw_args(n, g.shape[0], m.shape[0], v.shape[0], step, nthreads)
     if n == 0:
         return
     cdef floating decay = <floating> (1.0 - lr * weight_decay)

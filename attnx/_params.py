@@ -8,6 +8,7 @@ del), so a name can never be detached from the storage.
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast
 
@@ -98,6 +99,16 @@ def check_positive_int(name: str, value: object) -> int:
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return int(value)
+
+
+def check_int(name: str, v: object, lo: int) -> int:
+    """v as an int after checking it is an integer (not a bool) >= lo: TypeError or
+    ValueError naming `name`."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= {lo}, got {v!r}")
+    if int(v) < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {v!r}")
+    return int(v)
 
 
 def rebuild_model(cls: Callable[..., _M], config: Mapping[str, Any], flat: FloatArray,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
-from ._validate import finite
+from ._validate import as_real, finite
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from ._typing import AnyArray, BoolArray, FloatArray, IntArray
 
     F64Array = npt.NDArray[np.float64]
+
+# a real array, checked (attnx._validate.as_real); the estimators call it by this name
+_real = as_real
 
 
 class Data:
@@ -74,19 +77,6 @@ def is_ragged(X: object) -> TypeGuard[list[Any] | tuple[Any, ...]]:
     return len(shapes) > 1
 
 
-def _real(name: str, a: object) -> AnyArray:
-    if not isinstance(a, np.ndarray):
-        try:
-            a = np.asarray(a)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be an array of real numbers, got "
-                            f"{type(a).__name__} ({exc})") from exc
-    if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers (float32 or float64), got dtype "
-                        f"{a.dtype}")
-    return a
-
-
 def cast(name: str, a: AnyArray, dtype: npt.DTypeLike) -> FloatArray:
     """a as a C-contiguous array of dtype; ValueError naming `name` on NaN or infinity."""
     with np.errstate(over="ignore"):  # too large for float32: reported just below
@@ -114,7 +104,7 @@ def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None
     if is_ragged(X):
         seqs: list[AnyArray] = []
         for i, e in enumerate(X):
-            s = _real(f"{name}[{i}]", e)
+            s = as_real(f"{name}[{i}]", e)
             if s.ndim != 2:
                 want = "(n_channels, n_timepoints)" if nct else "(seq_len, n_features)"
                 raise ValueError(f"{name}[{i}] must be a 2-D array {want}, "
@@ -138,7 +128,7 @@ def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None
             raise ValueError(f"{name} contains NaN or infinity")
         _check_features(name, x, n_features, nct)
         return x, lengths, True
-    x = _real(name, X)
+    x = as_real(name, X)
     if x.ndim != 3:
         if nct:
             raise ValueError(f"{name} must be a 3-D array (n_cases, n_channels, n_timepoints) "
@@ -182,7 +172,7 @@ def regression_targets(y: object, x: FloatArray, lengths: IntArray | None, ragge
         if len(y) != n:
             raise ValueError(f"y must hold one target array per sequence of X ({n}), got "
                              f"{len(y)}")
-        parts = [_real(f"y[{i}]", a) for i, a in enumerate(y)]
+        parts = [as_real(f"y[{i}]", a) for i, a in enumerate(y)]
         nd = parts[0].ndim
         k = None if nd == 1 else parts[0].shape[1]
         out = np.zeros((n, t, k or 1), dtype)
@@ -193,7 +183,7 @@ def regression_targets(y: object, x: FloatArray, lengths: IntArray | None, ragge
                                  f"{'' if k is None else ', n_outputs'}), got {a.shape}")
             out[i, :a.shape[0]] = cast(f"y[{i}]", a.reshape(want[0], -1), dtype)
         return out, True, k
-    y = _real("y", y)
+    y = as_real("y", y)
     if y.ndim not in (1, 2, 3):
         raise ValueError(f"y must have shape (n_samples,), (n_samples, n_outputs) or "
                          f"(n_samples, seq_len, n_outputs), got {y.shape}")
@@ -266,7 +256,7 @@ def sample_weights(sample_weight: object, n: int) -> F64Array | None:
     if isinstance(sample_weight, numbers.Real) and not isinstance(sample_weight, bool):
         w = np.full(n, float(sample_weight))
     else:
-        w = _real("sample_weight", sample_weight)
+        w = as_real("sample_weight", sample_weight)
         if w.shape != (n,):
             raise ValueError(f"sample_weight must have shape ({n},), one weight per sample, "
                              f"got {w.shape}")

@@ -19,6 +19,7 @@ from attnx._ops cimport (simd_attach, require_simd, attnx_set_level, attnx_get_l
                          attnx_dispatched_levels)
 from attnx._flash cimport exp_shifted
 from attnx._attnargs cimport set_blocked_sizes
+from attnx._optim cimport check_adamw_args
 from attnx._blas import check_blas_int
 
 cdef extern from "attnx_math.h" nogil:
@@ -74,33 +75,37 @@ def gemm_into(bint ta, bint tb, floating[:, ::1] a, floating[:, ::1] b,
 
 def exp_f64(const double[::1] x):
     """The float64 exp used by softmax, over an array."""
-    require_simd()
-    out = np.empty(x.shape[0], dtype=np.float64)
-    cdef double[::1] o = out
-    if x.shape[0]:
-        attnx_exp_array_f64(&x[0], &o[0], x.shape[0])
-    return out
+    return exp_array(x, False, 0.0)
 
 
 def exp_f32(const float[::1] x):
     """The float32 exp used by softmax, over an array."""
-    require_simd()
-    out = np.empty(x.shape[0], dtype=np.float32)
-    cdef float[::1] o = out
-    if x.shape[0]:
-        attnx_exp_array_f32(&x[0], &o[0], x.shape[0])
-    return out
+    return exp_array(x, False, 0.0)
 
 
 def flash_exp(const floating[::1] x, double shift=0.0):
     """exp(x - shift) over an array with the fused kernels' softmax exp at the level
     attnx._flash runs (the kernels call it with shift = the row's max or log-sum-exp,
     so x - shift <= 0 there)."""
+    return exp_array(x, True, shift)
+
+
+cdef object exp_array(const floating[::1] x, bint flash, double shift):
+    """A new array of exp(x) by the softmax exp of csrc/attnx_math.h at this module's
+    level, or (flash) of exp(x - shift) by attnx._flash's."""
+    if not flash:
+        require_simd()
     out = np.empty(x.shape[0], dtype=np.float32 if floating is float else np.float64)
     cdef floating[::1] o = out
-    if x.shape[0]:
-        with nogil:
+    if x.shape[0] == 0:
+        return out
+    with nogil:
+        if flash:
             exp_shifted(&x[0], &o[0], x.shape[0], shift)
+        elif floating is float:
+            attnx_exp_array_f32(&x[0], &o[0], x.shape[0])
+        else:
+            attnx_exp_array_f64(&x[0], &o[0], x.shape[0])
     return out
 
 
@@ -110,13 +115,7 @@ def adamw_reference(floating[::1] p, const floating[::1] g, floating[::1] m,
     """One AdamW update of flat buffers as a plain loop in torch.optim.AdamW's order of
     operations (no SIMD): the oracle attnx._optim.adamw_step is tested against."""
     cdef Py_ssize_t i, n = p.shape[0]
-    if g.shape[0] != n or m.shape[0] != n or v.shape[0] != n:
-        raise ValueError(f"p, g, m and v must have one length, got {n}, {g.shape[0]}, "
-                         f"{m.shape[0]}, {v.shape[0]}")
-    if step < 1:
-        raise ValueError(f"step must be >= 1, got {step}")
-    if nthreads < 1:
-        raise ValueError(f"nthreads must be >= 1, got {nthreads}")
+    check_adamw_args(n, g.shape[0], m.shape[0], v.shape[0], step, nthreads)
     cdef double bc1 = 1.0 - beta1 ** step
     cdef double bc2_sqrt = sqrt(1.0 - beta2 ** step)
     cdef floating decay = <floating> (1.0 - lr * weight_decay)

@@ -14,16 +14,25 @@ if TYPE_CHECKING:
     from ._typing import AnyArray, BoolArray, FloatArray
 
 
-def as_real_3d(name: str, a: object, dims: str = "(n_samples, seq_len, n_features)") -> AnyArray:
-    """a as an ndarray of real numbers with 3 dimensions (not copied when it already is)."""
+def as_real(name: str, a: object, what: str = "of real numbers", kinds: str = "fiu",
+            holds: str = "real numbers (float32 or float64)") -> AnyArray:
+    """a as an ndarray (not copied when it already is one) whose dtype kind is one of
+    `kinds`; TypeError naming `name` otherwise ("must be an array <what>" when a does
+    not convert, "must hold <holds>" for another dtype)."""
     if not isinstance(a, np.ndarray):
         try:
             a = np.asarray(a)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be an array {dims}, got {type(a).__name__} "
+            raise TypeError(f"{name} must be an array {what}, got {type(a).__name__} "
                             f"({exc})") from exc
-    if a.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must hold real numbers (float32 or float64), got dtype {a.dtype}")
+    if a.dtype.kind not in kinds:
+        raise TypeError(f"{name} must hold {holds}, got dtype {a.dtype}")
+    return a
+
+
+def as_real_3d(name: str, a: object, dims: str = "(n_samples, seq_len, n_features)") -> AnyArray:
+    """a as an ndarray of real numbers with 3 dimensions (not copied when it already is)."""
+    a = as_real(name, a, dims)
     if a.ndim != 3:
         raise ValueError(f"{name} must be a 3-D array {dims}, got shape {a.shape}")
     return a
@@ -49,7 +58,7 @@ def as_input(name: str, x: object, d_model: int, batch: int | None = None,
 def finite(x: AnyArray) -> bool:
     """True when the float array x has no NaN or inf (no temporary for contiguous x)."""
     if x.dtype in (np.float32, np.float64) and x.flags.c_contiguous:
-        return all_finite(x.reshape(-1))
+        return all_finite(x)
     return x.dtype.kind != "f" or bool(np.isfinite(x).all())
 
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._params import check_int as check_int
+
 if TYPE_CHECKING:
     import numpy.typing as npt
 
@@ -156,14 +158,6 @@ def patchify(x: F64, mask: npt.NDArray[np.bool_], patch_len: int, stride: int
     p = x[:, idx, :].reshape(n, npch, patch_len * c)
     pm: npt.NDArray[np.bool_] = np.asarray(mask[:, idx].all(axis=2))
     return np.ascontiguousarray(p), pm
-
-
-def check_int(name: str, v: object, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be an int >= {lo}, got {v!r}")
-    if int(v) < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {v!r}")
-    return int(v)
 
 
 def check_quantiles(q: Any) -> tuple[float, ...]:

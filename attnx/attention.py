@@ -256,18 +256,20 @@ class MultiHeadAttention:
                    threads: int | None = None) -> tuple[_Workspace, int]:
         threads = num_threads() if threads is None else threads
         path = self._path(tq, tk, store)
-        _attnargs.check_sizes(nb, tq, tk, self.d_model)   # BLAS int limits, before allocating
         # the blocked scratch is sized by the block sizes: they are part of the key
         key = (nb, tq, tk, cross, store, path, threads,
                _attnargs.block_sizes() if path == "blocked" else None)
 
         def make() -> _Workspace:
-            # the shape's size table sizes the buffers and this estimate alike
+            # sizes are checked once per key (BLAS int limits, before allocating); the
+            # shape's size table sizes the buffers and this estimate alike
+            _attnargs.check_sizes(nb, tq, tk, self.d_model)
             shape = _attnargs.AttnShape(path, nb, tq, tk, self.d_model, self.n_heads, cross,
                                         self.causal, store, threads, self.dtype)
             check_size(nbytes_of(self.dtype, shape.elements()),
                        f"attention over batch={nb}, Tq={tq}, Tk={tk}")
-            return _Workspace(shape, _attnargs.AttnParams(self._w, self._g))
+            return _Workspace(shape, _attnargs.AttnParams(self._w, self._g),
+                              self._goes_parallel(nb, tq, tk))
 
         return self._ws.get(key, store, make), threads
 
@@ -299,7 +301,7 @@ class MultiHeadAttention:
         rc = rs = None
         if self.rope:
             rc, rs = self._rope_tables(max(tq, tk))
-        run = threads if self._goes_parallel(nb, tq, tk) else 1
+        run = threads if ws.parallel else 1
         with blas_single(run):
             ws.kernels.attention_forward(ws.shape, ws.bufs, ws.params, x2, ctx2, mask,
                                          None if rc is None else (rc, rs), residual, y2, run)
@@ -314,7 +316,7 @@ class MultiHeadAttention:
         x2, ctx2, nb, tq, tk, ws, threads, rc, rs, mask = self._last
         # backward runs with the forward's thread count: its scratch is sized for it
         ws.for_backward(threads)
-        run = threads if self._goes_parallel(nb, tq, tk) else 1
+        run = threads if ws.parallel else 1
         with blas_single(run):
             ws.kernels.attention_backward(
                 ws.shape, ws.bufs, ws.params, x2, ctx2, mask, None if rc is None else (rc, rs),

@@ -66,6 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from ._validate import as_real
+
 __all__ = ["mae", "rmse", "mase", "smape", "pinball_loss", "interval_coverage",
            "interval_width", "seasonal_naive_scale", "clone", "backtest", "BacktestResult", "RollingOriginSplit",
            "rolling_origins"]
@@ -77,13 +79,7 @@ _F64 = np.ndarray  # float64 arrays (an alias keeps the signatures short)
 def _real(name: str, a: object, ndims: tuple[int, ...] = (1, 2)) -> _F64:
     """a as a finite, non-empty float64 array with one of the allowed ndims (not a copy
     when it already is one; callers never write into it)."""
-    try:
-        arr = np.asarray(a)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be an array of real numbers, got "
-                        f"{type(a).__name__} ({exc})") from exc
-    if arr.dtype.kind not in "fiub":
-        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    arr = np.asarray(as_real(name, a, kinds="fiub", holds="real numbers"))
     if arr.ndim not in ndims:
         want = " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"{name} must be a {want} array, got shape {arr.shape}")

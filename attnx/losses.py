@@ -30,19 +30,13 @@ def mse_loss(y: FloatArray, y_true: npt.ArrayLike, *,
     y's dtype). Returns (loss as a Python float, dy shaped like y). `out`, an
     array like y, receives dy without allocating.
     """
-    if not isinstance(y, np.ndarray) or y.dtype not in (np.float32, np.float64):
-        raise TypeError(f"y must be a float32 or float64 ndarray, got "
-                        f"{getattr(y, 'dtype', type(y).__name__)}")
+    _check_float("y", y)
     y_true = np.asarray(y_true)
     if y_true.shape != y.shape:
         raise ValueError(f"y_true must have the shape of y {y.shape}, got {y_true.shape}")
     if y.size == 0:
         raise ValueError("mse_loss of an empty array is undefined")
-    if out is None:
-        out = np.empty(y.shape, dtype=y.dtype)
-    elif (not isinstance(out, np.ndarray) or out.shape != y.shape or out.dtype != y.dtype
-          or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"out must be a writeable C-contiguous {y.dtype} array of shape {y.shape}")
+    out = _grad_out(out, y)
     yc = np.ascontiguousarray(y)
     if y_true.dtype.kind not in "fiu":
         raise TypeError(f"y_true must hold real numbers, got dtype {y_true.dtype}")
@@ -71,10 +65,7 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
     Returns (loss as a Python float, dL/dlogits shaped like logits). `out`, an
     array like logits, receives the gradient without allocating.
     """
-    if (not isinstance(logits, np.ndarray) or logits.dtype not in (np.float32, np.float64)
-            or logits.ndim < 1):
-        raise TypeError(f"logits must be a float32 or float64 ndarray (..., n_classes), got "
-                        f"{getattr(logits, 'dtype', type(logits).__name__)}")
+    _check_float("logits", logits, " (..., n_classes)", 1)
     n_cls = logits.shape[-1]
     lead = logits.shape[:-1]
     if n_cls == 0 or logits.size == 0:
@@ -114,13 +105,7 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
         total = float(w.sum())
         if total <= 0:
             raise ValueError("sample_weight sums to 0: no position contributes to the loss")
-    if out is None:
-        out = np.empty(logits.shape, dtype=logits.dtype)
-    elif (not isinstance(out, np.ndarray) or out.shape != logits.shape
-          or out.dtype != logits.dtype or not out.flags.c_contiguous
-          or not out.flags.writeable):
-        raise ValueError(f"out must be a writeable C-contiguous {logits.dtype} array of shape "
-                         f"{logits.shape}")
+    out = _grad_out(out, logits)
     loss = cross_entropy_rows(z, lab, w, total, out.reshape(-1, n_cls), float(label_smoothing))
     return float(loss), out
 
@@ -173,14 +158,32 @@ def log_softmax(z: FloatArray) -> FloatArray:
     return out
 
 
+def _check_float(name: str, a: object, what: str = "", min_ndim: int = 0) -> None:
+    """TypeError unless a is a float32 or float64 ndarray of at least min_ndim dimensions."""
+    if (not isinstance(a, np.ndarray) or a.dtype not in (np.float32, np.float64)
+            or a.ndim < min_ndim):
+        raise TypeError(f"{name} must be a float32 or float64 ndarray{what}, got "
+                        f"{getattr(a, 'dtype', type(a).__name__)}")
+
+
+def _grad_out(out: FloatArray | None, like: FloatArray) -> FloatArray:
+    """A new array like `like` for a loss gradient when out is None, else out checked to
+    be a writeable C-contiguous array of like's shape and dtype (ValueError)."""
+    if out is None:
+        return np.empty(like.shape, dtype=like.dtype)
+    if (not isinstance(out, np.ndarray) or out.shape != like.shape or out.dtype != like.dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out must be a writeable C-contiguous {like.dtype} array of shape "
+                         f"{like.shape}")
+    return out
+
+
 def _regression_args(name: str, y: FloatArray, y_true: npt.ArrayLike,
                      out: FloatArray | None, tail: tuple[int, ...] = ()
                      ) -> tuple[FloatArray, FloatArray]:
     """(y_true as y's dtype, out) after the checks the elementwise losses share; y_true has
     y's shape without `tail` trailing axes."""
-    if not isinstance(y, np.ndarray) or y.dtype not in (np.float32, np.float64):
-        raise TypeError(f"y must be a float32 or float64 ndarray, got "
-                        f"{getattr(y, 'dtype', type(y).__name__)}")
+    _check_float("y", y)
     want = y.shape[:y.ndim - len(tail)] if tail else y.shape
     t = np.asarray(y_true)
     if t.shape != want:
@@ -194,12 +197,7 @@ def _regression_args(name: str, y: FloatArray, y_true: npt.ArrayLike,
     tc = as_dtype("y_true", t, y.dtype)
     if not finite(np.ascontiguousarray(tc)):
         raise ValueError("y_true contains NaN or infinity")
-    if out is None:
-        out = np.empty(y.shape, dtype=y.dtype)
-    elif (not isinstance(out, np.ndarray) or out.shape != y.shape or out.dtype != y.dtype
-          or not out.flags.c_contiguous or not out.flags.writeable):
-        raise ValueError(f"out must be a writeable C-contiguous {y.dtype} array of shape {y.shape}")
-    return tc, out
+    return tc, _grad_out(out, y)
 
 
 def mae_loss(y: FloatArray, y_true: npt.ArrayLike, *,

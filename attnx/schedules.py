@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._params import ParamDict
+from ._params import ParamDict, check_int
 
 if TYPE_CHECKING:
     from .optim import AdamW
@@ -60,14 +60,6 @@ def _real(name: str, v: object, lo: float, hi: float, what: str,
             or (hi_open and f == hi)):
         raise ValueError(f"{name} must be {what}, got {v!r}")
     return f
-
-
-def _int(name: str, v: object, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= {lo}, got {v!r}")
-    if int(v) < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    return int(v)
 
 
 class _Schedule:
@@ -120,9 +112,9 @@ class WarmupCosine(_Schedule):
 
     def __init__(self, optimizer: AdamW, total_steps: int, warmup: float | int = 0.1,
                  min_lr_ratio: float = 0.0) -> None:
-        self.total_steps = _int("total_steps", total_steps, 1)
+        self.total_steps = check_int("total_steps", total_steps, 1)
         if isinstance(warmup, numbers.Integral) and not isinstance(warmup, bool):
-            w = _int("warmup", warmup, 0)
+            w = check_int("warmup", warmup, 0)
         else:
             w = int(_real("warmup", warmup, 0.0, 1.0, "in [0, 1) as a fraction (or an int "
                           "step count)", hi_open=True) * self.total_steps)
@@ -143,7 +135,7 @@ class OneCycle(_Schedule):
 
     def __init__(self, optimizer: AdamW, total_steps: int, pct_start: float = 0.3,
                  div_factor: float = 25.0, final_div_factor: float = 1e4) -> None:
-        self.total_steps = _int("total_steps", total_steps, 2)
+        self.total_steps = check_int("total_steps", total_steps, 2)
         self.pct_start = _real("pct_start", pct_start, 0.0, 1.0, "in (0, 1)",
                                lo_open=True, hi_open=True)
         self.div_factor = _real("div_factor", div_factor, 1.0, math.inf, ">= 1")
@@ -172,7 +164,7 @@ class ReduceOnPlateau:
         self.optimizer = optimizer
         self.factor = _real("factor", factor, 0.0, 1.0, "in (0, 1)", lo_open=True,
                             hi_open=True)
-        self.patience = _int("patience", patience, 0)
+        self.patience = check_int("patience", patience, 0)
         self.threshold = _real("threshold", threshold, 0.0, 1.0, "in [0, 1)", hi_open=True)
         self.min_lr = _real("min_lr", min_lr, 0.0, math.inf, ">= 0")
         self.best = math.inf
