@@ -170,4 +170,7 @@ class EnsembleClassifier(ClassifierParams, _Ensemble):
                              "predictions: score the members or predict() instead")
         pred = np.asarray(pred)
         hit = (pred == np.asarray(y)).astype(np.float64)
-        return float(np.average(hit, weights=sample_weight))
+        if sample_weight is None:
+            return float(np.mean(hit))
+        w: FloatArray = np.asarray(sample_weight, dtype=np.float64)
+        return float(np.average(hit, weights=w))

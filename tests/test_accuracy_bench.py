@@ -121,9 +121,13 @@ def test_examples_run_without_torch(tmp_path, example, needs):
     blocker = tmp_path / "torch"
     blocker.mkdir()
     (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    # the attnx under test (an in-place build, or the installed package when the checkout
+    # is unbuilt source, as in CI), never the checkout's source folder as such
+    import attnx
+    home = str(Path(attnx.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(tmp_path), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                                      if p])}
+        [str(tmp_path), home] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                 if p])}
     proc = subprocess.run([sys.executable, example], cwd=ROOT / "examples", capture_output=True,
                           text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
