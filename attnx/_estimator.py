@@ -180,6 +180,10 @@ class SequenceEstimator(EstimatorParams):
             net = SequenceNetwork()
         prepared = self._targets(net, x, lengths, ragged, y, w, dtype, fitted, classes, partial)
         data, per_position, k = prepared
+        if fitted:   # the stem the model was built with ("auto" was resolved then)
+            cfg.stem = getattr(self.model_, "stem", None)
+        elif cfg.stem == "auto":
+            cfg.stem = self._auto_stem(data, per_position, net)
         if fitted:
             p = int(self.__dict__.get("patch_len_", 1))
         else:
@@ -190,6 +194,17 @@ class SequenceEstimator(EstimatorParams):
                         per_position, k)
         self._patch_now = p
         return prepared, net
+
+    def _auto_stem(self, data: seqs.Data, per_position: bool,
+                   net: Network) -> _stem.Stem | None:
+        """stem="auto": attnx._stem.auto over every rank's longest and shortest
+        sequence; no stem for per-position targets and the bare network."""
+        if per_position or not net.head:
+            return None
+        t_min = int(data.x.shape[1] if data.lengths is None or not data.lengths.size
+                    else data.lengths.min())
+        comm = self._comm()
+        return _stem.auto(int(comm.allmax(int(data.x.shape[1]))), -int(comm.allmax(-t_min)))
 
     def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
                       net: Network) -> int:
@@ -451,6 +466,10 @@ class SequenceEstimator(EstimatorParams):
         x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
                                        allow_empty=allow_empty, layout=self._layout())
         x, lengths = seqs.patch(x, lengths, int(self.__dict__.get("patch_len_", 1)))
+        t_floor = 1   # a batch's fewest steps
+        if getattr(model, "stem", None) and len(model.output_shape(1, x.shape[1])) != 3:
+            x, lengths = _stem.pad_short(model.stem, x, lengths)   # shorter than a kernel
+            t_floor = _stem.min_length(model.stem)
         self._network().check_length(self._spec, x.shape[1])
         n, t = x.shape[:2]
         shape = model.output_shape(n, t)
@@ -468,7 +487,7 @@ class SequenceEstimator(EstimatorParams):
         step = max(1, _PREDICT_ROWS // t)
         for s in range(0, n, step):
             idx = order[s:s + step]
-            tb = int(lengths[idx].max())
+            tb = max(int(lengths[idx].max()), t_floor)
             mask = ~seqs.valid_positions(lengths[idx], tb)
             y = model.forward(x[idx, :tb], key_padding_mask=mask, grad=False)
             if per_position:

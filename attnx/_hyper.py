@@ -91,9 +91,15 @@ class PatchLen(Constraint):
 
 
 class Stem(Constraint):
-    """None, or a convolutional stem ((kernel, stride), ...) (attnx._stem)."""
+    """None, "auto" (attnx._stem.auto, resolved at fit from the data), or a
+    convolutional stem ((kernel, stride), ...) (attnx._stem)."""
 
-    def check(self, name: str, value: Any) -> _stem.Stem | None:
+    def check(self, name: str, value: Any) -> _stem.Stem | str | None:
+        if isinstance(value, str):
+            if value != "auto":
+                raise ValueError(f"stem must be None, 'auto' or a sequence of (kernel, "
+                                 f"stride) pairs, got the string {value!r}")
+            return value
         return _stem.check_stem(value)
 
 
@@ -265,7 +271,7 @@ class Config(SimpleNamespace):
     decay: str
     standardize: bool
     patch_len: int | None
-    stem: _stem.Stem | None
+    stem: _stem.Stem | str | None
     layout: str
     label_smoothing: float
     distributed: str

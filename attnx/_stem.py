@@ -40,6 +40,28 @@ if TYPE_CHECKING:
 Stem = tuple[tuple[int, int], ...]
 
 
+#: stem="auto": the tokens the rule aims at (at most), and the first layer's kernel
+AUTO_TOKENS, AUTO_KERNEL, AUTO_STRIDE = 16, 8, 4
+
+
+def auto(t_max: int, t_min: int) -> Stem:
+    """The stem of stem="auto" for sequences of t_min..t_max steps: two layers,
+    (k1, s1) then (k2, s2), that leave at most AUTO_TOKENS (16) tokens.
+
+    s1 = 4 when t_max >= 32, else 1; k1 = min(8, t_min);
+    s2 = ceil(t_max / s1 / 16); k2 = min(max(2 * s2, 3), ceil(t_min / s1))
+
+    (the second layer is an overlapping patch embedding of the first layer's local
+    features: windows twice as long as their stride). Kernels never exceed the shortest
+    sequence, so ragged data down to one step is accepted.
+    """
+    s1 = AUTO_STRIDE if t_max >= 8 * AUTO_STRIDE else 1
+    s2 = max(1, -(-t_max // (s1 * AUTO_TOKENS)))
+    k1 = max(1, min(AUTO_KERNEL, t_min))
+    k2 = max(1, min(max(2 * s2, 3), -(-t_min // s1)))
+    return ((k1, s1), (k2, s2))
+
+
 def check_stem(stem: object) -> Stem | None:
     """stem as a tuple of (kernel, stride) int pairs >= 1, or None; TypeError or
     ValueError naming `stem` otherwise."""
@@ -118,6 +140,30 @@ def lengths(stem: Stem | None, t: int) -> list[int]:
                              "longer sequences")
         out.append(-(-out[-1] // s))
     return out
+
+
+def min_length(stem: Stem | None) -> int:
+    """The fewest steps an input may have so that every kernel fits its layer's input."""
+    need = 1
+    for k, s in reversed(stem or ()):
+        need = max(k, (need - 1) * s + 1)
+    return need
+
+
+def pad_short(stem: Stem | None, x: FloatArray, lengths: npt.NDArray[np.intp] | None
+              ) -> tuple[FloatArray, npt.NDArray[np.intp] | None]:
+    """x (n, T, C) right-padded with zero steps to min_length(stem) when T is shorter,
+    the added steps marked as padding in the returned lengths; x, lengths unchanged
+    otherwise. A padded step reads as zero, as the 'same' padding, and tokens past
+    a sequence's length are masked, so each sequence's pooled output is the one
+    the stem would give it alone."""
+    need = min_length(stem)
+    n, t = x.shape[:2]
+    if t >= need:
+        return x, lengths
+    out = np.zeros((n, need) + x.shape[2:], dtype=x.dtype)
+    out[:, :t] = x
+    return out, (np.full(n, t, dtype=np.intp) if lengths is None else lengths)
 
 
 def buffer_shapes(m: SequenceModel, nb: int, lens: list[int],

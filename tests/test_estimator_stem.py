@@ -77,8 +77,10 @@ def test_kernel_longer_than_the_shortest_sequence():
 
 
 @pytest.mark.parametrize("kw, err, match", [
-    (dict(stem="3"), TypeError, "stem must be None or a sequence of .kernel, stride. pairs, "
-                                "got str"),
+    (dict(stem="3"), ValueError, "stem must be None, 'auto' or a sequence of .kernel, "
+                                 "stride. pairs, got the string '3'"),
+    (dict(stem=3), TypeError, "stem must be None or a sequence of .kernel, stride. pairs, "
+                              "got int"),
     (dict(stem=((3, 0),)), ValueError, r"stem\[0\] stride must be >= 1, got 0"),
     (dict(stem=((3.5, 1),)), TypeError, r"stem\[0\] kernel must be an int, got float"),
     (dict(stem=[]), ValueError, "stem must hold at least one"),
@@ -141,10 +143,66 @@ def test_save_load_resumes_exactly(pooling, stem, tmp_path):
 def test_a_file_without_stem_loads_as_stem_none():
     """Files written before the stem existed: stem=None from LEGACY_DEFAULTS."""
     X, y = _classes(16)
-    est = TC(**SMALL, epochs=1).fit(X, y)
+    est = TC(**SMALL, epochs=1, stem=None).fit(X, y)
     arrays, config = _state.get_state(est, portable=False)
     del config["params"]["stem"]
     config["model"].pop("stem", None)
     back = _state.new_from_state(arrays, config, {"TransformerClassifier": TC})
     assert back.stem is None and back.model_.stem is None
     np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+
+
+@pytest.mark.parametrize("t_max, t_min, want", [
+    (24, 24, ((8, 1), (4, 2))),        # short: stride 1, then 12 tokens
+    (29, 7, ((7, 1), (4, 2))),         # ragged: kernels within the shortest sequence
+    (32, 32, ((8, 4), (3, 1))),        # 8 tokens
+    (427, 427, ((8, 4), (14, 7))),     # 16 tokens
+    (2000, 2000, ((8, 4), (64, 32))),  # 16 tokens
+    (100, 1, ((1, 4), (1, 2))),        # a one-step sequence still fits
+    (1, 1, ((1, 1), (1, 1))),
+])
+def test_auto_stem_rule(t_max, t_min, want):
+    from attnx import _stem
+    got = _stem.auto(t_max, t_min)
+    assert got == want
+    n = _stem.lengths(got, t_max)[-1]
+    assert n <= _stem.AUTO_TOKENS
+    _stem.lengths(got, t_min)   # no kernel longer than its input
+
+
+def test_auto_stem_is_the_classifiers_default_and_resolved_at_fit():
+    X, y = _classes(t=40)
+    assert TC().get_params()["stem"] == "auto" and TR().get_params()["stem"] is None
+    est = TC(**SMALL, epochs=2).fit(X, y)
+    assert est.get_params()["stem"] == "auto"       # the parameter is not changed
+    assert est.model_.stem == ((8, 4), (3, 1)) and est.patch_len_ == 1
+    ref = TC(**SMALL, epochs=2, stem=((8, 4), (3, 1))).fit(X, y)
+    np.testing.assert_array_equal(est.predict_proba(X), ref.predict_proba(X))
+    est.set_params(warm_start=True).fit(X, y)       # warm start keeps the fitted stem
+    assert est.model_.stem == ((8, 4), (3, 1))
+    ragged = _ragged(12, 1, lo=5, hi=40)
+    est = TC(**SMALL, epochs=1).fit(ragged, np.arange(12) % 2)
+    assert est.model_.stem == attnx._stem.auto(max(map(len, ragged)), min(map(len, ragged)))
+    # per-position targets and the bare network get no stem
+    assert TR(**SMALL, epochs=1, stem="auto").fit(X, X[..., :1]).model_.stem is None
+
+
+def test_predict_on_sequences_shorter_than_the_stems_kernels():
+    """A pooled model predicts sequences shorter than its kernels: zero steps (masked)
+    are added, which is what the 'same' padding reads, so each prediction is the one
+    of the sequence alone, dense or in a ragged batch."""
+    X, y = _classes(t=12)
+    est = TC(**SMALL, epochs=2, stem=((6, 1), (3, 2))).fit(X, y)
+    short = np.random.default_rng(3).normal(size=(4, 3, 2))
+    dense = est.predict_proba(short)
+    ragged = est.predict_proba([short[0], short[1], X[0], short[2][:2]])
+    np.testing.assert_allclose(ragged[:2], dense[:2], rtol=1e-6)
+    np.testing.assert_allclose(ragged[2], est.predict_proba(X[:1])[0], rtol=1e-6)
+    # the same as the model on explicitly padded input with its mask
+    padded = np.zeros((4, 6, 2), dtype=est.model_.dtype)   # the scaling is in the weights
+    padded[:, :3] = short
+    mask = np.zeros((4, 6), bool)
+    mask[:, 3:] = True
+    logits = est.model_.forward(padded, key_padding_mask=mask, grad=False)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(dense, p / p.sum(axis=1, keepdims=True), rtol=1e-5)
