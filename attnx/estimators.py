@@ -179,11 +179,12 @@ _COMMON_DOC = """
         "cls" (a learned class token put before the positions; the head reads its
         final row; not with causal=True); per-position targets are not pooled.
     stem : None, "auto", or a convolutional stem ((kernel, stride), ...) before
-        the embedding. "auto" (TransformerClassifier's default) picks two layers from
-        the data at fit, at most 16 tokens: (min(8, T_min), s1) with s1 = 4 for
-        T_max >= 32 (else 1), then windows of 2 s2 every s2 = ceil(T_max / s1 / 16)
-        steps (attnx._stem.auto; none for per-position targets). Per layer a 1-D convolution over time to d_model channels
-        ('same' zero padding, left (kernel-1)//2), a bias and SiLU; the blocks then
+        the embedding. "auto" picks two layers from the data at fit, at most 16
+        tokens: (min(8, T_min), s1) with s1 = 4 for T_max >= 32 (else 1), then
+        windows of 2 s2 every s2 = ceil(T_max / s1 / 16) steps (attnx._stem.auto;
+        none for per-position targets). Per layer a 1-D convolution over time to
+        d_model channels ('same' zero padding, left (kernel-1)//2), a bias and
+        SiLU; the blocks then
         see ceil(T / stride) tokens per layer, e.g. stem=((5, 1), (3, 2)) halves
         the length. Token j of a layer of stride s covers steps j*s - (kernel-1)//2
         to j*s + kernel//2 of its input. Every kernel must fit the shortest sequence
@@ -485,7 +486,7 @@ class TransformerClassifier(_Classifier):
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None,
                  label_smoothing: float = 0.0, distributed: str = "balanced",
-                 stem: Stem | str | None = "auto", layout: str = "ntc") -> None:
+                 stem: Stem | str | None = None, layout: str = "ntc") -> None:
         store(self, locals())
 
 
