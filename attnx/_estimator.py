@@ -537,7 +537,8 @@ class SequenceEstimator(EstimatorParams):
         layer T' = ceil(T / s)); with pooling="cls" token 0 is the class token and
         token j + 1 is data token j. For ragged X the arrays
         are padded to the longest sequence, padded keys weigh 0 and padded queries'
-        rows are 0; with missing="mask" the masked (NaN) tokens alike. attnx.plot.attention_over_series draws one sample's over its series.
+        rows are 0; with missing="mask" the masked (NaN) tokens alike.
+        attnx.plot.attention_over_series draws one sample's over its series.
         """
         model = self._fitted_model()
         net = self._network()

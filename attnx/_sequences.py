@@ -150,7 +150,9 @@ def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None
         for i, s in enumerate(seqs):
             with np.errstate(over="ignore"):
                 x[i, :s.shape[0]] = s
-        x, nan = missing_steps(name, x, lengths, missing, "")
+        where = "" if all(s.dtype == dtype for s in seqs) else \
+            f" (after conversion to {np.dtype(dtype)})"
+        x, nan = missing_steps(name, x, lengths, missing, where)
         _check_features(name, x, n_features, nct)
         return Sequences(x, lengths, True, nan)
     x = as_real(name, X)
