@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from ._hyper import Constraint, Norm, Pooling, Positional
     from ._networks import BareClass, Model
-    from ._typing import AnyArray, FloatArray, IntArray, RandomStateLike
+    from ._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
 
     F64Array = NDArray[np.float64]
     #: (data, per_position, k) of the targets
@@ -46,12 +46,14 @@ class ExportSpec(NamedTuple):
     """What an exporter (attnx.onnx) needs to reproduce predict: the fitted network,
     how its raw output becomes predict's output ("y": as it is; "squeeze": drop the
     single output column; "probabilities": softmax over the classes) and the class
-    labels (classifiers; None otherwise)."""
+    labels (classifiers; None otherwise), the patch length and the `missing` rule
+    ("mask": the graph masks the time steps that hold NaN)."""
 
     model: Any
     output: str
     classes: Any = None
     patch_len: int = 1
+    missing: str = "error"
 
 
 class SequenceEstimator(EstimatorParams):
@@ -170,7 +172,8 @@ class SequenceEstimator(EstimatorParams):
         """Data for training, and the network it is for."""
         dtype = self.model_.dtype if fitted else cfg.dtype
         nf = self.n_features_in_ if fitted else None
-        x, lengths, ragged = seqs.sequences("X", X, dtype, nf, layout=cfg.layout)
+        x, lengths, ragged, nan = seqs.sequences("X", X, dtype, nf, layout=cfg.layout,
+                                                 missing=cfg.missing)
         w = seqs.sample_weights(sample_weight, x.shape[0])
         if fitted:
             net = self._network()
@@ -180,6 +183,11 @@ class SequenceEstimator(EstimatorParams):
             net = SequenceNetwork()
         prepared = self._targets(net, x, lengths, ragged, y, w, dtype, fitted, classes, partial)
         data, per_position, k = prepared
+        if cfg.missing == "mask" and per_position:
+            raise ValueError("missing='mask' needs targets per sequence (y (n_samples,) or "
+                             "(n_samples, n_outputs)): a masked step has no input to predict "
+                             "its own target from, got targets per position")
+        data.missing = nan
         if fitted:   # the stem the model was built with ("auto" was resolved then)
             cfg.stem = getattr(self.model_, "stem", None)
         elif cfg.stem == "auto":
@@ -188,9 +196,13 @@ class SequenceEstimator(EstimatorParams):
             p = int(self.__dict__.get("patch_len_", 1))
         else:
             p = self._choose_patch(cfg, data, per_position, net)
+        if nan is not None and net.head:
+            stem = _stem.check_stem(self._spec.get("stem")) if fitted else cfg.stem
+            _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
         if p > 1:
             px, plen = seqs.patch(data.x, data.lengths, p)
-            prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position),
+            prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position,
+                                  seqs.patch_missing(data.missing, data.lengths, p)),
                         per_position, k)
         self._patch_now = p
         return prepared, net
@@ -370,7 +382,7 @@ class SequenceEstimator(EstimatorParams):
         """The reusable Batch for this data layout and padded length t."""
         target_tail, tdtype, out_tail, w_ndim = self._batch_layout(data, t)
         dtype = self.model_.dtype
-        masked = data.lengths is not None
+        masked = data.lengths is not None or data.missing is not None
         cache: dict[tuple[Any, ...], Batch] = self.__dict__.setdefault("_batches", {})
         key = (bs, t, data.x.shape[2], target_tail, np.dtype(tdtype), out_tail, dtype,
                masked, w_ndim)
@@ -458,18 +470,47 @@ class SequenceEstimator(EstimatorParams):
         """The `layout` X arrives in (models fitted before it existed: "ntc")."""
         return str(self.__dict__.get("layout", "ntc"))
 
+    def _missing(self) -> str:
+        """The `missing` rule for NaN in X (models fitted before it existed: "error")."""
+        return str(self.__dict__.get("missing", "error"))
+
+    def _inputs(self, X: ArrayLike, allow_empty: bool = False
+                ) -> tuple[FloatArray, IntArray | None, BoolArray | None]:
+        """X validated for the fitted model as at fit and cut into its patches: (x,
+        lengths or None, the tokens' missing mask or None)."""
+        model = self._fitted_model()
+        x, lengths, _, nan = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                            allow_empty=allow_empty, layout=self._layout(),
+                                            missing=self._missing())
+        self._check_missing(nan)
+        if nan is not None:
+            _stem.check_missing(_stem.check_stem(self._spec.get("stem")),
+                                seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
+        p = int(self.__dict__.get("patch_len_", 1))
+        nan = seqs.patch_missing(nan, lengths, p)
+        x, lengths = seqs.patch(x, lengths, p)
+        return x, lengths, nan
+
+    def _check_missing(self, nan: BoolArray | None) -> None:
+        """ValueError when X has missing steps (nan) that the fitted model cannot mask."""
+        if nan is not None and self._target["per_position"]:
+            raise ValueError("X holds NaN steps, which missing='mask' masks for a model with "
+                             "one output per sequence only; this one was fitted with "
+                             "targets per position")
+
     def _forward_all(self, X: ArrayLike, allow_empty: bool = True
                      ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
         """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
         ragged X an array of pooled rows or a list of (T_i, ...) arrays."""
         model = self._fitted_model()
-        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                       allow_empty=allow_empty, layout=self._layout())
-        x, lengths = seqs.patch(x, lengths, int(self.__dict__.get("patch_len_", 1)))
+        x, lengths, nan = self._inputs(X, allow_empty)
         t_floor = 1   # a batch's fewest steps
         if getattr(model, "stem", None) and len(model.output_shape(1, x.shape[1])) != 3:
+            t0 = x.shape[1]
             x, lengths = _stem.pad_short(model.stem, x, lengths)   # shorter than a kernel
             t_floor = _stem.min_length(model.stem)
+            if nan is not None and x.shape[1] > t0:   # the added steps are padding
+                nan = np.pad(nan, ((0, 0), (0, x.shape[1] - t0)))
         self._network().check_length(self._spec, x.shape[1])
         n, t = x.shape[:2]
         shape = model.output_shape(n, t)
@@ -479,7 +520,12 @@ class SequenceEstimator(EstimatorParams):
             out = np.empty(shape, dtype=model.dtype)
             step = max(1, _PREDICT_ROWS // max(t, 1))
             for s in range(0, n, step):
-                model.forward(x[s:s + step], grad=False, out=out[s:s + step])
+                rows = slice(s, s + step)
+                if nan is None:
+                    model.forward(x[rows], grad=False, out=out[rows])
+                else:   # NaN steps: masked keys (a sequence model: _inputs checked)
+                    cast("Any", model).forward(x[rows], key_padding_mask=nan[rows],
+                                               grad=False, out=out[rows])
             return out, None
         order = np.argsort(lengths, kind="stable")
         pooled = np.empty((n,) + tail, dtype=model.dtype) if not per_position else None
@@ -488,7 +534,7 @@ class SequenceEstimator(EstimatorParams):
         for s in range(0, n, step):
             idx = order[s:s + step]
             tb = max(int(lengths[idx].max()), t_floor)
-            mask = ~seqs.valid_positions(lengths[idx], tb)
+            mask = seqs.key_mask(lengths, nan, idx, tb)
             y = model.forward(x[idx, :tb], key_padding_mask=mask, grad=False)
             if per_position:
                 for j, i in enumerate(idx):
@@ -513,18 +559,14 @@ class SequenceEstimator(EstimatorParams):
         layer T' = ceil(T / s)); with pooling="cls" token 0 is the class token and
         token j + 1 is data token j. For ragged X the arrays
         are padded to the longest sequence, padded keys weigh 0 and padded queries'
-        rows are 0. attnx.plot.attention_over_series draws one sample's over its series.
+        rows are 0; with missing="mask" the masked (NaN) tokens alike.
+        attnx.plot.attention_over_series draws one sample's over its series.
         """
         model = self._fitted_model()
         net = self._network()
         if not net.head:
-            return net.attention_weights(
-                model, lambda: seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                       layout=self._layout())[0],
-                _PREDICT_ROWS)
-        x, lengths, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                       layout=self._layout())
-        x, lengths = seqs.patch(x, lengths, int(self.__dict__.get("patch_len_", 1)))
+            return net.attention_weights(model, lambda: self._inputs(X)[0], _PREDICT_ROWS)
+        x, lengths, nan = self._inputs(X)
         n, t = x.shape[:2]
         step = max(1, _PREDICT_ROWS // max(t, 1))
         parts: list[list[FloatArray]] = []
@@ -532,8 +574,7 @@ class SequenceEstimator(EstimatorParams):
         dropout, seq.dropout = seq.dropout, 0.0   # inference weights: no dropout masks
         try:
             for s in range(0, n, step):
-                mask = None if lengths is None else \
-                    ~seqs.valid_positions(lengths[s:s + step], t)
+                mask = seqs.key_mask(lengths, nan, slice(s, s + step), t)
                 seq.forward(x[s:s + step], key_padding_mask=mask, grad=True)
                 w = [np.array(a) for a in seq.attention_weights()]
                 km = seq._last.km   # the tokens' padding (stem, class token)
@@ -552,7 +593,8 @@ class SequenceEstimator(EstimatorParams):
         ExportSpec); what attnx.onnx.export reads from an estimator."""
         model = self._fitted_model()
         return ExportSpec(model, "squeeze" if self._target["k"] is None else "y",
-                          patch_len=int(self.__dict__.get("patch_len_", 1)))
+                          patch_len=int(self.__dict__.get("patch_len_", 1)),
+                          missing=self._missing())
 
     # ---- persistence ---------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from . import _stem
-from ._sequences import LAYOUTS
+from ._sequences import LAYOUTS, MISSING
 from ._params import check_dtype, check_positive_int
 from .optim import _check_hyper
 
@@ -40,7 +40,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
     "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
-    "stem": None, "layout": "ntc",
+    "stem": None, "layout": "ntc", "missing": "error",
 }
 
 
@@ -219,6 +219,9 @@ COMMON: dict[str, Constraint] = {
     "layout": OneOf(LAYOUTS, "layout must be one of {options} ('ntc': X is (n_samples, "
                     "seq_len, n_features); 'nct': aeon's (n_cases, n_channels, "
                     "n_timepoints)), got {value!r}"),
+    "missing": OneOf(MISSING, "missing must be one of {options} ('error': NaN in X is a "
+                     "ValueError; 'mask': a time step with NaN in any channel is masked as "
+                     "padding is), got {value!r}"),
 }
 
 
@@ -273,6 +276,7 @@ class Config(SimpleNamespace):
     patch_len: int | None
     stem: _stem.Stem | str | None
     layout: str
+    missing: str
     label_smoothing: float
     distributed: str
 

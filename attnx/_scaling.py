@@ -30,20 +30,22 @@ ATTRIBUTES = ("input_mean_", "input_scale_", "target_mean_", "target_scale_",
 def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Network,
                  dist: distributed.Local, refit: bool) -> seqs.Data:
     """Data with each input channel standardised (a copy; the caller's X is never
-    changed). The mean and scale come from this data's valid positions (over every
-    rank with comm) when refit, else from the fit that learned them. The bare X -> Y
-    network keeps X's units (no embedding to fold the scaling into). With a
-    convolutional stem the input is scaled but not centred (mean 0): its zero
-    padding must read zero in the user's units too, so that folding stays exact."""
+    changed). The mean and scale come from this data's valid positions (neither
+    padding nor missing; over every rank with comm) when refit, else from the fit
+    that learned them. The bare X -> Y network keeps X's units (no embedding to fold
+    the scaling into). With a convolutional stem the input is scaled but not centred
+    (mean 0): its zero padding must read zero in the user's units too, so that
+    folding stays exact."""
     if not (cfg.standardize and net.head):
         for k in ATTRIBUTES:
             est.__dict__.pop(k, None)
         return data
     x = data.x
+    # the positions that hold data: not padding, not missing (missing="mask"); a
+    # patch with some missing steps holds data (those steps read 0, as fill steps do)
+    masked = seqs.key_mask(data.lengths, data.missing, slice(None), x.shape[1])
     if refit:
-        valid = np.ones(x.shape[:2], bool) if data.lengths is None else \
-            seqs.valid_positions(data.lengths, x.shape[1])
-        xv = x[valid].astype(np.float64)
+        xv = (x if masked is None else x[~masked]).reshape(-1, x.shape[2]).astype(np.float64)
         count = dist.allsum(float(xv.shape[0]))
         s1 = dist.allsum(xv.sum(axis=0))
         mean = s1 / max(count, 1.0)
@@ -51,8 +53,8 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
         est.input_mean_ = mean if cfg.stem is None else np.zeros_like(mean)
         est.input_scale_ = power_of_two(np.sqrt(s2 / max(count, 1.0)))
     xs = ((x - est.input_mean_) / est.input_scale_).astype(x.dtype)
-    if data.lengths is not None:   # padding stays zero
-        xs[~seqs.valid_positions(data.lengths, x.shape[1])] = 0
+    if masked is not None:   # padding and missing positions stay zero
+        xs[masked] = 0
     y = data.y
     if est._scales_targets():   # regression targets: per output column
         if refit:
@@ -68,7 +70,7 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
             est.target_scale_ = power_of_two(scale)
         y = ((y - est.target_mean_) / est.target_scale_).astype(y.dtype)
     return seqs.Data(np.ascontiguousarray(xs), data.lengths, y, data.w,
-                     data.per_position)
+                     data.per_position, data.missing)
 
 
 

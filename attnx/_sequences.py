@@ -2,12 +2,15 @@
 
 A dense X is an array (n, T, n_features). A ragged X is a list of 2-D arrays
 (T_i, n_features) of different lengths; it is padded on the right to the longest
-T_i and described by `lengths`, and the model masks the padded keys.
+T_i and described by `lengths`, and the model masks the padded keys. With
+missing="mask" a time step holding NaN in any channel is masked as padding is
+(`missing`: (n, T) bool, True at such steps), its values read as 0.
 """
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Any, TypeGuard
+import typing
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -31,13 +34,16 @@ class Data:
     int64 for ragged input, else None; y: targets, (n, k) / (n, T, k) floats or (n,) /
     (n, T) int64 class indices; w: float64 loss weights of y's leading shape
     ((n,) or (n, T), zero on padding), or None when all are 1; per_position: whether
-    y has a position axis.
+    y has a position axis; missing: (n, T) bool, True at the masked (NaN) positions
+    of missing="mask" (padding is told by lengths), or None when there are none.
     """
 
     def __init__(self, x: FloatArray, lengths: IntArray | None, y: AnyArray,
-                 w: F64Array | None, per_position: bool) -> None:
+                 w: F64Array | None, per_position: bool,
+                 missing: BoolArray | None = None) -> None:
         self.x, self.lengths, self.y, self.w = x, lengths, y, w
         self.per_position = per_position
+        self.missing = missing
 
     @property
     def n(self) -> int:
@@ -47,7 +53,8 @@ class Data:
         """The samples idx (sorted), for the validation split."""
         lengths = None if self.lengths is None else self.lengths[idx]
         return Data(self.x[idx], lengths, self.y[idx],
-                    None if self.w is None else self.w[idx], self.per_position)
+                    None if self.w is None else self.w[idx], self.per_position,
+                    None if self.missing is None else self.missing[idx])
 
     def padded(self, t: int) -> Data:
         """Ragged data padded with zeros (weight 0) to t positions (with comm: a
@@ -61,7 +68,8 @@ class Data:
 
         per = self.per_position
         return Data(pad(self.x), self.lengths, pad(self.y) if per else self.y,
-                    None if self.w is None else (pad(self.w) if per else self.w), per)
+                    None if self.w is None else (pad(self.w) if per else self.w), per,
+                    None if self.missing is None else pad(self.missing))
 
 
 def is_ragged(X: object) -> TypeGuard[list[Any] | tuple[Any, ...]]:
@@ -91,15 +99,33 @@ def cast(name: str, a: AnyArray, dtype: npt.DTypeLike) -> FloatArray:
 #: aeon's / sktime's (n_cases, n_channels, n_timepoints) with its list of (C, T_i) arrays
 LAYOUTS = ("ntc", "nct")
 
+#: the estimators' `missing` values: NaN in X is an error, or its time steps are masked
+MISSING = ("error", "mask")
+
+
+class Sequences(NamedTuple):
+    """X validated by `sequences`: x (n, T, f) padded, lengths (n,) for ragged X (else
+    None), ragged, and missing: (n, T) bool, True at the time steps that held NaN
+    (missing="mask"; their values in x are 0), or None when no step did."""
+
+    x: FloatArray
+    lengths: IntArray | None
+    ragged: bool
+    missing: BoolArray | None
+
 
 def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None = None,
-              allow_empty: bool = False, layout: str = "ntc"
-              ) -> tuple[FloatArray, IntArray | None, bool]:
-    """(x, lengths, ragged): X as a padded (n, T, f) array of dtype (a copy only when
-    needed: the caller's arrays are never written), lengths (n,) for ragged X.
-    layout "nct": X is (n, channels, T), or a list of (channels, T_i) arrays."""
+              allow_empty: bool = False, layout: str = "ntc", missing: str = "error"
+              ) -> Sequences:
+    """X as a padded (n, T, f) array of dtype (a copy only when needed: the caller's
+    arrays are never written), lengths (n,) for ragged X, and the NaN steps.
+    layout "nct": X is (n, channels, T), or a list of (channels, T_i) arrays.
+    missing "error": NaN or infinity is a ValueError; "mask": a time step with NaN in
+    any channel is masked (see missing_steps), infinity stays a ValueError."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if missing not in MISSING:
+        raise ValueError(f"missing must be one of {MISSING}, got {missing!r}")
     nct = layout == "nct"
     if is_ragged(X):
         seqs: list[AnyArray] = []
@@ -124,10 +150,11 @@ def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None
         for i, s in enumerate(seqs):
             with np.errstate(over="ignore"):
                 x[i, :s.shape[0]] = s
-        if not finite(x):
-            raise ValueError(f"{name} contains NaN or infinity")
+        where = "" if all(s.dtype == dtype for s in seqs) else \
+            f" (after conversion to {np.dtype(dtype)})"
+        x, nan = missing_steps(name, x, lengths, missing, where)
         _check_features(name, x, n_features, nct)
-        return x, lengths, True
+        return Sequences(x, lengths, True, nan)
     x = as_real(name, X)
     if x.ndim != 3:
         if nct:
@@ -141,7 +168,40 @@ def sequences(name: str, X: object, dtype: npt.DTypeLike, n_features: int | None
     _check_features(name, x, n_features, nct)
     if not allow_empty and min(x.shape) == 0:
         raise ValueError(f"{name} is empty: shape {x.shape}")
-    return cast(name, x, dtype), None, False
+    with np.errstate(over="ignore"):  # too large for float32: reported as infinity
+        c = np.ascontiguousarray(x, dtype=dtype)
+    where = "" if x.dtype == dtype else f" (after conversion to {np.dtype(dtype)})"
+    c, nan = missing_steps(name, c, None, missing, where)
+    return Sequences(c, None, False, nan)
+
+
+def missing_steps(name: str, x: FloatArray, lengths: IntArray | None, missing: str,
+                  where: str) -> tuple[FloatArray, BoolArray | None]:
+    """(x, missing) for x (n, T, f) of the model's dtype, padding (past `lengths`) 0.
+
+    missing="error": ValueError naming `name` on NaN or infinity. missing="mask": a
+    time step with NaN in any of its channels is missing as a whole (the simplest
+    honest rule: a step is either observed or not); x is returned as a copy with
+    those steps 0 (the caller's array is never written) and the (n, T) mask of them
+    (None when no step holds NaN). Infinity stays a ValueError, and so does a
+    sequence whose every step holds NaN (it names the sequence)."""
+    if finite(x):
+        return x, None
+    if missing == "error":
+        raise ValueError(f"{name} contains NaN or infinity{where} (missing='mask' masks the "
+                         f"time steps that hold NaN)")
+    if np.isinf(x).any():
+        raise ValueError(f"{name} contains infinity{where}: missing='mask' masks the time "
+                         f"steps that hold NaN, infinity stays an error")
+    nan = typing.cast("BoolArray", np.isnan(x).any(axis=2))
+    empty = np.all(nan if lengths is None else nan | ~valid_positions(lengths, x.shape[1]),
+                   axis=1)
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise ValueError(f"{name}[{i}] holds NaN at every time step: missing='mask' needs at "
+                         f"least one step without NaN in each sequence "
+                         f"({int(empty.sum())} such sequence(s))")
+    return np.where(nan[:, :, None], x.dtype.type(0), x), nan
 
 
 def _check_features(name: str, x: AnyArray, n_features: int | None,
@@ -275,6 +335,17 @@ def valid_positions(lengths: IntArray, t: int) -> BoolArray:
     return np.arange(t)[None, :] < lengths[:, None]
 
 
+def key_mask(lengths: IntArray | None, missing: BoolArray | None, rows: slice | IntArray,
+             t: int) -> BoolArray | None:
+    """The (len(rows), t) key padding mask of the samples `rows` (a slice or an index
+    array): True past their lengths or at their missing steps; None when neither."""
+    mask = None if lengths is None else ~valid_positions(lengths[rows], t)
+    if missing is not None:
+        m = missing[rows, :t]
+        mask = m if mask is None else mask | m
+    return mask
+
+
 def unpad(y: AnyArray, lengths: IntArray) -> list[AnyArray]:
     """A list of y[i, :lengths[i]] copies (the ragged form of per-position output)."""
     return [y[i, :int(n)].copy() for i, n in enumerate(lengths)]
@@ -294,6 +365,20 @@ def patch(x: FloatArray, lengths: IntArray | None, p: int
         x = np.concatenate([x, np.zeros((n, tp * p - t, f), x.dtype)], axis=1)
     out = np.ascontiguousarray(x.reshape(n, tp, p * f))
     return out, None if lengths is None else -(-lengths // p)
+
+
+def patch_missing(missing: BoolArray | None, lengths: IntArray | None, p: int
+                  ) -> BoolArray | None:
+    """The tokens' missing mask after patch(x, lengths, p): a patch is masked when
+    every step of it is missing or padding (past a ragged sequence's end, or filling
+    the last patch), as attnx.onnx's patches; a patch with one observed step stays a
+    token, its missing steps reading 0 as the fill steps do."""
+    if missing is None or p == 1:
+        return missing
+    n, t = missing.shape
+    out = np.ones((n, -(-t // p) * p), bool)
+    out[:, :t] = missing if lengths is None else missing | ~valid_positions(lengths, t)
+    return typing.cast("BoolArray", out.reshape(n, -1, p).all(axis=2))
 
 
 def auto_patch(t_max: int, max_tokens: int = 16) -> int:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ._sequence_buffers import _Buffers
-    from ._typing import FloatArray
+    from ._typing import BoolArray, FloatArray
     from .sequence import SequenceModel
 
     _U8Array = npt.NDArray[np.uint8]
@@ -103,6 +103,27 @@ def check_settings(stem: Stem, patch_len: int | None, per_position: bool,
     except ValueError as exc:
         raise ValueError(f"stem={stem} does not fit the shortest sequence ({t_min} "
                          f"steps): {exc}") from None
+
+
+def check_missing(stem: Stem | None, mask: BoolArray | None, name: str = "X") -> None:
+    """ValueError naming the sequence when the stem leaves it no valid token: mask (n,
+    T) is True at padded and missing (missing="mask") steps, and every window of the
+    last layer is masked (Windows.mask), which missing steps can cause where a
+    kernel shorter than its stride skips the steps between windows."""
+    if stem is None or mask is None:
+        return
+    lengths(stem, mask.shape[1])   # ValueError for a kernel longer than the input
+    km = mask.astype(np.uint8)
+    for win in windows(stem):
+        out = np.empty((km.shape[0], win.count(km.shape[1])), np.uint8)
+        win.mask(km, out)
+        km = out
+    empty = km.all(axis=1)
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise ValueError(f"{name}[{i}] has no token left after stem={stem}: every window of "
+                         f"its last layer reads missing (NaN) or padded steps only (a kernel "
+                         f"shorter than its stride skips the steps between windows)")
 
 
 def param_layout(stem: Stem | None, n_features: int,

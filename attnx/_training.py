@@ -15,6 +15,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, No
 
 import numpy as np
 
+from ._sequences import key_mask
 from ._validate import finite
 
 if TYPE_CHECKING:
@@ -101,7 +102,8 @@ def auto_epochs(n: int, batch_size: int) -> int:
 class Batch:
     """One mini-batch of a fixed shape, reused every step.
 
-    x (bs, T, n_features); mask (bs, T) bool, True = padding (None for dense data);
+    x (bs, T, n_features); mask (bs, T) bool, True = padding or a missing step (None
+    for dense data without missing steps);
     y_true (bs, *target_tail) in target_dtype; w (bs,) or (bs, T) loss weights (None
     when every sample weighs the same); y, dy (bs, *out_tail) model output and dL/dY.
     A short batch fills the first m rows; the others get zero inputs and zero weight
@@ -144,10 +146,10 @@ class Batch:
                 np.take(data.y, idx, axis=0, out=self.y_true[:m], mode="clip")
             else:
                 np.copyto(self.y_true[:m], data.y[idx, :t])
-        if self.mask is not None:
-            assert data.lengths is not None  # masked batches are built for ragged data only
-            lengths = data.lengths[idx]
-            np.less_equal(lengths[:, None], np.arange(t), out=self.mask[:m])
+        if self.mask is not None:   # ragged data, or missing steps (missing="mask")
+            mask = key_mask(data.lengths, data.missing, idx, t)
+            assert mask is not None  # masked batches are built for such data only
+            self.mask[:m] = mask
             self.mask[m:] = True
             self.mask[m:, 0] = False
         if self.w is not None:

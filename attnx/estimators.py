@@ -139,8 +139,10 @@ class _Regressor(SequenceEstimator):
         rows are the sequences, or for per-position targets every valid position;
         sample_weight (n_samples,) weights the rows of each sample."""
         model = self._fitted_model()
-        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                            layout=self._layout())
+        x, lengths, ragged, nan = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                                 layout=self._layout(),
+                                                 missing=self._missing())
+        self._check_missing(nan)
         n, t = x.shape[:2]
         w = seqs.sample_weights(sample_weight, n)
         if not self._network().head:  # y of X's shape for the bare X -> Y network
@@ -197,6 +199,20 @@ _COMMON_DOC = """
         n_timepoints), or a list of (n_channels, n_timepoints_i) arrays. Explicit, never
         guessed from the shapes. Targets per position keep (n, seq_len[, k]); the ONNX
         graph takes (n, seq_len, n_features).
+    missing : what NaN in X means, in fit, predict, score and attention_weights:
+        "error" (a ValueError) or "mask": a time step with NaN in any channel is
+        missing as a whole and treated exactly as padding: a masked key in every
+        attention layer, left out of the pooling ("mean", "last", "max"; "cls"
+        reads the class token, which never attends to it), of the input
+        standardisation's statistics and of attention_weights, its values read as 0
+        (X itself is never modified). With patches (patch_len) a patch is masked
+        when all its steps are missing, else its missing steps read 0 as the steps
+        filling a short last patch do; a stem's window reads them as 0 and is masked
+        when every step it covers is, as with padding. Masking keeps the positions
+        of the later steps: trailing NaN steps give the predictions of the shorter
+        sequence. Needs targets per sequence. Infinity stays a ValueError, as does a
+        sequence whose every step holds NaN, and NaN in y. The ONNX graph does the
+        same masking inside (attnx.onnx.export).
     d_hidden : MLP width (None: 4 * d_model).
     dropout : on the attention probabilities and the residual branches in training.
     max_len : longest sequence for positional="learned" (None: the longest
@@ -267,7 +283,8 @@ class AttentionRegressor(_Regressor):
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
                  patch_len: int | None = 1, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc") -> None:
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error") -> None:
         store(self, locals())
 
 
@@ -303,7 +320,8 @@ class TransformerRegressor(_Regressor):
                  warmup: float = 0.1, max_grad_norm: float | None = 1.0,
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc") -> None:
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error") -> None:
         store(self, locals())
 
 
@@ -368,7 +386,8 @@ class _Classifier(ClassifierParams, SequenceEstimator):
     def export_spec(self) -> ExportSpec:
         """The fitted network, "probabilities" and classes_ (see ExportSpec)."""
         return ExportSpec(self._fitted_model(), "probabilities", self.classes_,
-                          patch_len=int(self.__dict__.get("patch_len_", 1)))
+                          patch_len=int(self.__dict__.get("patch_len_", 1)),
+                          missing=self._missing())
 
     def predict_log_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Log-probabilities of the classes (columns in classes_ order): (n, C), or
@@ -398,8 +417,9 @@ class _Classifier(ClassifierParams, SequenceEstimator):
         """Accuracy of predict(X) against y (over every valid position for per-position
         labels), weighted by sample_weight (n_samples,) when given."""
         model = self._fitted_model()
-        x, lengths, ragged = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                            layout=self._layout())
+        x, lengths, ragged, _ = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+                                               layout=self._layout(),
+                                               missing=self._missing())
         n, t = x.shape[:2]
         w = seqs.sample_weights(sample_weight, n)
         lab, per_position = seqs.labels(y, x, lengths, ragged)
@@ -450,7 +470,8 @@ class AttentionClassifier(_Classifier):
                  warmup: float = 0.1, max_grad_norm: float | None = None,
                  decay: str = "all", standardize: bool = False,
                  patch_len: int | None = 1, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc") -> None:
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error") -> None:
         store(self, locals())
 
 
@@ -486,7 +507,8 @@ class TransformerClassifier(_Classifier):
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None,
                  label_smoothing: float = 0.0, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc") -> None:
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error") -> None:
         store(self, locals())
 
 

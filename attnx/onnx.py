@@ -4,7 +4,11 @@
 ``export(obj, path)`` writes a graph that any ONNX runtime can serve:
 
 * input ``x``: (batch, seq_len, n_features) in the model's dtype (float32 or
-  float64); batch and seq_len are dynamic axes;
+  float64); batch and seq_len are dynamic axes; for an estimator fitted with
+  ``missing="mask"`` it may hold NaN: a time step with NaN in any channel is
+  masked inside the graph (joined to ``key_padding_mask``) and reads 0, as in
+  ``predict`` (which, unlike the graph, refuses infinity and sequences with no
+  step free of NaN);
 * input ``key_padding_mask``: (batch, seq_len) bool, True = padding (leave it
   out with ``key_padding_mask=False``: every position is then valid);
 * output ``y`` for models and regressors, in the shape ``predict`` gives for a
@@ -66,11 +70,13 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
     if isinstance(opset, bool) or not isinstance(opset, int) or not \
             _MIN_OPSET <= opset <= _MAX_OPSET:
         raise ValueError(f"opset must be an int in [{_MIN_OPSET}, {_MAX_OPSET}], got {opset!r}")
-    model, output, meta, patch_len = _unwrap(obj)
+    model, output, meta, patch_len, missing = _unwrap(obj)
     g = _Graph(model.dtype, opset)
     x = g.input("x", ["batch", "seq_len", _n_in(model) // patch_len])
     mask = g.input("key_padding_mask", ["batch", "seq_len"], bool) if key_padding_mask \
         else None
+    if missing == "mask":
+        x, mask = _missing_steps(g, x, mask)
     if patch_len > 1:
         x, mask = _patches(g, x, mask, patch_len, _n_in(model))
     y = _forward(g, model, x, mask)
@@ -88,6 +94,17 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
 
 
 # ---- what is exported --------------------------------------------------------------
+def _missing_steps(g: _Graph, x: str, mask: str | None) -> tuple[str, str]:
+    """missing="mask": a step of x (B, T, f) with NaN in any channel is masked (joined
+    to the key padding mask, or the mask itself when the graph takes none) and reads
+    0 in every channel, as the estimators' predict."""
+    nan = g.op("Cast", [g.op("IsNaN", [x])], to=7)     # int64: ReduceMax at every opset
+    step = g.op("Cast", [g.op("ReduceMax", [nan] + g.axes_input([2]), keepdims=0,
+                              **g.axes_attr([2]))], to=9)                       # (B, T)
+    x = g.op("Where", [g.op("Unsqueeze", [step, g.const_i64([2])]), g.scalar(0.0), x])
+    return x, step if mask is None else g.op("Or", [mask, step])
+
+
 def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int
              ) -> tuple[str, str | None]:
     """The estimator's patches in the graph: steps past a sequence's end zeroed, the
@@ -113,13 +130,14 @@ def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int
     return x, mask
 
 
-def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int]:
-    """(model, output kind, metadata) for a model or a fitted estimator (whose
-    export_spec() says which network to export and how predict reads its output)."""
+def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str]:
+    """(model, output kind, metadata, patch length, missing rule) for a model or a
+    fitted estimator (whose export_spec() says which network to export and how
+    predict reads its output)."""
     meta = {"attnx_version": __version__}
     if isinstance(obj, (MultiHeadAttention, Transformer, SequenceModel)):
         meta["attnx_model"] = type(obj).__name__
-        return obj, "y", meta, 1
+        return obj, "y", meta, 1, "error"
     if not callable(getattr(obj, "export_spec", None)):
         raise TypeError(f"export needs a MultiHeadAttention, Transformer, SequenceModel or a "
                         f"fitted attnx estimator, got {type(obj).__name__}")
@@ -129,7 +147,9 @@ def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int]:
         meta["classes"] = json.dumps(np.asarray(spec.classes).tolist())
     if spec.patch_len > 1:
         meta["patch_len"] = str(spec.patch_len)
-    return spec.model, spec.output, meta, spec.patch_len
+    if spec.missing == "mask":
+        meta["missing"] = spec.missing
+    return spec.model, spec.output, meta, spec.patch_len, spec.missing
 
 
 def _output_shape(model: Any) -> list[Any]:

@@ -91,14 +91,15 @@ def test_ranks_with_uneven_shards_equal_one_process(mpiexec, tmp_path, P):
 def test_weights_classifiers_and_ragged_input_equal_one_process(mpiexec, tmp_path, P):
     """Sample weights (some 0), sequence-level targets through d_model, a balanced
     classifier whose first shards lack classes, ragged per-position regression with
-    learned positions, ragged per-position classification by partial_fit."""
+    learned positions, ragged per-position classification by partial_fit, and
+    missing="mask" with NaN steps in dense and ragged X."""
     r = mpirun(mpiexec, P, ["-m", "mpi4py", str(HERE / "mpi" / "fit_equal_seq.py")], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert len(lines) == 1, r.stdout
     res = json.loads(lines[0][len("RESULT "):])
     names = ("weighted_sequence_regression", "balanced_classifier", "ragged_per_position",
-             "ragged_classifier_partial_fit")
+             "ragged_classifier_partial_fit", "missing_dense", "missing_ragged")
     for name in names:
         fig = res[name]
         assert len(fig["shards"]) == P and fig["steps"] > 0

@@ -98,6 +98,21 @@ def main():
     f["ragged_classifier_partial_fit"] = run(lambda: attnx.AttentionClassifier(**common),
                                              Xr, lr_, method="partial_fit", epochs_pf=2,
                                              classes=[0, 1])
+    # missing="mask": NaN steps masked as padding (dense X, then ragged X padded to the
+    # longest sequence of any rank), standardisation statistics over observed steps
+    Xm = X.copy()
+    Xm[rng.random(Xm.shape[:2]) < 0.25, 1] = np.nan
+    Xm[:, 0] = X[:, 0]   # every sequence keeps an observed step
+    f["missing_dense"] = run(lambda: attnx.AttentionClassifier(
+        missing="mask", standardize=True, pooling="max", **common), Xm, labels)
+    Xrm = [np.where(np.random.default_rng(i).random((len(x), 1)) < 0.25, np.nan, x)
+           for i, x in enumerate(Xr)]
+    for x, x0 in zip(Xrm, Xr):
+        x[0] = x0[0]
+    f["missing_ragged"] = run(lambda: attnx.AttentionRegressor(
+        missing="mask", standardize=True, d_model=8, **{k: v for k, v in common.items()
+                                                      if k != "d_model"}),
+        Xrm, np.array([x[:, 0].sum() for x in Xr]))
     if RANK == 0:
         print("RESULT " + json.dumps(dict(P=P, **f)), flush=True)
 
