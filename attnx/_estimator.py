@@ -505,10 +505,11 @@ class SequenceEstimator(EstimatorParams):
         model = self._fitted_model()
         x, lengths, nan = self._inputs(X, allow_empty)
         t_floor = 1   # a batch's fewest steps
-        if getattr(model, "stem", None) and len(model.output_shape(1, x.shape[1])) != 3:
+        stem = getattr(model, "stem", None)
+        if stem and len(model.output_shape(1, x.shape[1])) != 3:
             t0 = x.shape[1]
-            x, lengths = _stem.pad_short(model.stem, x, lengths)   # shorter than a kernel
-            t_floor = _stem.min_length(model.stem)
+            x, lengths = _stem.pad_short(stem, x, lengths)   # shorter than a kernel
+            t_floor = _stem.min_length(stem)
             if nan is not None and x.shape[1] > t0:   # the added steps are padding
                 nan = np.pad(nan, ((0, 0), (0, x.shape[1] - t0)))
         self._network().check_length(self._spec, x.shape[1])

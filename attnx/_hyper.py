@@ -274,7 +274,7 @@ class Config(SimpleNamespace):
     decay: str
     standardize: bool
     patch_len: int | None
-    stem: _stem.Stem | str | None
+    stem: Any   # a Stem, None, or "auto" until the fit resolves it (_estimator._prepare)
     layout: str
     missing: str
     label_smoothing: float

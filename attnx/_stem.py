@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ._sequence_buffers import _Buffers
-    from ._typing import BoolArray, FloatArray
+    from ._typing import BoolArray, FloatArray, IntArray
     from .sequence import SequenceModel
 
     _U8Array = npt.NDArray[np.uint8]
@@ -171,8 +171,8 @@ def min_length(stem: Stem | None) -> int:
     return need
 
 
-def pad_short(stem: Stem | None, x: FloatArray, lengths: npt.NDArray[np.intp] | None
-              ) -> tuple[FloatArray, npt.NDArray[np.intp] | None]:
+def pad_short(stem: Stem | None, x: FloatArray, lengths: IntArray | None
+              ) -> tuple[FloatArray, IntArray | None]:
     """x (n, T, C) right-padded with zero steps to min_length(stem) when T is shorter,
     the added steps marked as padding in the returned lengths; x, lengths unchanged
     otherwise. A padded step reads as zero, as the 'same' padding, and tokens past
