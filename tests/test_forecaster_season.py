@@ -87,13 +87,18 @@ def test_zeroed_network_forecasts_exactly_seasonal_naive(season, k):
 
 
 def test_auto_baseline_follows_the_data():
-    """baseline="auto" takes seasonal naive where it beats the context mean on the most
-    recent windows (a clean cycle), the mean where it does not (noise about a level)."""
-    cycle = attnx.TransformerForecaster(6, **TINY).fit(_periodic(150, 12, noise=0.1))
-    assert cycle.baseline_ == "seasonal_naive" and cycle.season_ == 12
+    """baseline="auto" takes seasonal naive where the last season is the better guide (a
+    noise-free cycle on a trend: the profile of five seasons lags it more), the
+    context's mean / profile where it is not (noise about a level, or a fixed cycle
+    under noise: one observation's noise would be carried into the forecast)."""
     rng = np.random.default_rng(0)
+    t = np.arange(150)
+    trend = attnx.TransformerForecaster(6, **TINY).fit(0.5 * t + 3.0 * np.sin(2 * np.pi * t / 12))
+    assert trend.baseline_ == "seasonal_naive" and trend.season_ == 12
     level = attnx.TransformerForecaster(6, **TINY).fit(10.0 + rng.normal(size=150))
     assert level.baseline_ == "none" and level.season_ == 1
+    noisy = attnx.TransformerForecaster(6, **TINY).fit(_periodic(150, 12, noise=0.5))
+    assert noisy.baseline_ == "none" and noisy.season_ == 12
 
 
 def test_round_trip_keeps_season_and_baseline_and_old_files_load_as_before(tmp_path):
