@@ -21,7 +21,7 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
 
 On the development panel this gives 12 for co2 and PBS (monthly), 48 for the
 half-hourly solar series, 10 for sunspots (its ~11-year cycle), and 1 for Nile, the
-five US-change growth rates (seasonally adjusted data) and the short M1 yearly series.
+five US-change growth rates (no seasonal peak in them) and the short M1 yearly series.
 """
 from __future__ import annotations
 

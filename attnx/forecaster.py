@@ -22,9 +22,10 @@ How a forecast is made (PatchTST's recipe, on attnx's transformer):
    (the per-phase mean over its whole seasons, which a network without a baseline
    learns to read) has the smaller squared error on the held-out (most recent)
    windows: seasonal naive carries one observation's noise into every forecast, a
-   profile does not. A network that outputs zeros forecasts exactly the baseline. The network's output is also shrunk towards the
-   baseline by a weight in [0, 1] fitted on the held-out windows (``blend_``; 1
-   without intervals): a network that cannot beat its baseline there adds little.
+   profile does not. A network that outputs zeros forecasts exactly the baseline.
+   The network's output is also shrunk towards the baseline by a weight in [0, 1]
+   fitted on the held-out windows (``blend_``; 1 without intervals): a network that
+   cannot beat its baseline there adds little.
 7. Multivariate y is channel-independent by default: each channel is its own series
    through the same model (PatchTST), which serves k channels with one set of weights.
 8. Intervals are split-conformal: a first model is trained without the last
