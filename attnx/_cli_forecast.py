@@ -44,8 +44,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--out", default="forecasts.csv", help="CSV file to write")
     f.add_argument("--coverage", type=float, default=0.9,
                    help="coverage of the prediction intervals, in (0, 1)")
-    f.add_argument("--season", type=int, default=1,
-                   help="seasonal period (12 for monthly data with a yearly cycle)")
+    f.add_argument("--season", type=int, default=None,
+                   help="seasonal period (12 for monthly data with a yearly cycle; "
+                        "default: from the time column's frequency, else from the data)")
     f.add_argument("--window", type=int, default=None,
                    help="context length (default: chosen from the data)")
     f.add_argument("--d-model", type=int, default=64, help="transformer width")

@@ -19,6 +19,10 @@ from .estimators import ESTIMATORS
 __all__ = ["get_state", "set_state", "new_from_state"]
 
 REG = "regressor."
+#: parameters added after the first release of the forecaster, with the value that
+#: reproduces how a model saved before them was trained (and its fitted attribute)
+LEGACY: dict[str, Any] = {"baseline": "none"}
+LEGACY_FITTED: dict[str, Any] = {"baseline_": "none", "blend_": 1.0}
 Arrays = dict[str, np.ndarray]
 Config = dict[str, Any]
 
@@ -68,7 +72,14 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
         taken.update({m: arrays[m] for m in names})
     own = {k: v for k, v in arrays.items() if not k.startswith(REG) and k not in taken}
     shell = _Shell(type(est), {})
-    _state.set_state(shell, own, {**config, "class": _Shell.__name__, "fitted": False})
+    params = config.get("params")
+    if isinstance(params, dict):   # a file from before a parameter existed
+        params = {**{k: v for k, v in LEGACY.items() if k in shell._param_names()}, **params}
+    _state.set_state(shell, own, {**config, "params": params, "class": _Shell.__name__,
+                                  "fitted": False})
+    if "regressor" in config:
+        for k, v in LEGACY_FITTED.items():
+            vars(shell).setdefault(k, v)
     vars(est).update({k: v for k, v in vars(shell).items() if k != "_cls"})
     vars(est).update(restored)
     if "regressor" in config:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["unwrap", "future_index", "point", "interval", "quantiles"]
+__all__ = ["unwrap", "future_index", "point", "interval", "quantiles", "season"]
 
 Meta = dict[str, Any]
 
@@ -107,6 +107,43 @@ def _meta(name: str, s: Any) -> Meta:
         meta.update(kind="range", step=int(steps[0]) if steps.size else 1,
                     last=int(vals[-1]))
     return meta
+
+
+#: the calendar cycle of a time step: steps per year for yearly and shorter-than-yearly
+#: calendar steps, per week for days, per day for clock steps (hours, minutes, ...)
+_CYCLES = (("YearBegin", 1), ("YearEnd", 1), ("BYearBegin", 1), ("BYearEnd", 1),
+           ("QuarterBegin", 4), ("QuarterEnd", 4), ("BQuarterBegin", 4),
+           ("BQuarterEnd", 4), ("SemiMonthBegin", 24), ("SemiMonthEnd", 24),
+           ("MonthBegin", 12), ("MonthEnd", 12), ("BusinessMonthBegin", 12),
+           ("BusinessMonthEnd", 12), ("Week", 52), ("BusinessDay", 5), ("Day", 7))
+_DAY_NS = 86_400_000_000_000
+
+
+def season(meta: Meta) -> int | None:
+    """The seasonal period the frequency of a datetime / period index implies (12
+    for monthly, 4 quarterly, 1 yearly, 52 weekly, 7 daily, 5 business-daily, the
+    steps of a day for hours, minutes and seconds; a multiple step divides it, e.g.
+    48 for 30 minutes), or None for an integer index or a frequency without one."""
+    if meta.get("kind") not in ("datetime", "period"):
+        return None
+    pd = _pd()
+    import warnings
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            off = pd.tseries.frequencies.to_offset(meta["freq"])
+    except (TypeError, ValueError):
+        return None
+    if isinstance(off, pd.offsets.Tick) and not isinstance(off, pd.offsets.Day):
+        step = int(off.nanos)
+        per_day = _DAY_NS // step if step > 0 and _DAY_NS % step == 0 else 0
+        return per_day if per_day > 1 else None
+    for name, cycle in _CYCLES:
+        cls = getattr(pd.offsets, name, None)
+        if cls is not None and isinstance(off, cls):
+            n = abs(int(off.n)) or 1
+            return cycle // n if cycle % n == 0 else None
+    return None
 
 
 def future_index(meta: Meta, horizon: int) -> Any:

@@ -160,6 +160,32 @@ def patchify(x: F64, mask: npt.NDArray[np.bool_], patch_len: int, stride: int
     return np.ascontiguousarray(p), pm
 
 
+def seasonal_naive(context: F64, horizon: int, season: int) -> F64:
+    """The seasonal naive forecast from contexts (n, W, k): horizon step j (0-based)
+    repeats the value one season before it, context[:, W - season + j % season]
+    (the last value for season 1), shape (n, horizon, k). Needs season <= W."""
+    w = context.shape[1]
+    if not 1 <= season <= w:
+        raise ValueError(f"season must be in [1, window={w}], got {season}")
+    idx = w - season + np.arange(horizon) % season
+    out: F64 = context[:, idx, :]
+    return out
+
+
+def seasonal_mean(context: F64, horizon: int, season: int) -> F64:
+    """Like seasonal_naive, but each horizon step repeats the mean over the context's
+    whole seasons of its phase (the last value's mean for season 1 is the context's
+    mean): the seasonal profile without one observation's noise, (n, horizon, k)."""
+    w = context.shape[1]
+    if not 1 <= season <= w:
+        raise ValueError(f"season must be in [1, window={w}], got {season}")
+    n_seasons = w // season
+    last = context[:, w - n_seasons * season:, :]
+    profile = last.reshape(context.shape[0], n_seasons, season, -1).mean(axis=1)
+    out: F64 = profile[:, np.arange(horizon) % season, :]
+    return out
+
+
 def check_quantiles(q: Any) -> tuple[float, ...]:
     try:
         arr = np.asarray(q, dtype=np.float64).reshape(-1)

@@ -13,12 +13,26 @@ How a forecast is made (PatchTST's recipe, on attnx's transformer):
    that ends at the origin, and a short series' missing old patches are masked padding.
 4. A transformer encoder (pre-norm blocks, sinusoidal positions, mean pooling) maps the
    tokens to all `horizon` values at once (direct multi-horizon; no recursion).
-5. Multivariate y is channel-independent by default: each channel is its own series
+5. The season (``season=None``): the frequency of a pandas time index when y has one,
+   else the highest clear peak of the detrended series' autocorrelation (attnx._season).
+6. The network forecasts the residual from a baseline in the window's scaled units:
+   the seasonal naive forecast taken from the context (``baseline="seasonal_naive"``;
+   the last value for season 1) or the context's mean (``"none"``, i.e. 0);
+   ``"auto"`` (default) takes seasonal naive unless the context's seasonal profile
+   (the per-phase mean over its whole seasons, which a network without a baseline
+   learns to read) has the smaller squared error on the held-out (most recent)
+   windows: seasonal naive carries one observation's noise into every forecast, a
+   profile does not. A network that outputs zeros forecasts exactly the baseline.
+   The network's output is also shrunk towards the baseline by a weight in [0, 1]
+   fitted on the held-out windows (``blend_``; 1 without intervals): a network that
+   cannot beat its baseline there adds little.
+7. Multivariate y is channel-independent by default: each channel is its own series
    through the same model (PatchTST), which serves k channels with one set of weights.
-6. Intervals are split-conformal: a first model is trained without the last
+8. Intervals are split-conformal: a first model is trained without the last
    `calibration` origins of each series; its scaled absolute errors there, per horizon
-   step, give the interval's half-widths; the final model is then trained on every
-   window. Intervals are symmetric, so predict_quantiles never crosses.
+   step (their conformal quantile, then the running maximum along the horizon), give
+   the interval's half-widths; the final model is then trained on every window.
+   Intervals are symmetric, so predict_quantiles never crosses.
 
 Covariates: X (past-observed, aligned with y) are standardised with their fit-time
 statistics and join the context's channels; X_future (known for the future, aligned with
@@ -33,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _forecaster_state, _pandas
+from . import _forecaster_state, _pandas, _season
 from . import _windows as win
 from ._base import EstimatorParams
 from .estimators import TransformerRegressor
@@ -48,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["TransformerForecaster", "FORECASTERS"]
 
 _INTERVALS = ("conformal", None)
+_BASELINES = ("auto", "seasonal_naive", "none")
 # how many times the calibration fit checks its held-out error
 _CHECKS = 10
 
@@ -64,7 +79,22 @@ class TransformerForecaster(EstimatorParams):
     patch_len, patch_stride : patch size and step; None: ``clip(window // 8, 1, 16)`` and
         half of it (half-overlapping patches, about 16 tokens).
     season : seasonal period of the data (12 for monthly with a yearly cycle; 1 none);
-        used by the default window and documented metrics (MASE) only.
+        None (default): from the frequency of a pandas DatetimeIndex / PeriodIndex
+        when y carries one (attnx._pandas.season: 12 monthly, 4 quarterly, 48 for
+        half-hours, ...; used when the median series holds two cycles), else from
+        the data (attnx._season: the highest clear peak of the autocorrelation of the
+        detrended series). Sets the default window and the baseline; the fitted
+        value is ``season_``.
+    baseline : what the network forecasts the residual from, in the window's scaled
+        units. "seasonal_naive": the seasonal naive forecast (each horizon step's
+        value one season before, taken from the context), so a network that outputs
+        zeros forecasts exactly seasonal naive (naive, the last value, with season 1
+        or when the window is shorter than the season); "none": the context's mean
+        (the network forecasts the scaled values themselves, as model files from
+        before this parameter do); "auto" (default): seasonal naive, unless the
+        context's seasonal profile (per-phase mean over its whole seasons) has the
+        smaller squared error on the held-out calibration windows (on every window
+        with intervals=None); then "none". The choice is ``baseline_``.
     d_model, n_heads, n_layers, d_hidden, dropout : the transformer's sizes.
     channel_independent : multivariate y as separate series through one model.
     intervals : "conformal" (split-conformal calibration, one extra fit) or None.
@@ -81,7 +111,8 @@ class TransformerForecaster(EstimatorParams):
     window: int | None
     patch_len: int | None
     patch_stride: int | None
-    season: int
+    season: int | None
+    baseline: str
     d_model: int
     n_heads: int
     n_layers: int
@@ -101,7 +132,8 @@ class TransformerForecaster(EstimatorParams):
 
     def __init__(self, horizon: int = 1, *, window: int | None = None,
                  patch_len: int | None = None, patch_stride: int | None = None,
-                 season: int = 1, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 season: int | None = None, baseline: str = "auto",
+                 d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  d_hidden: int | None = None, dropout: float = 0.1,
                  channel_independent: bool = True, intervals: str | None = "conformal",
                  calibration: int | None = None, steps: int = 1500,
@@ -115,7 +147,10 @@ class TransformerForecaster(EstimatorParams):
     # ---- configuration ---------------------------------------------------
     def _check(self) -> None:
         self.horizon_ = win.check_int("horizon", self.horizon, 1)
-        self.season_ = win.check_int("season", self.season, 1)
+        if self.season is not None:
+            win.check_int("season", self.season, 1)
+        if self.baseline not in _BASELINES:
+            raise ValueError(f"baseline must be one of {_BASELINES}, got {self.baseline!r}")
         if self.intervals not in _INTERVALS:
             raise ValueError(f"intervals must be one of {_INTERVALS}, got {self.intervals!r}")
         for name in ("window", "patch_len", "patch_stride", "calibration", "epochs"):
@@ -154,13 +189,19 @@ class TransformerForecaster(EstimatorParams):
         return [a for a in items for _ in range(self.k_)]
 
     def _tokens(self, context: F64, mask: npt.NDArray[np.bool_], extra: F64 | None
-                ) -> tuple[F64, F64, F64, list[F64] | F64]:
-        """Scaled, patched, newest-first tokens of windows (n, W, c) -> model input (a
-        dense (n, N, F) array, or a list of (N_i, F) arrays when some are padded)."""
+                ) -> tuple[F64, F64, F64, F64, list[F64] | F64]:
+        """Scaled, patched, newest-first tokens of windows (n, W, c) -> the scale
+        (mu, sd), the baseline forecast in scaled units (n, horizon, k_out), and the
+        model input (a dense (n, N, F) array, or a list of (N_i, F) arrays when some
+        are padded)."""
         ko = self.k_out_
         mu, sd = win.scale_stats(context, mask, ko)
         x = context.copy()
         x[:, :, :ko] = (x[:, :, :ko] - mu) / sd
+        if self.baseline_ == "seasonal_naive":
+            base = win.seasonal_naive(x[:, :, :ko], self.horizon_, self._base_period())
+        else:
+            base = np.zeros((x.shape[0], self.horizon_, ko))
         if x.shape[2] > ko:   # past covariates: fit-time standardisation
             x[:, :, ko:] = (x[:, :, ko:] - self.cov_mean_) / self.cov_std_
         p, pm = win.patchify(x, mask, self.patch_len_, self.patch_stride_)
@@ -171,8 +212,8 @@ class TransformerForecaster(EstimatorParams):
         p = np.ascontiguousarray(p)
         if pm.any():
             n_valid = (~pm).sum(axis=1)
-            return mu, sd, p, [p[i, :max(int(v), 1)] for i, v in enumerate(n_valid)]
-        return mu, sd, p, p
+            return mu, sd, base, p, [p[i, :max(int(v), 1)] for i, v in enumerate(n_valid)]
+        return mu, sd, base, p, p
 
     def _extra(self, static: list[F64] | None, future: list[F64] | None,
                index: npt.NDArray[np.intp], origins: npt.NDArray[np.intp] | None) -> F64 | None:
@@ -207,6 +248,9 @@ class TransformerForecaster(EstimatorParams):
         series, self.was_list_ = win.series_list("y", y, min_len=h + 2)
         self.k_ = series[0].shape[1]
         self.k_out_ = 1 if self.channel_independent else self.k_
+        self.season_ = self._season(series)
+        self.baseline_ = "none" if self.baseline == "none" else "seasonal_naive"
+        self.blend_ = 1.0
         cov = self._aligned("X", X, series)
         fut = self._aligned("X_future", X_future, series)
         stat = self._static(static, len(series))
@@ -231,13 +275,27 @@ class TransformerForecaster(EstimatorParams):
             self._per_target(stat)
         w = win.cut(targets, self.window_, h, min_context=self._min_context(), covariates=cov_t)
         extra = self._extra(stat_t, fut_t, w.series, w.origin)
-        mu, sd, dense, xin = self._tokens(w.context, w.mask, extra)
-        tgt = ((w.target - mu) / sd).reshape(len(w.target), -1)
+        mu, sd, base, _, xin = self._tokens(w.context, w.mask, extra)
+        scaled = (w.target - mu) / sd
+        held = self._held_out(w) if self.intervals == "conformal" else None
+        if self.baseline == "auto":
+            # seasonal naive, unless the context's seasonal profile (the per-phase mean
+            # over its whole seasons, which the network can learn to read without a
+            # baseline) is closer to the most recent windows' targets
+            recent = held if held is not None and held.any() else slice(None)
+            x = (w.context[recent][:, :, :self.k_out_] - mu[recent]) / sd[recent]
+            profile = win.seasonal_mean(x, h, self._base_period())
+            if np.mean((scaled[recent] - base[recent]) ** 2) >= \
+                    np.mean((scaled[recent] - profile) ** 2):
+                self.baseline_ = "none"
+                base = np.zeros_like(base)
+        tgt = (scaled - base).reshape(len(w.target), -1)
         seed = int(np.random.default_rng(self.random_state).integers(2 ** 31 - 1))
         self.calibration_scores_ = None
         final = self._regressor(len(tgt), n_tok, seed)
-        if self.intervals == "conformal":
-            self.calibration_scores_, best = self._calibrate(w, xin, tgt, seed, n_tok)
+        if held is not None:
+            self.calibration_scores_, best, self.blend_ = self._calibrate(
+                held, xin, tgt, seed, n_tok)
             if self.epochs is None:   # as long as the held-out check liked best
                 final.set_params(epochs=max(1, best))
         self.regressor_ = final.fit(xin, tgt)
@@ -249,23 +307,38 @@ class TransformerForecaster(EstimatorParams):
         self.n_series_ = len(series)
         return self
 
+    def _season(self, series: list[F64]) -> int:
+        """The season: as given, else the index frequency's, else the data's."""
+        if self.season is not None:
+            return int(self.season)
+        med = int(np.median([s.shape[0] for s in series]))
+        metas = self.time_index_ or []
+        found = {_pandas.season(m) for m in metas}
+        if len(found) == 1:
+            m = found.pop()
+            if m is not None and med >= 2 * m:
+                return m
+        return _season.detect(series)
+
+    def _base_period(self) -> int:
+        """The baseline's period: the season when the window holds one, else 1."""
+        return self.season_ if self.season_ <= self.window_ else 1
+
     def _min_context(self) -> int:
         """Real steps a training window's context needs: a scale estimated from fewer
         steps than this is too noisy to train on (its targets blow up)."""
         return int(min(self.window_, max(self.patch_len_, self.horizon_, 4)))
 
-    def _calibrate(self, w: win.Windows, xin: list[F64] | F64, tgt: F64, seed: int,
-                   n_tok: int) -> tuple[F64, int]:
-        """Train without the last origins of each series, checking the error on them
-        every few epochs: (scaled absolute errors (n_cal, horizon * k_out) of the best
-        check, the epochs it had trained)."""
+    def _held_out(self, w: win.Windows) -> npt.NDArray[np.bool_]:
+        """Which training windows the calibration fit holds out: the last origins of
+        each series (``calibration`` of them, at most a quarter of its windows)."""
         order = np.lexsort((w.origin, w.series))
         per = np.bincount(w.series[order])
         if self.calibration is not None:
             n_cal = int(self.calibration)
         else:
             n_cal = max(1, math.ceil(200 / max(int((per > 0).sum()), 1)))
-        cal = np.zeros(len(tgt), bool)
+        cal = np.zeros(len(w.origin), bool)
         start = 0
         for cnt in per:
             take = min(n_cal, max(cnt // 4, 1)) if cnt > 1 else 0
@@ -274,6 +347,17 @@ class TransformerForecaster(EstimatorParams):
         if not cal.any() or cal.all():
             raise ValueError("too few training windows to hold some out for the conformal "
                              "calibration; use intervals=None or longer series")
+        return cal
+
+    def _calibrate(self, cal: npt.NDArray[np.bool_], xin: list[F64] | F64, tgt: F64,
+                   seed: int, n_tok: int) -> tuple[F64, int, float]:
+        """Train without the held-out windows `cal`, checking the error on them every
+        few epochs: (scaled absolute errors (n_cal, horizon * k_out) of the best check,
+        the epochs it had trained, the network's weight there).
+
+        The weight shrinks the network's output towards the baseline: at each check,
+        the least-squares factor c in [0, 1] of the held-out residual targets on the
+        network's outputs (c = 0: the baseline alone does best there)."""
         pick, held = np.flatnonzero(~cal), np.flatnonzero(cal)
 
         def sub(ix: npt.NDArray[np.intp]) -> list[F64] | F64:
@@ -283,17 +367,20 @@ class TransformerForecaster(EstimatorParams):
         chunk = max(1, total // _CHECKS)
         model.set_params(epochs=chunk, warm_start=True)
         x_fit, x_held, y_fit = sub(pick), sub(held), tgt[pick]
-        best, best_err, best_epochs, done = None, math.inf, total, 0
+        best, best_err, best_epochs, best_c, done = None, math.inf, total, 1.0, 0
+        y_held = tgt[held]
         while done < total:
             model.fit(x_fit, y_fit)
             done += chunk
             pred = np.asarray(model.predict(x_held), dtype=np.float64).reshape(len(held), -1)
-            err = np.abs(pred - tgt[held])
+            pp = float(np.sum(pred * pred))
+            c = float(np.clip(np.sum(pred * y_held) / pp, 0.0, 1.0)) if pp > 0 else 0.0
+            err = np.abs(c * pred - y_held)
             score = float(np.mean(err ** 2))
             if score < best_err:
-                best, best_err, best_epochs = err, score, done
+                best, best_err, best_epochs, best_c = err, score, done, c
         assert best is not None
-        return best, best_epochs
+        return best, best_epochs, best_c
 
     def _aligned(self, name: str, X: Any, series: list[F64]) -> list[F64] | None:
         if X is None:
@@ -402,9 +489,9 @@ class TransformerForecaster(EstimatorParams):
             msk.append(m)
         rows = np.arange(len(targets), dtype=np.intp)
         extra = self._extra(self._per_target(stat), self._per_target(fut), rows, None)
-        mu, sd, _, xin = self._tokens(np.stack(ctx), np.stack(msk), extra)
+        mu, sd, base, _, xin = self._tokens(np.stack(ctx), np.stack(msk), extra)
         raw = np.asarray(self.regressor_.predict(xin), dtype=np.float64)
-        raw = raw.reshape(len(targets), h, self.k_out_)
+        raw = self.blend_ * raw.reshape(len(targets), h, self.k_out_) + base
         point = raw * sd + mu
         return (self._merge(point), self._merge(np.broadcast_to(sd, point.shape)), was_list,
                 index)
@@ -454,13 +541,17 @@ class TransformerForecaster(EstimatorParams):
 
     def _half_width(self, coverage: float) -> F64:
         """Per horizon step (and channel): the conformal quantile of the scaled errors,
-        (1, horizon, k) broadcastable against the forecasts."""
+        level ceil((n + 1) * coverage) / n of the n calibration windows, made
+        non-decreasing along the horizon (its running maximum: an error further
+        ahead is not expected to be smaller, and the running maximum steadies the
+        quantiles of a few, overlapping calibration windows); (1, horizon, k)
+        broadcastable against the forecasts."""
         s = self.calibration_scores_
         assert s is not None
         n = s.shape[0]
         level = min(1.0, math.ceil((n + 1) * coverage) / n)
         q = np.quantile(s, level, axis=0, method="higher")
-        q = q.reshape(1, self.horizon_, self.k_out_)
+        q = np.maximum.accumulate(q.reshape(1, self.horizon_, self.k_out_), axis=1)
         if self.channel_independent and self.k_ > 1:
             q = np.repeat(q, self.k_, axis=2)
         out: F64 = np.asarray(q, dtype=np.float64)

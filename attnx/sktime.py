@@ -9,7 +9,9 @@ forecasting horizon given to fit (sktime's ``fh``, relative to the cutoff; in-sa
 steps are not supported), every forecast is made from all the data seen so far (so
 ``update(..., update_params=False)`` moves the forecast origin without refitting;
 with update_params=True the model is refitted on all of it), and
-intervals and quantiles are the wrapped model's split-conformal ones. Exogenous X is
+intervals and quantiles are the wrapped model's split-conformal ones. The model is
+fitted on the values alone, so season=None finds the season from the data (not from
+the index's frequency). Exogenous X is
 ignored: sktime passes the future values of X at predict, while the wrapped model's
 past covariates need their history up to the cutoff.
 """
@@ -65,7 +67,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     _config = {"remember_data": False}
 
     def __init__(self, window: int | None = None, patch_len: int | None = None,
-                 patch_stride: int | None = None, season: int = 1, d_model: int = 64,
+                 patch_stride: int | None = None, season: int | None = None,
+                 baseline: str = "seasonal_naive", d_model: int = 64,
                  n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None,
                  dropout: float = 0.1, channel_independent: bool = True,
                  calibration: int | None = None, steps: int = 1500,
@@ -75,6 +78,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         self.patch_len = patch_len
         self.patch_stride = patch_stride
         self.season = season
+        self.baseline = baseline
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_layers = n_layers

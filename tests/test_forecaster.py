@@ -75,3 +75,18 @@ def test_bad_input(kw, y, msg):
     with pytest.raises(ValueError, match="quantiles"):
         attnx.TransformerForecaster(3, **FAST).fit(_seasonal(60)).predict_quantiles(
             quantiles=(0.0, 0.5))
+
+
+def test_interval_half_widths_are_the_running_maximum_of_the_conformal_quantiles():
+    import math
+    f = attnx.TransformerForecaster(6, **FAST).fit(_seasonal(120))
+    s = f.calibration_scores_
+    n = s.shape[0]
+    q = np.quantile(s, min(1.0, math.ceil((n + 1) * 0.8) / n), axis=0, method="higher")
+    half = f._half_width(0.8).reshape(-1)
+    np.testing.assert_array_equal(half, np.maximum.accumulate(q))
+    assert np.all(np.diff(half) >= 0) and np.all(half >= q)
+    p = f.predict()
+    lo, hi = f.predict_interval(coverage=0.8)
+    np.testing.assert_allclose(hi - p, p - lo, rtol=1e-12)          # symmetric
+    assert np.all(np.diff(hi - lo) >= -1e-9 * np.abs(hi - lo).max())  # widths from half

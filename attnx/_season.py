@@ -1,0 +1,88 @@
+"""The seasonal period of a set of series, found from the data (season="auto").
+
+The rule (a peak of the autocorrelation function, as ACF-based seasonality tests do):
+
+1. Each series (each channel) is linearly detrended (a least-squares line removed),
+   so a trend does not make every lag look correlated.
+2. Its autocorrelation function r(k) is estimated for lags k = 1..K + 1, K = T // 3
+   (a period needs at least three cycles in the series), with the bias-adjusted
+   estimator  r(k) = [sum_t x_t x_{t+k} / (T - k)] / [sum_t x_t^2 / T]  (the plain
+   estimator's (T - k) / T shrinkage would favour the shorter of two close lags).
+3. For many series (a global model), the functions are averaged over the series,
+   each weighted by its length, at every lag it reaches.
+4. The clear peaks are the lags m in [2, K] where r is a local maximum
+   (r(m) >= r(m - 1) and r(m) >= r(m + 1)) above max(PEAK_LEVEL, 3 / sqrt(N_m))
+   (N_m: the total length of the series reaching lag m, so a white-noise peak rarely
+   passes) and at least PEAK_RISE above the lowest r(k), 1 <= k < m (the wiggles of
+   a slowly decaying function are not peaks). No clear peak: season 1.
+5. Else the season is the shortest clear peak whose r(m) is at least HARMONIC times
+   the highest one (a cycle also peaks at its multiples, about as high). A long
+   period's broad peak may be found a lag off when the series holds few cycles.
+
+On the development panel this gives 12 for co2 and PBS (monthly), 48 for the
+half-hourly solar series, 10 for sunspots (its ~11-year cycle), and 1 for Nile, the
+five US-change growth rates (no seasonal peak in them) and the short M1 yearly series.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    F64 = npt.NDArray[np.float64]
+
+__all__ = ["detect", "acf", "PEAK_LEVEL", "PEAK_RISE", "HARMONIC"]
+
+#: a seasonal peak of the autocorrelation function must exceed this level ...
+PEAK_LEVEL = 0.3
+#: ... and rise at least this much above the lowest autocorrelation at shorter lags
+PEAK_RISE = 0.2
+#: the shortest clear peak at least this fraction of the highest one is the season
+HARMONIC = 0.8
+
+
+def acf(x: F64, max_lag: int) -> F64:
+    """Bias-adjusted autocorrelations r(0..max_lag) of the linearly detrended 1-D x
+    (all zeros after r(0) = 1 for a constant series)."""
+    t = np.arange(x.shape[0], dtype=np.float64)
+    slope, icept = np.polyfit(t, x, 1)
+    z = x - (slope * t + icept)
+    n = z.shape[0]
+    var = float(z @ z) / n
+    out = np.zeros(max_lag + 1)
+    out[0] = 1.0
+    if var <= 1e-12 * (1.0 + float(np.mean(x * x))):
+        return out
+    for k in range(1, max_lag + 1):
+        out[k] = float(z[k:] @ z[:-k]) / (n - k) / var
+    return out
+
+
+def detect(series: list[F64]) -> int:
+    """The seasonal period of 2-D (T_i, k) series by the module's rule (1: none)."""
+    cols = [s[:, j] for s in series for j in range(s.shape[1])]
+    top = max(c.shape[0] for c in cols) // 3 + 1   # r(K + 1) tells whether K peaks
+    if top < 4:
+        return 1
+    num, den = np.zeros(top + 1), np.zeros(top + 1)
+    for c in cols:
+        k = c.shape[0] // 3 + 1
+        if k < 4:
+            continue
+        num[:k + 1] += c.shape[0] * acf(c, k)
+        den[:k + 1] += c.shape[0]
+    reach = int(np.flatnonzero(den > 0)[-1]) if den.any() else 0
+    if reach < 3:
+        return 1
+    r = num[:reach + 1] / den[:reach + 1]
+    level = np.maximum(PEAK_LEVEL, 3.0 / np.sqrt(np.maximum(den[:reach + 1], 1.0)))
+    peaks = [m for m in range(2, reach)
+             if r[m] >= r[m - 1] and r[m] >= r[m + 1] and r[m] > level[m]
+             and r[m] - r[1:m].min() >= PEAK_RISE]
+    if not peaks:
+        return 1
+    high = max(r[m] for m in peaks)
+    return next(m for m in peaks if r[m] >= HARMONIC * high)

@@ -1,0 +1,131 @@
+"""TransformerForecaster's season (found from the index frequency or the data) and its
+seasonal-naive baseline (a zeroed network forecasts exactly seasonal naive)."""
+import numpy as np
+import pytest
+
+import attnx
+from attnx import _forecaster_state as fs
+from attnx import _season
+
+TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0)
+
+
+def _periodic(n, period, seed=0, trend=0.0, noise=0.3):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return 5.0 + trend * t + np.sin(2 * np.pi * t / period) + noise * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("period", [4, 7, 12, 24, 48])
+def test_detects_a_known_period(period):
+    n = max(200, 5 * period)
+    hits = np.array([_season.detect([_periodic(n, period, seed=s, trend=0.02)[:, None]])
+                     for s in range(10)])
+    if period <= 24:
+        assert np.all(hits == period), hits
+    else:   # a long period's broad peak: the top may be a lag off (module docstring)
+        assert np.all(np.abs(hits - period) <= 1) and np.mean(hits == period) >= 0.5, hits
+
+
+def test_no_period_in_noise_random_walks_and_short_series():
+    rng = np.random.default_rng(1)
+    found = []
+    for s in range(20):
+        found.append(_season.detect([rng.normal(size=150)[:, None]]))
+        found.append(_season.detect([np.cumsum(rng.normal(size=150))[:, None]]))
+    assert found.count(1) >= 38            # at most 2 false peaks in 40 tries
+    assert _season.detect([_periodic(30, 12)[:, None]]) == 1   # fewer than 3 cycles
+    assert _season.detect([np.full((100, 1), 3.0)]) == 1        # constant
+
+
+def test_global_panel_averages_the_series():
+    """Each series alone is noisy; the panel's averaged autocorrelation shows the cycle."""
+    series = [_periodic(60, 6, seed=s, noise=0.8)[:, None] for s in range(30)]
+    assert _season.detect(series) == 6
+
+
+def test_forecaster_season_from_frequency_data_or_parameter():
+    pd = pytest.importorskip("pandas")
+    y = _periodic(120, 12, noise=0.05)
+    daily = pd.Series(y, index=pd.date_range("2020-01-01", periods=120, freq="D"))
+    monthly = pd.Series(_periodic(120, 5), index=pd.date_range("2000-01", periods=120,
+                                                                freq="MS"))
+    assert attnx.TransformerForecaster(3, **TINY).fit(daily).season_ == 7   # the index
+    assert attnx.TransformerForecaster(3, **TINY).fit(monthly).season_ == 12
+    assert attnx.TransformerForecaster(3, **TINY).fit(y).season_ == 12      # the data
+    assert attnx.TransformerForecaster(3, season=5, **TINY).fit(y).season_ == 5
+    short = pd.Series(y[:20], index=pd.date_range("2000-01", periods=20, freq="MS"))
+    assert attnx.TransformerForecaster(3, **TINY).fit(short).season_ == 1  # < 2 years
+
+
+def _zero_head(f):
+    params = f.regressor_.model_.params
+    params["head.W"][...] = 0.0
+    params["head.b"][...] = 0.0
+
+
+@pytest.mark.parametrize("season,k", [(12, 1), (1, 1), (5, 2)])
+def test_zeroed_network_forecasts_exactly_seasonal_naive(season, k):
+    y = np.stack([_periodic(90, 12, seed=j) * (j + 1) for j in range(k)], axis=1)
+    y = y[:, 0] if k == 1 else y
+    f = attnx.TransformerForecaster(7, season=season, baseline="seasonal_naive",
+                                    dtype=np.float64, **TINY).fit(y)
+    assert f.baseline_ == "seasonal_naive" and 0.0 <= f.blend_ <= 1.0
+    _zero_head(f)
+    h = 7
+    idx = len(y) - season + np.arange(h) % season
+    np.testing.assert_allclose(f.predict(), y[idx], rtol=0, atol=1e-9)
+    other = y[:70] + 3.0
+    np.testing.assert_allclose(f.predict(other), other[70 - season + np.arange(h) % season],
+                               rtol=0, atol=1e-9)
+    g = attnx.TransformerForecaster(7, season=season, baseline="none", dtype=np.float64,
+                                    **TINY).fit(y)
+    _zero_head(g)
+    ctx = y[-g.window_:]
+    np.testing.assert_allclose(g.predict(), np.broadcast_to(ctx.mean(axis=0), (h,) + y.shape[1:]),
+                               rtol=0, atol=1e-9)   # no baseline: the context's mean
+
+
+def test_auto_baseline_follows_the_data():
+    """baseline="auto" takes seasonal naive where the last season is the better guide (a
+    noise-free cycle on a trend: the profile of five seasons lags it more), the
+    context's mean / profile where it is not (noise about a level, or a fixed cycle
+    under noise: one observation's noise would be carried into the forecast)."""
+    rng = np.random.default_rng(0)
+    t = np.arange(150)
+    trend = attnx.TransformerForecaster(6, **TINY).fit(0.5 * t + 3.0 * np.sin(2 * np.pi * t / 12))
+    assert trend.baseline_ == "seasonal_naive" and trend.season_ == 12
+    level = attnx.TransformerForecaster(6, **TINY).fit(10.0 + rng.normal(size=150))
+    assert level.baseline_ == "none" and level.season_ == 1
+    noisy = attnx.TransformerForecaster(6, **TINY).fit(_periodic(150, 12, noise=0.5))
+    assert noisy.baseline_ == "none" and noisy.season_ == 12
+
+
+def test_round_trip_keeps_season_and_baseline_and_old_files_load_as_before(tmp_path):
+    y = _periodic(100, 12)
+    f = attnx.TransformerForecaster(4, baseline="seasonal_naive", **TINY).fit(y)
+    f.save(tmp_path / "f.safetensors")
+    g = attnx.load(tmp_path / "f.safetensors")
+    assert (g.season, g.baseline, g.season_, g.baseline_, g.blend_) == (
+        None, "seasonal_naive", 12, "seasonal_naive", f.blend_)
+    np.testing.assert_array_equal(g.predict(), f.predict())
+    # a file from before the baseline existed: no parameter, no fitted attribute
+    arrays, config = fs.get_state(f, portable=True)
+    config = {**config, "params": {k: v for k, v in config["params"].items()
+                                   if k != "baseline"},
+              "attributes": {k: v for k, v in config["attributes"].items()
+                             if k not in ("baseline_", "blend_")}}
+    old = fs.new_from_state(arrays, config, {"TransformerForecaster": attnx.TransformerForecaster})
+    assert old.baseline == old.baseline_ == "none" and old.blend_ == 1.0
+    f.baseline_, f.blend_ = "none", 1.0   # the same weights, as before the baseline
+    np.testing.assert_array_equal(old.predict(), f.predict())
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(season=0), "season must be"),
+    (dict(season=2.5), "season must be"),
+    (dict(baseline="drift"), "baseline must be one of"),
+])
+def test_bad_season_or_baseline(kw, msg):
+    with pytest.raises((ValueError, TypeError), match=msg):
+        attnx.TransformerForecaster(3, **TINY, **kw).fit(_periodic(60, 12))
