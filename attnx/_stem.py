@@ -149,10 +149,11 @@ def token_masks(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int,
     return out
 
 
-def forward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], nb: int,
-            lens: list[int], grad: bool, nth: int) -> FloatArray:
-    """Run the stem on b.x; returns its output A_L (B * T_L, d_model)."""
-    k, w, a = m._k, m._w, b.x
+def forward(m: SequenceModel, b: _Buffers, x: FloatArray, kms: list[_U8Array | None],
+            nb: int, lens: list[int], grad: bool, nth: int) -> FloatArray:
+    """Run the stem on x (b.x, or the instance-normalised b.xn); returns its output
+    A_L (B * T_L, d_model)."""
+    k, w, a = m._k, m._w, x
     for i, win in enumerate(m._windows):
         n = lens[i + 1]
         win.forward(a.reshape(nb, lens[i], -1), kms[i], b.su[i].reshape(nb, n, -1), nth)
