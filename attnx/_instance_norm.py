@@ -152,6 +152,7 @@ def denorm_backward(m: SequenceModel, b: _Buffers, nb: int, nth: int) -> FloatAr
     """dL/dyn (b.rdy) and dL/d(mean, std) (b.rdst) from b.dy; the affine map's
     gradient written (not added). Returns b.rdy."""
     assert b.yn is not None and b.rst is not None and b.rdy is not None
+    assert b.rdst is not None
     c = channels(m)
     KERNEL.denorm_backward(b.dy.reshape(nb, -1, c), b.yn.reshape(nb, -1, c), pair(m),
                            b.rst, b.rdy.reshape(nb, -1, c), pair(m, grads=True), b.rdst,

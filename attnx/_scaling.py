@@ -40,7 +40,12 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
             est.__dict__.pop(k, None)
         return data
     x = data.x
-    if refit:
+    if refit and cfg.instance_norm is not None:
+        # instance normalisation standardises each series itself: X stays as it is
+        # (identity, which folds exactly)
+        est.input_mean_ = np.zeros(x.shape[2])
+        est.input_scale_ = np.ones(x.shape[2])
+    elif refit:
         valid = np.ones(x.shape[:2], bool) if data.lengths is None else \
             seqs.valid_positions(data.lengths, x.shape[1])
         xv = x[valid].astype(np.float64)
@@ -54,7 +59,14 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
     if data.lengths is not None:   # padding stays zero
         xs[~seqs.valid_positions(data.lengths, x.shape[1])] = 0
     y = data.y
-    if est._scales_targets():   # regression targets: per output column
+    # regression targets, per output column; not with instance_norm="revin", whose
+    # de-normalisation gives outputs in the units of X's channels, series by series
+    scale_y = (cfg.instance_norm != "revin") if refit else "target_mean_" in est.__dict__
+    if not scale_y:
+        est.__dict__.pop("target_mean_", None)
+        est.__dict__.pop("target_scale_", None)
+        est.__dict__.pop("head_bias_", None)
+    elif est._scales_targets():
         if refit:
             yv = y.reshape(-1, y.shape[-1]).astype(np.float64)
             if data.w is not None:   # rows that count (w per sample or per position)

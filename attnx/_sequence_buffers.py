@@ -89,7 +89,7 @@ class _Buffers:
             "branch": [(rows, d)] if drop and store else [],
             "m1": [(rows, d)] * L if drop and store else [],
             "m2": [(rows, d)] * L if drop and store else []}
-        backward = {
+        backward: _Shapes = {
             "dy": [(nb if pooled else rows, m.n_outputs)],
             "dpooled": [(nb, d)] if pooled else [],
             "dhf": [(rows, d)], "da": [(rows, d)], "db": [(rows, d)], "dzt": [(rows, d)],

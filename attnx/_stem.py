@@ -121,15 +121,15 @@ def lengths(stem: Stem | None, t: int) -> list[int]:
 
 
 def buffer_shapes(m: SequenceModel, nb: int, lens: list[int],
-                  store: bool) -> tuple[dict[str, list[tuple[int, int]]],
-                                        dict[str, list[tuple[int, int]]]]:
+                  store: bool) -> tuple[dict[str, list[tuple[int, ...]]],
+                                        dict[str, list[tuple[int, ...]]]]:
     """Forward and backward buffers of the stem, per layer i: su (windows), sz (before
     SiLU), ss (after SiLU), ssg (sigmoid, training only); dss (dL/d ss, then dL/d sz in
     place) and dsu (dL/d su)."""
     stem, d = m.stem or (), m.d_model
-    su = [(nb * lens[i + 1], k * (m.n_features if i == 0 else d))
-          for i, (k, _) in enumerate(stem)]
-    rows = [(nb * lens[i + 1], d) for i in range(len(stem))]
+    su: list[tuple[int, ...]] = [(nb * lens[i + 1], k * (m.n_features if i == 0 else d))
+                                 for i, (k, _) in enumerate(stem)]
+    rows: list[tuple[int, ...]] = [(nb * lens[i + 1], d) for i in range(len(stem))]
     forward = {"su": su, "sz": rows, "ss": rows, "ssg": rows if store else []}
     return forward, {"dss": rows, "dsu": su}
 
