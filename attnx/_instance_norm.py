@@ -75,10 +75,10 @@ def channels(m: SequenceModel) -> int:
     return m.n_features // m.instance_steps
 
 
-def param_layout(m_mode: str | None, affine: bool, c: int) -> list[tuple[str, tuple[int, ...]]]:
+def param_layout(mode: str | None, affine: bool, c: int) -> list[tuple[str, tuple[int, ...]]]:
     """revin.g, revin.b (C,) each, next to each other (the kernel reads them as one
     (2, C) array), when instance_affine."""
-    return [("revin.g", (c,)), ("revin.b", (c,))] if m_mode is not None and affine else []
+    return [("revin.g", (c,)), ("revin.b", (c,))] if mode is not None and affine else []
 
 
 def init(w: dict[str, FloatArray]) -> None:

@@ -156,3 +156,42 @@ def test_bad_options():
         SequenceModel(3, 8, 2, 1, 2, instance_norm="input", instance_steps=2)
     with pytest.raises(ValueError, match="instance_steps"):
         SequenceModel(2, 8, 2, 1, 2, instance_norm="input", instance_steps=0)
+
+
+@pytest.mark.parametrize("mode, affine, steps", [("revin", True, 1), ("input", True, 2),
+                                                 ("revin", False, 2)])
+def test_training_step_allocates_no_arrays(mode, affine, steps, rng):
+    """At a fixed shape a forward/backward/AdamW step with instance normalisation
+    reuses every buffer (statistics, normalised input, de-normalisation's scratch):
+    the traced peak stays below half the size of the input series."""
+    import tracemalloc
+
+    import attnx
+    c = 8   # channels: the normalised input is at least 8 * 64 * 8 floats
+    m = SequenceModel(c * steps, 32, 4, 2, c, pooling=None, positional="sinusoidal",
+                      norm="pre", instance_norm=mode, instance_affine=affine,
+                      instance_steps=steps, random_state=0)
+    x = series(rng, 8, 64, c * steps, np.float32)
+    kpm = ragged_mask(8, 64, rng)
+    y = np.empty(m.output_shape(8, 64), np.float32)
+    dy = np.empty_like(y)
+    dx = np.empty_like(x)
+    target = rng.normal(size=y.shape).astype(np.float32)
+    opt = attnx.AdamW(m.params)
+
+    def step():
+        m.forward(x, kpm, out=y)
+        attnx.mse_loss(y, target, out=dy)
+        m.backward(dy, out=dx)
+        opt.step(m.grads)
+
+    step()
+    step()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    step()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    series_bytes = 8 * 64 * c * 4   # one (B, T * p, C) array of the normalisation
+    assert peak < series_bytes // 2, f"peak {peak} bytes during a step"
