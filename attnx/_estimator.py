@@ -79,6 +79,8 @@ class SequenceEstimator(EstimatorParams):
     dropout: float
     max_len: int | None
     stem: Any   # None or ((kernel, stride), ...), see attnx._stem
+    instance_norm: str | None   # None, "input" or "revin" (attnx._instance_norm)
+    instance_affine: bool
     causal: bool
     bias: bool
     rope: bool
@@ -361,8 +363,9 @@ class SequenceEstimator(EstimatorParams):
         seeds: tuple[int, int, int] = self._comm().same(_training.seeds(self.random_state))
         init_seed, shuffle_seed, split_seed = seeds
         n_out = self._n_outputs(k)
+        patch = int(self.__dict__.get("_patch_now", 1))
         self.model_, self._spec = net.build(data, cfg, n_out, not per_position, init_seed,
-                                            self._comm())
+                                            self._comm(), patch)
         self._target = {"per_position": bool(per_position), "k": k}
         if net.head:
             self._note_outputs(n_out)

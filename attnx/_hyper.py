@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     Positional = Literal["none", "sinusoidal", "learned", "rope"]
     Norm = Union[None, Literal["pre"]]
     Pooling = Literal["mean", "last", "max", "cls"]
+    InstanceNorm = Union[None, Literal["input", "revin"]]
 
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
@@ -40,7 +41,8 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
     "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
-    "stem": None, "layout": "ntc", "missing": "error",
+    "stem": None, "layout": "ntc", "missing": "error", "instance_norm": None,
+    "instance_affine": False,
 }
 
 
@@ -216,6 +218,11 @@ COMMON: dict[str, Constraint] = {
                          "'exact' (the global batches of one process, split over the ranks), "
                          "got {value!r}"),
     "stem": Stem(),
+    "instance_norm": OneOf((None, "input", "revin"),
+                           "instance_norm must be one of {options} (None: off; 'input': each "
+                           "input series normalised by its own mean and std; 'revin': and "
+                           "the outputs de-normalised), got {value!r}"),
+    "instance_affine": Bool(),
     "layout": OneOf(LAYOUTS, "layout must be one of {options} ('ntc': X is (n_samples, "
                     "seq_len, n_features); 'nct': aeon's (n_cases, n_channels, "
                     "n_timepoints)), got {value!r}"),
@@ -275,6 +282,8 @@ class Config(SimpleNamespace):
     standardize: bool
     patch_len: int | None
     stem: Any   # a Stem, None, or "auto" until the fit resolves it (_estimator._prepare)
+    instance_norm: str | None
+    instance_affine: bool
     layout: str
     missing: str
     label_smoothing: float
@@ -297,6 +306,10 @@ def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -
                                                                 c.weight_decay)
         elif name == "positional" and c.rope and c.positional == "sinusoidal":
             c.positional = "rope"   # rope=True replaces the default sinusoidal positions
+        elif name == "instance_affine" and c.instance_affine and c.instance_norm is None:
+            raise ValueError("instance_affine=True needs instance_norm 'input' or 'revin' "
+                             "(the affine map follows the normalisation), got "
+                             "instance_norm=None")
         elif name == "positional" and c.rope and c.positional not in ("none", "rope"):
             raise ValueError(f"rope=True is positional='rope'; it cannot be combined with "
                              f"positional={c.positional!r}")

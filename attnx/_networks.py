@@ -43,9 +43,9 @@ class Network:
     head = True
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local) -> tuple[Model, dict[str, Any]]:
-        """(model, spec): a new network for this data and these settings, and its
-        architecture as the model file records it."""
+              dist: Local, patch: int = 1) -> tuple[Model, dict[str, Any]]:
+        """(model, spec): a new network for this data (patches of `patch` steps) and
+        these settings, and its architecture as the model file records it."""
         raise NotImplementedError
 
     def restore(self, spec: Mapping[str, Any], params: AnyArray) -> Model:
@@ -82,7 +82,7 @@ class SequenceNetwork(Network):
     """attnx.SequenceModel; its spec is {"kind": "sequence", constructor arguments}."""
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local) -> tuple[Model, dict[str, Any]]:
+              dist: Local, patch: int = 1) -> tuple[Model, dict[str, Any]]:
         f = data.x.shape[2]
         d = f if cfg.d_model is None else cfg.d_model
         if d % cfg.n_heads:
@@ -98,6 +98,9 @@ class SequenceNetwork(Network):
                     pooling=cfg.pooling if pooled else None, positional=positional,
                     norm=cfg.norm, causal=cfg.causal, bias=cfg.bias, dropout=cfg.dropout,
                     max_len=max_len, stem=cfg.stem, dtype=cfg.dtype.name)
+        if cfg.instance_norm is not None:   # a patch's steps are the series' steps
+            spec.update(instance_norm=cfg.instance_norm, instance_affine=cfg.instance_affine,
+                        instance_steps=patch)
         return self._build(spec, seed), spec
 
     @staticmethod
@@ -142,10 +145,11 @@ class BareNetwork(Network):
         positions, norm, dropout or max_len; an MLP width for a Transformer only)."""
         return (cfg.d_model is None and cfg.positional == "none" and cfg.norm is None
                 and cfg.dropout == 0 and cfg.max_len is None and cfg.stem is None
+                and cfg.instance_norm is None
                 and (issubclass(self.cls, Transformer) or cfg.d_hidden is None))
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local) -> tuple[Model, dict[str, Any]]:
+              dist: Local, patch: int = 1) -> tuple[Model, dict[str, Any]]:
         kw: dict[str, Any] = dict(n_heads=cfg.n_heads, causal=cfg.causal, bias=cfg.bias,
                                   rope=cfg.rope, dtype=cfg.dtype)
         if issubclass(self.cls, Transformer):

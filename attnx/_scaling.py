@@ -44,7 +44,12 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
     # the positions that hold data: not padding, not missing (missing="mask"); a
     # patch with some missing steps holds data (those steps read 0, as fill steps do)
     masked = seqs.key_mask(data.lengths, data.missing, slice(None), x.shape[1])
-    if refit:
+    if refit and cfg.instance_norm is not None:
+        # instance normalisation standardises each series itself: X stays as it is
+        # (identity, which folds exactly)
+        est.input_mean_ = np.zeros(x.shape[2])
+        est.input_scale_ = np.ones(x.shape[2])
+    elif refit:
         xv = (x if masked is None else x[~masked]).reshape(-1, x.shape[2]).astype(np.float64)
         count = dist.allsum(float(xv.shape[0]))
         s1 = dist.allsum(xv.sum(axis=0))
@@ -56,7 +61,14 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
     if masked is not None:   # padding and missing positions stay zero
         xs[masked] = 0
     y = data.y
-    if est._scales_targets():   # regression targets: per output column
+    # regression targets, per output column; not with instance_norm="revin", whose
+    # de-normalisation gives outputs in the units of X's channels, series by series
+    scale_y = (cfg.instance_norm != "revin") if refit else "target_mean_" in est.__dict__
+    if not scale_y:
+        est.__dict__.pop("target_mean_", None)
+        est.__dict__.pop("target_scale_", None)
+        est.__dict__.pop("head_bias_", None)
+    elif est._scales_targets():
         if refit:
             yv = y.reshape(-1, y.shape[-1]).astype(np.float64)
             if data.w is not None:   # rows that count (w per sample or per position)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _stem
+from . import _instance_norm, _stem
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ._typing import FloatArray
     from .sequence import SequenceModel
 
-    _Shapes = dict[str, list[tuple[int, int]]]
+    _Shapes = dict[str, list[tuple[int, ...]]]
     _Index = dict[str, list[tuple[tuple[int, int], type[np.generic]]]]
     _U8Array = npt.NDArray[np.uint8]
 
@@ -45,6 +45,11 @@ class _Buffers:
     dss: list[FloatArray]
     idx: npt.NDArray[np.int64] | None
     dsu: list[FloatArray]
+    # instance normalisation (attnx._instance_norm): None when unused
+    dxn: FloatArray | None
+    rdx: FloatArray | None
+    rdy: FloatArray | None
+    rdst: FloatArray | None
 
     @staticmethod
     def shapes(m: SequenceModel, nb: int, t: int, store: bool,
@@ -65,8 +70,9 @@ class _Buffers:
         nl = L if store else 1
         pre, pooled, drop = m.norm == "pre", m.pooling is not None, m.dropout > 0
         stem_fwd, stem_bwd = _stem.buffer_shapes(m, nb, lens, store)
-        forward = {
-            "x": [(nb * t, m.n_features)], **stem_fwd,
+        inorm_fwd, inorm_bwd = _instance_norm.buffer_shapes(m, nb, t, nb if pooled else rows)
+        forward: _Shapes = {
+            "x": [(nb * t, m.n_features)], **inorm_fwd, **stem_fwd,
             "emb": [(nb * n, d)] if cls else [],    # tokens before the class token
             "hs": [(rows, d)] * (L + 1 if store else 2),   # block inputs; hs[L] the output
             "zt": [(rows, d)] * nl,          # Z~ = attention branch + residual
@@ -83,19 +89,22 @@ class _Buffers:
             "branch": [(rows, d)] if drop and store else [],
             "m1": [(rows, d)] * L if drop and store else [],
             "m2": [(rows, d)] * L if drop and store else []}
-        backward = {
+        backward: _Shapes = {
             "dy": [(nb if pooled else rows, m.n_outputs)],
             "dpooled": [(nb, d)] if pooled else [],
             "dhf": [(rows, d)], "da": [(rows, d)], "db": [(rows, d)], "dzt": [(rows, d)],
             "dbr": [(rows, d)] if drop else [],
             "dhid": [(rows, dh)],
             "part": [(max(threads, 1), 2 * d)],   # per-thread LayerNorm gain sums
-            "demb": [(nb * n, d)] if cls else [], **stem_bwd}
+            "demb": [(nb * n, d)] if cls else [], **stem_bwd, **inorm_bwd}
         u8 = np.uint8
         index: _Index = {
             "mask": [((nb, t), u8)],                                  # the input's
             "smask": [((nb, lens[i + 1]), u8) for i in range(len(lens) - 1)],   # stem's
             "cmask": [((nb, tt), u8)] if cls else [],                 # with the token
+            # the input series' steps (instance normalisation over patches)
+            "rmask": [((nb, t * m.instance_steps), u8)]
+            if m.instance_norm is not None and m.instance_steps > 1 else [],
             "idx": [((nb, d), np.int64)] if m.pooling == "max" else []}
         return forward, backward, index
 
@@ -119,6 +128,8 @@ class _Buffers:
             return a[name] if store else a[name] * L
 
         self.x = a["x"][0]
+        self.xn, self.rst, self.yn = (a[k][0] if a.get(k) else None
+                                      for k in ("xn", "rst", "yn"))
         self.su, self.sz, self.ss, self.ssg = a["su"], a["sz"], a["ss"], a["ssg"]
         self.emb = a["emb"][0] if a["emb"] else None
         self.hs = a["hs"] if store else [a["hs"][i % 2] for i in range(L + 1)]
@@ -133,6 +144,7 @@ class _Buffers:
             name: [np.empty(sh, dtype=dt) for sh, dt in v] for name, v in index.items()}
         self.mask, self.smask = ints["mask"][0], ints["smask"]
         self.cmask = ints["cmask"][0] if ints["cmask"] else None
+        self.rmask = ints["rmask"][0] if ints["rmask"] else None
         self.idx = ints["idx"][0] if ints["idx"] else None
         self.branch = a["branch"][0] if a["branch"] else None
         self.m1, self.m2 = a["m1"], a["m2"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _stem
+from . import _instance_norm, _stem
 from ._params import FlatAllocator, ParamDict
 from .attention import MultiHeadAttention
 
@@ -36,7 +36,11 @@ def param_layout(config: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]
     dh = 4 * d if config["d_hidden"] is None else int(config["d_hidden"])
     bias, pre = bool(config["bias"]), config["norm"] == "pre"
     stem = _stem.check_stem(config.get("stem"))
-    out = _stem.param_layout(stem, f, d)
+    # configurations written before instance normalisation existed have none
+    out = _instance_norm.param_layout(config.get("instance_norm"),
+                                      bool(config.get("instance_affine", False)),
+                                      f // int(config.get("instance_steps", 1)))
+    out += _stem.param_layout(stem, f, d)
     out += [("embed.W", (d if stem else f, d)), ("embed.b", (d,))]
     if config["positional"] == "learned":
         out.append(("pos.P", (int(config["max_len"]), d)))
@@ -102,6 +106,7 @@ def build(m: SequenceModel, random_state: RandomStateLike) -> _Built:
         w["pos.P"][...] = rng.normal(0.0, 0.02, size=(max_len, d))
     w["head.W"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, k))
     _stem.init(m.stem, w, rng)
+    _instance_norm.init(w)
     if m.pooling == "cls":
         w["cls"][...] = rng.normal(0.0, 0.02, size=d)
     # dropout masks come from their own stream, seeded from the same random_state
@@ -113,7 +118,8 @@ def build(m: SequenceModel, random_state: RandomStateLike) -> _Built:
 
 def order(m: SequenceModel) -> list[str]:
     """The names of `params`, in order."""
-    names = [n for n, _ in _stem.param_layout(m.stem, 1, 1)] + ["embed.W", "embed.b"]
+    names = [n for n, _ in _instance_norm.param_layout(m.instance_norm, m.instance_affine, 1)]
+    names += [n for n, _ in _stem.param_layout(m.stem, 1, 1)] + ["embed.W", "embed.b"]
     names += (["pos.P"] if m.positional == "learned" else [])
     names += ["cls"] if m.pooling == "cls" else []
     per = ["Wq", "Wk", "Wv", "Wo", "W1", "W2"]

@@ -199,7 +199,8 @@ def new_from_state(arrays: Arrays, config: Config, classes: dict[str, type]) -> 
 #: hyper-parameters added after the previous release, with the values that mean "as the previous release did"
 LEGACY_VALUES: dict[str, Any] = {k: LEGACY_DEFAULTS[k] for k in (
     "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize", "patch_len",
-    "label_smoothing", "distributed", "stem", "layout", "missing")}
+    "label_smoothing", "distributed", "stem", "layout", "missing", "instance_norm",
+    "instance_affine")}
 
 
 def set_state(est: Any, arrays: Arrays, config: Config) -> None:

@@ -188,15 +188,15 @@ def pad_short(stem: Stem | None, x: FloatArray, lengths: IntArray | None
 
 
 def buffer_shapes(m: SequenceModel, nb: int, lens: list[int],
-                  store: bool) -> tuple[dict[str, list[tuple[int, int]]],
-                                        dict[str, list[tuple[int, int]]]]:
+                  store: bool) -> tuple[dict[str, list[tuple[int, ...]]],
+                                        dict[str, list[tuple[int, ...]]]]:
     """Forward and backward buffers of the stem, per layer i: su (windows), sz (before
     SiLU), ss (after SiLU), ssg (sigmoid, training only); dss (dL/d ss, then dL/d sz in
     place) and dsu (dL/d su)."""
     stem, d = m.stem or (), m.d_model
-    su = [(nb * lens[i + 1], k * (m.n_features if i == 0 else d))
-          for i, (k, _) in enumerate(stem)]
-    rows = [(nb * lens[i + 1], d) for i in range(len(stem))]
+    su: list[tuple[int, ...]] = [(nb * lens[i + 1], k * (m.n_features if i == 0 else d))
+                                 for i, (k, _) in enumerate(stem)]
+    rows: list[tuple[int, ...]] = [(nb * lens[i + 1], d) for i in range(len(stem))]
     forward = {"su": su, "sz": rows, "ss": rows, "ssg": rows if store else []}
     return forward, {"dss": rows, "dsu": su}
 
@@ -216,10 +216,11 @@ def token_masks(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int,
     return out
 
 
-def forward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], nb: int,
-            lens: list[int], grad: bool, nth: int) -> FloatArray:
-    """Run the stem on b.x; returns its output A_L (B * T_L, d_model)."""
-    k, w, a = m._k, m._w, b.x
+def forward(m: SequenceModel, b: _Buffers, x: FloatArray, kms: list[_U8Array | None],
+            nb: int, lens: list[int], grad: bool, nth: int) -> FloatArray:
+    """Run the stem on x (b.x, or the instance-normalised b.xn); returns its output
+    A_L (B * T_L, d_model)."""
+    k, w, a = m._k, m._w, x
     for i, win in enumerate(m._windows):
         n = lens[i + 1]
         win.forward(a.reshape(nb, lens[i], -1), kms[i], b.su[i].reshape(nb, n, -1), nth)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._estimator import Prepared
-    from ._hyper import Config, Norm, Pooling, Positional
+    from ._hyper import Config, InstanceNorm, Norm, Pooling, Positional
     from ._stem import Stem
     from ._networks import Network
     from ._typing import AnyArray, FloatArray, IntArray, RandomStateLike
@@ -193,6 +193,22 @@ _COMMON_DOC = """
         at its layer. Replaces patches: patch_len must be None (off with a stem) or
         1. Per-position targets need strides of 1. With standardize=True the input
         is scaled but not centred (the convolution's zero padding stays zero).
+    instance_norm : None, "input" or "revin" (RevIN, Kim et al. 2022). "input":
+        each input series (sample, channel) is centred on its mean over its valid
+        steps and divided by sqrt(var + 1e-5) (in X's units) before the network,
+        so the network sees every series at one level and scale. "revin" (the
+        regressors only): the outputs are also mapped back, y_j = out_j * std_c +
+        mean_c of the sample's own series, output j by channel j when there are as
+        many outputs as channels, or every output by the one channel of univariate
+        X (ValueError otherwise): for targets in the units of X's channels, such as
+        forecasts. Instance normalisation replaces the input standardisation of
+        standardize=True (input_mean_ 0, input_scale_ 1); with "revin" y is not
+        standardised either (the de-normalisation puts the outputs at each
+        series' own level and scale), with "input" it is as usual. With patches
+        the statistics run over every step of a patch (steps that fill a ragged
+        sequence's last patch count as zeros).
+    instance_affine : RevIN's learnable per-channel gain and bias after the
+        normalisation (inverted before the de-normalisation); needs instance_norm.
     layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
         (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays
         for unequal lengths; "nct" aeon's and sktime's (n_cases, n_channels,
@@ -284,7 +300,8 @@ class AttentionRegressor(_Regressor):
                  decay: str = "all", standardize: bool = False,
                  patch_len: int | None = 1, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error") -> None:
+                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 instance_affine: bool = False) -> None:
         store(self, locals())
 
 
@@ -321,7 +338,8 @@ class TransformerRegressor(_Regressor):
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error") -> None:
+                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 instance_affine: bool = False) -> None:
         store(self, locals())
 
 
@@ -333,6 +351,14 @@ class _Classifier(ClassifierParams, SequenceEstimator):
     @staticmethod
     def _batch_loss(batch: Batch, m: int) -> tuple[float, float]:
         return classification_batch_loss(batch, m)
+
+    def _config(self) -> Config:
+        cfg = super()._config()
+        if cfg.instance_norm == "revin":
+            raise ValueError("instance_norm='revin' de-normalises regression outputs into the "
+                             "units of X's channels; a classifier's outputs are class scores: "
+                             "use instance_norm='input' (or None)")
+        return cfg
 
     def _loss_fn(self, cfg: Config) -> Any:
         if cfg.label_smoothing == 0:
@@ -471,7 +497,8 @@ class AttentionClassifier(_Classifier):
                  decay: str = "all", standardize: bool = False,
                  patch_len: int | None = 1, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error") -> None:
+                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 instance_affine: bool = False) -> None:
         store(self, locals())
 
 
@@ -508,7 +535,8 @@ class TransformerClassifier(_Classifier):
                  patch_len: int | None = None,
                  label_smoothing: float = 0.0, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error") -> None:
+                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 instance_affine: bool = False) -> None:
         store(self, locals())
 
 

@@ -19,7 +19,8 @@
 The graph is built from standard operators only (MatMul, Softmax, Reshape,
 Transpose, Sigmoid, Where, LayerNormalization, ...): attention with its heads,
 causal and padding masks and rotary positions; the SiLU MLP and residuals;
-and for a SequenceModel the convolutional stem (Conv with its pads and strides, then
+and for a SequenceModel the instance normalisation (RevIN: statistics over each
+series' valid steps, the affine map, the outputs' de-normalisation), the convolutional stem (Conv with its pads and strides, then
 x * Sigmoid(x)), the embedding, sinusoidal or learned positions, the class token,
 pre-norm LayerNorms, mean / last / max / class-token pooling and the head. Rotary and sinusoidal
 tables are computed inside the graph in float64 from the positions, so any
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ._instance_norm import KERNEL as _REVIN
 from ._version import __version__
 from .attention import MultiHeadAttention
 from .sequence import LN_EPS, SequenceModel
@@ -267,6 +269,9 @@ def _block(g: _Graph, params: Any, p: str, att: Any, h: str, mask: str | None,
 
 def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
     w = m.params
+    stats = None
+    if m.instance_norm is not None:
+        x, stats = _instance_norm(g, m, x, mask)
     for i, (k, s) in enumerate(m.stem or ()):
         x, mask = _stem_layer(g, w, i, k, s, x, mask)
     h = g.op("Add", [g.op("MatMul", [x, g.const(w["embed.W"])]), g.const(w["embed.b"])])
@@ -291,9 +296,55 @@ def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
     elif m.pooling is not None:
         h = _pool(g, h, mask, m.pooling == "last")
     y = g.op("Add", [g.op("MatMul", [h, g.const(w["head.W"])]), g.const(w["head.b"])])
+    if stats is not None and m.instance_norm == "revin":
+        y = _denorm(g, m, y, *stats)
     if m.pooling is None and mask is not None:   # padded positions output zeros
         y = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]), g.scalar(0.0), y])
     return y
+
+
+def _instance_norm(g: _Graph, m: Any, x: str, mask: str | None
+                   ) -> tuple[str, tuple[str, str]]:
+    """x (B, T, F) read as the series (B, T * p, C) (p = instance_steps), each centred
+    on its mean over the valid steps and divided by sqrt(variance + eps), then the
+    affine map; padded steps 0. Returns (B, T, F) and the (mean, std) (B, 1, C)."""
+    p = m.instance_steps
+    c = m.n_features // p
+    xs = g.op("Reshape", [x, g.const_i64([0, -1, c])])
+    if mask is None:
+        v = g.op("ConstantOfShape", [g.op("Shape", [xs], start=0, end=2)],
+                 value=_tensor_attr(np.array([1.0], g.dtype)))            # (B, T*p)
+    else:
+        v = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)         # (B, T)
+        if p > 1:   # a padded row pads its p steps
+            v = g.op("Expand", [g.op("Unsqueeze", [v, g.const_i64([2])]),
+                                g.const_i64([1, 1, p])])
+            v = g.op("Reshape", [v, g.const_i64([0, -1])])
+    v = g.op("Unsqueeze", [v, g.const_i64([2])])                         # (B, T*p, 1)
+    one = g.const_i64([1])
+    cnt = g.op("Max", [g.op("ReduceSum", [v, one], keepdims=1), g.scalar(1.0)])
+    mean = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [xs, v]), one], keepdims=1), cnt])
+    cen = g.op("Mul", [g.op("Sub", [xs, mean]), v])
+    var = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [cen, cen]), one], keepdims=1), cnt])
+    std = g.op("Sqrt", [g.op("Add", [var, g.scalar(_REVIN.eps)])])         # (B, 1, C)
+    xn = g.op("Div", [cen, std])
+    if m.instance_affine:
+        xn = g.op("Mul", [g.op("Add", [g.op("Mul", [xn, g.const(m.params["revin.g"])]),
+                                       g.const(m.params["revin.b"])]), v])
+    return g.op("Reshape", [xn, g.op("Shape", [x])]), (mean, std)
+
+
+def _denorm(g: _Graph, m: Any, y: str, mean: str, std: str) -> str:
+    """The outputs read as (B, -1, C) back in the series' units: y * std + mean,
+    after (y - beta) / (gamma + eps2) with the affine map."""
+    c = m.n_features // m.instance_steps
+    yc = g.op("Reshape", [y, g.const_i64([0, -1, c])])
+    if m.instance_affine:
+        gain = np.asarray(m.params["revin.g"], np.float64) + _REVIN.eps2
+        yc = g.op("Div", [g.op("Sub", [yc, g.const(m.params["revin.b"])]),
+                          g.const(gain.astype(g.dtype))])
+    out = g.op("Add", [g.op("Mul", [yc, std]), mean])
+    return g.op("Reshape", [out, g.op("Shape", [y])])
 
 
 def _stem_layer(g: _Graph, w: Any, i: int, k: int, s: int, x: str, mask: str | None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _mlp, _pooling, _seq, _sequence_params, _stem
+from . import _instance_norm, _mlp, _pooling, _seq, _sequence_params, _stem
 from ._embed import cls_backward, cls_forward
 from ._blas import check_blas_int
 from ._threads import blas_single, num_threads
@@ -79,6 +79,7 @@ def _choice(name: str, value: object, options: tuple[_T, ...]) -> _T:
 class SequenceModel(_AttentionStack):
     """A transformer for sequences with its own width, pooling and output head.
 
+        X <- instance-normalised X with instance_norm (attnx._instance_norm)
         A = stem(X) (B, N, d_model), or A = X without a stem (N = T)
         H0 = A embed.W + embed.b (+ positions)          X: (B, T, n_features)
         pooling="cls": H0 = [cls; H0], the class token first (N + 1 tokens)
@@ -90,6 +91,7 @@ class SequenceModel(_AttentionStack):
             sequence; "last": each sequence's last valid position; "max": per feature,
             the maximum over the valid positions; "cls": the class token's final row
         head: Y = pooled head.W + head.b
+        instance_norm="revin": Y de-normalised, Y_j = Y_j * std_c(j) + mean_c(j)
 
     Parameters
     ----------
@@ -111,6 +113,23 @@ class SequenceModel(_AttentionStack):
         layer (token j of a stride-s layer covers steps j*s - (kernel-1)//2 onwards).
         Parameters stem.{i}.W (kernel * C_i, d_model), W[l*C_i + c, o] = torch
         Conv1d weight[o, c, l], C_0 = n_features and C_i = d_model after; stem.{i}.b.
+    instance_norm : None, "input" or "revin" (RevIN, Kim et al. 2022): "input"
+        normalises each input series (sequence b, channel c) by its mean and
+        std = sqrt(var + 1e-5) over its valid steps (population variance, in X's
+        units) before the stem / embedding; "revin" also de-normalises the outputs,
+        output j by channel j when n_outputs equals the channels, or every output by
+        the single channel when there is one (else ValueError). Padded steps are
+        left out of the statistics, read as zero and get zero gradient; a series
+        with no valid step has mean 0 and std sqrt(1e-5).
+    instance_affine : RevIN's learnable per-channel affine map after the
+        normalisation, xn = xhat * revin.g + revin.b (gains 1, biases 0 at first),
+        inverted before the de-normalisation (y = (yn - b) / (g + 1e-10) * std +
+        mean). Off by default: the embedding and the head are linear, so the map
+        adds no expressiveness, and its inverse divides by the learned gain.
+    instance_steps : p >= 1: each input row holds p consecutive steps of the
+        n_features / p channels, feature l * C + c being step l of channel c (the
+        estimators' patches); the series are then (B, T * p, C) and a padded row
+        pads its p steps. 1 (the default): a row is one step.
     positional : "none", "sinusoidal" (fixed sin/cos table added to H0), "learned"
         (`pos.P` (max_len, d_model), rows 0..T-1 added to H0) or "rope" (rotary
         positions inside every attention layer; needs an even d_model // n_heads).
@@ -141,7 +160,7 @@ class SequenceModel(_AttentionStack):
     attnx._embed.Windows.mask says (past ceil(t_b / stride) for a right-padded
     sequence of length t_b, or covering padded steps only).
     `params` / `grads`: read-only mappings of live views into one flat buffer
-    (names stem.{i}.W, stem.{i}.b, embed.W, embed.b, pos.P, cls, layers.{i}.Wq ...
+    (names revin.g, revin.b, stem.{i}.W, stem.{i}.b, embed.W, embed.b, pos.P, cls, layers.{i}.Wq ...
     layers.{i}.b2, layers.{i}.ln1.g/.b, layers.{i}.ln2.g/.b, norm.g, norm.b, head.W, head.b).
     Set `input_grad = False` to skip dL/dX in backward (it then returns None).
     """
@@ -168,7 +187,8 @@ class SequenceModel(_AttentionStack):
                  positional: str = "none", norm: str | None = None, causal: bool = False,
                  bias: bool = True, dropout: float = 0.0, max_len: int | None = None,
                  stem: Sequence[Sequence[int]] | None = None,
-                 dtype: npt.DTypeLike = np.float32,
+                 instance_norm: str | None = None, instance_affine: bool = False,
+                 instance_steps: int = 1, dtype: npt.DTypeLike = np.float32,
                  random_state: RandomStateLike = None) -> None:
         self.n_features = check_positive_int("n_features", n_features)
         d = self.d_model = check_positive_int("d_model", d_model)
@@ -188,6 +208,9 @@ class SequenceModel(_AttentionStack):
             raise ValueError("pooling='cls' needs causal=False: the class token comes first "
                              "and would attend to itself only, got causal=True")
         self.stem = _stem.check_stem(stem)
+        self.instance_norm, self.instance_affine, self.instance_steps = \
+            _instance_norm.check(instance_norm, instance_affine, instance_steps,
+                                 self.n_features, self.n_outputs)
         self._windows = _stem.windows(self.stem)
         if (isinstance(dropout, bool) or not isinstance(dropout, numbers.Real)
                 or not 0.0 <= float(dropout) < 1.0):
@@ -326,7 +349,9 @@ class SequenceModel(_AttentionStack):
         buffers b; kms the stem layers' masks (attnx._stem), km the blocks'."""
         n, t = b.n, b.tt
         k, w, nth = self._k, self._w, self._nth(nb * t, threads)
-        a = _stem.forward(self, b, kms, nb, b.lens, grad, nth) if self.stem else b.x
+        x = (_instance_norm.forward(self, b, kms[0], nb, nth) if self.instance_norm
+             else b.x)
+        a = _stem.forward(self, b, x, kms, nb, b.lens, grad, nth) if self.stem else x
         h0 = b.hs[0] if b.emb is None else b.emb
         pos = (self._table(n) if self.positional == "sinusoidal" else
                w["pos.P"] if self.positional == "learned" else None)
@@ -340,7 +365,11 @@ class SequenceModel(_AttentionStack):
             k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
             _pooling.forward(self, b, km, nb, t, nth)
-        k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
+        if b.yn is not None:   # revin: the head's output, then de-normalised
+            k.linear_forward(b.pooled, w["head.W"], w["head.b"], b.yn, nth)
+            _instance_norm.denorm(self, b, nb, y2, nth)
+        else:
+            k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
         if self.pooling is None and km is not None:
             k.zero_masked_rows(y2, km)
 
@@ -411,11 +440,12 @@ class SequenceModel(_AttentionStack):
         k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
         if self.pooling is None and km is not None:
             k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
+        # revin: dL/d(the head's output) through the de-normalisation
+        dy = b.dy if b.yn is None else _instance_norm.denorm_backward(self, b, nb, nth)
         if b.dpooled is None:   # pooling=None
-            k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf,
-                              nth)
+            k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf, nth)
         else:
-            k.linear_backward(b.dy, b.pooled, w["head.W"], g["head.W"], g["head.b"],
+            k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"],
                               b.dpooled, nth)
             _pooling.backward(self, b, km, nb, t, nth)
         # dcur: dL/d(block output), walking down the stack
@@ -433,14 +463,20 @@ class SequenceModel(_AttentionStack):
             dcur = b.demb
         if self.positional == "learned":
             k.positions_backward(dcur, g["pos.P"], n, nth)
+        kin = b.mask if km is not None else None   # the input's padding mask
+        # with instance norm: dL/d(normalised X) first, then through the normalisation
+        inorm = self.instance_norm is not None
+        dxi = (b.dxn if _instance_norm.needs_dxn(self) else None) if inorm else dx2
         if not self.stem:
-            k.linear_backward(dcur, b.x, w["embed.W"], g["embed.W"], g["embed.b"], dx2, nth)
-            return
-        k.linear_backward(dcur, b.ss[-1], w["embed.W"], g["embed.W"], g["embed.b"],
-                          b.dss[-1], nth)
-        kms = [b.mask if km is not None else None] + [m if km is not None else None
-                                                      for m in b.smask]
-        _stem.backward(self, b, kms, nb, b.lens, nth, dx2)
+            k.linear_backward(dcur, b.x if b.xn is None else b.xn, w["embed.W"],
+                              g["embed.W"], g["embed.b"], dxi, nth)
+        else:
+            k.linear_backward(dcur, b.ss[-1], w["embed.W"], g["embed.W"], g["embed.b"],
+                              b.dss[-1], nth)
+            kms = [kin] + [m if km is not None else None for m in b.smask]
+            _stem.backward(self, b, kms, nb, b.lens, nth, dxi)
+        if inorm and dxi is not None:
+            _instance_norm.backward(self, b, kin, nb, nth, dx2)
 
     def _block_backward(self, i: int, b: _Buffers, dcur: FloatArray, drop: bool, threads: int,
                         nth: int) -> None:
@@ -530,7 +566,9 @@ class SequenceModel(_AttentionStack):
                     n_layers=self.n_layers, n_outputs=self.n_outputs, d_hidden=self.d_hidden,
                     pooling=self.pooling, positional=self.positional, norm=self.norm,
                     causal=self.causal, bias=self.bias, dropout=self.dropout,
-                    max_len=self.max_len, stem=self.stem, dtype=self.dtype.name)
+                    max_len=self.max_len, stem=self.stem, instance_norm=self.instance_norm,
+                    instance_affine=self.instance_affine,
+                    instance_steps=self.instance_steps, dtype=self.dtype.name)
 
     def __reduce__(self) -> tuple[Callable[..., SequenceModel], tuple[Any, ...]]:
         # pickles the weights, the dropout generator and input_grad; workspaces,
@@ -542,7 +580,8 @@ class SequenceModel(_AttentionStack):
         opts = []
         for k, default in (("pooling", None), ("positional", "none"), ("norm", None),
                            ("causal", False), ("bias", True), ("dropout", 0.0),
-                           ("max_len", None), ("stem", None)):
+                           ("max_len", None), ("stem", None), ("instance_norm", None),
+                           ("instance_affine", False), ("instance_steps", 1)):
             v = getattr(self, k)
             if v != default:
                 opts.append(f"{k}={v!r}")

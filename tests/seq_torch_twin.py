@@ -22,6 +22,12 @@ The convolutional stem is a torch.nn.Conv1d per layer (weight[o, c, l] = attnx's
 stem.{i}.W[l*C + c, o]) on the input zero-padded by F.pad((kernel-1)//2,
 kernel-1-(kernel-1)//2), padded steps zeroed; a right-padded sequence of length t_b
 keeps ceil(t_b / stride) tokens per layer.
+
+Instance normalisation (instance_norm "input" / "revin", RevIN): each series (b, c)
+of the input read as (B, T * p, C) (p = instance_steps) centred on its mean over the
+valid steps and divided by sqrt(population variance + 1e-5), then times revin.g plus
+revin.b (instance_affine), padded steps zero; "revin" maps the outputs, read as
+(B, -1, C), back with (y - revin.b) / (revin.g + 1e-10) * std + mean.
 """
 import math
 
@@ -73,7 +79,7 @@ class SeqTwin(torch.nn.Module):
             self.convs.append(conv)
         self.dtype = dtype
         for k in ("d_model", "n_heads", "n_layers", "pooling", "positional", "norm",
-                  "causal", "bias", "dropout", "stem"):
+                  "causal", "bias", "dropout", "stem", "instance_norm", "instance_steps"):
             setattr(self, k, getattr(model, k))
 
     def w(self, name):
@@ -163,6 +169,9 @@ class SeqTwin(torch.nn.Module):
         nb, t, _ = x.shape
         pad = (torch.zeros((nb, t), dtype=torch.bool) if key_padding_mask is None
                else torch.as_tensor(np.asarray(key_padding_mask), dtype=torch.bool))
+        stats = None
+        if self.instance_norm is not None:
+            x, stats = self._instance_norm(x, ~pad)
         x, valid = self._stem(x, ~pad)
         t = x.shape[1]
         h = x @ self.w("embed.W") + self.w("embed.b")
@@ -205,6 +214,30 @@ class SeqTwin(torch.nn.Module):
         else:
             pooled = h
         y = pooled @ self.w("head.W") + self.w("head.b")
+        if self.instance_norm == "revin":
+            y = self._denorm(y, *stats)
         if self.pooling is None:
             y = y * vf
         return y
+
+    def _instance_norm(self, x, valid, eps=1e-5):
+        """(normalised x, (mean, std) each (B, 1, C)) of x (B, T, F) read as (B, T*p, C)."""
+        nb, t, f = x.shape
+        p = self.instance_steps
+        xs = x.reshape(nb, t * p, f // p)
+        v = valid.repeat_interleave(p, dim=1).to(self.dtype)[:, :, None]
+        cnt = torch.clamp(v.sum(dim=1, keepdim=True), min=1)
+        mean = (xs * v).sum(dim=1, keepdim=True) / cnt
+        var = (((xs - mean) * v) ** 2).sum(dim=1, keepdim=True) / cnt
+        std = torch.sqrt(var + eps)
+        xn = (xs - mean) / std
+        if self.has("revin.g"):
+            xn = xn * self.w("revin.g") + self.w("revin.b")
+        return (xn * v).reshape(nb, t, f), (mean, std)
+
+    def _denorm(self, y, mean, std):
+        shape = y.shape
+        yc = y.reshape(shape[0], -1, mean.shape[-1])
+        if self.has("revin.g"):
+            yc = (yc - self.w("revin.b")) / (self.w("revin.g") + 1e-10)
+        return (yc * std + mean).reshape(shape)

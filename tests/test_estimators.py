@@ -51,7 +51,8 @@ def test_constructor_stores_hyperparameters_unchanged():
                       "dtype", "d_model", "positional", "norm", "pooling", "d_hidden",
                       "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init",
                       "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize",
-                      "patch_len", "distributed", "stem", "layout", "missing"}
+                      "patch_len", "distributed", "stem", "layout", "missing",
+                      "instance_norm", "instance_affine"}
     tp = attnx.TransformerRegressor().get_params()
     assert set(tp) == set(p) | {"n_layers"}
     with pytest.raises(ValueError, match="epochs"):
