@@ -127,7 +127,8 @@ class SeasonalNaive:
         return {"season": self.season, "half_width": self.half_width}
 
     def fit(self, y, X=None, X_future=None):
-        SeasonalNaive.log.append(("fit", id(self), _lengths(y), X is not None))
+        # the log keeps each instance alive, so instances never share an id()
+        SeasonalNaive.log.append(("fit", self, _lengths(y), X is not None))
         self.y_ = y
         return self
 
@@ -138,7 +139,7 @@ class SeasonalNaive:
         return np.concatenate([last] * reps, axis=0)[:horizon]
 
     def predict(self, y=None, X=None, X_future=None):
-        SeasonalNaive.log.append(("predict", id(self), _lengths(y), X is not None))
+        SeasonalNaive.log.append(("predict", self, _lengths(y), X is not None))
         y = self.y_ if y is None else y
         if isinstance(y, list):
             return [self._one(s, self.horizon) for s in y]
@@ -288,13 +289,13 @@ def test_backtest_call_protocol():
     preds = [e for e in SeasonalNaive.log if e[0] == "predict"]
     assert len(fits) == 1 and fits[0][2] == 22 and fits[0][3]  # (40-20-3)//5+1 = 4
     assert [p[2] for p in preds] == [22, 27, 32, 37] and all(p[3] for p in preds)
-    assert fits[0][1] != id(est)  # the estimator passed in is never fitted
+    assert fits[0][1] is not est  # the estimator passed in is never fitted
     SeasonalNaive.log.clear()
     fc.backtest(est, y, horizon=3, initial=20, step=5, refit=True, season=2)
     fits = [e for e in SeasonalNaive.log if e[0] == "fit"]
     preds = [e for e in SeasonalNaive.log if e[0] == "predict"]
     assert [f[2] for f in fits] == [22, 27, 32, 37]
-    assert len({f[1] for f in fits}) == 4  # a fresh clone per origin
+    assert len({id(f[1]) for f in fits}) == 4  # a fresh clone per origin (all alive)
     assert all(p[2] is None for p in preds)
 
 
