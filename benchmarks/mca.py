@@ -43,7 +43,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MCA = os.environ.get("LLVM_MCA", "llvm-mca-14")
 MODELS = {"avx512": ["sapphirerapids", "icelake-server"], "avx2": ["znver3", "sapphirerapids"]}
-FMA_PORTS = 2          # FMA units: SPR/ICX p0+p5 (512-bit: p0 + p5's), Zen 3 two 256-bit
+# FMA units of every model here: Intel 512-bit on p0+p5 (256-bit p0+p1), Zen 3 FP0+FP1
+# (LLVM 14's znver3 model issues only one 256-bit FMA per cycle: 50% is its ceiling)
+FMA_PORTS = 2
 FMA_RE = re.compile(r"^\s*v?f(n)?m(add|sub)(sub|add)?\d{3}[ps][sd]\b")
 VEC_RE = re.compile(r"%[xyz]mm")
 WIDE_RE = re.compile(r"^\s*\S+\s.*%[yz]mm", re.M)
