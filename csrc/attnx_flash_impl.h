@@ -257,10 +257,26 @@ FL_ATTR static inline void FL_NAME(fl_expsub)(FL_T *s, int n, FL_T c, FL_T mt)
 /* ---------------------------------------------------------------- tiles */
 
 #define FL_UNROLL _Pragma("GCC unroll 16")
+/* An empty asm that takes x in a vector register: x counts as live after its last
+ * FMA. Without it GCC turns the last FMA of each k step into the form that writes
+ * its dying operand (vfmadd132ps: the B vector or the broadcast), so the
+ * accumulator changes register each step and 2-4 vector copies per step follow,
+ * on the FMA ports (p0/p5 for 512-bit) in llvm-mca's Intel models: see
+ * benchmarks/mca.py. No instruction is emitted and no operation changes. */
+#define FL_KEEP(x) __asm__("" : : "v"(x))
 
 /* C[0:mr, 0:NV*len(VT)] (=|+=) alpha * A[0:mr, 0:kd] B[0:kd, :] for one register
  * tile of MR rows by NV vectors. A(r, k) = a[r*ar + k*ak]; B rows contiguous
- * (ldb); mr <= MR rows are valid (the missing rows re-read row 0, not stored). */
+ * (ldb); mr <= MR rows are valid (the missing rows re-read row 0, not stored).
+ *
+ * Tile shapes (attnx_flash.h): each of the MR x NV accumulators is one FMA chain
+ * per k step, and two FMA ports at 4 cycles' latency need at least 2 x 4 = 8
+ * independent chains to stay busy. AVX-512: 8 x 2 (wide, 16 chains), 16 x 1
+ * (tall, 16), 8 x 1 (narrow 32-byte, 8); AVX2: 6 x 2 (12, float32), 4 x 2 (8:
+ * float64, and float32's last rows), 8 x 1 (8). llvm-mca finds none of these loops
+ * latency-bound (benchmarks/README.md), so the tiles stay this size.
+ * Per k step the wide AVX-512 tile issues 16 FMAs, 2 loads of B and 8 broadcasts
+ * of A (loads, 2-3 a cycle): FMA-bound, 8 cycles on two ports. */
 #define FL_TILE(NAME, MR, NV, VT)                                                     \
 FL_ATTR static inline void FL_NAME(NAME)(int kd, const FL_T *restrict a, ptrdiff_t ar,  \
         ptrdiff_t ak, int mr, const FL_T *restrict b, ptrdiff_t ldb,                  \
@@ -284,11 +300,16 @@ FL_ATTR static inline void FL_NAME(NAME)(int kd, const FL_T *restrict a, ptrdiff
             bv[u] = *(const VT *) (b + k * ldb + u * vl);                             \
         FL_UNROLL                                                                     \
         for (r = 0; r < MR; r++) {                                                    \
-            FL_T av = ap[r][k * ak];                                                  \
+            const VT av = ap[r][k * ak] - (VT) {0};   /* broadcast (x - 0 is x) */    \
             FL_UNROLL                                                                 \
             for (u = 0; u < NV; u++)                                                  \
                 acc[r][u] += av * bv[u];                                              \
+            if (NV > 1)     /* (one vector: the broadcast rides in the FMA) */        \
+                FL_KEEP(av);                                                          \
         }                                                                             \
+        FL_UNROLL                                                                     \
+        for (u = 0; u < NV; u++)                                                      \
+            FL_KEEP(bv[u]);                                                           \
     }                                                                                 \
     FL_UNROLL                                                                         \
     for (r = 0; r < MR; r++) {                                                        \
@@ -420,8 +441,11 @@ FL_ATTR static inline void FL_NAME(fl_tile_pair)(int kd, const FL_T *restrict a,
         for (r = 0; r < FL_MRN; r++) {
             uint64_t pr;
             memcpy(&pr, ap[r] + k, sizeof pr);
-            acc[r] += (W) ((FL_NAME(vu64)) {0} + pr) * bv;
+            const W pv = (W) ((FL_NAME(vu64)) {0} + pr);
+            acc[r] += pv * bv;
+            FL_KEEP(pv);            /* no register copies: see FL_TILE */
         }
+        FL_KEEP(bv);
     }
     const FL_NAME(vi32) even = {0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14};
     const FL_NAME(vi32) odd = {1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15};
