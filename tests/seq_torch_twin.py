@@ -241,3 +241,16 @@ class SeqTwin(torch.nn.Module):
         if self.has("revin.g"):
             yc = (yc - self.w("revin.b")) / (self.w("revin.g") + 1e-10)
         return (yc * std + mean).reshape(shape)
+
+
+def run_both(m, x, kpm, rng):
+    """attnx SequenceModel m and its twin on x (key padding mask kpm): forward, then
+    backward of a random upstream gradient. Returns (y, dx, y_twin, dx_twin, twin)."""
+    y = m.forward(x, kpm)
+    g = rng.normal(size=y.shape).astype(m.dtype)
+    dx = m.backward(g)
+    tw = SeqTwin(m)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = tw(xt, kpm)
+    (yt * torch.tensor(g)).sum().backward()
+    return y, dx, yt.detach().numpy(), xt.grad.numpy(), tw

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from attnx import SequenceModel
-from conftest import rel_err
-from test_sequence_model import check_grads_vs, fd_check, ragged_mask
+from test_sequence_model import fd_check, ragged_mask, step_peak_bytes
+from test_sequence_stem import assert_twin_matches
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}
 # (mode, affine, pooling, stem, steps, n_features, n_outputs)
@@ -48,18 +48,6 @@ def series(rng, nb, t, f, dtype):
     return (off + scale * rng.normal(size=(nb, t, f))).astype(dtype)
 
 
-def run_both(torch, m, x, kpm, rng):
-    from seq_torch_twin import SeqTwin
-    y = m.forward(x, kpm)
-    g = rng.normal(size=y.shape).astype(m.dtype)
-    dx = m.backward(g)
-    tw = SeqTwin(m)
-    xt = torch.tensor(x, requires_grad=True)
-    yt = tw(xt, kpm)
-    (yt * torch.tensor(g)).sum().backward()
-    return y, dx, yt.detach().numpy(), xt.grad.numpy(), tw
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("use_mask", [False, True], ids=["full", "ragged"])
 @pytest.mark.parametrize("case", CASES, ids=_id)
@@ -68,13 +56,7 @@ def test_matches_torch_twin(torch, dtype, use_mask, case, rng):
     nb, t = 4, 9
     x = series(rng, nb, t, m.n_features, dtype)
     kpm = ragged_mask(nb, t, rng) if use_mask else None
-    y, dx, yt, dxt, tw = run_both(torch, m, x, kpm, rng)
-    assert y.shape == yt.shape == m.output_shape(nb, t)
-    assert rel_err(y, yt) < TOL[dtype]
-    assert rel_err(dx, dxt) < TOL[dtype], "dX"
-    check_grads_vs(m, tw.grads(), TOL[dtype])
-    if kpm is not None:
-        assert np.all(dx[kpm] == 0), "padded steps get zero dX"
+    assert_twin_matches(torch, m, x, kpm, rng, TOL[dtype])
 
 
 @pytest.mark.parametrize("use_mask", [False, True], ids=["full", "ragged"])
@@ -164,7 +146,6 @@ def test_training_step_allocates_no_arrays(mode, affine, steps, rng):
     """At a fixed shape a forward/backward/AdamW step with instance normalisation
     reuses every buffer (statistics, normalised input, de-normalisation's scratch):
     the traced peak stays below half the size of the input series."""
-    import tracemalloc
 
     import attnx
     c = 8   # channels: the normalised input is at least 8 * 64 * 8 floats
@@ -185,13 +166,6 @@ def test_training_step_allocates_no_arrays(mode, affine, steps, rng):
         m.backward(dy, out=dx)
         opt.step(m.grads)
 
-    step()
-    step()
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    base = tracemalloc.get_traced_memory()[0]
-    step()
-    peak = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
+    peak = step_peak_bytes(step)
     series_bytes = 8 * 64 * c * 4   # one (B, T * p, C) array of the normalisation
     assert peak < series_bytes // 2, f"peak {peak} bytes during a step"

@@ -44,14 +44,22 @@ def twin(m):
 
 
 def run_both(torch, m, x, kpm, rng):
-    y = m.forward(x, kpm)
-    g = rng.normal(size=y.shape).astype(m.dtype)
-    dx = m.backward(g)
-    tw = twin(m)
-    xt = torch.tensor(x, requires_grad=True)
-    yt = tw(xt, kpm)
-    (yt * torch.tensor(g)).sum().backward()
-    return y, dx, yt.detach().numpy(), xt.grad.numpy(), tw
+    """The model and its torch twin (tests/seq_torch_twin.py; needs the torch fixture)."""
+    import seq_torch_twin
+    return seq_torch_twin.run_both(m, x, kpm, rng)
+
+
+def assert_twin_matches(torch, m, x, kpm, rng, tol):
+    """Output, dX and every weight gradient of m equal its torch twin's within tol;
+    padded steps get a zero dX."""
+    nb, t = x.shape[:2]
+    y, dx, yt, dxt, tw = run_both(torch, m, x, kpm, rng)
+    assert y.shape == yt.shape == m.output_shape(nb, t)
+    assert rel_err(y, yt) < tol
+    assert rel_err(dx, dxt) < tol, "dX"
+    check_grads_vs(m, tw.grads(), tol)
+    if kpm is not None:
+        assert np.all(dx[kpm] == 0), "padded steps get zero dX"
 
 
 # ---- PyTorch twin -------------------------------------------------------
@@ -64,13 +72,7 @@ def test_matches_torch_twin(torch, dtype, use_mask, case, rng):
     nb, t = 4, 11
     x = rng.normal(size=(nb, t, 3)).astype(dtype)
     kpm = ragged_mask(nb, t, rng) if use_mask else None
-    y, dx, yt, dxt, tw = run_both(torch, m, x, kpm, rng)
-    assert y.shape == yt.shape == m.output_shape(nb, t)
-    assert rel_err(y, yt) < TOL[dtype]
-    assert rel_err(dx, dxt) < TOL[dtype], "dX"
-    check_grads_vs(m, tw.grads(), TOL[dtype])
-    if kpm is not None:
-        assert np.all(dx[kpm] == 0), "padded steps get zero dX"
+    assert_twin_matches(torch, m, x, kpm, rng, TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
