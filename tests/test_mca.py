@@ -1,7 +1,8 @@
 """benchmarks/mca.py: its loop extraction, and the property of the shipped float32
 AVX-512 wide tile it was written to check (no vector register copies in the k loop,
 16 FMAs on 16 independent accumulators). Compiles attnx/_flash.c with setup.py's
-flags (~20 s); skipped without gcc on x86-64, the llvm-mca part without llvm-mca-14."""
+flags (~20 s); skipped without gcc on x86-64 or Cython (setup.py imports it), the
+llvm-mca part without llvm-mca-14."""
 import importlib.util
 import platform
 import re
@@ -53,6 +54,7 @@ def rows():
         pytest.skip("needs gcc on x86-64")
     if not (ROOT / "attnx" / "_flash.c").exists():
         pytest.skip("needs the in-place build's attnx/_flash.c")
+    pytest.importorskip("Cython", reason="mca.py reads setup.py's flags, which imports Cython")
     return mca.collect("f32")[0]
 
 
