@@ -12,6 +12,8 @@ import numpy as np
 
 from . import _sequences as seqs
 from . import _scaling, _state, _stem, _training, distributed, schedules
+from ._ppv_tokens import AUTO_MIN_LENGTH, PPVTokens
+from ._threads import num_threads
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
@@ -68,6 +70,8 @@ class SequenceEstimator(EstimatorParams):
     _parameter_constraints: ClassVar[dict[str, Constraint]]
     #: the bare X -> Y network of the original regressors
     _bare_class: ClassVar[BareClass | None] = None
+    #: whether tokenizer="auto" may pick PPV tokens (the classifiers)
+    _ppv_auto: ClassVar[bool] = False
 
     # hyper-parameters, as given to the constructor (validated at fit)
     n_heads: int
@@ -79,6 +83,7 @@ class SequenceEstimator(EstimatorParams):
     dropout: float
     max_len: int | None
     stem: Any   # None or ((kernel, stride), ...), see attnx._stem
+    tokenizer: str   # "auto", "patch" or "ppv" (attnx._ppv_tokens)
     instance_norm: str | None   # None, "input" or "revin" (attnx._instance_norm)
     instance_affine: bool
     causal: bool
@@ -201,13 +206,49 @@ class SequenceEstimator(EstimatorParams):
         if nan is not None and net.head:
             stem = _stem.check_stem(self._spec.get("stem")) if fitted else cfg.stem
             _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
-        if p > 1:
+        if fitted:
+            tokens = PPVTokens.from_spec(self._spec.get("ppv"))
+        elif self._use_ppv(cfg, data, per_position, net):
+            tokens = PPVTokens.fit(data, p, 0, self._comm())
+        else:
+            tokens = None
+        if tokens is not None:
+            px, plen, pmiss = tokens.transform(data.x, data.lengths, data.missing,
+                                               num_threads())
+            prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position, pmiss),
+                        per_position, k)
+        elif p > 1:
             px, plen = seqs.patch(data.x, data.lengths, p)
             prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position,
                                   seqs.patch_missing(data.missing, data.lengths, p)),
                         per_position, k)
         self._patch_now = p
+        self._ppv_now = tokens
+        self._channels_now = int(data.x.shape[2])
         return prepared, net
+
+    def _use_ppv(self, cfg: Config, data: seqs.Data, per_position: bool,
+                 net: Network) -> bool:
+        """Whether this fit's tokens are PPV tokens (tokenizer, see the estimators'
+        docstring): "ppv" as asked (ValueError where it cannot apply), "auto" for a
+        classifier whose shortest series has AUTO_MIN_LENGTH steps or more (every
+        rank's shortest), with no stem or instance_norm."""
+        if cfg.tokenizer == "patch":
+            return False
+        usable = net.head and not per_position
+        if cfg.tokenizer == "ppv":
+            if not usable:
+                raise ValueError("tokenizer='ppv' needs one target per sequence (per-position "
+                                 "targets and the bare X -> Y model keep one token per step)")
+            if cfg.stem is not None:
+                raise ValueError(f"tokenizer='ppv' cannot be combined with a stem (both make "
+                                 f"the tokens), got stem={cfg.stem!r}")
+            return True
+        if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
+            return False
+        t_min = int(data.x.shape[1] if data.lengths is None or not data.lengths.size
+                    else data.lengths.min())
+        return -int(self._comm().allmax(-t_min)) >= AUTO_MIN_LENGTH
 
     def _auto_stem(self, data: seqs.Data, per_position: bool,
                    net: Network) -> _stem.Stem | None:
@@ -373,7 +414,10 @@ class SequenceEstimator(EstimatorParams):
                                 weight_decay=cfg.weight_decay, decay=cfg.decay)
         self.shuffle_rng_ = np.random.default_rng(shuffle_seed)
         self.patch_len_ = int(self.__dict__.pop("_patch_now", 1))
-        self.n_features_in_ = data.x.shape[2] // self.patch_len_
+        tokens = self.__dict__.pop("_ppv_now", None)
+        self.n_features_in_ = int(self.__dict__.pop("_channels_now", data.x.shape[2]))
+        if tokens is not None:
+            self._spec["ppv"] = tokens.to_spec()
         self.n_iter_ = 0
         self.loss_curve_ = []
         self.lr_curve_: list[float] = []
@@ -489,6 +533,9 @@ class SequenceEstimator(EstimatorParams):
         if nan is not None:
             _stem.check_missing(_stem.check_stem(self._spec.get("stem")),
                                 seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
+        tokens = PPVTokens.from_spec(self._spec.get("ppv"))
+        if tokens is not None:
+            return tokens.transform(x, lengths, nan, num_threads())
         p = int(self.__dict__.get("patch_len_", 1))
         nan = seqs.patch_missing(nan, lengths, p)
         x, lengths = seqs.patch(x, lengths, p)

@@ -42,7 +42,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
     "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
     "stem": None, "layout": "ntc", "missing": "error", "instance_norm": None,
-    "instance_affine": False,
+    "instance_affine": False, "tokenizer": "patch",
 }
 
 
@@ -223,6 +223,11 @@ COMMON: dict[str, Constraint] = {
                            "input series normalised by its own mean and std; 'revin': and "
                            "the outputs de-normalised), got {value!r}"),
     "instance_affine": Bool(),
+    "tokenizer": OneOf(("auto", "patch", "ppv"),
+                       "tokenizer must be one of {options} ('patch': a token holds its "
+                       "window's raw values; 'ppv': fixed dilated convolutions' proportions "
+                       "of positive values over the window; 'auto': 'ppv' for classifiers "
+                       "whose shortest training series has at least 64 steps), got {value!r}"),
     "layout": OneOf(LAYOUTS, "layout must be one of {options} ('ntc': X is (n_samples, "
                     "seq_len, n_features); 'nct': aeon's (n_cases, n_channels, "
                     "n_timepoints)), got {value!r}"),
@@ -284,6 +289,7 @@ class Config(SimpleNamespace):
     stem: Any   # a Stem, None, or "auto" until the fit resolves it (_estimator._prepare)
     instance_norm: str | None
     instance_affine: bool
+    tokenizer: str   # "auto" until the fit resolves it (_estimator._prepare)
     layout: str
     missing: str
     label_smoothing: float

@@ -209,6 +209,19 @@ _COMMON_DOC = """
         sequence's last patch count as zeros).
     instance_affine : RevIN's learnable per-channel gain and bias after the
         normalisation (inverted before the de-normalisation); needs instance_norm.
+    tokenizer : what a token holds (one output per sequence only). "patch": the raw
+        values of its window (patch_len steps). "ppv": a description of the
+        window's local shapes: the 84 fixed length-9 kernels with weights -1 and 2
+        convolved with each channel (centred and scaled by its training mean and
+        std) at up to 8 dilations from 1 to (T_min - 1) / 8, and per kernel the
+        fractions of the window's valid steps where the output exceeds each of two
+        biases (its 0.2 and 0.8 quantiles on up to 8 training series): D * C * 168
+        features per token (attnx._ppv_tokens; the windows are the patches the
+        patch_len rule makes). Fitted once at fit, not trained; the transformer
+        learns from the tokens. "auto" (TransformerClassifier's default): "ppv" for a
+        classifier whose shortest training series has at least 64 steps, with no
+        stem and no instance_norm, else "patch". Not with a stem or per-position
+        targets; not exported to ONNX.
     layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
         (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays
         for unequal lengths; "nct" aeon's and sktime's (n_cases, n_channels,
@@ -301,7 +314,7 @@ class AttentionRegressor(_Regressor):
                  patch_len: int | None = 1, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False) -> None:
+                 instance_affine: bool = False, tokenizer: str = "patch") -> None:
         store(self, locals())
 
 
@@ -339,12 +352,13 @@ class TransformerRegressor(_Regressor):
                  patch_len: int | None = None, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False) -> None:
+                 instance_affine: bool = False, tokenizer: str = "patch") -> None:
         store(self, locals())
 
 
 # ---- classifiers ---------------------------------------------------------------
 class _Classifier(ClassifierParams, SequenceEstimator):
+    _ppv_auto = True
     class_weight: ClassWeight
     classes_: AnyArray  # the sorted labels (any sortable dtype)
 
@@ -498,7 +512,7 @@ class AttentionClassifier(_Classifier):
                  patch_len: int | None = 1, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False) -> None:
+                 instance_affine: bool = False, tokenizer: str = "patch") -> None:
         store(self, locals())
 
 
@@ -536,7 +550,7 @@ class TransformerClassifier(_Classifier):
                  label_smoothing: float = 0.0, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False) -> None:
+                 instance_affine: bool = False, tokenizer: str = "auto") -> None:
         store(self, locals())
 
 
