@@ -131,6 +131,7 @@ class SequenceEstimator(EstimatorParams):
     # None}), the network's architecture (its file spec), the running fit's comm
     _target: dict[str, Any]
     _spec: dict[str, Any]
+    _ppv: dict[str, Any]   # the PPV tokens' state (attnx._ppv_tokens), when fitted with them
     _dist: distributed.Local
     _snapshot: Snapshot
 
@@ -207,7 +208,7 @@ class SequenceEstimator(EstimatorParams):
             stem = _stem.check_stem(self._spec.get("stem")) if fitted else cfg.stem
             _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
         if fitted:
-            tokens = PPVTokens.from_spec(self._spec.get("ppv"))
+            tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
         elif self._use_ppv(cfg, data, per_position, net):
             tokens = PPVTokens.fit(data, p, 0, self._comm())
         else:
@@ -397,7 +398,7 @@ class SequenceEstimator(EstimatorParams):
                                 if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
-        for name in _SCRATCH + ("_target", "_spec", "_folded"):
+        for name in _SCRATCH + ("_target", "_spec", "_folded", "_ppv"):
             self.__dict__.pop(name, None)
         self.__dict__.update(keep)
         # with comm every rank starts from rank 0's seeds (random_state=None differs)
@@ -417,7 +418,7 @@ class SequenceEstimator(EstimatorParams):
         tokens = self.__dict__.pop("_ppv_now", None)
         self.n_features_in_ = int(self.__dict__.pop("_channels_now", data.x.shape[2]))
         if tokens is not None:
-            self._spec["ppv"] = tokens.to_spec()
+            self._ppv = tokens.to_spec()
         self.n_iter_ = 0
         self.loss_curve_ = []
         self.lr_curve_: list[float] = []
@@ -533,7 +534,7 @@ class SequenceEstimator(EstimatorParams):
         if nan is not None:
             _stem.check_missing(_stem.check_stem(self._spec.get("stem")),
                                 seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
-        tokens = PPVTokens.from_spec(self._spec.get("ppv"))
+        tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
         if tokens is not None:
             return tokens.transform(x, lengths, nan, num_threads())
         p = int(self.__dict__.get("patch_len_", 1))
@@ -676,7 +677,7 @@ class SequenceEstimator(EstimatorParams):
         self.model_, self.optimizer_, self._spec = model, opt, spec
 
     # the state besides hyper-parameters and public fitted attributes (attnx._state)
-    _state_attributes = ("_target",)
+    _state_attributes = ("_target", "_ppv")
 
     def __getstate__(self) -> dict[str, Any]:
         # the same state as a model file (attnx._state): hyper-parameters, weights,

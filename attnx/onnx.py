@@ -144,6 +144,11 @@ def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str]:
         raise TypeError(f"export needs a MultiHeadAttention, Transformer, SequenceModel or a "
                         f"fitted attnx estimator, got {type(obj).__name__}")
     spec = obj.export_spec()  # NotFittedError (a ValueError) before fit
+    if "_ppv" in vars(obj):
+        raise ValueError(f"this {type(obj).__name__} was fitted with PPV tokens "
+                         f"(tokenizer='ppv', or 'auto' on series of 64 steps or more), which "
+                         f"the ONNX export does not cover yet; fit it with tokenizer='patch' "
+                         f"to export it")
     meta["attnx_model"] = type(obj).__name__
     if spec.classes is not None:
         meta["classes"] = json.dumps(np.asarray(spec.classes).tolist())

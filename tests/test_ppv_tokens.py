@@ -1,0 +1,234 @@
+"""PPV tokens (tokenizer="ppv" / "auto"): the kernel against a NumPy statement of
+the same transform, its argument checks, and the estimators that use it (the auto
+rule, learning a shifted local shape, ragged and missing steps, save / load /
+pickle / clone, bad input)."""
+import pickle
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx import _ppv_tokens as P
+from attnx import _sequences as seqs
+from attnx import distributed
+from attnx._ppv import ppv
+
+TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
+SMALL = dict(n_heads=2, n_layers=1, d_model=16, batch_size=8, epochs=15, random_state=0)
+
+
+def _series(n=6, t=90, c=2, seed=0, short=(70, 41, 77)):
+    """Series with ragged lengths and missing steps (reading 0, as the estimator
+    passes them)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, t, c)).cumsum(1) * 0.3
+    lengths = np.full(n, t)
+    lengths[1:1 + len(short)] = short
+    miss = np.zeros((n, t), bool)
+    miss[0, 5:9] = True
+    miss[2, 30:] = True
+    for i, n_i in enumerate(lengths):
+        x[i, n_i:] = 0
+    x[miss] = 0
+    return x, lengths, miss
+
+
+def _reference(tr, x, lengths, miss, dt):
+    """The tokens in NumPy: every kernel output at every step, thresholded, and the
+    fractions over each window's valid steps."""
+    n, t, c = x.shape
+    valid = P._valid(n, t, lengths, miss)
+    xs = P._centred(x.astype(dt), tr.mean, tr.scale, valid).astype(dt).astype(np.float64)
+    bias = tr.bias.astype(dt).astype(np.float64)
+    w = tr.window
+    tp = -(-t // w) * w
+    blocks = []
+    for i, d in enumerate(tr.dilations):
+        out = P.conv_outputs(xs, lengths, int(d), np.ones((n, t), bool)).reshape(n, t, c, -1)
+        ind = (out[..., None] > bias[i][None, None]).reshape(n, t, -1).astype(np.float64)
+        ind[~valid] = 0
+        pad = np.zeros((n, tp, ind.shape[-1]))
+        pad[:, :t] = ind
+        blocks.append(pad.reshape(n, tp // w, w, -1).sum(2))
+    cnt = np.zeros((n, tp))
+    cnt[:, :t] = valid
+    cnt = cnt.reshape(n, tp // w, w).sum(2)
+    return np.concatenate(blocks, -1) / np.maximum(cnt, 1)[..., None]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("window", [1, 7, 16])
+def test_kernel_is_the_numpy_transform(dtype, window):
+    x, lengths, miss = _series()
+    data = seqs.Data(x, lengths, np.zeros(len(x), np.int64), None, False, miss)
+    tr = P.PPVTokens.fit(data, window, 0, distributed.Local())
+    assert list(tr.dilations) == list(P.dilations(41)) and len(tr.dilations) > 1
+    assert tr.bias.shape == (len(tr.dilations), 2, 84, 2)
+    out, tl, tm = tr.transform(x.astype(dtype), lengths, miss)
+    assert out.dtype == dtype and out.shape == (6, -(-90 // window), tr.n_features)
+    ref = _reference(tr, x, lengths, miss, dtype)
+    tol = 0 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
+    assert list(tl) == list(-(-lengths // window))
+    np.testing.assert_array_equal(tm, seqs.patch_missing(miss, lengths, window))
+    # fractions: in [0, 1], the 0.2 / 0.8 quantile biases leave most kernels between
+    assert out.min() >= 0 and out.max() <= 1
+    lo, hi = out[0, 1, 0::2].mean(), out[0, 1, 1::2].mean()
+    assert 0.5 < lo < 0.95 and 0.05 < hi < 0.5
+
+
+def test_kernel_threads_give_the_same_tokens():
+    x, lengths, miss = _series(n=9)
+    data = seqs.Data(x, lengths, np.zeros(len(x), np.int64), None, False, miss)
+    tr = P.PPVTokens.fit(data, 8, 0, distributed.Local())
+    a = tr.transform(x, lengths, miss, nthreads=1)[0]
+    b = tr.transform(x, lengths, miss, nthreads=2)[0]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_kernel_checks_its_arguments():
+    x = np.zeros((2, 10, 1))
+    lengths = np.array([10, 4], np.int32)
+    dil = np.array([1], np.int32)
+    comb = P.COMB
+    bias = np.zeros((1, 1, 84, 2))
+    out = np.zeros((2, 5, 168))
+    ppv(x, lengths, None, dil, comb, bias, 2, out)
+    bad = [
+        (dict(window=0), "window must be >= 1"),
+        (dict(lengths=np.array([11, 4], np.int32)), "lengths must lie in"),
+        (dict(lengths=np.array([10, 4])), "lengths must have dtype int32"),
+        (dict(dilations=np.array([0], np.int32)), "dilations must be >= 1"),
+        (dict(bias=np.zeros((1, 1, 84, 2), np.float32)), "bias must have dtype float64"),
+        (dict(out=np.zeros((2, 4, 168))), "out must have shape"),
+        (dict(missing=np.zeros((2, 9), np.uint8)), "missing must have shape"),
+        (dict(comb=np.full((84, 3), 9, np.int32)), "comb entries"),
+    ]
+    base = dict(x=x, lengths=lengths, missing=None, dilations=dil, comb=comb, bias=bias,
+                window=2, out=out)
+    for change, msg in bad:
+        args = {**base, **change}
+        with pytest.raises(ValueError, match=msg):
+            ppv(args["x"], args["lengths"], args["missing"], args["dilations"], args["comb"],
+                args["bias"], args["window"], args["out"])
+    with pytest.raises(TypeError, match="x must be a numpy array"):
+        ppv([[0.0]], lengths, None, dil, comb, bias, 2, out)
+
+
+def test_state_round_trip_and_bad_state():
+    x, lengths, miss = _series()
+    data = seqs.Data(x, lengths, np.zeros(len(x), np.int64), None, False, miss)
+    tr = P.PPVTokens.fit(data, 8, 0, distributed.Local())
+    back = P.PPVTokens.from_spec(tr.to_spec())
+    np.testing.assert_array_equal(back.transform(x, lengths, miss)[0],
+                                  tr.transform(x, lengths, miss)[0])
+    spec = tr.to_spec()
+    with pytest.raises(ValueError, match="incomplete"):
+        P.PPVTokens.from_spec({k: v for k, v in spec.items() if k != "bias"})
+    with pytest.raises(ValueError, match="does not fit together"):
+        P.PPVTokens.from_spec({**spec, "scale": [1.0]})
+    with pytest.raises(ValueError, match="fitted on 2"):
+        tr.transform(np.zeros((1, 90, 3)), None, None)
+
+
+def test_dilations_and_feature_cap():
+    assert list(P.dilations(10)) == [1]
+    d = P.dilations(2000)
+    assert d[0] == 1 and d[-1] == 249 and len(d) == 8
+    # many channels: fewer dilations, then one bias, keep the tokens' width bounded
+    x = np.random.default_rng(0).standard_normal((3, 200, 60))
+    data = seqs.Data(x, None, np.zeros(3, np.int64), None, False, None)
+    tr = P.PPVTokens.fit(data, 50, 0, distributed.Local())
+    assert tr.n_features <= P.MAX_FEATURES and len(tr.dilations) == 1
+
+
+def _shifted_shape(n=60, t=96, seed=0):
+    """Two classes that differ only in a short local shape (a sharp spike or a slow
+    bump) at a random place in a noisy random walk: what PPV tokens capture."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, t, 1)) * 0.3
+    y = np.arange(n) % 2
+    for i in range(n):
+        at = rng.integers(10, t - 20)
+        if y[i]:
+            X[i, at:at + 3, 0] += [2.0, -2.0, 2.0]
+        else:
+            X[i, at:at + 9, 0] += np.hanning(9) * 2.0
+    return X, y
+
+
+def test_auto_rule_picks_ppv_for_long_classification_series_only():
+    X, y = _shifted_shape()
+    est = TC(**SMALL).fit(X, y)
+    assert "_ppv" in vars(est) and est.n_features_in_ == 1
+    assert est.patch_len_ == 6   # 96 steps in 16 windows
+    assert est.model_.params["embed.W"].shape[0] == P.PPVTokens.from_spec(
+        est._ppv).n_features
+    assert "_ppv" not in vars(TC(**SMALL).fit(X[:, :63], y))   # shorter than 64 steps
+    assert "_ppv" not in vars(TC(**SMALL, tokenizer="patch").fit(X, y))
+    assert "_ppv" not in vars(TC(**SMALL, instance_norm="input").fit(X, y))
+    assert "_ppv" not in vars(TR(**SMALL).fit(X, y.astype(float)))   # regressors: "patch"
+    assert "_ppv" in vars(TR(**SMALL, tokenizer="ppv").fit(X, y.astype(float)))
+    assert "_ppv" in vars(TC(**SMALL, tokenizer="ppv").fit(X[:, :20], y))
+
+
+def test_ppv_tokens_learn_a_shifted_local_shape():
+    X, y = _shifted_shape(n=80)
+    Xt, yt = _shifted_shape(n=80, seed=1)
+    kw = {**SMALL, "epochs": 40}
+    ppv_acc = TC(**kw, tokenizer="ppv").fit(X, y).score(Xt, yt)
+    assert ppv_acc >= 0.9
+
+
+def test_ragged_missing_and_predict_match_per_sequence():
+    X, y = _shifted_shape(n=40)
+    rng = np.random.default_rng(3)
+    ragged = [X[i, :int(rng.integers(70, 97))] for i in range(40)]
+    est = TC(**SMALL, tokenizer="ppv", missing="mask").fit(ragged, y)
+    p_all = est.predict_proba(ragged[:6])
+    for i in range(6):
+        np.testing.assert_allclose(est.predict_proba([ragged[i]])[0], p_all[i], atol=1e-6)
+    # trailing NaN steps are the shorter sequence
+    dense = X[:6].copy()
+    dense[0, 80:] = np.nan
+    short = [dense[0, :80]] + [dense[i] for i in range(1, 6)]
+    np.testing.assert_allclose(est.predict_proba(dense), est.predict_proba(short), atol=1e-6)
+    assert np.isnan(dense[0, 80:]).all()   # the caller's array is untouched
+
+
+def test_save_load_pickle_clone(tmp_path):
+    from sklearn.base import clone
+    X, y = _shifted_shape(n=30)
+    est = TC(**SMALL).fit(X, y)
+    path = tmp_path / "m.safetensors"
+    est.save(path)
+    back = attnx.load(path)
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(est)).predict_proba(X),
+                                  est.predict_proba(X))
+    assert clone(est).get_params()["tokenizer"] == "auto"
+    # training goes on with the same tokens
+    back.partial_fit(X, y)
+    assert back._ppv == est._ppv
+
+
+def test_bad_input():
+    X, y = _shifted_shape(n=20)
+    with pytest.raises(ValueError, match="tokenizer must be one of"):
+        TC(**SMALL, tokenizer="rocket").fit(X, y)
+    with pytest.raises(ValueError, match="cannot be combined with a stem"):
+        TC(**SMALL, tokenizer="ppv", stem=((3, 1),)).fit(X, y)
+    with pytest.raises(ValueError, match="one target per sequence"):
+        TC(**SMALL, tokenizer="ppv").fit(X, np.tile(y[:, None], (1, 96)))
+    est = TC(**SMALL).fit(X, y)
+    with pytest.raises(ValueError, match="1 feature"):
+        est.predict(np.zeros((2, 96, 2)))
+
+
+def test_onnx_export_refuses_ppv_tokens(tmp_path):
+    pytest.importorskip("onnx")
+    from attnx import onnx as ax_onnx
+    X, y = _shifted_shape(n=20)
+    est = TC(**SMALL).fit(X, y)
+    with pytest.raises(ValueError, match="tokenizer='patch'"):
+        ax_onnx.export(est, tmp_path / "m.onnx")
