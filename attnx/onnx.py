@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._instance_norm import KERNEL as _REVIN
+from ._ppv_tokens import COMB, PPVTokens
 from ._version import __version__
 from .attention import MultiHeadAttention
 from .sequence import LN_EPS, SequenceModel
@@ -73,13 +74,18 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
             _MIN_OPSET <= opset <= _MAX_OPSET:
         raise ValueError(f"opset must be an int in [{_MIN_OPSET}, {_MAX_OPSET}], got {opset!r}")
     model, output, meta, patch_len, missing = _unwrap(obj)
+    tokens = PPVTokens.from_spec(vars(obj).get("_ppv")) if not isinstance(
+        obj, (MultiHeadAttention, Transformer, SequenceModel)) else None
     g = _Graph(model.dtype, opset)
-    x = g.input("x", ["batch", "seq_len", _n_in(model) // patch_len])
+    width = tokens.n_channels if tokens is not None else _n_in(model) // patch_len
+    x = g.input("x", ["batch", "seq_len", width])
     mask = g.input("key_padding_mask", ["batch", "seq_len"], bool) if key_padding_mask \
         else None
     if missing == "mask":
         x, mask = _missing_steps(g, x, mask)
-    if patch_len > 1:
+    if tokens is not None:
+        x, mask = _ppv_tokens(g, x, mask, tokens)
+    elif patch_len > 1:
         x, mask = _patches(g, x, mask, patch_len, _n_in(model))
     y = _forward(g, model, x, mask)
     shape = _output_shape(model)
@@ -132,6 +138,78 @@ def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int
     return x, mask
 
 
+def _ppv_tokens(g: _Graph, x: str, mask: str | None, tokens: PPVTokens
+                ) -> tuple[str, str | None]:
+    """The PPV tokens in the graph (attnx._ppv_tokens): each channel centred and
+    scaled (rounded to the model's dtype, as the kernel reads it), masked steps read
+    0; per dilation the nine taps (zero 'same' padding) times the 84 kernels'
+    weights (-1 and 2) in float64, as the kernel computes (onnxruntime has no
+    float64 Conv); per bias a Greater; the counts summed per window, dilation by
+    dilation (no (B, F, T) tensor), then the fraction over each window's valid steps
+    and the windows' padding mask as _patches makes it."""
+    from onnx import numpy_helper
+
+    f64 = 11
+    w = tokens.window
+    c = tokens.n_channels
+    xs = g.op("Div", [g.op("Sub", [g.op("Cast", [x], to=f64), g.const(tokens.mean, np.float64)]),
+                      g.const(tokens.scale, np.float64)])
+    xs = g.op("Cast", [g.op("Cast", [xs], to=g.onnx_dtype)], to=f64)
+    if mask is not None:
+        xs = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]),
+                            g.scalar(0.0, np.float64), xs])
+    nk = len(COMB)
+    weight = -np.ones((9, nk))
+    weight[COMB.T, np.arange(nk)[None, :]] = 2.0                        # (9, 84)
+    # the kernel compares with the bias in the model's dtype
+    bias = tokens.bias.astype(g.dtype).astype(np.float64)                # (D, C, 84, Q)
+    nq = bias.shape[3]
+    if mask is not None:
+        keep = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)     # (B, T)
+    else:
+        keep = g.op("ConstantOfShape", [g.op("Shape", [x], start=0, end=2)],
+                    value=numpy_helper.from_array(np.ones(1, g.dtype)))
+    t = g.seq_len(x)
+    pk = g.const_i64([w])
+    extra = g.op("Mod", [g.op("Sub", [pk, g.op("Mod", [t, pk])]), pk])
+    zero = g.const_i64([0])
+    keep_w = g.op("Pad", [keep, g.op("Concat", [zero, zero, zero, extra], axis=0)])
+    keep_w = g.op("Reshape", [keep_w, g.const_i64([0, -1, w])])          # (B, N, w)
+    xs = g.op("Transpose", [xs], perm=[0, 2, 1])                         # (B, C, T)
+    sums = []
+    for i, d in enumerate(tokens.dilations.tolist()):
+        xp = g.op("Pad", [xs, g.const_i64([0, 0, 4 * d, 0, 0, 4 * d])])
+        taps = [g.op("Unsqueeze", [g.op("Slice", [xp, g.const_i64([k * d]),
+                                                  g.op("Add", [t, g.const_i64([k * d])]),
+                                                  g.const_i64([2])]), g.const_i64([3])])
+                for k in range(9)]
+        out = g.op("MatMul", [g.op("Concat", taps, axis=3),
+                              g.const(weight, np.float64)])              # (B, C, T, 84)
+        out = g.op("Unsqueeze", [out, g.const_i64([4])])                # (B, C, T, 84, 1)
+        b = g.const(bias[i][:, None], np.float64)                        # (C, 1, 84, Q)
+        hit = g.op("Cast", [g.op("Greater", [out, b])], to=g.onnx_dtype)
+        hit = g.op("Transpose", [hit], perm=[0, 1, 3, 4, 2])             # (B, C, 84, Q, T)
+        hit = g.op("Reshape", [hit, g.const_i64([0, c * nk * nq, -1])])   # (B, G, T)
+        hit = g.op("Mul", [hit, g.op("Unsqueeze", [keep, g.const_i64([1])])])
+        hit = g.op("Pad", [hit, g.op("Concat", [zero, zero, zero, zero, zero, extra],
+                                     axis=0)])
+        hit = g.op("Reshape", [hit, g.const_i64([0, c * nk * nq, -1, w])])
+        sums.append(g.op("ReduceSum", [hit, g.const_i64([3])], keepdims=0))   # (B, G, N)
+    sums_all = g.op("Concat", sums, axis=1) if len(sums) > 1 else sums[0]   # (B, F, N)
+    cnt = g.op("ReduceSum", [keep_w, g.const_i64([2])], keepdims=0)      # (B, N)
+    cnt = g.op("Max", [cnt, g.scalar(1.0)])
+    tok = g.op("Div", [sums_all, g.op("Unsqueeze", [cnt, g.const_i64([1])])])
+    tok = g.op("Transpose", [tok], perm=[0, 2, 1])                       # (B, N, F)
+    if mask is not None:
+        m = g.op("Cast", [mask], to=7)
+        m = g.op("Pad", [m, g.op("Concat", [zero, zero, zero, extra], axis=0),
+                         g.const_i64([1])])
+        m = g.op("Reshape", [m, g.const_i64([0, -1, w])])
+        mask = g.op("Cast", [g.op("ReduceMin", [m] + g.axes_input([2]), keepdims=0,
+                                  **g.axes_attr([2]))], to=9)
+    return tok, mask
+
+
 def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str]:
     """(model, output kind, metadata, patch length, missing rule) for a model or a
     fitted estimator (whose export_spec() says which network to export and how
@@ -145,10 +223,7 @@ def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str]:
                         f"fitted attnx estimator, got {type(obj).__name__}")
     spec = obj.export_spec()  # NotFittedError (a ValueError) before fit
     if "_ppv" in vars(obj):
-        raise ValueError(f"this {type(obj).__name__} was fitted with PPV tokens "
-                         f"(tokenizer='ppv', or 'auto' on series of 64 steps or more), which "
-                         f"the ONNX export does not cover yet; fit it with tokenizer='patch' "
-                         f"to export it")
+        meta["tokenizer"] = "ppv"
     meta["attnx_model"] = type(obj).__name__
     if spec.classes is not None:
         meta["classes"] = json.dumps(np.asarray(spec.classes).tolist())

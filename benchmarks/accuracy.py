@@ -72,11 +72,16 @@ sys.path.insert(0, str(ROOT / "examples"))  # _common: the examples' loaders and
 #                about the same number of optimizer steps whatever the set's size
 #   diff         (off) append each channel's first differences as more channels
 #   patch_overlap  (1) patches of patch_overlap * p steps every p steps
+#   tokens       "auto": on a classification set whose shortest series has at least
+#                64 steps, each patch becomes the PPV tokens the estimators' default
+#                tokenizer makes (attnx._ppv_tokens, fitted on the training split),
+#                so that "attnx best" and the twin train the defaults' kind of tokens
 # and `params` go to the estimator as they are (n_iter_no_change disables the
 # training-loss plateau stop: every epoch runs).
 BEST = dict(
     standardize=True,
     max_tokens=16,
+    tokens="auto",
     batch_size=16,
     steps=1500, min_epochs=30, max_epochs=300,
     params=dict(d_model=32, n_heads=4, n_layers=2, d_hidden=64, positional="sinusoidal",
@@ -235,11 +240,37 @@ def preprocess(d, cfg):
     if cfg.get("diff", False):
         Xtr, Xte = with_differences(Xtr), with_differences(Xte)
     max_tokens = cfg.get("max_tokens")
+    if cfg.get("tokens") == "auto" and d.task == "classify" and d.t_min >= 64:
+        return _ppv_split(Xtr, Xte, math.ceil(d.t_max / max_tokens)) + (ytr, y_back)
     if max_tokens and d.t_max > max_tokens:
         p = math.ceil(d.t_max / max_tokens)
         k = cfg.get("patch_overlap", 1)
         Xtr, Xte = patch(Xtr, p, k * p), patch(Xte, p, k * p)
     return Xtr, Xte, ytr, y_back
+
+
+def _ppv_split(Xtr, Xte, window):
+    """(Xtr, Xte) as lists of (ceil(T_i / window), F) PPV tokens, the transform
+    fitted on Xtr as the estimators fit it (attnx._ppv_tokens)."""
+    import numpy as np
+    from attnx import _ppv_tokens, _sequences as seqs, distributed
+
+    def dense(X):
+        lengths = np.array([len(x) for x in X])
+        x = np.zeros((len(X), lengths.max(), X[0].shape[1]))
+        for i, s in enumerate(X):
+            x[i, :len(s)] = s
+        return x, lengths
+
+    x, lengths = dense(Xtr)
+    data = seqs.Data(x, lengths, np.zeros(len(Xtr), np.int64), None, False)
+    tr = _ppv_tokens.PPVTokens.fit(data, window, 0, distributed.Local())
+    out = []
+    for X in (Xtr, Xte):
+        x, lengths = dense(X)
+        tok, tl, _ = tr.transform(x, lengths, None)
+        out.append([tok[i, :int(tl[i])] for i in range(len(X))])
+    return tuple(out)
 
 
 def with_differences(X):

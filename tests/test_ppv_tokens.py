@@ -225,10 +225,29 @@ def test_bad_input():
         est.predict(np.zeros((2, 96, 2)))
 
 
-def test_onnx_export_refuses_ppv_tokens(tmp_path):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", ["dense", "ragged_missing"])
+def test_onnx_graph_makes_the_tokens_as_predict(dtype, case, tmp_path):
     pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
     from attnx import onnx as ax_onnx
-    X, y = _shifted_shape(n=20)
-    est = TC(**SMALL).fit(X, y)
-    with pytest.raises(ValueError, match="tokenizer='patch'"):
-        ax_onnx.export(est, tmp_path / "m.onnx")
+    X, y = _shifted_shape(n=24, t=100)
+    Xt = _shifted_shape(n=8, t=100, seed=5)[0]
+    kw = {**SMALL, "epochs": 3, "dtype": dtype}
+    if case == "dense":
+        est = TC(**kw, tokenizer="ppv").fit(X, y)
+        feed = {"x": Xt.astype(dtype)}
+        want = est.predict_proba(Xt)
+        ax_onnx.export(est, tmp_path / "m.onnx", key_padding_mask=False)
+    else:
+        est = TC(**kw, tokenizer="ppv", missing="mask").fit(X, y)
+        Xt[1, 40:43] = np.nan
+        Xt[2, 90:] = np.nan   # a series 90 steps long
+        feed = {"x": Xt.astype(dtype), "key_padding_mask": np.zeros((8, 100), bool)}
+        feed["key_padding_mask"][3, 77:] = True   # and one 77 steps long
+        want = est.predict_proba([Xt[i, :77] if i == 3 else Xt[i] for i in range(8)])
+        ax_onnx.export(est, tmp_path / "m.onnx", key_padding_mask=True)
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(None, feed)[0]
+    tol = 1e-10 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
