@@ -196,6 +196,10 @@ class SequenceEstimator(EstimatorParams):
                              "(n_samples, n_outputs)): a masked step has no input to predict "
                              "its own target from, got targets per position")
         data.missing = nan
+        if fitted:   # the instance norm the model was built with
+            cfg.instance_norm = self._spec.get("instance_norm")
+        elif cfg.instance_norm == "auto":
+            cfg.instance_norm = self._auto_instance_norm(data, per_position, net)
         if fitted:   # the stem the model was built with ("auto" was resolved then)
             cfg.stem = getattr(self.model_, "stem", None)
         elif cfg.stem == "auto":
@@ -227,6 +231,18 @@ class SequenceEstimator(EstimatorParams):
         self._ppv_now = tokens
         self._channels_now = int(data.x.shape[2])
         return prepared, net
+
+    def _auto_instance_norm(self, data: seqs.Data, per_position: bool,
+                            net: Network) -> str | None:
+        """instance_norm="auto": "revin" for a regressor with targets per sequence in
+        the units of X's series (attnx._scaling.same_units; rank 0 decides with
+        comm), else None."""
+        if not (self._scales_targets() and net.head and not per_position):
+            return None
+        valid = seqs.key_mask(data.lengths, data.missing, slice(None), data.x.shape[1])
+        valid = np.ones(data.x.shape[:2], bool) if valid is None else ~valid
+        y = data.y.reshape(data.y.shape[0], -1)
+        return "revin" if self._comm().same(_scaling.same_units(data.x, valid, y)) else None
 
     def _use_ppv(self, cfg: Config, data: seqs.Data, per_position: bool,
                  net: Network) -> bool:

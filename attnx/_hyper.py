@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     Positional = Literal["none", "sinusoidal", "learned", "rope"]
     Norm = Union[None, Literal["pre"]]
     Pooling = Literal["mean", "last", "max", "cls"]
-    InstanceNorm = Union[None, Literal["input", "revin"]]
+    InstanceNorm = Union[None, Literal["input", "revin", "auto"]]
 
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
@@ -218,10 +218,12 @@ COMMON: dict[str, Constraint] = {
                          "'exact' (the global batches of one process, split over the ranks), "
                          "got {value!r}"),
     "stem": Stem(),
-    "instance_norm": OneOf((None, "input", "revin"),
+    "instance_norm": OneOf((None, "input", "revin", "auto"),
                            "instance_norm must be one of {options} (None: off; 'input': each "
                            "input series normalised by its own mean and std; 'revin': and "
-                           "the outputs de-normalised), got {value!r}"),
+                           "the outputs de-normalised; 'auto': 'revin' for a regressor whose "
+                           "targets are in the units of X's series, else None), "
+                           "got {value!r}"),
     "instance_affine": Bool(),
     "tokenizer": OneOf(("auto", "patch", "ppv"),
                        "tokenizer must be one of {options} ('patch': a token holds its "

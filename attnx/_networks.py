@@ -145,7 +145,7 @@ class BareNetwork(Network):
         positions, norm, dropout or max_len; an MLP width for a Transformer only)."""
         return (cfg.d_model is None and cfg.positional == "none" and cfg.norm is None
                 and cfg.dropout == 0 and cfg.max_len is None and cfg.stem is None
-                and cfg.instance_norm is None
+                and cfg.instance_norm in (None, "auto")
                 and (issubclass(self.cls, Transformer) or cfg.d_hidden is None))
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,

@@ -137,6 +137,29 @@ def _first_layer(est: SequenceEstimator) -> tuple[NDArray[np.floating], NDArray[
     return p["embed.W"], p["embed.b"], est.input_scale_
 
 
+def same_units(x: NDArray[np.floating], valid: NDArray[np.bool_], y: NDArray[np.floating]
+               ) -> bool:
+    """Whether per-sequence regression targets y (n, k) are in the units of X's
+    channels (x (n, T, C), valid (n, T) the positions that hold data), as the next
+    values of the series are when a series is cut into windows: one target and one
+    channel, or one target per channel, each target's 5-95% range inside its
+    channel's 1-99% range widened by a tenth of that range on both sides, and its
+    standard deviation within a factor 2 of the channel's. instance_norm="auto"
+    picks "revin" for such targets."""
+    c, k = x.shape[2], y.shape[1]
+    if k != c or not y.shape[0] or not valid.any():
+        return False
+    xv = x[valid].astype(np.float64)
+    for j in range(c):
+        lo, hi = np.quantile(xv[:, j], [0.01, 0.99])
+        y_lo, y_hi = np.quantile(y[:, j].astype(np.float64), [0.05, 0.95])
+        pad = 0.1 * (hi - lo)
+        sx, sy = float(xv[:, j].std()), float(np.std(y[:, j]))
+        if not (lo - pad <= y_lo and y_hi <= hi + pad and sx > 0 and 0.5 <= sy / sx <= 2.0):
+            return False
+    return True
+
+
 def power_of_two(scale: F64Array) -> F64Array:
     """Each positive scale rounded to the nearest power of two (1 where it is 0): the
     data is then standardised to within a factor sqrt(2), and scaling by it is exact."""

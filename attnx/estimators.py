@@ -193,7 +193,12 @@ _COMMON_DOC = """
         at its layer. Replaces patches: patch_len must be None (off with a stem) or
         1. Per-position targets need strides of 1. With standardize=True the input
         is scaled but not centred (the convolution's zero padding stays zero).
-    instance_norm : None, "input" or "revin" (RevIN, Kim et al. 2022). "input":
+    instance_norm : None, "input", "revin" (RevIN, Kim et al. 2022) or "auto"
+        (TransformerRegressor's default): "revin" for a regressor whose targets
+        (one per sequence) are in the units of X's series (one target and one
+        channel, or one per channel; each target's 5-95% range inside its channel's
+        1-99% range widened by a tenth, its std within a factor 2 of the
+        channel's: the next values of a series cut into windows), else None. "input":
         each input series (sample, channel) is centred on its mean over its valid
         steps and divided by sqrt(var + 1e-5) (in X's units) before the network,
         so the network sees every series at one level and scale. "revin" (the
@@ -208,7 +213,8 @@ _COMMON_DOC = """
         the statistics run over every step of a patch (steps that fill a ragged
         sequence's last patch count as zeros).
     instance_affine : RevIN's learnable per-channel gain and bias after the
-        normalisation (inverted before the de-normalisation); needs instance_norm.
+        normalisation (inverted before the de-normalisation); needs instance_norm
+        (with "auto": when it picks "revin").
     tokenizer : what a token holds (one output per sequence only). "patch": the raw
         values of its window (patch_len steps). "ppv": a description of the
         window's local shapes: the 84 fixed length-9 kernels with weights -1 and 2
@@ -351,7 +357,7 @@ class TransformerRegressor(_Regressor):
                  decay: str = "matrices", standardize: bool = True,
                  patch_len: int | None = None, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 missing: str = "error", instance_norm: InstanceNorm = "auto",
                  instance_affine: bool = False, tokenizer: str = "patch") -> None:
         store(self, locals())
 

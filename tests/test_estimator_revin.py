@@ -76,7 +76,7 @@ def test_classifier_input_norm_and_no_revin():
 
 @pytest.mark.parametrize("kw, err, match", [
     (dict(instance_norm="batch"), ValueError, "instance_norm must be one of"),
-    (dict(instance_affine=True), ValueError, "instance_affine=True needs instance_norm"),
+    (dict(instance_norm=None, instance_affine=True), ValueError, "instance_affine=True needs instance_norm"),
     (dict(instance_norm="input", instance_affine=1), TypeError, "instance_affine must be"),
 ])
 def test_bad_parameters(kw, err, match):
@@ -116,7 +116,7 @@ def test_save_load_pickle_clone(tmp_path):
 
 def test_a_file_without_instance_norm_loads_as_none():
     X, y = _forecast()
-    est = TR(**SMALL, epochs=1).fit(X, y[:, 0])
+    est = TR(**SMALL, epochs=1, instance_norm=None).fit(X, y[:, 0])
     arrays, config = _state.get_state(est, portable=False)
     del config["params"]["instance_norm"], config["params"]["instance_affine"]
     back = _state.new_from_state(arrays, config, {"TransformerRegressor": TR})
@@ -151,3 +151,38 @@ def test_onnx_matches_predict(dtype, mode, affine, t, extra, tmp_path):
         xp[i, :len(s)], mask[i, :len(s)] = s, False
     (out,) = sess.run(None, {"x": xp, "key_padding_mask": mask})
     assert rel_err(out, np.asarray(est.predict(ragged)), floor=1.0) < tol
+
+
+def test_same_units_rule():
+    from attnx._scaling import same_units
+    X, y = _forecast(n=60)
+    valid = np.ones(X.shape[:2], bool)
+    assert same_units(X, valid, y)                       # the next values of the series
+    assert not same_units(X, valid, y * 1e-3)            # a rate of them: other units
+    assert not same_units(X, valid, y + 1e4)             # outside the series' range
+    X2, y2 = _forecast(n=60, f=2)
+    assert same_units(X2, valid, y2)                     # one target per channel
+    assert not same_units(X2, valid, y2[:, :1])          # one target, two channels
+    valid[:, 6:] = False                                 # only the valid steps count
+    Xp = X.copy()
+    Xp[:, 6:] = 1e6
+    assert same_units(Xp, valid, y) == same_units(X[:, :6], valid[:, :6], y)
+
+
+def test_auto_instance_norm_picks_revin_for_targets_in_the_series_units():
+    X, y = _forecast()
+    est = TR(**SMALL, epochs=2).fit(X, y[:, 0])
+    assert TR().instance_norm == "auto" and est.instance_norm == "auto"
+    assert est.model_.instance_norm == "revin"
+    assert "target_mean_" not in est.__dict__
+    assert TR(**SMALL, epochs=2).fit(X, y[:, 0] * 1e-3).model_.instance_norm is None
+    assert TR(**SMALL, epochs=2, instance_norm=None).fit(X, y[:, 0]).model_.instance_norm \
+        is None
+    # a resumed fit keeps the model's choice; classifiers and the bare model: none
+    est.set_params(warm_start=True).fit(X, y[:, 0] * 1e-3)
+    assert est.model_.instance_norm == "revin"
+    clf = TC(**SMALL, epochs=2, instance_norm="auto").fit(X, (y[:, 0] > 0).astype(int))
+    assert clf.model_.instance_norm is None
+    bare = TR(n_heads=1, d_model=None, positional="none", norm=None, dropout=0.0, epochs=2,
+              random_state=0).fit(X, X * 2)
+    assert type(bare.model_).__name__ == "Transformer"
