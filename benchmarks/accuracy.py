@@ -90,7 +90,7 @@ BEST = dict(
                 # the harness does the patching and scaling, and the PyTorch twin trains
                 # with plain AdamW at a constant rate: the estimator's own recipe off
                 standardize=False, patch_len=1, lr_schedule="constant",
-                max_grad_norm=None, decay="all"),
+                max_grad_norm=None, decay="all", instance_norm=None, tokenizer="patch"),
 )
 
 DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
