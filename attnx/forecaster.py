@@ -174,7 +174,7 @@ class TransformerForecaster(EstimatorParams):
             dtype=self.dtype,
             # the windows are scaled and patched here; a constant rate, as the
             # calibration fit is resumed in chunks to check its held-out error
-            standardize=False, patch_len=1, lr_schedule="constant")
+            standardize=False, patch_len=1, lr_schedule="constant", instance_norm=None)
 
     # ---- data ------------------------------------------------------------
     def _targets(self, series: list[F64]) -> list[F64]:

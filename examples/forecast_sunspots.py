@@ -51,7 +51,7 @@ def main():
               n_iter_no_change=150, random_state=0,  # all epochs, as the twin
               # the twin trains with plain AdamW on these inputs: the same here
               dropout=0.0, lr_schedule="constant", max_grad_norm=None, decay="all",
-              standardize=False, patch_len=1)
+              standardize=False, patch_len=1, instance_norm=None)
     est = attnx.TransformerRegressor(**hp)
     _, t_attnx = timed(est.fit, Xtr, ytr)
     p_attnx = est.predict(Xte) * sd + mu
@@ -64,6 +64,12 @@ def main():
     p_persist = X[~train, -1, 0]
 
     rows = [("attnx TransformerRegressor (2 x 32 wide)", p_attnx, t_attnx)]
+    # the defaults on the raw windows: instance_norm="auto" finds the targets in the
+    # series' units and normalises each window by its own level and scale (RevIN)
+    defaults = attnx.TransformerRegressor(random_state=0)
+    _, t_def = timed(defaults.fit, X[train].astype(np.float32), y[train])
+    rows.append(("attnx TransformerRegressor(), defaults", defaults.predict(
+        X[~train].astype(np.float32)), t_def))
     if have_torch():
         init = initial_model(est, Xtr, ytr)
         predict, t_torch = timed(torch_twin_fit, init, list(Xtr), ytr, task="regress",
