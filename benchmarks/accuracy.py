@@ -76,6 +76,8 @@ sys.path.insert(0, str(ROOT / "examples"))  # _common: the examples' loaders and
 #                64 steps, each patch becomes the PPV tokens the estimators' default
 #                tokenizer makes (attnx._ppv_tokens, fitted on the training split),
 #                so that "attnx best" and the twin train the defaults' kind of tokens
+#                (each token feature then standardised with the training tokens'
+#                statistics)
 # and `params` go to the estimator as they are (n_iter_no_change disables the
 # training-loss plateau stop: every epoch runs).
 BEST = dict(
@@ -87,10 +89,12 @@ BEST = dict(
     params=dict(d_model=32, n_heads=4, n_layers=2, d_hidden=64, positional="sinusoidal",
                 norm="pre", pooling="mean", dropout=0.1, lr=1e-3, weight_decay=0.01,
                 n_iter_no_change=1_000_000,
-                # the harness does the patching and scaling, and the PyTorch twin trains
-                # with plain AdamW at a constant rate: the estimator's own recipe off
-                standardize=False, patch_len=1, lr_schedule="constant",
-                max_grad_norm=None, decay="all", instance_norm=None, tokenizer="patch"),
+                # the harness does the patching, the tokens and the scaling; the
+                # estimator's recipe (warm-up and cosine decay, clipping, decay on the
+                # weight matrices only), which the PyTorch twin reproduces
+                standardize=False, patch_len=1, lr_schedule="warmup_cosine", warmup=0.1,
+                max_grad_norm=1.0, decay="matrices", instance_norm=None,
+                tokenizer="patch"),
 )
 
 DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
@@ -241,7 +245,14 @@ def preprocess(d, cfg):
         Xtr, Xte = with_differences(Xtr), with_differences(Xte)
     max_tokens = cfg.get("max_tokens")
     if cfg.get("tokens") == "auto" and d.task == "classify" and d.t_min >= 64:
-        return _ppv_split(Xtr, Xte, math.ceil(d.t_max / max_tokens)) + (ytr, y_back)
+        Xtr, Xte = _ppv_split(Xtr, Xte, math.ceil(d.t_max / max_tokens))
+        if cfg.get("standardize", False):   # each token feature, as the estimator does
+            rows = np.concatenate(Xtr)
+            mu, sd = rows.mean(axis=0), rows.std(axis=0)
+            sd = np.where(sd > 0, sd, 1.0)
+            Xtr = [(x - mu) / sd for x in Xtr]
+            Xte = [(x - mu) / sd for x in Xte]
+        return Xtr, Xte, ytr, y_back
     if max_tokens and d.t_max > max_tokens:
         p = math.ceil(d.t_max / max_tokens)
         k = cfg.get("patch_overlap", 1)
@@ -371,7 +382,8 @@ def run_torch_twin(d, seed, quick, cfg):
                             task="classify" if d.task == "classify" else "regress",
                             epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"],
                             betas=p["betas"], eps=p["eps"], weight_decay=p["weight_decay"],
-                            seed=seed)
+                            seed=seed, lr_schedule=p["lr_schedule"], warmup=p["warmup"],
+                            max_grad_norm=p["max_grad_norm"], decay=p["decay"])
     out, t_pred = _timed(predict, [x.astype(np.float32) for x in Xte])
     if d.task == "classify":
         pred = classes[np.argmax(out, axis=1)]

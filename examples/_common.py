@@ -108,21 +108,38 @@ def _pad(seqs, dtype):
 
 
 def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.999), eps=1e-8,
-                   weight_decay=0.01, seed=0):
+                   weight_decay=0.01, seed=0, lr_schedule="constant", warmup=0.1,
+                   max_grad_norm=None, decay="all"):
     """Train the torch twin of `model` (an attnx SequenceModel, its initial weights) on
     X (array or list of (T_i, f) arrays) and y (class indices for task="classify",
-    else values (n,) or (n, k)). Returns a predict function (X -> numpy output)."""
+    else values (n,) or (n, k)). Returns a predict function (X -> numpy output).
+
+    The estimators' recipe in PyTorch's own pieces: lr_schedule / warmup as attnx's
+    (LambdaLR over attnx.schedules.estimator_schedule's factors, stepped per batch),
+    max_grad_norm by torch.nn.utils.clip_grad_norm_, decay="matrices" as two AdamW
+    parameter groups (weight decay on the parameters with two or more dimensions:
+    the twin's networks have no learned position table)."""
     import torch
     import torch.nn.functional as F
     from seq_torch_twin import SeqTwin
+
+    from attnx.schedules import estimator_schedule
 
     twin = SeqTwin(model)
     dtype = np.float32 if model.dtype == np.float32 else np.float64
     seqs = [np.asarray(s, dtype) for s in X]
     y = np.asarray(y)
     target = torch.tensor(y if task == "classify" else y.reshape(len(y), -1).astype(dtype))
-    opt = torch.optim.AdamW(twin.parameters(), lr=lr, betas=betas, eps=eps,
-                            weight_decay=weight_decay)
+    params = list(twin.parameters())
+    if decay == "matrices":
+        groups = [{"params": [p for p in params if p.ndim >= 2]},
+                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    else:
+        groups = [{"params": params}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    steps = epochs * -(-len(seqs) // batch_size)
+    factor = estimator_schedule(lr_schedule, steps, warmup)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor) if factor else None
     rng = np.random.default_rng(seed)
     twin.train()
     for _ in range(epochs):
@@ -137,7 +154,11 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
             else:
                 loss = F.mse_loss(out, target[idx])
             loss.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
             opt.step()
+            if sched is not None:
+                sched.step()
     twin.eval()
 
     def predict(Xp):
