@@ -237,7 +237,8 @@ class SequenceEstimator(EstimatorParams):
         """instance_norm="auto": "revin" for a regressor with targets per sequence in
         the units of X's series (attnx._scaling.same_units; rank 0 decides with
         comm), else None."""
-        if not (self._scales_targets() and net.head and not per_position):
+        if not (self._scales_targets() and net.head and not per_position) \
+                or self.__dict__.get("tokenizer") == "ppv":   # PPV tokens are not series
             return None
         valid = seqs.key_mask(data.lengths, data.missing, slice(None), data.x.shape[1])
         valid = np.ones(data.x.shape[:2], bool) if valid is None else ~valid
@@ -260,6 +261,10 @@ class SequenceEstimator(EstimatorParams):
             if cfg.stem is not None:
                 raise ValueError(f"tokenizer='ppv' cannot be combined with a stem (both make "
                                  f"the tokens), got stem={cfg.stem!r}")
+            if cfg.instance_norm is not None:
+                raise ValueError(f"tokenizer='ppv' cannot be combined with instance "
+                                 f"normalisation (the tokens are proportions, not the "
+                                 f"series), got instance_norm={cfg.instance_norm!r}")
             return True
         if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
             return False

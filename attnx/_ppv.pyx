@@ -15,7 +15,8 @@ Buffers as in attnx._embed: C-contiguous, one float dtype per call; the series r
 in parallel (prange over the batch), each writing only its own rows.
 """
 import numpy as np
-from cython.parallel cimport prange
+
+from cython.parallel cimport prange, threadid
 from libc.stdint cimport uint8_t, int32_t
 
 from attnx._blas cimport floating
@@ -33,51 +34,64 @@ cdef inline double _tap(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t u,
 cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
                       const uint8_t[:, ::1] miss, const int32_t[::1] dil,
                       const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
-                      Py_ssize_t p, floating[:, :, ::1] out) noexcept nogil:
-    """Series b (n valid steps) into out[b]: counts, then fractions per window."""
+                      Py_ssize_t p, floating[:, :, ::1] out, double* v2,
+                      int32_t* counts) noexcept nogil:
+    """Series b (n valid steps) into out[b], window by window: for each (dilation,
+    channel) the K * Q comparisons of a step run over contiguous rows (v2: each
+    kernel's output repeated Q times; counts: the window's hits), and the
+    fractions are written once per window."""
     cdef Py_ssize_t c = x.shape[2], nd = dil.shape[0], nk = comb.shape[0]
-    cdef Py_ssize_t nq = bias.shape[3], ntok = out.shape[1], f = out.shape[2]
-    cdef Py_ssize_t di, j, t, k, m, q, tok, col, d, cnt
+    cdef Py_ssize_t nq = bias.shape[3], ntok = out.shape[1]
+    cdef Py_ssize_t g = nk * nq
+    cdef Py_ssize_t di, j, t, k, m, q, i, tok, col, d, cnt, t1
     cdef double taps[9]
     cdef double a, v
-    for tok in range(ntok):
-        for col in range(f):
-            out[b, tok, col] = 0
+    cdef const floating* bp
     for di in range(nd):
         d = dil[di]
         for j in range(c):
-            for t in range(n):
-                if miss is not None and miss[b, t]:
-                    continue
-                a = 0.0
-                for k in range(9):
-                    taps[k] = _tap(x, b, t + (k - 4) * d, n, j)
-                    a = a + taps[k]
-                tok = t // p
-                col = ((di * c + j) * nk) * nq
-                for m in range(nk):
-                    v = 3.0 * (taps[comb[m, 0]] + taps[comb[m, 1]] + taps[comb[m, 2]]) - a
-                    for q in range(nq):
-                        if v > bias[di, j, m, q]:
-                            out[b, tok, col + m * nq + q] += 1
-    for tok in range(ntok):
-        cnt = 0
-        for t in range(tok * p, min((tok + 1) * p, n)):
-            if miss is None or not miss[b, t]:
-                cnt = cnt + 1
-        if cnt > 0:
-            for col in range(f):
-                out[b, tok, col] = out[b, tok, col] / cnt
+            col = (di * c + j) * g
+            bp = &bias[di, j, 0, 0]
+            for tok in range(ntok):
+                for i in range(g):
+                    counts[i] = 0
+                cnt = 0
+                t1 = min((tok + 1) * p, n)
+                for t in range(tok * p, t1):
+                    if miss is not None and miss[b, t]:
+                        continue
+                    cnt = cnt + 1
+                    a = 0.0
+                    for k in range(9):
+                        taps[k] = _tap(x, b, t + (k - 4) * d, n, j)
+                        a = a + taps[k]
+                    for m in range(nk):
+                        v = 3.0 * (taps[comb[m, 0]] + taps[comb[m, 1]] + taps[comb[m, 2]]) - a
+                        for q in range(nq):
+                            v2[m * nq + q] = v
+                    for i in range(g):
+                        counts[i] += v2[i] > bp[i]
+                if cnt > 0:
+                    for i in range(g):
+                        out[b, tok, col + i] = <floating> (<double> counts[i] / cnt)
+                else:
+                    for i in range(g):
+                        out[b, tok, col + i] = 0
 
 
 cdef void _ppv(const floating[:, :, ::1] x, const int32_t[::1] lengths,
                const uint8_t[:, ::1] miss, const int32_t[::1] dil,
                const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
-               Py_ssize_t p, floating[:, :, ::1] out, int nth) noexcept:
+               Py_ssize_t p, floating[:, :, ::1] out, double[:, ::1] v2,
+               int32_t[:, ::1] counts, int nth) noexcept:
+    """Series in parallel; thread i uses row i of the scratch v2 and counts."""
     cdef Py_ssize_t b
+    cdef int tid
     with nogil:
         for b in prange(x.shape[0], schedule="dynamic", num_threads=nth):
-            _ppv_series(x, b, lengths[b], miss, dil, comb, bias, p, out)
+            tid = threadid()
+            _ppv_series(x, b, lengths[b], miss, dil, comb, bias, p, out, &v2[tid, 0],
+                        &counts[tid, 0])
 
 
 def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
@@ -105,7 +119,12 @@ def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
         raise ValueError(f"{what}: dilations must be >= 1")
     if nk and (comb.min() < 0 or comb.max() > 8):
         raise ValueError(f"{what}: comb entries must lie in [0, 8]")
+    # per-thread scratch (one row per thread, at least one element)
+    v2 = np.empty((nthreads, max(nk * nq, 1)), np.float64)
+    counts = np.empty((nthreads, max(nk * nq, 1)), np.int32)
     if dt == np.float32:
-        _ppv[float](x, lengths, missing, dilations, comb, bias, window, out, nthreads)
+        _ppv[float](x, lengths, missing, dilations, comb, bias, window, out, v2, counts,
+                    nthreads)
     else:
-        _ppv[double](x, lengths, missing, dilations, comb, bias, window, out, nthreads)
+        _ppv[double](x, lengths, missing, dilations, comb, bias, window, out, v2, counts,
+                     nthreads)

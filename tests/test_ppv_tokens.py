@@ -216,6 +216,8 @@ def test_bad_input():
     X, y = _shifted_shape(n=20)
     with pytest.raises(ValueError, match="tokenizer must be one of"):
         TC(**SMALL, tokenizer="rocket").fit(X, y)
+    with pytest.raises(ValueError, match="cannot be combined with instance"):
+        TC(**SMALL, tokenizer="ppv", instance_norm="input").fit(X, y)
     with pytest.raises(ValueError, match="cannot be combined with a stem"):
         TC(**SMALL, tokenizer="ppv", stem=((3, 1),)).fit(X, y)
     with pytest.raises(ValueError, match="one target per sequence"):
