@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["detect", "acf", "PEAK_LEVEL", "PEAK_RISE", "HARMONIC"]
+__all__ = ["detect", "acf", "profile", "PEAK_LEVEL", "PEAK_RISE", "HARMONIC"]
 
 #: a seasonal peak of the autocorrelation function must exceed this level ...
 PEAK_LEVEL = 0.3
@@ -86,3 +86,26 @@ def detect(series: list[F64]) -> int:
         return 1
     high = max(r[m] for m in peaks)
     return next(m for m in peaks if r[m] >= HARMONIC * high)
+
+
+def profile(context: F64, mask: npt.NDArray[np.bool_], horizon: int, season: int) -> F64:
+    """The seasonal profile forecast from contexts (n, W, k) with padding `mask` (n, W)
+    (True = padding): horizon step j repeats the mean of the context's real steps of
+    its phase, the steps W - season + j % season - i * season, i = 0, 1, ...  (the
+    mean of the whole real context for season 1), shape (n, horizon, k). A phase with
+    no real step gets the mean of the real context. Needs 1 <= season <= W."""
+    n, w, k = context.shape
+    if not 1 <= season <= w:
+        raise ValueError(f"season must be in [1, window={w}], got {season}")
+    real = (~mask)[:, :, None].astype(np.float64)
+    overall = (context * real).sum(axis=1) / np.maximum(real.sum(axis=1), 1.0)   # (n, k)
+    # the phase of step t counted back from the end, (W - 1 - t) % season: step
+    # W - season + p (p = 0..season-1) has phase season - 1 - p
+    phase = (w - 1 - np.arange(w)) % season
+    onehot = (phase[None, :] == np.arange(season)[:, None]).astype(np.float64)  # (s, W)
+    tot = np.einsum("sw,nwk->nsk", onehot, context * real)
+    cnt = np.einsum("sw,nwk->nsk", onehot, real)
+    prof = np.where(cnt > 0, tot / np.maximum(cnt, 1.0), overall[:, None, :])
+    steps = season - 1 - (np.arange(horizon) % season)
+    out: F64 = prof[:, steps, :]
+    return out

@@ -17,15 +17,26 @@ How a forecast is made (PatchTST's recipe, on attnx's transformer):
    else the highest clear peak of the detrended series' autocorrelation (attnx._season).
 6. The network forecasts the residual from a baseline in the window's scaled units:
    the seasonal naive forecast taken from the context (``baseline="seasonal_naive"``;
-   the last value for season 1) or the context's mean (``"none"``, i.e. 0);
-   ``"auto"`` (default) takes seasonal naive unless the context's seasonal profile
-   (the per-phase mean over its whole seasons, which a network without a baseline
-   learns to read) has the smaller squared error on the held-out (most recent)
-   windows: seasonal naive carries one observation's noise into every forecast, a
-   profile does not. A network that outputs zeros forecasts exactly the baseline.
-   The network's output is also shrunk towards the baseline by a weight in [0, 1]
-   fitted on the held-out windows (``blend_``; 1 without intervals): a network that
-   cannot beat its baseline there adds little.
+   the last value for season 1), the context's seasonal profile (``"seasonal_mean"``:
+   each phase's mean over the context's real steps; the context's mean for season 1)
+   the mean of those two (``"combined"``) or the context's mean (``"none"``, i.e. 0).
+   ``"auto"`` (default) takes seasonal naive unless the profile has the smaller mean
+   absolute error (the error MASE scores) on the held-out, most recent windows:
+   seasonal naive carries one observation's noise into every forecast, a profile
+   does not, but lags a level that moves. A network that outputs zeros forecasts
+   exactly the baseline. The network's output is scaled by a weight in [0, 1]
+   fitted on the held-out windows (``blend_``; 1 without intervals): the least-
+   squares weight there (0, the baseline alone, exactly, when the network's output
+   does not correlate positively with the baseline's held-out errors).
+   Overlapping windows of one series are about one independent forecast per
+   `horizon` origins: when the held-out windows' targets cover fewer than
+   MIN_EVIDENCE = 2 horizons of distinct time steps (summed over the series;
+   ``evidence_``), they can neither choose a baseline nor weigh the network
+   (a day of half-hourly data, one horizon of 48 steps, is one forecast): "auto"
+   then takes the combined baseline (a forecast combination hedges the choice it
+   cannot make), blend_ is 0 and the network is not consulted (it is still trained,
+   so the model's file and export are as usual), and the intervals come from the
+   baseline's own held-out errors.
 7. Multivariate y is channel-independent by default: each channel is its own series
    through the same model (PatchTST), which serves k channels with one set of weights.
 8. Intervals are split-conformal: a first model is trained without the last
@@ -62,7 +73,10 @@ if TYPE_CHECKING:
 __all__ = ["TransformerForecaster", "FORECASTERS"]
 
 _INTERVALS = ("conformal", None)
-_BASELINES = ("auto", "seasonal_naive", "none")
+_BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
+# the held-out windows must hold at least this many horizons of distinct time steps
+# (independent forecasts' worth) to choose a baseline or to weigh the network on them
+MIN_EVIDENCE = 2.0
 # how many times the calibration fit checks its held-out error
 _CHECKS = 10
 
@@ -89,12 +103,17 @@ class TransformerForecaster(EstimatorParams):
         units. "seasonal_naive": the seasonal naive forecast (each horizon step's
         value one season before, taken from the context), so a network that outputs
         zeros forecasts exactly seasonal naive (naive, the last value, with season 1
-        or when the window is shorter than the season); "none": the context's mean
+        or when the window is shorter than the season); "seasonal_mean": the
+        context's seasonal profile (each phase's mean over the context's real
+        steps; the context's mean with season 1); "none": the context's mean
         (the network forecasts the scaled values themselves, as model files from
-        before this parameter do); "auto" (default): seasonal naive, unless the
-        context's seasonal profile (per-phase mean over its whole seasons) has the
-        smaller squared error on the held-out calibration windows (on every window
-        with intervals=None); then "none". The choice is ``baseline_``.
+        before this parameter do); "combined": the mean of seasonal naive and the
+        profile; "auto" (default): seasonal naive, unless the seasonal profile has
+        the smaller mean absolute error on the held-out calibration windows (on
+        every window with intervals=None); then "seasonal_mean"; "combined" when
+        the held-out windows are too few to tell (module docstring, point 6). The
+        choice is ``baseline_``; the network's weight on top of it (0: the
+        baseline alone) is ``blend_``.
     d_model, n_heads, n_layers, d_hidden, dropout : the transformer's sizes.
     channel_independent : multivariate y as separate series through one model.
     intervals : "conformal" (split-conformal calibration, one extra fit) or None.
@@ -198,10 +217,7 @@ class TransformerForecaster(EstimatorParams):
         mu, sd = win.scale_stats(context, mask, ko)
         x = context.copy()
         x[:, :, :ko] = (x[:, :, :ko] - mu) / sd
-        if self.baseline_ == "seasonal_naive":
-            base = win.seasonal_naive(x[:, :, :ko], self.horizon_, self._base_period())
-        else:
-            base = np.zeros((x.shape[0], self.horizon_, ko))
+        base = self._baseline(self.baseline_, x[:, :, :ko], mask)
         if x.shape[2] > ko:   # past covariates: fit-time standardisation
             x[:, :, ko:] = (x[:, :, ko:] - self.cov_mean_) / self.cov_std_
         p, pm = win.patchify(x, mask, self.patch_len_, self.patch_stride_)
@@ -214,6 +230,17 @@ class TransformerForecaster(EstimatorParams):
             n_valid = (~pm).sum(axis=1)
             return mu, sd, base, p, [p[i, :max(int(v), 1)] for i, v in enumerate(n_valid)]
         return mu, sd, base, p, p
+
+    def _baseline(self, name: str, x: F64, mask: npt.NDArray[np.bool_]) -> F64:
+        """The baseline forecast `name` (n, horizon, k_out) from scaled contexts x."""
+        if name == "seasonal_naive":
+            return win.seasonal_naive(x, self.horizon_, self._base_period())
+        if name == "seasonal_mean":
+            return _season.profile(x, mask, self.horizon_, self._base_period())
+        if name == "combined":
+            return 0.5 * (self._baseline("seasonal_naive", x, mask)
+                          + self._baseline("seasonal_mean", x, mask))
+        return np.zeros((x.shape[0], self.horizon_, x.shape[2]))
 
     def _extra(self, static: list[F64] | None, future: list[F64] | None,
                index: npt.NDArray[np.intp], origins: npt.NDArray[np.intp] | None) -> F64 | None:
@@ -249,7 +276,7 @@ class TransformerForecaster(EstimatorParams):
         self.k_ = series[0].shape[1]
         self.k_out_ = 1 if self.channel_independent else self.k_
         self.season_ = self._season(series)
-        self.baseline_ = "none" if self.baseline == "none" else "seasonal_naive"
+        self.baseline_ = "seasonal_naive" if self.baseline == "auto" else self.baseline
         self.blend_ = 1.0
         cov = self._aligned("X", X, series)
         fut = self._aligned("X_future", X_future, series)
@@ -278,22 +305,30 @@ class TransformerForecaster(EstimatorParams):
         mu, sd, base, _, xin = self._tokens(w.context, w.mask, extra)
         scaled = (w.target - mu) / sd
         held = self._held_out(w) if self.intervals == "conformal" else None
+        recent = held if held is not None else np.ones(len(w.origin), bool)
+        self.evidence_ = _evidence(w, recent, h)
         if self.baseline == "auto":
-            # seasonal naive, unless the context's seasonal profile (the per-phase mean
-            # over its whole seasons, which the network can learn to read without a
-            # baseline) is closer to the most recent windows' targets
-            recent = held if held is not None and held.any() else slice(None)
-            x = (w.context[recent][:, :, :self.k_out_] - mu[recent]) / sd[recent]
-            profile = win.seasonal_mean(x, h, self._base_period())
-            if np.mean((scaled[recent] - base[recent]) ** 2) >= \
-                    np.mean((scaled[recent] - profile) ** 2):
-                self.baseline_ = "none"
-                base = np.zeros_like(base)
+            # seasonal naive, unless the context's seasonal profile (the per-phase mean,
+            # without one observation's noise) has the smaller absolute error on the
+            # held-out (most recent) windows: the error MASE scores; both averaged
+            # when the held-out windows are too few to tell
+            x = (w.context[:, :, :self.k_out_] - mu) / sd
+            profile = self._baseline("seasonal_mean", x, w.mask)
+            if self.evidence_ < MIN_EVIDENCE:
+                self.baseline_ = "combined"
+            elif np.mean(np.abs(scaled[recent] - base[recent])) > \
+                    np.mean(np.abs(scaled[recent] - profile[recent])):
+                self.baseline_ = "seasonal_mean"
+            base = self._baseline(self.baseline_, x, w.mask)
         tgt = (scaled - base).reshape(len(w.target), -1)
         seed = int(np.random.default_rng(self.random_state).integers(2 ** 31 - 1))
         self.calibration_scores_ = None
         final = self._regressor(len(tgt), n_tok, seed)
-        if held is not None:
+        if held is not None and self.evidence_ < MIN_EVIDENCE:
+            # too few held-out forecasts to trust the network's gain there: the
+            # baseline alone, calibrated on its own held-out errors
+            self.calibration_scores_, self.blend_ = np.abs(tgt[held]), 0.0
+        elif held is not None:
             self.calibration_scores_, best, self.blend_ = self._calibrate(
                 held, xin, tgt, seed, n_tok)
             if self.epochs is None:   # as long as the held-out check liked best
@@ -357,7 +392,9 @@ class TransformerForecaster(EstimatorParams):
 
         The weight shrinks the network's output towards the baseline: at each check,
         the least-squares factor c in [0, 1] of the held-out residual targets on the
-        network's outputs (c = 0: the baseline alone does best there)."""
+        network's outputs (c = 0, the baseline alone, exactly, when they are not
+        positively correlated; so for a series the baseline forecasts exactly);
+        the best check has the smallest squared error (the training loss)."""
         pick, held = np.flatnonzero(~cal), np.flatnonzero(cal)
 
         def sub(ix: npt.NDArray[np.intp]) -> list[F64] | F64:
@@ -580,6 +617,17 @@ class TransformerForecaster(EstimatorParams):
             return self._one_or_list([_pandas.quantiles(m, a, qs) for m, a in
                                       zip(index, self._shape(stacked, True))], was_list)
         return self._shape(stacked, was_list)
+
+
+def _evidence(w: win.Windows, held: npt.NDArray[np.bool_], horizon: int) -> float:
+    """How many horizons of distinct time steps the targets of the windows `held`
+    cover, summed over the series (overlapping windows of one series are about one
+    forecast's worth of evidence per `horizon` origins)."""
+    total = 0
+    for i in np.unique(w.series[held]):
+        org = w.origin[held & (w.series == i)]
+        total += int(np.unique((org[:, None] + np.arange(horizon)).ravel()).size)
+    return total / horizon
 
 
 def _col_stats(items: list[F64] | None) -> tuple[Any, Any]:

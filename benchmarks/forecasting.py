@@ -403,6 +403,7 @@ def markdown(results, meta):
              f"{meta['date']}, {meta['machine']}, python {meta['python']}, "
              f"statsforecast {meta['versions'].get('statsforecast')}, scikit-learn "
              f"{meta['versions'].get('sklearn')}, attnx {meta['versions'].get('attnx')}"
+             + (f", seed {meta['seed']}" if meta.get("seed") is not None else "")
              + (" (quick run)" if meta["quick"] else ""), "",
              "Last h points of each series held out; one forecast per series from the rest. "
              "MASE: in-sample seasonal-naive scale with period m (M4); sMAPE: M4, percent; "

@@ -96,9 +96,9 @@ def test_auto_baseline_follows_the_data():
     trend = attnx.TransformerForecaster(6, **TINY).fit(0.5 * t + 3.0 * np.sin(2 * np.pi * t / 12))
     assert trend.baseline_ == "seasonal_naive" and trend.season_ == 12
     level = attnx.TransformerForecaster(6, **TINY).fit(10.0 + rng.normal(size=150))
-    assert level.baseline_ == "none" and level.season_ == 1
+    assert level.baseline_ == "seasonal_mean" and level.season_ == 1
     noisy = attnx.TransformerForecaster(6, **TINY).fit(_periodic(150, 12, noise=0.5))
-    assert noisy.baseline_ == "none" and noisy.season_ == 12
+    assert noisy.baseline_ == "seasonal_mean" and noisy.season_ == 12
 
 
 def test_round_trip_keeps_season_and_baseline_and_old_files_load_as_before(tmp_path):
