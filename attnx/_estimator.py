@@ -199,7 +199,7 @@ class SequenceEstimator(EstimatorParams):
         if fitted:   # the instance norm the model was built with
             cfg.instance_norm = self._spec.get("instance_norm")
         elif cfg.instance_norm == "auto":
-            cfg.instance_norm = self._auto_instance_norm(data, per_position, net)
+            cfg.instance_norm = self._auto_instance_norm(cfg, data, per_position, net)
         if fitted:   # the stem the model was built with ("auto" was resolved then)
             cfg.stem = getattr(self.model_, "stem", None)
         elif cfg.stem == "auto":
@@ -232,13 +232,13 @@ class SequenceEstimator(EstimatorParams):
         self._channels_now = int(data.x.shape[2])
         return prepared, net
 
-    def _auto_instance_norm(self, data: seqs.Data, per_position: bool,
+    def _auto_instance_norm(self, cfg: Config, data: seqs.Data, per_position: bool,
                             net: Network) -> str | None:
         """instance_norm="auto": "revin" for a regressor with targets per sequence in
         the units of X's series (attnx._scaling.same_units; rank 0 decides with
         comm), else None."""
         if not (self._scales_targets() and net.head and not per_position) \
-                or self.__dict__.get("tokenizer") == "ppv":   # PPV tokens are not series
+                or cfg.tokenizer == "ppv":   # PPV tokens are not series
             return None
         valid = seqs.key_mask(data.lengths, data.missing, slice(None), data.x.shape[1])
         valid = np.ones(data.x.shape[:2], bool) if valid is None else ~valid
@@ -268,9 +268,7 @@ class SequenceEstimator(EstimatorParams):
             return True
         if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
             return False
-        t_min = int(data.x.shape[1] if data.lengths is None or not data.lengths.size
-                    else data.lengths.min())
-        return -int(self._comm().allmax(-t_min)) >= AUTO_MIN_LENGTH
+        return -int(self._comm().allmax(-_shortest(data))) >= AUTO_MIN_LENGTH
 
     def _auto_stem(self, data: seqs.Data, per_position: bool,
                    net: Network) -> _stem.Stem | None:
@@ -278,10 +276,9 @@ class SequenceEstimator(EstimatorParams):
         sequence; no stem for per-position targets and the bare network."""
         if per_position or not net.head:
             return None
-        t_min = int(data.x.shape[1] if data.lengths is None or not data.lengths.size
-                    else data.lengths.min())
         comm = self._comm()
-        return _stem.auto(int(comm.allmax(int(data.x.shape[1]))), -int(comm.allmax(-t_min)))
+        return _stem.auto(int(comm.allmax(int(data.x.shape[1]))),
+                          -int(comm.allmax(-_shortest(data))))
 
     def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
                       net: Network) -> int:
@@ -289,8 +286,7 @@ class SequenceEstimator(EstimatorParams):
         (a token must stay one position) and with a stem (its strides make the
         tokens), patch_len as given, or with patch_len=None the automatic rule (at
         most 16 tokens)."""
-        t_min = int(data.x.shape[1] if data.lengths is None or not data.lengths.size
-                    else data.lengths.min())
+        t_min = _shortest(data)
         if cfg.stem is not None and net.head:
             _stem.check_settings(cfg.stem, cfg.patch_len, per_position, t_min)
             return 1
@@ -708,6 +704,12 @@ class SequenceEstimator(EstimatorParams):
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
         _state.set_state(self, *state["attnx_state"])
+
+
+def _shortest(data: seqs.Data) -> int:
+    """The shortest sequence of this process's data (its padded length when dense)."""
+    return int(data.x.shape[1] if data.lengths is None or not data.lengths.size
+               else data.lengths.min())
 
 
 def store(est: SequenceEstimator, args: Mapping[str, Any]) -> None:
