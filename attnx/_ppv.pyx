@@ -17,81 +17,97 @@ in parallel (prange over the batch), each writing only its own rows.
 import numpy as np
 
 from cython.parallel cimport prange, threadid
+from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t, int32_t
 
 from attnx._blas cimport floating
 from attnx._kernel_checks import check as _check, batch as _batch
 
 
-cdef inline double _tap(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t u,
-                        Py_ssize_t n, Py_ssize_t j) noexcept nogil:
-    """Step u of series b, channel j, 0 outside [0, n)."""
-    if u < 0 or u >= n:
-        return 0.0
-    return x[b, u, j]
-
-
 cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
                       const uint8_t[:, ::1] miss, const int32_t[::1] dil,
                       const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
-                      Py_ssize_t p, floating[:, :, ::1] out, double* v2,
-                      int32_t* counts) noexcept nogil:
-    """Series b (n valid steps) into out[b], window by window: for each (dilation,
-    channel) the K * Q comparisons of a step run over contiguous rows (v2: each
-    kernel's output repeated Q times; counts: the window's hits), and the
-    fractions are written once per window."""
+                      Py_ssize_t p, floating[:, :, ::1] out, double* scratch,
+                      Py_ssize_t pad) noexcept nogil:
+    """Series b (n valid steps) into out[b]. For each channel: the channel copied
+    into a zero-padded contiguous row xs (pad zeros each side, pad >= 4 * the
+    largest dilation) and the additive mask madd (0, or -inf at a missing step, so
+    that no comparison counts it); for each dilation: the nine-tap sums a(t) over
+    the steps; for each kernel: its outputs v(t) over every step in one pass, then
+    per window the counts above each bias. The loops over steps are contiguous
+    (auto-vectorised); the arithmetic is the one stated in the module docstring,
+    in double, term by term in the same order."""
     cdef Py_ssize_t c = x.shape[2], nd = dil.shape[0], nk = comb.shape[0]
     cdef Py_ssize_t nq = bias.shape[3], ntok = out.shape[1]
     cdef Py_ssize_t g = nk * nq
-    cdef Py_ssize_t di, j, t, k, m, q, i, tok, col, d, cnt, t1
-    cdef double taps[9]
-    cdef double a, v
+    cdef Py_ssize_t di, j, t, k, m, q, tok, col, d, t0, t1, o0, o1, o2, cnt, hits
+    cdef double* xs = scratch                  # pad + n + pad
+    cdef double* madd = xs + n + 2 * pad       # n
+    cdef double* a = madd + n                  # n
+    cdef double* v = a + n                     # n
+    cdef double* xc = xs + pad                 # step 0 of the channel
     cdef const floating* bp
-    for di in range(nd):
-        d = dil[di]
-        for j in range(c):
+    cdef double bq
+    cdef bint any_missing = False
+    for t in range(n):
+        madd[t] = 0.0
+        if miss is not None and miss[b, t]:
+            madd[t] = -INFINITY
+            any_missing = True
+    for t in range(n + 2 * pad):
+        xs[t] = 0.0
+    for j in range(c):
+        for t in range(n):
+            xc[t] = x[b, t, j]
+        for di in range(nd):
+            d = dil[di]
             col = (di * c + j) * g
             bp = &bias[di, j, 0, 0]
-            for tok in range(ntok):
-                for i in range(g):
-                    counts[i] = 0
-                cnt = 0
-                t1 = min((tok + 1) * p, n)
-                for t in range(tok * p, t1):
-                    if miss is not None and miss[b, t]:
-                        continue
-                    cnt = cnt + 1
-                    a = 0.0
-                    for k in range(9):
-                        taps[k] = _tap(x, b, t + (k - 4) * d, n, j)
-                        a = a + taps[k]
-                    for m in range(nk):
-                        v = 3.0 * (taps[comb[m, 0]] + taps[comb[m, 1]] + taps[comb[m, 2]]) - a
-                        for q in range(nq):
-                            v2[m * nq + q] = v
-                    for i in range(g):
-                        counts[i] += v2[i] > bp[i]
-                if cnt > 0:
-                    for i in range(g):
-                        out[b, tok, col + i] = <floating> (<double> counts[i] / cnt)
-                else:
-                    for i in range(g):
-                        out[b, tok, col + i] = 0
+            for t in range(n):
+                a[t] = 0.0
+            for k in range(9):
+                o0 = (k - 4) * d
+                for t in range(n):
+                    a[t] = a[t] + xc[t + o0]
+            for m in range(nk):
+                o0 = (comb[m, 0] - 4) * d
+                o1 = (comb[m, 1] - 4) * d
+                o2 = (comb[m, 2] - 4) * d
+                for t in range(n):
+                    v[t] = 3.0 * (xc[t + o0] + xc[t + o1] + xc[t + o2]) - a[t]
+                if any_missing:
+                    for t in range(n):
+                        v[t] = v[t] + madd[t]
+                for tok in range(ntok):
+                    t0 = tok * p
+                    t1 = min(t0 + p, n)
+                    cnt = 0
+                    for t in range(t0, t1):
+                        cnt = cnt + (madd[t] == 0.0)
+                    for q in range(nq):
+                        if cnt == 0:
+                            out[b, tok, col + m * nq + q] = 0
+                            continue
+                        bq = bp[m * nq + q]
+                        hits = 0
+                        for t in range(t0, t1):
+                            hits = hits + (v[t] > bq)
+                        out[b, tok, col + m * nq + q] = <floating> (<double> hits / cnt)
 
 
 cdef void _ppv(const floating[:, :, ::1] x, const int32_t[::1] lengths,
                const uint8_t[:, ::1] miss, const int32_t[::1] dil,
                const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
-               Py_ssize_t p, floating[:, :, ::1] out, double[:, ::1] v2,
-               int32_t[:, ::1] counts, int nth) noexcept:
-    """Series in parallel; thread i uses row i of the scratch v2 and counts."""
+               Py_ssize_t p, floating[:, :, ::1] out, double[:, ::1] scratch,
+               Py_ssize_t pad, int nth) noexcept:
+    """Series in parallel; thread i uses row i of the scratch."""
     cdef Py_ssize_t b
     cdef int tid
     with nogil:
         for b in prange(x.shape[0], schedule="dynamic", num_threads=nth):
             tid = threadid()
-            _ppv_series(x, b, lengths[b], miss, dil, comb, bias, p, out, &v2[tid, 0],
-                        &counts[tid, 0])
+            _ppv_series(x, b, lengths[b], miss, dil, comb, bias, p, out, &scratch[tid, 0],
+                        pad)
 
 
 def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
@@ -119,12 +135,13 @@ def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
         raise ValueError(f"{what}: dilations must be >= 1")
     if nk and (comb.min() < 0 or comb.max() > 8):
         raise ValueError(f"{what}: comb entries must lie in [0, 8]")
-    # per-thread scratch (one row per thread, at least one element)
-    v2 = np.empty((nthreads, max(nk * nq, 1)), np.float64)
-    counts = np.empty((nthreads, max(nk * nq, 1)), np.int32)
+    # per-thread scratch: the padded channel, the missing mask, the tap sums and a
+    # kernel's outputs (one row per thread)
+    pad = 4 * int(dilations.max()) if nd else 0
+    scratch = np.empty((nthreads, max(2 * pad + 4 * t, 1)), np.float64)
     if dt == np.float32:
-        _ppv[float](x, lengths, missing, dilations, comb, bias, window, out, v2, counts,
+        _ppv[float](x, lengths, missing, dilations, comb, bias, window, out, scratch, pad,
                     nthreads)
     else:
-        _ppv[double](x, lengths, missing, dilations, comb, bias, window, out, v2, counts,
+        _ppv[double](x, lengths, missing, dilations, comb, bias, window, out, scratch, pad,
                      nthreads)
