@@ -72,6 +72,8 @@ class SequenceEstimator(EstimatorParams):
     _bare_class: ClassVar[BareClass | None] = None
     #: whether tokenizer="auto" may pick PPV tokens (the classifiers)
     _ppv_auto: ClassVar[bool] = False
+    #: whether epochs=None chooses the epochs on held-out samples (the regressors)
+    _epoch_selection: ClassVar[bool] = False
 
     # hyper-parameters, as given to the constructor (validated at fit)
     n_heads: int
@@ -367,10 +369,67 @@ class SequenceEstimator(EstimatorParams):
         try:
             epochs = cfg.epochs if cfg.epochs is not None else \
                 _training.auto_epochs(dist.n, cfg.batch_size)   # the training part's count
+            if self._selects_epochs(cfg, warm, train, val):
+                chosen = self._select_epochs(prepared, net, cfg, split_seed, epochs)
+                if chosen is None:   # Ctrl-C in the held-out run: its network is kept
+                    return self
+                epochs, train = chosen, _training.setup(dist, data)   # every sample again
             self._train(train, val, cfg, epochs, fit=True)
         finally:
             _scaling.fold(self)
         return self
+
+    def _selects_epochs(self, cfg: Config, warm: bool, data: seqs.Data,
+                        val: seqs.Data | None) -> bool:
+        """Whether this fit chooses its epochs on held-out samples (_select_epochs):
+        a regressor with epochs=None, no validation or early stopping asked for, no
+        warm start, targets per sequence and SELECT_MIN_SAMPLES samples or more."""
+        return (self._epoch_selection and cfg.epochs is None and val is None
+                and not warm and not cfg.early_stopping and not data.per_position
+                and self._comm().n >= _training.SELECT_MIN_SAMPLES)
+
+    def _select_epochs(self, prepared: Prepared, net: Network, cfg: Config,
+                       split_seed: int, budget: int) -> int | None:
+        """epochs=None for a regressor: a held-out run chooses how long the fit trains.
+
+        SELECT_FRACTION of the samples is held out and the freshly initialised network
+        trains on the rest (the recipe of a `budget`-epoch fit), scored on them after
+        every epoch. When its held-out loss falls to (1 - SELECT_R2) of the loss of
+        predicting the training targets' mean (it explains half of the held-out
+        variance: a strong signal) the run stops and the fit trains the whole budget;
+        otherwise the run stops SELECT_PATIENCE epochs after its best held-out epoch
+        and the fit trains that many epochs (at least SELECT_MIN_EPOCHS): on a weak
+        signal a network trained longer learns the noise of a small training set.
+        Then the network is initialised again (the same weights as without the run)
+        and the fit trains on every sample. Records epoch_selection_. Returns the
+        epochs, or None after Ctrl-C in the held-out run (its network is kept)."""
+        dist = self._comm()
+        train, val = _training.split(prepared[0], _training.SELECT_FRACTION, split_seed, dist)
+        assert val is not None
+        train = _training.setup(dist, train)
+        reference = _training.mean_baseline_loss(train, val, dist)
+        probe = _training.EpochProbe(cfg.tol, reference, self.model_, self.optimizer_)
+        self.validation_loss_curve_, self.best_validation_loss_ = [], math.inf
+        self._trainer(cfg, budget, True).run(self, train, val, budget, self._snapshot_for(),
+                                             probe)
+        epochs = min(budget if probe.strong else max(probe.best_epoch,
+                                                     _training.SELECT_MIN_EPOCHS), budget)
+        selection = {"epochs": int(epochs), "budget": int(budget),
+                     "held_out_epochs": int(probe.epoch), "best_epoch": int(probe.best_epoch),
+                     "held_out_r2": float(probe.r2), "strong": bool(probe.strong),
+                     "held_out_loss": [float(v) for v in self.validation_loss_curve_]}
+        if not (probe.strong or probe.stall >= probe.patience or probe.epoch >= budget):
+            self.epoch_selection_ = selection   # interrupted (Trainer.run warned)
+            return None
+        # _initialize consumes the fit's patch length, channels and tokens: again
+        again: dict[str, Any] = {"_patch_now": self.patch_len_,
+                                 "_channels_now": self.n_features_in_}
+        if self.__dict__.get("_ppv") is not None:
+            again["_ppv_now"] = PPVTokens.from_spec(self._ppv)
+        self.__dict__.update(again)
+        self._initialize(prepared, net, cfg)
+        self.epoch_selection_ = selection
+        return int(epochs)
 
     def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
                      classes: Any, comm: Any = None) -> Self:

@@ -91,6 +91,14 @@ DEFAULT_PATIENCE = 10
 AUTO_STEPS, MIN_EPOCHS, MAX_EPOCHS = 1500, 30, 300
 
 
+#: epochs=None for a regressor (SequenceEstimator._select_epochs): the share of the
+#: samples held out, the patience of the held-out run, the share of the held-out
+#: variance above which the network trains the whole budget, the fewest epochs of the
+#: final fit, and the fewest samples the rule needs (fewer: the whole budget)
+SELECT_FRACTION, SELECT_PATIENCE, SELECT_R2 = 0.2, 30, 0.5
+SELECT_MIN_EPOCHS, SELECT_MIN_SAMPLES = 5, 10
+
+
 def auto_epochs(n: int, batch_size: int) -> int:
     """epochs=None: enough epochs for about AUTO_STEPS optimizer steps over n samples
     (small sets get more epochs, large ones fewer), clipped to [MIN_EPOCHS,
@@ -259,6 +267,57 @@ class EarlyStopping:
     def restore_best(self) -> None:
         if self.best_state is not None:
             self.best_state.restore(self.model, self.optimizer)
+
+
+class EpochProbe(EarlyStopping):
+    """The held-out run of a regressor's epochs=None (SequenceEstimator._select_epochs):
+    early stopping on the held-out loss (patience SELECT_PATIENCE) that remembers the
+    best epoch, and stops at once when the held-out loss falls to (1 - SELECT_R2) times
+    `reference` (the loss of predicting the training targets' mean): then the network
+    has shown a strong signal (`strong`) and trains the whole budget."""
+
+    def __init__(self, tol: float, reference: float, model: _Model, optimizer: AdamW) -> None:
+        super().__init__(tol, SELECT_PATIENCE, model, optimizer, keep_best=False)
+        self.reference = reference
+        self.epoch = self.best_epoch = 0
+        self.strong = False
+
+    def update(self, loss: float) -> bool:
+        self.epoch += 1
+        if loss < self.best:
+            self.best_epoch = self.epoch
+        stop = super().update(loss)
+        if loss <= (1.0 - SELECT_R2) * self.reference:
+            self.strong = True
+            return True
+        return stop
+
+    @property
+    def r2(self) -> float:
+        """1 - best held-out loss / reference (0 when the reference is 0)."""
+        return 1.0 - self.best / self.reference if self.reference > 0 else 0.0
+
+
+def mean_baseline_loss(train: Data, val: Data, dist: Local) -> float:
+    """The held-out loss (as Trainer.mean_loss scores it for MSE: the weighted mean
+    over samples of the mean over outputs) of predicting the training targets'
+    weighted mean; per-sequence float targets, summed over every rank's samples."""
+    def weights(d: Data) -> F64Array:
+        return np.ones(d.n) if d.w is None else np.asarray(d.w, np.float64)
+
+    def targets(d: Data) -> F64Array:   # (n, outputs); a rank may hold no sample
+        y = np.asarray(d.y, np.float64)
+        return y.reshape(d.n, int(np.prod(y.shape[1:], dtype=np.int64)))
+
+    y_tr = targets(train)
+    w_tr = weights(train)
+    sums = dist.allsum(np.concatenate([[w_tr.sum()], w_tr @ y_tr]))
+    mean = sums[1:] / sums[0] if sums[0] > 0 else np.zeros(y_tr.shape[1])
+    y_va = targets(val)
+    w_va = weights(val)
+    err = np.mean((y_va - mean) ** 2, axis=1) if y_va.size else np.zeros(val.n)
+    total = dist.allsum(np.array([float(w_va @ err), float(w_va.sum())]))
+    return float(total[0] / total[1]) if total[1] > 0 else 0.0
 
 
 class InterruptGuard:

@@ -73,7 +73,10 @@ def __getattr__(name: str) -> Any:  # NotFittedError is scikit-learn's class, re
 
 # ---- regressors ----------------------------------------------------------------
 class _Regressor(SequenceEstimator):
-    """The regressors' hooks: MSE, float targets (or the bare X -> Y network), R^2."""
+    """The regressors' hooks: MSE, float targets (or the bare X -> Y network), R^2,
+    epochs=None chosen on held-out samples."""
+
+    _epoch_selection = True
 
     @staticmethod
     def _batch_loss(batch: Batch, m: int) -> tuple[float, float]:
@@ -253,7 +256,16 @@ _COMMON_DOC = """
     max_len : longest sequence for positional="learned" (None: the longest
         training sequence); longer sequences are refused at predict.
     n_heads, causal, bias, rope : attention options (see MultiHeadAttention).
-    epochs (alias max_iter) : passes over the data in fit.
+    epochs (alias max_iter) : passes over the data in fit. None (the Transformer
+        estimators' default): a budget of about 1500 AdamW steps, round(1500 /
+        batches per epoch) clipped to [30, 300]; a regressor first holds out 20% of
+        the samples (10 or more) and trains on the rest, scored on them every epoch:
+        once the network explains half of their variance (a strong signal) the fit
+        trains the whole budget, otherwise as many epochs as that run's best one
+        (30 epochs of patience, at least 5): on a weak signal a longer fit learns the
+        noise of a small set. The fit then trains on every sample from the same
+        initial weights; epoch_selection_ records the choice (without
+        validation_fraction, early_stopping or warm_start only).
     batch_size : samples per AdamW step (a short last batch is padded with
         zero-weighted rows, so every step sees one batch shape). Ragged input is
         batched by length: the shuffled samples are cut into windows of 16 batches,

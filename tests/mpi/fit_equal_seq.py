@@ -64,11 +64,17 @@ def run(make, X, y, w=None, method="fit", epochs_pf=1, classes=None):
         assert est.n_iter_ == ref.n_iter_ and est.optimizer_.t == ref.optimizer_.t
         if hasattr(ref, "classes_"):
             assert list(est.classes_) == list(ref.classes_)
+        if hasattr(ref, "epoch_selection_"):   # epochs=None of a regressor
+            a, b = est.epoch_selection_, ref.epoch_selection_
+            for k in ("epochs", "best_epoch", "held_out_epochs", "strong"):
+                assert a[k] == b[k], (k, a, b)
+            out["held_out_rel"] = rel(a["held_out_loss"], b["held_out_loss"])
+            out["selected_epochs"] = a["epochs"]
         out["params_rel"] = rel(est.model_.params.flat, ref.model_.params.flat)
         out["loss_rel"] = rel(est.loss_curve_, ref.loss_curve_)
         if hasattr(ref, "validation_loss_curve_"):
             out["val_rel"] = rel(est.validation_loss_curve_, ref.validation_loss_curve_)
-        for k in ("params_rel", "loss_rel", "val_rel"):
+        for k in ("params_rel", "loss_rel", "val_rel", "held_out_rel"):
             assert out.get(k, 0.0) <= 1e-10, (k, out)
     return out
 
@@ -85,6 +91,11 @@ def main():
     f["weighted_sequence_regression"] = run(lambda: _transformer_0_2(
         n_layers=1, d_hidden=16, pooling="mean", positional="sinusoidal", norm="pre",
         validation_fraction=0.2, **common), X, y, w)
+    # epochs=None: the held-out run that chooses the epochs (weak signal: y is noise)
+    y_noise = rng.normal(size=43)
+    f["epoch_selection"] = run(lambda: _transformer_0_2(
+        n_layers=1, d_hidden=16, pooling="mean", positional="sinusoidal", norm="pre",
+        **{**common, "epochs": None}), X, y_noise, w)
     # labels sorted: the first ranks see only some of the classes
     labels = np.array(["a", "b", "c"])[np.digitize(X[:, :, 1].mean(axis=1), [-0.2, 0.25])]
     order = np.argsort(labels, kind="stable")
