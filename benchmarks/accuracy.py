@@ -86,7 +86,10 @@ BEST = dict(
     tokens="auto",
     batch_size=16,
     steps=1500, min_epochs=30, max_epochs=300,
-    params=dict(d_model=32, n_heads=4, n_layers=2, d_hidden=64, positional="sinusoidal",
+    # regression: the estimator's held-out choice of the epochs within that budget
+    # (TransformerRegressor(epochs=None)); the twin trains the epochs it chose
+    select_epochs=True,
+    params=dict(d_model=32, n_heads=4, n_layers=2, d_hidden=None, positional="sinusoidal",
                 norm="pre", pooling="mean", dropout=0.1, lr=1e-3, weight_decay=0.01,
                 n_iter_no_change=1_000_000,
                 # the harness does the patching, the tokens and the scaling; the
@@ -343,11 +346,18 @@ def run_attnx_ensemble(d, seed, quick):
     return pred, t_fit, t_pred
 
 
+#: (set, seed) -> the epochs "attnx best" chose on held-out samples (regression), which
+#: the twin then trains
+_SELECTED: dict = {}
+
+
 def _best_estimator(d, cfg, seed, quick, n_train):
     import attnx
     epochs, bs = schedule(cfg, n_train)
     if quick:
         epochs = 2
+    elif d.task == "regress" and cfg.get("select_epochs"):
+        epochs = None   # the same budget as schedule(), chosen on held-out samples
     cls = attnx.TransformerClassifier if d.task == "classify" else attnx.TransformerRegressor
     return cls(**cfg["params"], epochs=epochs, batch_size=bs, random_state=seed)
 
@@ -358,6 +368,8 @@ def run_attnx_best(d, seed, quick, cfg):
     est = _best_estimator(d, cfg, seed, quick, len(Xtr))
     _, t_fit = _timed(est.fit, for_attnx(Xtr), ytr)
     pred, t_pred = _timed(est.predict, for_attnx(Xte))
+    if "epoch_selection_" in vars(est):
+        _SELECTED[(d.name, seed)] = est.epoch_selection_["epochs"]
     if y_back is not None:
         pred = np.asarray(pred) * y_back[1] + y_back[0]
     return pred, t_fit, t_pred
@@ -378,12 +390,24 @@ def run_torch_twin(d, seed, quick, cfg):
         target = np.searchsorted(classes, ytr)
     else:
         target = ytr
+    kw = dict(batch_size=p["batch_size"], lr=p["lr"], betas=p["betas"], eps=p["eps"],
+              weight_decay=p["weight_decay"], seed=seed, lr_schedule=p["lr_schedule"],
+              warmup=p["warmup"], max_grad_norm=p["max_grad_norm"], decay=p["decay"])
+    t_select = 0.0
+    epochs = p["epochs"]
+    if epochs is None:   # attnx best's held-out choice of the epochs, made by the twin too
+        from _common import torch_twin_select_epochs
+        from attnx import _training
+        epochs, t_select = _timed(torch_twin_select_epochs, init, xtr, target,
+                                  budget=schedule(cfg, len(Xtr))[0],
+                                  split_seed=_training.seeds(seed)[2], **kw)
+        _SELECTED[(d.name, seed, "twin")] = epochs
+        print(f"    {d.name} seed {seed}: epochs chosen on held-out samples: attnx best "
+              f"{_SELECTED.get((d.name, seed), '-')}, twin {epochs}", flush=True)
     predict, t_fit = _timed(torch_twin_fit, init, xtr, target,
                             task="classify" if d.task == "classify" else "regress",
-                            epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"],
-                            betas=p["betas"], eps=p["eps"], weight_decay=p["weight_decay"],
-                            seed=seed, lr_schedule=p["lr_schedule"], warmup=p["warmup"],
-                            max_grad_norm=p["max_grad_norm"], decay=p["decay"])
+                            epochs=epochs, **kw)
+    t_fit += t_select
     out, t_pred = _timed(predict, [x.astype(np.float32) for x in Xte])
     if d.task == "classify":
         pred = classes[np.argmax(out, axis=1)]

@@ -109,7 +109,7 @@ def _pad(seqs, dtype):
 
 def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.999), eps=1e-8,
                    weight_decay=0.01, seed=0, lr_schedule="constant", warmup=0.1,
-                   max_grad_norm=None, decay="all"):
+                   max_grad_norm=None, decay="all", after_epoch=None):
     """Train the torch twin of `model` (an attnx SequenceModel, its initial weights) on
     X (array or list of (T_i, f) arrays) and y (class indices for task="classify",
     else values (n,) or (n, k)). Returns a predict function (X -> numpy output).
@@ -118,7 +118,8 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     (LambdaLR over attnx.schedules.estimator_schedule's factors, stepped per batch),
     max_grad_norm by torch.nn.utils.clip_grad_norm_, decay="matrices" as two AdamW
     parameter groups (weight decay on the parameters with two or more dimensions:
-    the twin's networks have no learned position table)."""
+    the twin's networks have no learned position table). after_epoch(predict) is
+    called after every epoch (dropout off meanwhile); True stops training."""
     import torch
     import torch.nn.functional as F
     from seq_torch_twin import SeqTwin
@@ -141,6 +142,12 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     factor = estimator_schedule(lr_schedule, steps, warmup)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor) if factor else None
     rng = np.random.default_rng(seed)
+
+    def predict(Xp):
+        x, pad = _pad([np.asarray(s, dtype) for s in Xp], dtype)
+        with torch.no_grad():
+            return twin(torch.from_numpy(x), pad).numpy()
+
     twin.train()
     for _ in range(epochs):
         order = rng.permutation(len(seqs))
@@ -159,11 +166,43 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
             opt.step()
             if sched is not None:
                 sched.step()
+        if after_epoch is not None:
+            twin.eval()
+            stop = after_epoch(predict)
+            twin.train()
+            if stop:
+                break
     twin.eval()
-
-    def predict(Xp):
-        x, pad = _pad([np.asarray(s, dtype) for s in Xp], dtype)
-        with torch.no_grad():
-            return twin(torch.from_numpy(x), pad).numpy()
-
     return predict
+
+
+def torch_twin_select_epochs(model, X, y, *, budget, split_seed, **fit_kw):
+    """TransformerRegressor(epochs=None)'s held-out run in PyTorch: 20% of the samples
+    held out (the estimator's draw for split_seed), the twin of `model` trained on the
+    rest over the recipe of a `budget`-epoch fit and scored on them (MSE) after every
+    epoch; the whole budget once that loss falls to half the loss of predicting the
+    training mean, else the best epoch (30 epochs of patience, at least 5)."""
+    from attnx import _training as tr
+    y = np.asarray(y, np.float64).reshape(len(X), -1)
+    n = len(X)
+    perm = np.random.default_rng(split_seed).permutation(n)
+    n_val = int(np.ceil(tr.SELECT_FRACTION * n))
+    val, train = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+    reference = float(np.mean((y[val] - y[train].mean(axis=0)) ** 2))
+    st = {"best": np.inf, "best_epoch": 0, "epoch": 0, "stall": 0, "strong": False}
+    tol = 1e-4   # the estimators' default tol
+
+    def after_epoch(predict):
+        loss = float(np.mean((predict([X[i] for i in val]).reshape(n_val, -1) - y[val]) ** 2))
+        st["epoch"] += 1
+        st["stall"] = st["stall"] + 1 if loss > st["best"] - tol else 0
+        if loss < st["best"]:
+            st["best"], st["best_epoch"] = loss, st["epoch"]
+        if loss <= (1 - tr.SELECT_R2) * reference:
+            st["strong"] = True
+            return True
+        return st["stall"] >= tr.SELECT_PATIENCE
+
+    torch_twin_fit(model, [X[i] for i in train], y[train], task="regress", epochs=budget,
+                   after_epoch=after_epoch, **fit_kw)
+    return budget if st["strong"] else min(max(st["best_epoch"], tr.SELECT_MIN_EPOCHS), budget)
