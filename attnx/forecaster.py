@@ -20,14 +20,23 @@ How a forecast is made (PatchTST's recipe, on attnx's transformer):
    the last value for season 1), the context's seasonal profile (``"seasonal_mean"``:
    each phase's mean over the context's real steps; the context's mean for season 1)
    the mean of those two (``"combined"``) or the context's mean (``"none"``, i.e. 0).
-   ``"auto"`` (default) takes seasonal naive unless the profile has the smaller mean
-   absolute error (the error MASE scores) on the held-out, most recent windows:
-   seasonal naive carries one observation's noise into every forecast, a profile
-   does not, but lags a level that moves. A network that outputs zeros forecasts
-   exactly the baseline. The network's output is scaled by a weight in [0, 1]
-   fitted on the held-out windows (``blend_``; 1 without intervals): the least-
-   squares weight there (0, the baseline alone, exactly, when the network's output
-   does not correlate positively with the baseline's held-out errors).
+   ``"auto"`` (default) keeps a default baseline unless the other of the two has
+   a significantly smaller mean absolute error (the error MASE scores) on the
+   held-out, most recent windows: its mean advantage, one paired difference per
+   window, exceeds SIGNIFICANCE = 2 standard errors, counting the held-out
+   windows' independent forecasts (``evidence_``, below; a Diebold-Mariano-style
+   test). With a season the default is seasonal naive: a profile averages the few
+   cycles a window holds and lags a change of level or pattern by several cycles
+   (a count series that falls to zeros), seasonal naive by one; the profile must
+   show that the pattern held still. Without a season it is the context's mean,
+   which averages every value of the window (seasonal naive carries one
+   observation's noise into every forecast); the last value must show that the
+   level wanders. A network that outputs zeros forecasts exactly the baseline.
+   The network's output is scaled by a weight in [0, 1] fitted on the held-out
+   windows (``blend_``; 1 without intervals): the weight with the smallest
+   absolute error there (0, the baseline alone, exactly, when the baseline is
+   exact on most held-out windows or the network's output does not correlate
+   positively with the baseline's held-out errors).
    Overlapping windows of one series are about one independent forecast per
    `horizon` origins: when the held-out windows' targets cover fewer than
    MIN_EVIDENCE = 2 horizons of distinct time steps (summed over the series;
@@ -77,6 +86,9 @@ _BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
 # the held-out windows must hold at least this many horizons of distinct time steps
 # (independent forecasts' worth) to choose a baseline or to weigh the network on them
 MIN_EVIDENCE = 2.0
+# another baseline replaces the default one when its held-out absolute error is smaller
+# by more than this many standard errors (the evidence counts the independent forecasts)
+SIGNIFICANCE = 2.0
 # how many times the calibration fit checks its held-out error
 _CHECKS = 10
 
@@ -108,11 +120,12 @@ class TransformerForecaster(EstimatorParams):
         steps; the context's mean with season 1); "none": the context's mean
         (the network forecasts the scaled values themselves, as model files from
         before this parameter do); "combined": the mean of seasonal naive and the
-        profile; "auto" (default): seasonal naive, unless the seasonal profile has
-        the smaller mean absolute error on the held-out calibration windows (on
-        every window with intervals=None); then "seasonal_mean"; "combined" when
-        the held-out windows are too few to tell (module docstring, point 6). The
-        choice is ``baseline_``; the network's weight on top of it (0: the
+        profile; "auto" (default): seasonal naive for a seasonal series and the
+        context's mean ("seasonal_mean" with season 1) without a season, unless
+        the other has a significantly smaller mean absolute error on the held-out
+        calibration windows (on every window with intervals=None); "combined"
+        when the held-out windows are too few to tell (module docstring, point 6).
+        The choice is ``baseline_``; the network's weight on top of it (0: the
         baseline alone) is ``blend_``.
     d_model, n_heads, n_layers, d_hidden, dropout : the transformer's sizes.
     channel_independent : multivariate y as separate series through one model.
@@ -308,17 +321,12 @@ class TransformerForecaster(EstimatorParams):
         recent = held if held is not None else np.ones(len(w.origin), bool)
         self.evidence_ = _evidence(w, recent, h)
         if self.baseline == "auto":
-            # seasonal naive, unless the context's seasonal profile (the per-phase mean,
-            # without one observation's noise) has the smaller absolute error on the
-            # held-out (most recent) windows: the error MASE scores; both averaged
-            # when the held-out windows are too few to tell
+            # the default baseline (seasonal naive; the context's mean without a
+            # season), unless the other has a significantly smaller absolute error
+            # on the held-out (most recent) windows: the error MASE scores; both
+            # averaged when the held-out windows are too few to tell
             x = (w.context[:, :, :self.k_out_] - mu) / sd
-            profile = self._baseline("seasonal_mean", x, w.mask)
-            if self.evidence_ < MIN_EVIDENCE:
-                self.baseline_ = "combined"
-            elif np.mean(np.abs(scaled[recent] - base[recent])) > \
-                    np.mean(np.abs(scaled[recent] - profile[recent])):
-                self.baseline_ = "seasonal_mean"
+            self.baseline_ = self._auto_baseline(scaled[recent], x[recent], w.mask[recent])
             base = self._baseline(self.baseline_, x, w.mask)
         tgt = (scaled - base).reshape(len(w.target), -1)
         seed = int(np.random.default_rng(self.random_state).integers(2 ** 31 - 1))
@@ -354,6 +362,19 @@ class TransformerForecaster(EstimatorParams):
             if m is not None and med >= 2 * m:
                 return m
         return _season.detect(series)
+
+    def _auto_baseline(self, scaled: F64, x: F64, mask: npt.NDArray[np.bool_]) -> str:
+        """baseline="auto"'s choice from the held-out windows' scaled targets and
+        contexts: "combined" on too little evidence, else the default baseline unless
+        the other one has a significantly smaller absolute error there."""
+        if self.evidence_ < MIN_EVIDENCE:
+            return "combined"
+        default, other = (("seasonal_naive", "seasonal_mean") if self._base_period() > 1
+                          else ("seasonal_mean", "seasonal_naive"))
+        err = {name: np.mean(np.abs(scaled - self._baseline(name, x, mask)), axis=(1, 2))
+               for name in (default, other)}
+        return other if _significantly_positive(err[default] - err[other],
+                                                self.evidence_) else default
 
     def _base_period(self) -> int:
         """The baseline's period: the season when the window holds one, else 1."""
@@ -391,10 +412,11 @@ class TransformerForecaster(EstimatorParams):
         the epochs it had trained, the network's weight there).
 
         The weight shrinks the network's output towards the baseline: at each check,
-        the least-squares factor c in [0, 1] of the held-out residual targets on the
-        network's outputs (c = 0, the baseline alone, exactly, when they are not
-        positively correlated; so for a series the baseline forecasts exactly);
-        the best check has the smallest squared error (the training loss)."""
+        the factor c in [0, 1] with the smallest held-out absolute error (the error
+        MASE scores; the network trains on squared error) of c times the network's
+        outputs against the residual targets (c = 0, the baseline alone, exactly,
+        when the baseline is exact on most of them or the outputs do not correlate
+        positively with them); the best check has the smallest absolute error."""
         pick, held = np.flatnonzero(~cal), np.flatnonzero(cal)
 
         def sub(ix: npt.NDArray[np.intp]) -> list[F64] | F64:
@@ -410,10 +432,9 @@ class TransformerForecaster(EstimatorParams):
             model.fit(x_fit, y_fit)
             done += chunk
             pred = np.asarray(model.predict(x_held), dtype=np.float64).reshape(len(held), -1)
-            pp = float(np.sum(pred * pred))
-            c = float(np.clip(np.sum(pred * y_held) / pp, 0.0, 1.0)) if pp > 0 else 0.0
+            c = _l1_weight(pred, y_held)
             err = np.abs(c * pred - y_held)
-            score = float(np.mean(err ** 2))
+            score = float(np.mean(err))
             if score < best_err:
                 best, best_err, best_epochs, best_c = err, score, done, c
         assert best is not None
@@ -628,6 +649,33 @@ def _evidence(w: win.Windows, held: npt.NDArray[np.bool_], horizon: int) -> floa
         org = w.origin[held & (w.series == i)]
         total += int(np.unique((org[:, None] + np.arange(horizon)).ravel()).size)
     return total / horizon
+
+
+def _significantly_positive(d: F64, n_eff: float) -> bool:
+    """Whether the mean of the paired differences d (one per held-out window) is
+    above 0 by more than SIGNIFICANCE standard errors, the standard error counting
+    n_eff independent forecasts (the evidence; overlapping windows are not
+    independent): a Diebold-Mariano-style test. Constant differences: their sign."""
+    mean = float(np.mean(d))
+    sd = float(np.std(d, ddof=1)) if d.shape[0] > 1 else 0.0
+    if sd == 0.0:
+        return mean > 0.0
+    return mean > SIGNIFICANCE * sd / math.sqrt(n_eff)
+
+
+def _l1_weight(pred: F64, target: F64) -> float:
+    """The weight c in [0, 1] with the smallest sum |target - c * pred| (the error
+    MASE scores): the weighted median of the ratios target / pred, weights |pred|,
+    clipped to [0, 1] (0 when pred is all zero)."""
+    p, t = pred.ravel(), target.ravel()
+    keep = p != 0
+    if not keep.any():
+        return 0.0
+    r, wt = t[keep] / p[keep], np.abs(p[keep])
+    order = np.argsort(r, kind="stable")
+    cum = np.cumsum(wt[order])
+    c = float(r[order][int(np.searchsorted(cum, 0.5 * cum[-1]))])
+    return max(0.0, min(1.0, c)) + 0.0   # + 0.0: no -0.0
 
 
 def _col_stats(items: list[F64] | None) -> tuple[Any, Any]:

@@ -11,9 +11,14 @@ steps are not supported), every forecast is made from all the data seen so far (
 with update_params=True the model is refitted on all of it), and
 intervals and quantiles are the wrapped model's split-conformal ones. The model is
 fitted on the values alone, so season=None finds the season from the data (not from
-the index's frequency). Exogenous X is
-ignored: sktime passes the future values of X at predict, while the wrapped model's
-past covariates need their history up to the cutoff.
+the index's frequency).
+
+Exogenous X (sktime's convention: known for the past at fit and update, for the future
+at predict) are the wrapped model's covariates known in advance, ``X_future``: at fit
+its rows aligned with y (each training window sees its next `horizon` rows), at
+predict the rows of the `horizon` steps after the cutoff, which X must all hold
+(steps 1 to the fitted horizon, also for an fh that skips some:
+``capability:non_contiguous_X`` is False).
 """
 from __future__ import annotations
 
@@ -54,7 +59,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         "y_inner_mtype": "pd.DataFrame",
         "X_inner_mtype": "pd.DataFrame",
         "capability:multivariate": True,
-        "capability:exogenous": False,
+        "capability:exogenous": True,
+        "capability:non_contiguous_X": False,
         "capability:insample": False,
         "capability:pred_int": True,
         "capability:pred_int:insample": False,
@@ -68,7 +74,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
 
     def __init__(self, window: int | None = None, patch_len: int | None = None,
                  patch_stride: int | None = None, season: int | None = None,
-                 baseline: str = "seasonal_naive", d_model: int = 64,
+                 baseline: str = "auto", d_model: int = 64,
                  n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None,
                  dropout: float = 0.1, channel_independent: bool = True,
                  calibration: int | None = None, steps: int = 1500,
@@ -117,6 +123,35 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         y: np.ndarray = self._seen.to_numpy(dtype=np.float64)
         return y
 
+    def _past_x(self, X: Any, y: pd.DataFrame) -> pd.DataFrame | None:
+        """X's rows at y's time stamps (a ValueError naming the missing ones)."""
+        if X is None:
+            return None
+        missing = y.index.difference(X.index)
+        if len(missing):
+            raise ValueError(f"X must hold a row for every time stamp of y; missing "
+                             f"{len(missing)}, the first {missing[0]}")
+        return X.loc[y.index]
+
+    def _future_x(self, fh: Any, X: Any) -> np.ndarray | None:
+        """X_future for the wrapped model: X's rows of the fitted horizon's steps after
+        the cutoff (None when fit had no X)."""
+        if self._seen_X is None:
+            return None
+        from sktime.forecasting.base import ForecastingHorizon
+
+        h = self.forecaster_.horizon_
+        steps = ForecastingHorizon(np.arange(1, h + 1), is_relative=True, freq=fh.freq)
+        index = steps.to_absolute_index(self.cutoff)
+        missing = [] if X is None else index.difference(X.index)
+        if X is None or len(missing):
+            raise ValueError(f"X at predict must hold the exogenous values of the {h} "
+                             f"steps after the cutoff (the fitted horizon), as at fit: "
+                             + ("X was not given" if X is None else
+                                f"missing {len(missing)}, the first {missing[0]}"))
+        out: np.ndarray = X.loc[index].to_numpy(dtype=np.float64)
+        return out
+
     def _frame(self, fh: Any, values: np.ndarray, columns: Any) -> pd.DataFrame:
         index = fh.to_absolute_index(self.cutoff)
         return pd.DataFrame(values, index=index, columns=columns)
@@ -125,33 +160,45 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     def _fit(self, y: pd.DataFrame, X: Any = None, fh: Any = None) -> AttnxForecaster:
         rel = self._steps(fh)
         self._seen = y
+        self._seen_X = self._past_x(X, y)
         self.forecaster_ = TransformerForecaster(int(rel.max()), **self.get_params(deep=False))
-        self.forecaster_.fit(self._history())
+        self._refit()
         return self
+
+    def _refit(self) -> None:
+        fut = None if self._seen_X is None else self._seen_X.to_numpy(dtype=np.float64)
+        self.forecaster_.fit(self._history(), X_future=fut)
 
     def _update(self, y: pd.DataFrame, X: Any = None, update_params: bool = True
                 ) -> AttnxForecaster:
         """Append y to the data seen (the forecasts start after its end); with
         update_params, refit the model on all of it (same horizon)."""
-        seen = pd.concat([self._seen, y])
-        self._seen = seen[~seen.index.duplicated(keep="last")].sort_index()
+        self._seen = _append(self._seen, y)
+        if self._seen_X is not None:
+            if X is None:
+                raise ValueError("AttnxForecaster was fitted with X: update needs X for "
+                                 "the new time stamps of y too")
+            self._seen_X = _append(self._seen_X, self._past_x(X, y))
         if update_params:
             self.forecaster_ = TransformerForecaster(self.forecaster_.horizon_,
                                                      **self.get_params(deep=False))
-            self.forecaster_.fit(self._history())
+            self._refit()
         return self
 
     def _predict(self, fh: Any, X: Any = None) -> pd.DataFrame:
         rel = self._steps(fh)
-        point = np.asarray(self.forecaster_.predict(self._history()))
+        point = np.asarray(self.forecaster_.predict(self._history(),
+                                                    X_future=self._future_x(fh, X)))
         return self._frame(fh, point.reshape(len(point), -1)[rel - 1], self._seen.columns)
 
     def _predict_interval(self, fh: Any, X: Any = None, coverage: Any = 0.9) -> pd.DataFrame:
         rel = self._steps(fh)
         names = list(self._get_varnames())
         blocks = []
+        fut = self._future_x(fh, X)
         for c in coverage:
-            lo, hi = self.forecaster_.predict_interval(self._history(), coverage=float(c))
+            lo, hi = self.forecaster_.predict_interval(self._history(), X_future=fut,
+                                                       coverage=float(c))
             blocks.append((np.asarray(lo).reshape(len(lo), -1)[rel - 1],
                            np.asarray(hi).reshape(len(hi), -1)[rel - 1]))
         cols, data = [], []
@@ -166,7 +213,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         names = list(self._get_varnames())
         alpha = [float(a) for a in alpha]
         levels = sorted(set(alpha))
-        q = np.asarray(self.forecaster_.predict_quantiles(self._history(), quantiles=levels))
+        q = np.asarray(self.forecaster_.predict_quantiles(
+            self._history(), X_future=self._future_x(fh, X), quantiles=levels))
         q = q.reshape(q.shape[0], -1, len(levels))[rel - 1]   # (n_fh, k, n_levels)
         cols, data = [], []
         for j, name in enumerate(names):
@@ -180,3 +228,10 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         """Two tiny, fast configurations for sktime's estimator checks."""
         tiny = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
         return [tiny, dict(tiny, window=8, patch_len=4, dropout=0.0, channel_independent=False)]
+
+
+def _append(seen: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """seen with the rows of new appended (new wins on a repeated time stamp)."""
+    both = pd.concat([seen, new])
+    out: pd.DataFrame = both[~both.index.duplicated(keep="last")].sort_index()
+    return out

@@ -1,6 +1,7 @@
 """TransformerForecaster's baselines and the network's weight on top of them: the seasonal
 profile (attnx._season.profile), the choice of baseline="auto" on the held-out windows,
-the blend weight that reaches 0 (the baseline alone), and the too-few-windows rule."""
+the blend weight that reaches 0 (the baseline alone), the significance rule that keeps
+the default baseline, and the too-few-windows rule."""
 import numpy as np
 import pytest
 
@@ -119,3 +120,101 @@ def test_explicit_baselines_forecast_exactly_with_a_zeroed_network(name):
                      for j in range(5)])
     want = prof if name == "seasonal_mean" else 0.5 * (sn + prof)
     np.testing.assert_allclose(f.predict(), want, rtol=0, atol=1e-9)
+
+
+def test_l1_weight_minimises_the_absolute_error_on_0_1():
+    rng = np.random.default_rng(5)
+    grid = np.linspace(0.0, 1.0, 2001)
+    for scale in (0.4, -0.5, 3.0):   # inside, below (clipped to 0), above (clipped to 1)
+        p = rng.normal(size=(40, 6))
+        t = scale * p + 0.5 * rng.laplace(size=(40, 6))
+        c = fmod._l1_weight(p, t)
+        brute = grid[np.argmin([np.abs(t - g * p).sum() for g in grid])]
+        assert 0.0 <= c <= 1.0 and abs(c - brute) <= 1e-3
+        # no grid point does better than the weight found
+        assert np.abs(t - c * p).sum() <= min(np.abs(t - g * p).sum() for g in grid) + 1e-9
+    assert fmod._l1_weight(np.zeros((3, 2)), np.ones((3, 2))) == 0.0
+    # targets the baseline hits exactly on most entries: weight exactly 0
+    p = rng.normal(size=(30, 4))
+    t = np.zeros((30, 4))
+    t[:5] = p[:5]
+    assert fmod._l1_weight(p, t) == 0.0
+
+
+def test_significance_counts_the_independent_forecasts():
+    d = np.array([0.3, -0.1, 0.2, 0.0, 0.25, -0.05, 0.15, 0.1])   # mean 0.106, sd 0.14
+    assert not fmod._significantly_positive(d, 2.0)     # 2 forecasts: could be chance
+    assert fmod._significantly_positive(d, 50.0)        # the same gap over 50: not chance
+    assert not fmod._significantly_positive(-d, 50.0)
+    assert fmod._significantly_positive(np.full(4, 0.01), 2.0)     # constant: its sign
+    assert not fmod._significantly_positive(np.zeros(4), 100.0)
+
+
+def _chooser(season: int, h: int = 6, window: int = 48, evidence: float = 3.0):
+    f = attnx.TransformerForecaster(h)
+    f.horizon_, f.season_, f.window_, f.evidence_ = h, season, window, evidence
+    return f
+
+
+@pytest.mark.parametrize("season", [1, 12])
+def test_auto_keeps_the_default_unless_the_other_is_significantly_better(season):
+    """The held-out windows' errors where the other baseline is better on average
+    but not significantly (a few forecasts' worth, widely spread): the default stays
+    (seasonal naive with a season, the context's mean without); with many forecasts'
+    worth of the same errors, the other baseline is taken."""
+    rng = np.random.default_rng(6)
+    n, h, w = 40, 6, 48
+    x = rng.normal(size=(n, w, 1))
+    mask = np.zeros((n, w), bool)
+    f = _chooser(season)
+    default, other = (("seasonal_naive", "seasonal_mean") if season > 1
+                      else ("seasonal_mean", "seasonal_naive"))
+    b_def = f._baseline(default, x, mask)
+    b_oth = f._baseline(other, x, mask)
+    # targets a share a of the way from the other baseline to the default: errors
+    # a |gap| and (1 - a) |gap|; a spread over [0.1, 0.75], so the other is better on
+    # average while a third of the windows favour the default
+    a = rng.uniform(0.1, 0.75, size=(n, 1, 1))
+    target = b_oth + a * (b_def - b_oth)
+    e_def = np.abs(target - b_def).mean(axis=(1, 2))
+    e_oth = np.abs(target - b_oth).mean(axis=(1, 2))
+    assert e_oth.mean() < e_def.mean()          # the old rule would switch
+    assert 0.5 < (e_oth < e_def).mean() < 1.0
+    assert f._auto_baseline(target, x, mask) == default
+    f.evidence_ = 400.0
+    assert f._auto_baseline(target, x, mask) == other
+    f.evidence_ = fmod.MIN_EVIDENCE / 2         # too little evidence: the combination
+    assert f._auto_baseline(target, x, mask) == "combined"
+
+
+def test_series_that_fell_to_zeros_is_forecast_exactly_as_seasonal_naive():
+    """A seasonal count series that ends in several cycles of zeros: seasonal naive is
+    exact on most held-out windows, so the network gets weight 0 (its least-squares
+    weight was positive) and the forecast is seasonal naive's, exactly zero."""
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        t = np.arange(200)
+        y = rng.poisson(3.0 + 2.0 * np.sin(2 * np.pi * t / 12)).astype(float)
+        y[150:] = 0.0
+        f = attnx.TransformerForecaster(6, season=12, **TINY).fit(y)
+        assert f.baseline_ == "seasonal_naive" and f.blend_ == 0.0
+        np.testing.assert_allclose(f.predict(), 0.0, rtol=0, atol=1e-9)
+
+
+def test_level_collapse_one_cycle_before_the_end_keeps_seasonal_naive():
+    """A stable seasonal pattern whose level drops 14 steps before the end: on the
+    held-out windows (mostly before the drop) the profile is not significantly better,
+    so seasonal naive stays, and the forecast is about as good as seasonal naive's
+    (a profile of the old cycles forecasts the old level, ~100 times its error)."""
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        t = np.arange(212)
+        level = np.where(t < 186, 6.0, 0.5)
+        y = level * (1 + 0.8 * np.sin(2 * np.pi * t / 12) + 0.05 * rng.normal(size=212))
+        train, future = y[:200], y[200:]
+        f = attnx.TransformerForecaster(12, season=12, **TINY).fit(train)
+        assert f.baseline_ == "seasonal_naive"
+        err = np.abs(f.predict() - future).mean()
+        naive = np.abs(train[-12:] - future).mean()
+        profile = np.abs(np.mean(train[-60:].reshape(5, 12), axis=0) - future).mean()
+        assert err <= 3.0 * naive and err < 0.05 * profile

@@ -1,5 +1,5 @@
-"""attnx.sktime.AttnxForecaster: sktime's own checks, evaluate(), and the same numbers
-as TransformerForecaster."""
+"""attnx.sktime.AttnxForecaster: sktime's own checks, evaluate() (with and without
+exogenous X), and the same numbers as TransformerForecaster."""
 import numpy as np
 import pytest
 
@@ -73,3 +73,68 @@ def test_bad_fh():
         f._steps(ForecastingHorizon([1, 3]))
     with pytest.raises(ValueError, match="does not make in-sample forecasts"):
         f._steps(ForecastingHorizon([-1, 1]))
+
+
+def _airline_x():
+    y = load_airline()
+    t = np.arange(len(y))
+    X = pd.DataFrame({"month": (t % 12).astype(float), "trend": t / 100.0}, index=y.index)
+    return y, X
+
+
+def test_exogenous_x_is_the_wrapped_models_x_future():
+    """sktime's X (past rows at fit, future rows at predict) reaches the wrapped model
+    as X_future: the same numbers as TransformerForecaster given X_future itself."""
+    y, X = _airline_x()
+    y_fit, X_fit, X_next = y[:-6], X[:-6], X[-6:]
+    f = AttnxForecaster(season=12, **TINY).fit(y_fit, X=X_fit, fh=[1, 2, 3])
+    ref = attnx.TransformerForecaster(3, season=12, **TINY).fit(
+        y_fit.to_numpy(), X_future=X_fit.to_numpy())
+    assert f.forecaster_.fut_mean_ is not None
+    np.testing.assert_array_equal(f.predict(X=X_next).to_numpy(),
+                                  ref.predict(X_future=X_next.to_numpy()[:3]))
+    lo, hi = ref.predict_interval(coverage=0.9, X_future=X_next.to_numpy()[:3])
+    iv = f.predict_interval(X=X_next, coverage=0.9)
+    np.testing.assert_array_equal(iv.to_numpy(), np.stack([lo, hi], axis=1))
+    q = f.predict_quantiles(X=X_next, alpha=[0.1, 0.9])
+    np.testing.assert_array_equal(q.to_numpy(), ref.predict_quantiles(
+        X_future=X_next.to_numpy()[:3], quantiles=(0.1, 0.9)))
+    # X changes the forecast: other future covariates, another forecast (the wrapped
+    # model's network gets weight 1 here, so its covariate inputs count)
+    f.forecaster_.blend_ = 1.0
+    other = X_next.assign(trend=X_next["trend"] * 0.0 - 5.0)
+    assert not np.allclose(f.predict(X=X_next).to_numpy(), f.predict(X=other).to_numpy())
+    # update without refitting: the origin moves, X's new rows are kept for it
+    f.forecaster_.blend_ = ref.blend_
+    f.update(y[-6:-3], X=X[-6:-3], update_params=False)
+    np.testing.assert_array_equal(
+        f.predict(X=X[-3:]).to_numpy(),
+        ref.predict(y[:-3].to_numpy(), X_future=X[-3:].to_numpy()))
+
+
+def test_exogenous_x_errors():
+    y, X = _airline_x()
+    f = AttnxForecaster(**TINY).fit(y[:-3], X=X[:-3], fh=[1, 2, 3])
+    with pytest.raises(ValueError, match="3 steps after the cutoff"):
+        f.predict(X=X[-2:])            # misses the first step after the cutoff
+    with pytest.raises(ValueError, match="X was not given"):
+        f._predict(f.fh, None)
+    with pytest.raises(ValueError, match="update needs X"):
+        f._update(pd.DataFrame({"y": [1.0]}, index=X.index[-3:-2]), None)
+    # sktime checks fit's X against y itself; the adapter's own check (update)
+    with pytest.raises(ValueError, match="X must hold a row for every time stamp of y"):
+        f._past_x(X[1:], y.to_frame())
+
+
+def test_runs_in_evaluate_with_exogenous_x():
+    from sktime.forecasting.model_evaluation import evaluate
+    from sktime.split import ExpandingWindowSplitter
+
+    y, X = _airline_x()
+    cv = ExpandingWindowSplitter(fh=[1, 2, 3], initial_window=120, step_length=12)
+    for strategy in ("refit", "update"):
+        res = evaluate(AttnxForecaster(season=12, **TINY), cv, y, X=X, strategy=strategy,
+                       return_model=True)
+        assert len(res) == 2 and np.all(np.isfinite(res.filter(like="test_").to_numpy()))
+        for model in res["fitted_forecaster"]:
+            assert model.forecaster_.fut_mean_ is not None   # X reached the model
