@@ -308,8 +308,10 @@ class AttentionRegressor(_Regressor):
     ----------""" + _COMMON_DOC + """
     Fitted attributes: model_, optimizer_, shuffle_rng_, n_features_in_,
     n_outputs_ (sequence model), n_iter_ (completed epochs), loss_curve_ (mean
-    training loss per epoch), best_loss_, and with validation
-    validation_loss_curve_ and best_validation_loss_.
+    training loss per epoch), best_loss_, with validation
+    validation_loss_curve_ and best_validation_loss_, and after epochs=None's
+    held-out run epoch_selection_ (dict: epochs trained, budget, held_out_epochs,
+    best_epoch, held_out_r2, strong, held_out_loss per epoch).
     """
 
     _bare_class = MultiHeadAttention
