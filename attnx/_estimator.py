@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _sequences as seqs
 from . import _scaling, _state, _stem, _training, distributed, schedules
-from ._ppv_tokens import AUTO_MIN_LENGTH, PPVTokens
+from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, PPVTokens
 from ._threads import num_threads
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
@@ -206,16 +206,17 @@ class SequenceEstimator(EstimatorParams):
             cfg.stem = getattr(self.model_, "stem", None)
         elif cfg.stem == "auto":
             cfg.stem = self._auto_stem(data, per_position, net)
+        use_ppv = not fitted and self._use_ppv(cfg, data, per_position, net)
         if fitted:
             p = int(self.__dict__.get("patch_len_", 1))
         else:
-            p = self._choose_patch(cfg, data, per_position, net)
+            p = self._choose_patch(cfg, data, per_position, net, use_ppv)
         if nan is not None and net.head:
             stem = _stem.check_stem(self._spec.get("stem")) if fitted else cfg.stem
             _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
         if fitted:
             tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
-        elif self._use_ppv(cfg, data, per_position, net):
+        elif use_ppv:
             tokens = PPVTokens.fit(data, p, 0, self._comm())
         else:
             tokens = None
@@ -283,11 +284,12 @@ class SequenceEstimator(EstimatorParams):
                           -int(comm.allmax(-_shortest(data))))
 
     def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
-                      net: Network) -> int:
-        """The fit's patch length: 1 for the bare network and per-position targets
-        (a token must stay one position) and with a stem (its strides make the
-        tokens), patch_len as given, or with patch_len=None the automatic rule (at
-        most 16 tokens)."""
+                      net: Network, ppv: bool = False) -> int:
+        """The fit's patch length (with PPV tokens: the window of a token): 1 for the
+        bare network and per-position targets (a token must stay one position) and
+        with a stem (its strides make the tokens), patch_len as given, or with
+        patch_len=None the automatic rule (at most 16 tokens of raw values, at most
+        PPV_TOKENS of PPV features)."""
         t_min = _shortest(data)
         if cfg.stem is not None and net.head:
             _stem.check_settings(cfg.stem, cfg.patch_len, per_position, t_min)
@@ -299,7 +301,8 @@ class SequenceEstimator(EstimatorParams):
                                  f"token per time step)")
             return 1
         if cfg.patch_len is None:   # every rank: the longest sequence of any rank
-            return seqs.auto_patch(int(self._comm().allmax(int(data.x.shape[1]))))
+            return seqs.auto_patch(int(self._comm().allmax(int(data.x.shape[1]))),
+                                   PPV_TOKENS if ppv else seqs.AUTO_TOKENS)
         if cfg.patch_len > t_min:
             raise ValueError(f"patch_len={cfg.patch_len} is longer than the shortest "
                              f"sequence ({t_min} steps)")

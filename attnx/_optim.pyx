@@ -11,6 +11,7 @@ caps it); the portable C loop stays for other CPUs and is tested.
 """
 from cython.parallel cimport prange
 from libc.math cimport sqrt
+from libc.stdint cimport int64_t
 
 cdef extern from *:
     """
@@ -197,4 +198,41 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
                                 step_size, bc2, epsf)
             else:
                 attnx_adamw_f64(&p[lo], &g[lo], &m[lo], &v[lo], hi - lo, decay, w1, b2, w2,
+                                step_size, bc2, epsf)
+
+
+def adamw_step_runs(floating[::1] p, const floating[::1] g, floating[::1] m,
+                    floating[::1] v, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, long step, const int64_t[:, ::1] runs):
+    """adamw_step over the runs (k, 3) of the buffers, each row (start, stop,
+    decayed): weight decay on the runs with decayed != 0, none on the others; one
+    thread, one call for a buffer of many small parameters (bit for bit the
+    adamw_step of each run)."""
+    cdef Py_ssize_t n = p.shape[0], k = runs.shape[0], i, a, z
+    require_simd()
+    check_adamw_args(n, g.shape[0], m.shape[0], v.shape[0], step, 1)
+    if runs.shape[1] != 3:
+        raise ValueError(f"runs must be (k, 3) rows of (start, stop, decayed), got "
+                         f"({runs.shape[0]}, {runs.shape[1]})")
+    for i in range(k):
+        if not 0 <= runs[i, 0] <= runs[i, 1] <= n:
+            raise ValueError(f"runs[{i}] = ({runs[i, 0]}, {runs[i, 1]}) is not a range "
+                             f"inside the {n} elements")
+    cdef floating decay = <floating> (1.0 - lr * weight_decay), one = <floating> 1.0, dk
+    cdef floating step_size = <floating> (lr / (1.0 - beta1 ** step))
+    cdef floating w1 = <floating> (1.0 - beta1)
+    cdef floating b2 = <floating> beta2, w2 = <floating> (1.0 - beta2)
+    cdef floating bc2 = <floating> sqrt(1.0 - beta2 ** step), epsf = <floating> eps
+    with nogil:
+        for i in range(k):
+            a = runs[i, 0]
+            z = runs[i, 1]
+            if z == a:
+                continue
+            dk = decay if runs[i, 2] != 0 else one
+            if floating is float:
+                attnx_adamw_f32(&p[a], &g[a], &m[a], &v[a], z - a, dk, w1, b2, w2,
+                                step_size, bc2, epsf)
+            else:
+                attnx_adamw_f64(&p[a], &g[a], &m[a], &v[a], z - a, dk, w1, b2, w2,
                                 step_size, bc2, epsf)

@@ -8,8 +8,9 @@ small work); the GEMMs are single BLAS calls over all rows. Reductions over rows
 fixed order, so results are the same from run to run at a given thread count.
 """
 from cython.parallel cimport prange
-from libc.math cimport exp, log
-from libc.stdint cimport uint8_t, int64_t
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from libc.math cimport ceil, exp, log
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 from attnx._blas cimport floating, gemm, NT, TR
 
@@ -23,6 +24,12 @@ cdef extern from "attnx_seq.h" nogil:
     void attnx_ln_bwd_f64(const double *dy, const double *x, const double *g, double mu,
                           double rs, double *dx, const double *add, double *pg, double *pb,
                           Py_ssize_t d)
+
+
+cdef extern from "numpy/random/bitgen.h" nogil:
+    ctypedef struct bitgen_t:
+        void *state
+        uint64_t (*next_uint64)(void *st) nogil
 
 
 cdef _shape(str what, str name, arr, Py_ssize_t rows, Py_ssize_t cols):
@@ -373,16 +380,52 @@ def masked_add(floating[:, ::1] out, const floating[:, ::1] res, const floating[
                 out[r, j] = v
 
 
-def dropout_mask(floating[:, ::1] u, double p, int nthreads=1):
-    """Turn uniform [0, 1) draws u into dropout multipliers in place:
-    0 where u < p (dropped, probability p), 1/(1-p) elsewhere."""
-    cdef Py_ssize_t rows = u.shape[0], k = u.shape[1], r, j
-    cdef floating keep, pf = <floating> p
+def dropout_mask(const uint32_t[::1] bits, floating[:, ::1] out, double p, int nthreads=1):
+    """Dropout multipliers from random bits: out[r, j] = 0 where the 32-bit draw
+    bits[r * k + j] is below p * 2**32 (dropped: probability p, to 2**-32), else
+    1/(1-p). bits holds at least rows * k draws (the rest is not read)."""
+    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
+    cdef floating keep
+    cdef uint64_t cut   # bits >= p * 2**32 exactly when bits >= ceil(p * 2**32)
     _threads("dropout", nthreads)
     if not 0 <= p < 1:
         raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
+    if bits.shape[0] < rows * k:
+        raise ValueError(f"dropout: bits must hold >= {rows * k} draws (out is "
+                         f"({rows}, {k})), got {bits.shape[0]}")
     keep = <floating> (1.0 / (1.0 - p))   # after the check: p = 1 would divide by zero
+    cut = <uint64_t> ceil(p * 4294967296.0)
+    if cut > 0xFFFFFFFFU:   # p within 2**-32 of 1: no draw reaches the cut
+        keep = 0
+        cut = 0
+    cdef uint32_t cut32 = <uint32_t> cut
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
             for j in range(k):
-                u[r, j] = keep if u[r, j] >= pf else 0
+                out[r, j] = keep if bits[r * k + j] >= cut32 else 0
+
+
+def random_bits(object bit_generator, uint32_t[::1] out):
+    """Fill out with 32-bit random draws without allocating: one 64-bit draw of the
+    numpy BitGenerator (under its lock) keys a SplitMix64 counter stream (Steele,
+    Lea and Flood's generator: a Weyl sequence through a 64-bit finaliser), each
+    of whose outputs gives two draws. The generator advances by one draw per call."""
+    cdef Py_ssize_t n = out.shape[0], i, half = out.shape[0] // 2
+    cdef bitgen_t *rng
+    cdef uint64_t key, z
+    capsule = getattr(bit_generator, "capsule", None)
+    if capsule is None or not PyCapsule_IsValid(capsule, "BitGenerator"):
+        raise TypeError(f"random_bits: bit_generator must be a numpy BitGenerator, got "
+                        f"{type(bit_generator).__name__}")
+    rng = <bitgen_t *> PyCapsule_GetPointer(capsule, "BitGenerator")
+    with bit_generator.lock:
+        key = rng.next_uint64(rng.state)
+    with nogil:
+        for i in range(half + (n & 1)):
+            z = key + <uint64_t> (i + 1) * <uint64_t> 0x9E3779B97F4A7C15ULL
+            z = (z ^ (z >> 30)) * <uint64_t> 0xBF58476D1CE4E5B9ULL
+            z = (z ^ (z >> 27)) * <uint64_t> 0x94D049BB133111EBULL
+            z = z ^ (z >> 31)
+            out[2 * i] = <uint32_t> z
+            if 2 * i + 1 < n:
+                out[2 * i + 1] = <uint32_t> (z >> 32)

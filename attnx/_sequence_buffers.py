@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import _instance_norm, _stem
+from ._seq import random_bits
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from .sequence import SequenceModel
 
     _Shapes = dict[str, list[tuple[int, ...]]]
-    _Index = dict[str, list[tuple[tuple[int, int], type[np.generic]]]]
+    _Index = dict[str, list[tuple[tuple[int, ...], type[np.generic]]]]
     _U8Array = npt.NDArray[np.uint8]
 
 
@@ -105,7 +106,9 @@ class _Buffers:
             # the input series' steps (instance normalisation over patches)
             "rmask": [((nb, t * m.instance_steps), u8)]
             if m.instance_norm is not None and m.instance_steps > 1 else [],
-            "idx": [((nb, d), np.int64)] if m.pooling == "max" else []}
+            "idx": [((nb, d), np.int64)] if m.pooling == "max" else [],
+            # the dropout masks' random bits (one 32-bit draw per element)
+            "bits": [((2 * L * rows * d,), np.uint32)] if drop and store else []}
         return forward, backward, index
 
     @classmethod
@@ -146,6 +149,7 @@ class _Buffers:
         self.cmask = ints["cmask"][0] if ints["cmask"] else None
         self.rmask = ints["rmask"][0] if ints["rmask"] else None
         self.idx = ints["idx"][0] if ints["idx"] else None
+        self.bits = ints["bits"][0] if ints["bits"] else None
         self.branch = a["branch"][0] if a["branch"] else None
         self.m1, self.m2 = a["m1"], a["m2"]
         self.lens = _stem.lengths(m.stem, t)   # steps per stem layer, then tokens
@@ -154,10 +158,14 @@ class _Buffers:
         self._has_backward = False
 
     def draw_masks(self, m: SequenceModel) -> None:
-        """New dropout multipliers (0 or 1/(1-p)) from the model's generator."""
+        """New dropout multipliers (0 or 1/(1-p)) from the model's generator: 32
+        random bits per element, every mask's bits from one call (one 64-bit draw)."""
+        assert self.bits is not None   # buffers with masks have their bits
+        random_bits(m.dropout_rng.bit_generator, self.bits)
+        at = 0
         for buf in self.m1 + self.m2:
-            m.dropout_rng.random(out=buf, dtype=buf.dtype)
-            m._k.dropout_mask(buf, m.dropout)
+            m._k.dropout_mask(self.bits[at:at + buf.size], buf, m.dropout)
+            at += buf.size
 
     def for_backward(self, m: SequenceModel) -> _Buffers:
         if not self._has_backward:

@@ -381,6 +381,10 @@ def patch_missing(missing: BoolArray | None, lengths: IntArray | None, p: int
     return typing.cast("BoolArray", out.reshape(n, -1, p).all(axis=2))
 
 
-def auto_patch(t_max: int, max_tokens: int = 16) -> int:
+#: patch_len=None: raw-value patches leave at most this many tokens
+AUTO_TOKENS = 16
+
+
+def auto_patch(t_max: int, max_tokens: int = AUTO_TOKENS) -> int:
     """The patch length that leaves at most max_tokens tokens: ceil(t_max / max_tokens)."""
     return max(1, -(-int(t_max) // max_tokens))

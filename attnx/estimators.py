@@ -226,7 +226,8 @@ _COMMON_DOC = """
         fractions of the window's valid steps where the output exceeds each of two
         biases (its 0.2 and 0.8 quantiles on up to 8 training series): D * C * 168
         features per token (attnx._ppv_tokens; the windows are the patches the
-        patch_len rule makes). Fitted once at fit, not trained; the transformer
+        patch_len rule makes; with patch_len=None at most 4 windows, of
+        ceil(T_max / 4) steps). Fitted once at fit, not trained; the transformer
         learns from the tokens. "auto" (TransformerClassifier's default): "ppv" for a
         classifier whose shortest training series has at least 64 steps, with no
         stem and no instance_norm, else "patch". Not with a stem or per-position

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from ._optim import adamw_step
+from ._optim import adamw_step, adamw_step_runs
 from ._threads import num_threads
 from ._params import ParamDict
 from ._validate import finite
@@ -72,6 +72,7 @@ class AdamW:
         else:
             self._runs = [[(0, b.shape[0], bool(decides(k, params[k])))]
                           for k, b in zip(self._keys, self._bufs)]
+        self._run_tables = [np.array(r, dtype=np.int64).reshape(-1, 3) for r in self._runs]
         self.m = [np.zeros_like(b) for b in self._bufs]
         self.v = [np.zeros_like(b) for b in self._bufs]
         self.t = 0
@@ -102,7 +103,13 @@ class AdamW:
         self.t += 1
         b1, b2 = self.betas
         nthreads = num_threads()
-        for p, g, m, v, runs in zip(self._bufs, gbufs, self.m, self.v, self._runs):
+        for p, g, m, v, runs, table in zip(self._bufs, gbufs, self.m, self.v, self._runs,
+                                           self._run_tables):
+            if nthreads == 1 or all(z - a < 1 << 17 for a, z, _ in runs):
+                # every run on one thread: one call over the runs
+                adamw_step_runs(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay,
+                                self.t, table)
+                continue
             for a, z, decayed in runs:
                 wd = self.weight_decay if decayed else 0.0
                 # threads only for buffers worth splitting (slabs of 2**16 elements)

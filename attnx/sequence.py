@@ -60,7 +60,8 @@ if TYPE_CHECKING:
                     nthreads: int = 1) -> None: ...
         def masked_add(self, out: FloatArray, res: FloatArray | None, a: FloatArray,
                        b: FloatArray | None, mult: FloatArray, nthreads: int = 1) -> None: ...
-        def dropout_mask(self, u: FloatArray, p: float, nthreads: int = 1) -> None: ...
+        def dropout_mask(self, bits: npt.NDArray[np.uint32], out: FloatArray, p: float,
+                         nthreads: int = 1) -> None: ...
 
 LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
@@ -140,8 +141,10 @@ class SequenceModel(_AttentionStack):
         (the attention output and the MLP output, before they are added to the
         residual stream), the kept ones scaled by 1/(1-p), as torch's dropout.
         Only in training forwards (grad=True); off with grad=False. The masks come
-        from `dropout_rng`, a numpy Generator seeded from random_state, so a
-        seeded fit is bit-reproducible; backward uses the forward's masks
+        from `dropout_rng`, a numpy Generator seeded from random_state: one 64-bit
+        draw per training forward keys a counter-based stream (attnx._seq.
+        random_bits) that gives each element 32 random bits, and an element is
+        dropped when they read below p * 2**32; so a seeded fit is bit-reproducible; backward uses the forward's masks
         (dropout_masks() returns them). The attention probabilities themselves
         are not dropped.
     max_len : longest sequence; required by positional="learned".

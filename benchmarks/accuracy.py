@@ -73,7 +73,8 @@ sys.path.insert(0, str(ROOT / "examples"))  # _common: the examples' loaders and
 #   diff         (off) append each channel's first differences as more channels
 #   patch_overlap  (1) patches of patch_overlap * p steps every p steps
 #   tokens       "auto": on a classification set whose shortest series has at least
-#                64 steps, each patch becomes the PPV tokens the estimators' default
+#                64 steps, windows of ceil(T_max / ppv_tokens) steps become the PPV
+#                tokens the estimators' default
 #                tokenizer makes (attnx._ppv_tokens, fitted on the training split),
 #                so that "attnx best" and the twin train the defaults' kind of tokens
 #                (each token feature then standardised with the training tokens'
@@ -84,6 +85,7 @@ BEST = dict(
     standardize=True,
     max_tokens=16,
     tokens="auto",
+    ppv_tokens=4,   # PPV tokens: windows of ceil(T_max / 4) steps, as the estimators'
     batch_size=16,
     steps=1500, min_epochs=30, max_epochs=300,
     # regression: the estimator's held-out choice of the epochs within that budget
@@ -248,7 +250,7 @@ def preprocess(d, cfg):
         Xtr, Xte = with_differences(Xtr), with_differences(Xte)
     max_tokens = cfg.get("max_tokens")
     if cfg.get("tokens") == "auto" and d.task == "classify" and d.t_min >= 64:
-        Xtr, Xte = _ppv_split(Xtr, Xte, math.ceil(d.t_max / max_tokens))
+        Xtr, Xte = _ppv_split(Xtr, Xte, math.ceil(d.t_max / cfg.get("ppv_tokens", max_tokens)))
         if cfg.get("standardize", False):   # each token feature, as the estimator does
             rows = np.concatenate(Xtr)
             mu, sd = rows.mean(axis=0), rows.std(axis=0)

@@ -117,11 +117,11 @@ def masked_add(out, res, a, b, mult, nthreads=1):
     out[...] = v
 
 
-def dropout_mask(u, p, nthreads=1):
-    """u (uniform draws) -> 0 where u < p, 1/(1-p) elsewhere, in place."""
-    keep = u >= u.dtype.type(p)
-    u[...] = 0
-    u[keep] = 1.0 / (1.0 - p)
+def dropout_mask(bits, out, p, nthreads=1):
+    """out = 0 where the 32-bit draw is below p * 2**32, 1/(1-p) elsewhere."""
+    keep = bits[:out.size].reshape(out.shape).astype(np.float64) >= p * 2.0 ** 32
+    out[...] = 0
+    out[keep] = 1.0 / (1.0 - p)
 
 
 def cross_entropy_rows(z, lab, w, total, dz):

@@ -74,6 +74,31 @@ def test_bad_arguments():
         _optim.adamw_step(p, p.copy(), p.copy(), p.copy(), *HYPER, 1, nthreads=0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_runs_equal_the_step_of_each_run(dtype):
+    """adamw_step_runs (one call over a buffer of many small parameters, the decay on
+    some runs only) is bit for bit adamw_step on each run with its own decay."""
+    n = 1000
+    runs = np.array([(0, 100, 1), (100, 103, 0), (103, 103, 1), (103, 640, 1),
+                     (640, 1000, 0)], np.int64)
+    p, m, v, rng = _state(n, dtype)
+    p0, p2, m2, v2 = p.copy(), p.copy(), m.copy(), v.copy()
+    lr, b1, b2, eps, wd = HYPER
+    for t in range(1, 4):
+        g = rng.normal(size=n).astype(dtype)
+        _optim.adamw_step_runs(p, g, m, v, *HYPER, t, runs)
+        for a, z, dec in runs:
+            _optim.adamw_step(p2[a:z], g[a:z], m2[a:z], v2[a:z], lr, b1, b2, eps,
+                              wd if dec else 0.0, t, 1)
+        for a, b in zip((p, m, v), (p2, m2, v2)):
+            np.testing.assert_array_equal(a, b)
+    assert np.all(p[:103] != p0[:103]) and np.all(p[640:] != p0[640:])   # every run moved
+    with pytest.raises(ValueError, match=r"runs\[1\] = \(5, 1001\) is not a range"):
+        _optim.adamw_step_runs(p, g, m, v, *HYPER, 1, np.array([(0, 5, 1), (5, 1001, 0)]))
+    with pytest.raises(ValueError, match=r"runs must be \(k, 3\)"):
+        _optim.adamw_step_runs(p, g, m, v, *HYPER, 1, np.zeros((2, 2), np.int64))
+
+
 def test_reference_checks_lengths():
     """The test hook's plain AdamW loop checks its buffers like the kernel (before, it
     read and wrote past a shorter g, m or v)."""

@@ -359,7 +359,7 @@ def test_kernels_match_numpy_reference(dtype, nthreads, rng):
     a = lambda *s: rng.normal(size=s).astype(dtype)  # noqa: E731
     x, w, bvec, h = a(rows, f), a(f, d), a(d), a(rows, d)
     g, dy, add, table = a(d), a(rows, d), a(rows, d), a(t, d)
-    u0 = rng.random((rows, d)).astype(dtype)
+    bits = rng.integers(0, 2**32, size=rows * d + 3, dtype=np.uint32)
     for mod_out in ("linear", "ln", "pool", "misc"):
         outs = []
         for k in (_seq, ref):
@@ -404,20 +404,58 @@ def test_kernels_match_numpy_reference(dtype, nthreads, rng):
                 k.masked_add(o2, None, h, None, x @ w, nthreads)
                 s1 = h.copy()
                 k.add_sub(s1, x @ w, h * 2, nthreads)
-                u = u0.copy()
-                k.dropout_mask(u, 0.3, nthreads)
+                u = np.full((rows, d), np.nan, dtype)
+                k.dropout_mask(bits, u, 0.3, nthreads)
                 outs.append((hh, dp, yy, o1, o2, s1, u))
         for got, want in zip(outs[0], outs[1]):
             assert got.dtype == dtype
             assert rel_err(got, want, floor=1e-30) < tol, mod_out
 
 
+def test_random_bits_from_one_draw_of_the_generator():
+    """The dropout masks' bits: one 64-bit draw of the generator keys the stream, so a
+    seeded generator gives the same bits, the generator advances by exactly one draw,
+    and the bits look uniform (each of the 32 bit positions set half of the time)."""
+    from attnx import _seq
+    g1, g2 = np.random.default_rng(7), np.random.default_rng(7)
+    a, b = np.zeros(100_001, np.uint32), np.zeros(100_001, np.uint32)
+    _seq.random_bits(g1.bit_generator, a)
+    _seq.random_bits(g2.bit_generator, b)
+    np.testing.assert_array_equal(a, b)
+    g3 = np.random.default_rng(7)
+    g3.integers(0, 2**63)   # one 64-bit draw
+    assert g1.random() == g3.random()
+    _seq.random_bits(g2.bit_generator, b)   # the next call: other bits
+    assert np.mean(a == b) < 1e-3
+    ones = (a[:, None] >> np.arange(32, dtype=np.uint32)) & 1
+    assert np.all(np.abs(ones.mean(axis=0) - 0.5) < 0.01)
+    assert abs(a.astype(np.float64).mean() / 2**32 - 0.5) < 0.005
+    assert len(np.unique(a)) > 99_990
+    with pytest.raises(TypeError, match="bit_generator must be a numpy BitGenerator"):
+        _seq.random_bits(g1, np.zeros(3, np.uint32))
+
+
 def test_dropout_mask_kernel(rng):
     from attnx import _seq
-    u = rng.random((1000, 50))
-    want = np.where(u >= 0.25, 1 / 0.75, 0.0)
-    _seq.dropout_mask(u, 0.25, 2)
-    np.testing.assert_array_equal(u, want)
+    bits = rng.integers(0, 2**32, size=50_007, dtype=np.uint32)
+    bits[:4] = [0, 2**30 - 1, 2**30, 2**32 - 1]   # p = 0.25: the cut is 2**30
+    want = np.where(bits[:50_000].reshape(1000, 50) >= 2**30, 1 / 0.75, 0.0)
+    for dtype in (np.float32, np.float64):
+        u = np.full((1000, 50), np.nan, dtype)
+        _seq.dropout_mask(bits, u, 0.25, 2)
+        np.testing.assert_array_equal(u, want.astype(dtype))
+    assert list(u.reshape(-1)[:4]) == [0, 0, 1 / 0.75, 1 / 0.75]
+    # the dropped fraction is p
+    u = np.empty((1000, 50))
+    _seq.dropout_mask(rng.integers(0, 2**32, size=50_000, dtype=np.uint32), u, 0.1, 1)
+    assert abs((u == 0).mean() - 0.1) < 0.005
+    full = np.full(50_000, 2**32 - 1, np.uint32)   # the largest draw
+    _seq.dropout_mask(full, u, 1 - 2.0**-33, 1)   # p * 2**32 above every draw
+    assert np.all(u == 0)
+    _seq.dropout_mask(full, u, 1 - 2.0**-31, 1)   # below the largest draw
+    assert np.all(u == 2.0**31)
+    with pytest.raises(ValueError, match="bits must hold >= 50000"):
+        _seq.dropout_mask(bits[:49_999], u, 0.1, 1)
 
 
 @pytest.mark.parametrize("case", [(None, "learned", "pre", True, True),
@@ -682,7 +720,7 @@ def test_kernels_reject_mismatched_buffers():
         _seq.cross_entropy_rows(np.zeros((2, 3), f), np.array([0, 3]), None, 2.0,
                                 np.zeros((2, 3)))
     with pytest.raises(ValueError, match="p must lie"):
-        _seq.dropout_mask(np.zeros((2, 3)), 1.0, 1)
+        _seq.dropout_mask(np.zeros(6, np.uint32), np.zeros((2, 3)), 1.0, 1)
 
 
 def test_pickle_and_config(rng):
