@@ -107,6 +107,52 @@ def _pad(seqs, dtype):
     return x, pad
 
 
+def twin_optimizer(twin, *, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                   decay="all"):
+    """torch.optim.AdamW over the twin's parameters with attnx's AdamW settings;
+    decay="matrices" as two parameter groups (weight decay on the parameters with two
+    or more dimensions: the twins' networks have no learned position table)."""
+    import torch
+
+    params = list(twin.parameters())
+    if decay == "matrices":
+        groups = [{"params": [p for p in params if p.ndim >= 2]},
+                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    else:
+        groups = [{"params": params}]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def twin_predictor(twin, dtype):
+    """X (array or list of (T_i, f) arrays) -> the twin's outputs as numpy, padded
+    sequences masked, no gradients (the caller sets eval or train mode)."""
+    import torch
+
+    def predict(Xp):
+        x, pad = _pad([np.asarray(s, dtype) for s in Xp], dtype)
+        with torch.no_grad():
+            return twin(torch.from_numpy(x), pad).numpy()
+    return predict
+
+
+def twin_step(twin, opt, seqs, target, *, task, dtype, max_grad_norm=None):
+    """One optimizer step of the twin on the batch `seqs` (padded here, the padding
+    masked) against `target` (a tensor: class indices, or values (b, k) averaged by
+    the MSE over all b * k of them), gradients clipped to max_grad_norm by
+    torch.nn.utils.clip_grad_norm_ when given."""
+    import torch
+    import torch.nn.functional as F
+
+    x, pad = _pad(seqs, dtype)
+    opt.zero_grad()
+    out = twin(torch.from_numpy(x), pad)
+    loss = F.cross_entropy(out, target) if task == "classify" else F.mse_loss(out, target)
+    loss.backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(list(twin.parameters()), max_grad_norm)
+    opt.step()
+
+
 def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.999), eps=1e-8,
                    weight_decay=0.01, seed=0, lr_schedule="constant", warmup=0.1,
                    max_grad_norm=None, decay="all", after_epoch=None):
@@ -117,11 +163,9 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     The estimators' recipe in PyTorch's own pieces: lr_schedule / warmup as attnx's
     (LambdaLR over attnx.schedules.estimator_schedule's factors, stepped per batch),
     max_grad_norm by torch.nn.utils.clip_grad_norm_, decay="matrices" as two AdamW
-    parameter groups (weight decay on the parameters with two or more dimensions:
-    the twin's networks have no learned position table). after_epoch(predict) is
-    called after every epoch (dropout off meanwhile); True stops training."""
+    parameter groups (twin_optimizer). after_epoch(predict) is called after every
+    epoch (dropout off meanwhile); True stops training."""
     import torch
-    import torch.nn.functional as F
     from seq_torch_twin import SeqTwin
 
     from attnx.schedules import estimator_schedule
@@ -131,39 +175,21 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     seqs = [np.asarray(s, dtype) for s in X]
     y = np.asarray(y)
     target = torch.tensor(y if task == "classify" else y.reshape(len(y), -1).astype(dtype))
-    params = list(twin.parameters())
-    if decay == "matrices":
-        groups = [{"params": [p for p in params if p.ndim >= 2]},
-                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    else:
-        groups = [{"params": params}]
-    opt = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    opt = twin_optimizer(twin, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         decay=decay)
     steps = epochs * -(-len(seqs) // batch_size)
     factor = estimator_schedule(lr_schedule, steps, warmup)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor) if factor else None
     rng = np.random.default_rng(seed)
-
-    def predict(Xp):
-        x, pad = _pad([np.asarray(s, dtype) for s in Xp], dtype)
-        with torch.no_grad():
-            return twin(torch.from_numpy(x), pad).numpy()
+    predict = twin_predictor(twin, dtype)
 
     twin.train()
     for _ in range(epochs):
         order = rng.permutation(len(seqs))
         for s in range(0, len(seqs), batch_size):
             idx = order[s:s + batch_size]
-            x, pad = _pad([seqs[i] for i in idx], dtype)
-            opt.zero_grad()
-            out = twin(torch.from_numpy(x), pad)
-            if task == "classify":
-                loss = F.cross_entropy(out, target[idx])
-            else:
-                loss = F.mse_loss(out, target[idx])
-            loss.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            opt.step()
+            twin_step(twin, opt, [seqs[i] for i in idx], target[idx], task=task, dtype=dtype,
+                      max_grad_norm=max_grad_norm)
             if sched is not None:
                 sched.step()
         if after_epoch is not None:
