@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -91,6 +91,33 @@ MIN_EVIDENCE = 2.0
 SIGNIFICANCE = 2.0
 # how many times the calibration fit checks its held-out error
 _CHECKS = 10
+
+
+class ForecastSpec(NamedTuple):
+    """What an exporter (attnx.onnx) needs to reproduce predict from the last `window`
+    steps of each series: the network (the regressor's ExportSpec), the sizes, the
+    baseline and its weight, the patches, the covariates' standardisation and the
+    conformal half-widths (a function of the coverage, (1, horizon, k_out) in scaled
+    units; None without intervals)."""
+
+    network: Any
+    horizon: int
+    window: int
+    k: int
+    k_out: int
+    channel_independent: bool
+    period: int
+    baseline: str
+    blend: float
+    patch_len: int
+    patch_stride: int
+    cov_mean: Any
+    cov_std: Any
+    fut_mean: Any
+    fut_std: Any
+    n_static: int | None
+    std_floor: float
+    half_width: Callable[[float], Any] | None
 
 
 class TransformerForecaster(EstimatorParams):
@@ -568,6 +595,23 @@ class TransformerForecaster(EstimatorParams):
     @staticmethod
     def _one_or_list(out: list[Any], was_list: bool) -> Any:
         return out if was_list else out[0]
+
+    def export_spec(self) -> ForecastSpec:
+        """The fitted pipeline as values (see ForecastSpec); what attnx.onnx.export reads
+        from a forecaster."""
+        self._fitted()
+        stat = self.static_
+
+        def half_width(coverage: float) -> F64:
+            win.interval_levels(coverage)   # the coverage's check
+            return self._half_width(float(coverage))[:, :, :self.k_out_]
+        half = half_width if self.calibration_scores_ is not None else None
+        return ForecastSpec(
+            self.regressor_.export_spec(), self.horizon_, self.window_, self.k_, self.k_out_,
+            bool(self.channel_independent and self.k_ > 1), self._base_period(),
+            self.baseline_, float(self.blend_), self.patch_len_, self.patch_stride_,
+            self.cov_mean_, self.cov_std_, self.fut_mean_, self.fut_std_,
+            None if stat is None else int(np.asarray(stat[0]).shape[0]), win.STD_FLOOR, half)
 
     def predict(self, y: Any = None, X: Any = None, *, X_future: Any = None) -> Any:
         """The next `horizon` values after the end of each series: (horizon,) or

@@ -49,19 +49,32 @@ _MIN_OPSET, _MAX_OPSET = 17, 21
 
 
 def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET,
-           key_padding_mask: bool = True) -> Any:
+           key_padding_mask: bool = True, coverage: float | None = None) -> Any:
     """Write `obj` as an ONNX model to exactly `path`; returns the onnx.ModelProto.
 
     Parameters
     ----------
     obj : MultiHeadAttention, Transformer, SequenceModel, or a fitted attnx
-        estimator (regressor or classifier).
+        estimator (regressor or classifier), or a fitted TransformerForecaster
+        (see below).
     path : str or path-like
         The file to write.
     opset : int
         ONNX opset version, from 17 (LayerNormalization) to 21.
     key_padding_mask : bool
         Whether the graph takes a ``key_padding_mask`` input (B, T) bool.
+    coverage : float in (0, 1) or None
+        Forecasters only: the graph also outputs the ``lower`` and ``upper`` ends
+        of predict_interval(coverage=...) (the forecaster must have intervals).
+
+    A forecaster's graph forecasts from the last ``window_`` steps of each series:
+    input ``y`` (batch, window_, k) in the network's dtype (a shorter series is
+    left-padded to window_ steps, any values, with ``key_padding_mask`` (batch,
+    window_) True on the padding); ``X`` (batch, window_, c) with past covariates,
+    ``X_future`` (batch, horizon, c_f) with known future covariates and ``static``
+    (batch, s) when the forecaster was fitted with them; output ``forecast`` (batch,
+    horizon, k), as predict(y=...) gives for those series, in the same steps: the
+    scaling, the baseline and its weight, the patches, the network, the scaling back.
 
     Returns
     -------
@@ -73,6 +86,14 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
     if isinstance(opset, bool) or not isinstance(opset, int) or not \
             _MIN_OPSET <= opset <= _MAX_OPSET:
         raise ValueError(f"opset must be an int in [{_MIN_OPSET}, {_MAX_OPSET}], got {opset!r}")
+    fspec = _forecast_spec(obj)
+    if fspec is not None:
+        proto = _forecaster(fspec, opset, key_padding_mask, coverage, type(obj).__name__)
+        onnx.checker.check_model(proto, full_check=True)
+        onnx.save_model(proto, os.fspath(path))
+        return proto
+    if coverage is not None:
+        raise ValueError("coverage applies to a forecaster's intervals only")
     model, output, meta, patch_len, missing = _unwrap(obj)
     tokens = PPVTokens.from_spec(vars(obj).get("_ppv")) if not isinstance(
         obj, (MultiHeadAttention, Transformer, SequenceModel)) else None
@@ -102,6 +123,174 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
 
 
 # ---- what is exported --------------------------------------------------------------
+def _forecast_spec(obj: Any) -> Any:
+    """The forecaster's ForecastSpec, or None for the other kinds of object."""
+    if isinstance(obj, (MultiHeadAttention, Transformer, SequenceModel)):
+        return None
+    spec = getattr(obj, "export_spec", None)
+    if not callable(spec) or not hasattr(obj, "horizon"):
+        return None
+    return spec()   # NotFittedError (a ValueError) before fit
+
+
+def _forecaster(f: Any, opset: int, with_mask: bool, coverage: float | None,
+                name: str) -> Any:
+    """The forecaster's graph (see export)."""
+    net = f.network
+    model = net.model
+    g = _Graph(model.dtype, opset)
+    k, ko, h, w = f.k, f.k_out, f.horizon, f.window
+    y = g.input("y", ["batch", w, k])
+    mask = g.input("key_padding_mask", ["batch", w], bool) if with_mask else None
+    cov = g.input("X", ["batch", w, len(f.cov_mean)]) if f.cov_mean is not None else None
+    fut = (g.input("X_future", ["batch", h, len(f.fut_mean)]) if f.fut_mean is not None
+           else None)
+    stat = g.input("static", ["batch", f.n_static]) if f.n_static is not None else None
+    half = None
+    if coverage is not None:
+        if f.half_width is None:
+            raise ValueError("this forecaster was fitted with intervals=None: no intervals "
+                             "to export (coverage must be None)")
+        half = f.half_width(coverage)   # (1, h, k_out); ValueError for a bad coverage
+    one = g.const_i64([1])
+    ci = f.channel_independent
+    if ci:   # one row per (series, channel): (B * k, W, 1), covariates repeated
+        y = g.op("Reshape", [g.op("Transpose", [y], perm=[0, 2, 1]), g.const_i64([-1, w, 1])])
+        mask, cov, fut, stat = (None if a is None else _repeat_rows(g, a, k)
+                                for a in (mask, cov, fut, stat))
+    feats = y if cov is None else g.op("Concat", [y, cov], axis=2)
+    if mask is not None:   # padded steps hold the first real step (as predict pads)
+        first = g.op("ReduceSum", [g.op("Cast", [mask], to=7), one], keepdims=1)  # (n, 1)
+        first = g.op("Min", [first, g.const_i64([w - 1])])
+        first = g.op("Expand", [g.op("Unsqueeze", [first, g.const_i64([2])]),
+                                g.op("Shape", [g.op("Slice", [feats, g.const_i64([0]),
+                                                              one, one])])])
+        feats = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]),
+                               g.op("GatherElements", [feats, first], axis=1), feats])
+        real = g.op("Unsqueeze", [g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype),
+                                  g.const_i64([2])])                    # (n, W, 1)
+    else:
+        real = None
+    v = g.op("Slice", [feats, g.const_i64([0]), g.const_i64([ko]), g.const_i64([2])])
+    mu, sd = _scale_stats(g, v, real, f.std_floor)
+    xs = g.op("Div", [g.op("Sub", [v, mu]), sd])
+    x = xs
+    if cov is not None:
+        c = g.op("Slice", [feats, g.const_i64([ko]), g.const_i64([ko + len(f.cov_mean)]),
+                           g.const_i64([2])])
+        c = g.op("Div", [g.op("Sub", [c, g.const(f.cov_mean)]), g.const(f.cov_std)])
+        x = g.op("Concat", [xs, c], axis=2)
+    base = _baseline(g, f.baseline, xs, real, h, w, f.period)
+    # patches, newest first: (n, N, patch_len * channels), and the patch mask
+    n_tok = (w - f.patch_len) // f.patch_stride + 1
+    idx = (f.patch_stride * np.arange(n_tok)[::-1, None]
+           + np.arange(f.patch_len)[None, :]).astype(np.int64)
+    width = f.patch_len * (ko + (0 if cov is None else len(f.cov_mean)))
+    tok = g.op("Reshape", [g.op("Gather", [x, g.const(idx, np.int64)], axis=1),
+                           g.const_i64([0, n_tok, width])])
+    tmask = None
+    if real is not None:
+        pad = g.op("Gather", [g.op("Squeeze", [real, g.const_i64([2])]),
+                              g.const(idx, np.int64)], axis=1)              # (n, N, P)
+        tmask = g.op("Equal", [g.op("ReduceMax", [pad] + g.axes_input([2]), keepdims=0,
+                                    **g.axes_attr([2])), g.scalar(0.0)])
+    extra = []
+    if stat is not None:
+        extra.append(stat)
+    if fut is not None:
+        z = g.op("Div", [g.op("Sub", [fut, g.const(f.fut_mean)]), g.const(f.fut_std)])
+        extra.append(g.op("Reshape", [z, g.const_i64([0, -1])]))
+    if extra:
+        e = extra[0] if len(extra) == 1 else g.op("Concat", extra, axis=1)
+        e = g.op("Unsqueeze", [e, one])                                     # (n, 1, E)
+        shape = g.op("Concat", [g.op("Shape", [tok], start=0, end=2),
+                                g.op("Shape", [e], start=2, end=3)], axis=0)
+        tok = g.op("Concat", [tok, g.op("Expand", [e, shape])], axis=2)
+    raw = g.op("Reshape", [_forward(g, model, tok, tmask), g.const_i64([0, h, ko])])
+    point = g.op("Mul", [raw, g.scalar(f.blend)])
+    if base is not None:
+        point = g.op("Add", [point, base])
+    outs = [("forecast", g.op("Add", [g.op("Mul", [point, sd]), mu]))]
+    if half is not None:
+        width_ = g.op("Mul", [g.const(half), sd])
+        outs += [("lower", g.op("Sub", [outs[0][1], width_])),
+                 ("upper", g.op("Add", [outs[0][1], width_]))]
+    for out_name, t in outs:
+        if ci:   # (B * k, h, 1) -> (B, h, k)
+            t = g.op("Transpose", [g.op("Reshape", [t, g.const_i64([-1, k, h])])],
+                     perm=[0, 2, 1])
+        g.output(g.op("Identity", [t], name=out_name), ["batch", h, k])
+    meta = {"attnx_version": __version__, "attnx_model": name, "horizon": str(h),
+            "window": str(w)}
+    if coverage is not None:
+        meta["coverage"] = repr(float(coverage))
+    return g.build(meta)
+
+
+def _repeat_rows(g: _Graph, a: str, k: int) -> str:
+    """(B, ...) -> (B * k, ...): each row k times in a row (a series' channels)."""
+    u = g.op("Unsqueeze", [a, g.const_i64([1])])
+    rank_tail = g.op("Shape", [a], start=1)
+    shape = g.op("Concat", [g.op("Shape", [a], start=0, end=1), g.const_i64([k]), rank_tail],
+                 axis=0)
+    flat = g.op("Concat", [g.const_i64([-1]), rank_tail], axis=0)
+    return g.op("Reshape", [g.op("Expand", [u, shape]), flat])
+
+
+def _scale_stats(g: _Graph, v: str, real: str | None, floor: float) -> tuple[str, str]:
+    """attnx._windows.scale_stats: mean and floored std over the real steps, (n, 1, k)."""
+    one = g.const_i64([1])
+    if real is None:
+        cnt = g.op("Cast", [g.op("Shape", [v], start=1, end=2)], to=g.onnx_dtype)
+        vw = v
+    else:
+        cnt = g.op("Max", [g.op("ReduceSum", [real, one], keepdims=1), g.scalar(1.0)])
+        vw = g.op("Mul", [v, real])
+    mu = g.op("Div", [g.op("ReduceSum", [vw, one], keepdims=1), cnt])
+    d = g.op("Sub", [v, mu])
+    d2 = g.op("Mul", [d, d]) if real is None else g.op("Mul", [g.op("Mul", [d, d]), real])
+    var = g.op("Div", [g.op("ReduceSum", [d2, one], keepdims=1), cnt])
+    fl = g.op("Mul", [g.op("Add", [g.op("Abs", [mu]), g.scalar(1.0)]), g.scalar(floor)])
+    return mu, g.op("Sqrt", [g.op("Max", [var, g.op("Mul", [fl, fl])])])
+
+
+def _baseline(g: _Graph, name: str, xs: str, real: str | None, h: int, w: int,
+              season: int) -> str | None:
+    """The baseline forecast (n, h, k) in scaled units from the scaled contexts xs (n,
+    w, k) (attnx.forecaster._baseline); None for none."""
+    if name == "seasonal_naive":
+        return g.op("Gather", [xs, g.const_i64([w - season + j % season for j in range(h)])],
+                    axis=1)
+    if name == "seasonal_mean":
+        return _profile(g, xs, real, h, w, season)
+    if name == "combined":
+        a = _baseline(g, "seasonal_naive", xs, real, h, w, season)
+        b = _baseline(g, "seasonal_mean", xs, real, h, w, season)
+        assert a is not None and b is not None
+        return g.op("Mul", [g.op("Add", [a, b]), g.scalar(0.5)])
+    return None
+
+
+def _profile(g: _Graph, xs: str, real: str | None, h: int, w: int, season: int) -> str:
+    """attnx._season.profile: per phase (counted back from the window's end) the mean
+    of its real steps, the real context's mean for a phase without one; horizon step
+    j takes phase season - 1 - j % season."""
+    one = g.const_i64([1])
+    phase = (w - 1 - np.arange(w)) % season
+    onehot = (phase[None, :] == np.arange(season)[:, None]).astype(np.float64)
+    real_c = g.const(np.ones((1, w, 1))) if real is None else real   # (n | 1, w, 1)
+    xr = g.op("Mul", [xs, real_c])
+    tot = g.op("MatMul", [g.const(onehot), xr])                                   # (n, s, k)
+    cnt = g.op("MatMul", [g.const(onehot), real_c])                               # (n, s, 1)
+    overall = g.op("Div", [g.op("ReduceSum", [xr, one], keepdims=1),
+                           g.op("Max", [g.op("ReduceSum", [real_c, one], keepdims=1),
+                                        g.scalar(1.0)])])                         # (n, 1, k)
+    prof = g.op("Where", [g.op("Greater", [cnt, g.scalar(0.0)]),
+                          g.op("Div", [tot, g.op("Max", [cnt, g.scalar(1.0)])]), overall])
+    steps = [season - 1 - j % season for j in range(h)]
+    return g.op("Gather", [prof, g.const_i64(steps)], axis=1)
+
+
 def _missing_steps(g: _Graph, x: str, mask: str | None) -> tuple[str, str]:
     """missing="mask": a step of x (B, T, f) with NaN in any channel is masked (joined
     to the key padding mask, or the mask itself when the graph takes none) and reads
