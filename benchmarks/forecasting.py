@@ -46,8 +46,13 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
   attnx           attnx.TransformerForecaster(horizon=h, random_state=seed) with its
                   defaults: one global model over all series of a multi-series set.
                   Skipped (with a note) until the class exists.
-  torch_twin      the PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py),
-                  skipped until it and the attnx class exist.
+  torch_twin      the PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py):
+                  attnx's pipeline with every network it trains (the calibration run and
+                  the final fit) trained by PyTorch from the same initial weights, on
+                  the same tokens, batches and recipe; skipped (with a note) without torch.
+  (neuralforecast's PatchTST is not a peer yet: neuralforecast 3.3.0 requires
+  ray[train,tune], pytorch-lightning and optuna besides torch>=2.9.1; not installed in
+  the benchmark environment so far.)
 
 Rolling-origin backtest (--origins k, default 3): every peer also goes through
 attnx.forecasting.backtest over the last k windows of h (origins h apart, a fresh fit
@@ -281,7 +286,7 @@ def run_set(ds, peers, seed, log):
             if got is None:
                 note = note or ("skipped: attnx.TransformerForecaster does not exist yet"
                                 if peer == "attnx" else
-                                "skipped: no attnx forecaster / benchmarks/torch_forecaster.py yet")
+                                "skipped: torch is not installed")
             else:
                 preds, fit_time = got
                 for i, (mean_, lo, hi) in enumerate(preds):
