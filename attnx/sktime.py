@@ -18,7 +18,11 @@ at predict) are the wrapped model's covariates known in advance, ``X_future``: a
 its rows aligned with y (each training window sees its next `horizon` rows), at
 predict the rows of the `horizon` steps after the cutoff, which X must all hold
 (steps 1 to the fitted horizon, also for an fh that skips some:
-``capability:non_contiguous_X`` is False).
+``capability:non_contiguous_X`` is False). The columns named in ``past_covariates``
+are observed only up to the cutoff: they become the wrapped model's past covariates
+``X`` (each window's context sees them, no forecast needs their future), and predict
+reads only the other columns' future rows (X may be left out when every column is
+past-only).
 """
 from __future__ import annotations
 
@@ -37,7 +41,12 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     """sktime forecaster around attnx.TransformerForecaster.
 
     Parameters: those of TransformerForecaster but `horizon` (taken from fit's fh),
-    with the same defaults; see its documentation.
+    with the same defaults; see its documentation. And:
+
+    past_covariates : list of X's column names, or None
+        X's columns observed only up to the cutoff (past covariates: the wrapped
+        model's X); None (the default): every column of X is known in advance for the
+        horizon (the wrapped model's X_future).
 
     Examples
     --------
@@ -79,7 +88,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                  dropout: float = 0.1, channel_independent: bool = True,
                  calibration: int | None = None, steps: int = 1500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
-                 weight_decay: float = 0.01, random_state: Any = None) -> None:
+                 weight_decay: float = 0.01, random_state: Any = None,
+                 past_covariates: list[str] | None = None) -> None:
         self.window = window
         self.patch_len = patch_len
         self.patch_stride = patch_stride
@@ -98,6 +108,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         self.lr = lr
         self.weight_decay = weight_decay
         self.random_state = random_state
+        self.past_covariates = past_covariates
         super().__init__()
         # sktime's BaseForecaster creates these only when remember_data is on at
         # construction; a later set_config(remember_data=True) expects them
@@ -119,6 +130,11 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                              f"of {horizon.horizon_} it was fitted for: refit with this fh")
         return rel
 
+    def _past(self) -> np.ndarray | None:
+        """The past covariates seen, aligned with _history() (None without)."""
+        past: np.ndarray | None = self._split(self._seen_X)[0]
+        return past
+
     def _history(self) -> np.ndarray:
         y: np.ndarray = self._seen.to_numpy(dtype=np.float64)
         return y
@@ -133,10 +149,41 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                              f"{len(missing)}, the first {missing[0]}")
         return X.loc[y.index]
 
+    def _model(self, horizon: int) -> TransformerForecaster:
+        params = self.get_params(deep=False)
+        params.pop("past_covariates")
+        return TransformerForecaster(horizon, **params)
+
+    def _past_columns(self, X: Any) -> list[Any]:
+        """The columns of X named in past_covariates (checked: each must be in X)."""
+        names = self.past_covariates
+        if names is None:
+            return []
+        if isinstance(names, str) or not isinstance(names, (list, tuple)):
+            raise TypeError(f"past_covariates must be a list of X's column names or None, "
+                            f"got {names!r}")
+        if X is None:
+            raise ValueError(f"past_covariates={list(names)!r} names columns of X, but fit "
+                             f"got no X")
+        missing = [c for c in names if c not in X.columns]
+        if missing:
+            raise ValueError(f"past_covariates names columns X does not have: {missing} "
+                             f"(X's columns: {list(X.columns)})")
+        return list(names)
+
+    def _split(self, X: pd.DataFrame | None) -> tuple[Any, Any]:
+        """(the past covariates, the known-in-advance ones) of the seen X, as arrays
+        aligned with the data seen (None for an empty part)."""
+        if X is None:
+            return None, None
+        past = X[self._past_cols].to_numpy(dtype=np.float64) if self._past_cols else None
+        rest = X.drop(columns=self._past_cols)
+        return past, (rest.to_numpy(dtype=np.float64) if rest.shape[1] else None)
+
     def _future_x(self, fh: Any, X: Any) -> np.ndarray | None:
         """X_future for the wrapped model: X's rows of the fitted horizon's steps after
-        the cutoff (None when fit had no X)."""
-        if self._seen_X is None:
+        the cutoff, its known-in-advance columns (None when fit had none)."""
+        if self._seen_X is None or self._split(self._seen_X)[1] is None:
             return None
         from sktime.forecasting.base import ForecastingHorizon
 
@@ -149,7 +196,12 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                              f"steps after the cutoff (the fitted horizon), as at fit: "
                              + ("X was not given" if X is None else
                                 f"missing {len(missing)}, the first {missing[0]}"))
-        out: np.ndarray = X.loc[index].to_numpy(dtype=np.float64)
+        future = [c for c in self._seen_X.columns if c not in self._past_cols]
+        lacking = [c for c in future if c not in X.columns]
+        if lacking:
+            raise ValueError(f"X at predict must hold the known-in-advance columns "
+                             f"{future}; missing {lacking}")
+        out: np.ndarray = X.loc[index, future].to_numpy(dtype=np.float64)
         return out
 
     def _frame(self, fh: Any, values: np.ndarray, columns: Any) -> pd.DataFrame:
@@ -159,15 +211,16 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     # ---- sktime's interface --------------------------------------------
     def _fit(self, y: pd.DataFrame, X: Any = None, fh: Any = None) -> AttnxForecaster:
         rel = self._steps(fh)
+        self._past_cols = self._past_columns(X)
         self._seen = y
         self._seen_X = self._past_x(X, y)
-        self.forecaster_ = TransformerForecaster(int(rel.max()), **self.get_params(deep=False))
+        self.forecaster_ = self._model(int(rel.max()))
         self._refit()
         return self
 
     def _refit(self) -> None:
-        fut = None if self._seen_X is None else self._seen_X.to_numpy(dtype=np.float64)
-        self.forecaster_.fit(self._history(), X_future=fut)
+        past, fut = self._split(self._seen_X)
+        self.forecaster_.fit(self._history(), X=past, X_future=fut)
 
     def _update(self, y: pd.DataFrame, X: Any = None, update_params: bool = True
                 ) -> AttnxForecaster:
@@ -180,14 +233,13 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                                  "the new time stamps of y too")
             self._seen_X = _append(self._seen_X, self._past_x(X, y))
         if update_params:
-            self.forecaster_ = TransformerForecaster(self.forecaster_.horizon_,
-                                                     **self.get_params(deep=False))
+            self.forecaster_ = self._model(self.forecaster_.horizon_)
             self._refit()
         return self
 
     def _predict(self, fh: Any, X: Any = None) -> pd.DataFrame:
         rel = self._steps(fh)
-        point = np.asarray(self.forecaster_.predict(self._history(),
+        point = np.asarray(self.forecaster_.predict(self._history(), X=self._past(),
                                                     X_future=self._future_x(fh, X)))
         return self._frame(fh, point.reshape(len(point), -1)[rel - 1], self._seen.columns)
 
@@ -197,8 +249,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         blocks = []
         fut = self._future_x(fh, X)
         for c in coverage:
-            lo, hi = self.forecaster_.predict_interval(self._history(), X_future=fut,
-                                                       coverage=float(c))
+            lo, hi = self.forecaster_.predict_interval(self._history(), X=self._past(),
+                                                       X_future=fut, coverage=float(c))
             blocks.append((np.asarray(lo).reshape(len(lo), -1)[rel - 1],
                            np.asarray(hi).reshape(len(hi), -1)[rel - 1]))
         cols, data = [], []
@@ -214,7 +266,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         alpha = [float(a) for a in alpha]
         levels = sorted(set(alpha))
         q = np.asarray(self.forecaster_.predict_quantiles(
-            self._history(), X_future=self._future_x(fh, X), quantiles=levels))
+            self._history(), X=self._past(), X_future=self._future_x(fh, X),
+            quantiles=levels))
         q = q.reshape(q.shape[0], -1, len(levels))[rel - 1]   # (n_fh, k, n_levels)
         cols, data = [], []
         for j, name in enumerate(names):

@@ -138,3 +138,53 @@ def test_runs_in_evaluate_with_exogenous_x():
         assert len(res) == 2 and np.all(np.isfinite(res.filter(like="test_").to_numpy()))
         for model in res["fitted_forecaster"]:
             assert model.forecaster_.fut_mean_ is not None   # X reached the model
+
+
+def test_past_covariates_are_the_wrapped_models_x():
+    """past_covariates: those columns of X reach the wrapped model as its past
+    covariates X (the others as X_future); predict needs only the others' future
+    rows (or no X at all when every column is past-only)."""
+    y, X = _airline_x()
+    X = X.assign(lagged=np.r_[0.0, y.to_numpy()[:-1]] / 100.0)   # observed to the cutoff
+    y_fit, X_fit, X_next = y[:-6], X[:-6], X[-6:]
+    f = AttnxForecaster(season=12, **TINY, past_covariates=["lagged"]).fit(
+        y_fit, X=X_fit, fh=[1, 2, 3])
+    ref = attnx.TransformerForecaster(3, season=12, **TINY).fit(
+        y_fit.to_numpy(), X=X_fit[["lagged"]].to_numpy(),
+        X_future=X_fit[["month", "trend"]].to_numpy())
+    assert f.forecaster_.cov_mean_ is not None and f.forecaster_.fut_mean_ is not None
+    want = ref.predict(y_fit.to_numpy(), X=X_fit[["lagged"]].to_numpy(),
+                       X_future=X_next[["month", "trend"]].to_numpy()[:3])
+    # the future rows of the past-only column are not needed (dropped here)
+    np.testing.assert_array_equal(f.predict(X=X_next.drop(columns="lagged")).to_numpy(),
+                                  want)
+    lo, hi = ref.predict_interval(y_fit.to_numpy(), X=X_fit[["lagged"]].to_numpy(),
+                                  X_future=X_next[["month", "trend"]].to_numpy()[:3])
+    np.testing.assert_array_equal(f.predict_interval(X=X_next).to_numpy(),
+                                  np.stack([lo, hi], axis=1))
+    # the past covariates count: other past values, another forecast
+    f.forecaster_.blend_ = 1.0
+    base = f.predict(X=X_next).to_numpy()
+    f._seen_X = f._seen_X.assign(lagged=f._seen_X["lagged"] * 3.0)
+    assert not np.allclose(base, f.predict(X=X_next).to_numpy())
+    # every column past-only: predict needs no X; update appends the new rows
+    g = AttnxForecaster(**TINY, past_covariates=["month", "trend", "lagged"]).fit(
+        y_fit, X=X_fit, fh=[1, 2])
+    assert g.forecaster_.fut_mean_ is None and g.predict().shape == (2,)
+    g.update(y[-6:-3], X=X[-6:-3], update_params=False)
+    ref2 = attnx.TransformerForecaster(2, **TINY).fit(y_fit.to_numpy(), X=X_fit.to_numpy())
+    np.testing.assert_array_equal(
+        g.predict().to_numpy(), ref2.predict(y[:-3].to_numpy(), X=X[:-3].to_numpy()))
+
+
+def test_past_covariates_errors():
+    y, X = _airline_x()
+    with pytest.raises(ValueError, match=r"columns X does not have: \['nope'\]"):
+        AttnxForecaster(**TINY, past_covariates=["nope"]).fit(y, X=X, fh=[1])
+    with pytest.raises(ValueError, match="fit got no X"):
+        AttnxForecaster(**TINY, past_covariates=["month"]).fit(y, fh=[1])
+    with pytest.raises(TypeError, match="list of X's column names"):
+        AttnxForecaster(**TINY, past_covariates="month").fit(y, X=X, fh=[1])
+    f = AttnxForecaster(**TINY, past_covariates=["month"]).fit(y[:-3], X=X[:-3], fh=[1, 2])
+    with pytest.raises(ValueError, match=r"known-in-advance columns \['trend'\]"):
+        f.predict(X=X[-3:].drop(columns="trend"))
