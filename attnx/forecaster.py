@@ -161,8 +161,9 @@ class TransformerForecaster(EstimatorParams):
         calibration windows in all, between 1 and a quarter of each series' windows.
     steps : optimizer steps to train for (epochs = steps / batches per epoch, clipped to
         [20, 300]) when epochs is None.
-    epochs, batch_size, lr, weight_decay : training; AdamW with a warm-up and cosine
-        decay of the learning rate, gradient clipping at norm 1.
+    epochs, batch_size, lr, weight_decay : training; AdamW at a constant learning rate
+        (the calibration run is resumed in chunks to check its held-out error),
+        weight decay on the weight matrices only, gradient clipping at norm 1.
     random_state, verbose, dtype : as the other estimators.
     """
 
