@@ -181,11 +181,7 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
     check_adamw_args(n, g.shape[0], m.shape[0], v.shape[0], step, nthreads)
     if n == 0:
         return
-    cdef floating decay = <floating> (1.0 - lr * weight_decay)
-    cdef floating step_size = <floating> (lr / (1.0 - beta1 ** step))
-    cdef floating w1 = <floating> (1.0 - beta1)
-    cdef floating b2 = <floating> beta2, w2 = <floating> (1.0 - beta2)
-    cdef floating bc2 = <floating> sqrt(1.0 - beta2 ** step), epsf = <floating> eps
+    cdef double decay = 1.0 - lr * weight_decay
     cdef Py_ssize_t nslab = (n + SLAB - 1) // SLAB, t, lo, hi
     if nthreads > nslab:
         nthreads = <int> nslab
@@ -193,12 +189,8 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
         for t in prange(nthreads, schedule="static", num_threads=nthreads):
             lo = n * t // nthreads
             hi = n * (t + 1) // nthreads
-            if floating is float:
-                attnx_adamw_f32(&p[lo], &g[lo], &m[lo], &v[lo], hi - lo, decay, w1, b2, w2,
-                                step_size, bc2, epsf)
-            else:
-                attnx_adamw_f64(&p[lo], &g[lo], &m[lo], &v[lo], hi - lo, decay, w1, b2, w2,
-                                step_size, bc2, epsf)
+            _update(&p[lo], &g[lo], &m[lo], &v[lo], hi - lo, decay, lr, beta1, beta2, eps,
+                    step)
 
 
 def adamw_step_runs(floating[::1] p, const floating[::1] g, floating[::1] m,
@@ -218,21 +210,26 @@ def adamw_step_runs(floating[::1] p, const floating[::1] g, floating[::1] m,
         if not 0 <= runs[i, 0] <= runs[i, 1] <= n:
             raise ValueError(f"runs[{i}] = ({runs[i, 0]}, {runs[i, 1]}) is not a range "
                              f"inside the {n} elements")
-    cdef floating decay = <floating> (1.0 - lr * weight_decay), one = <floating> 1.0, dk
-    cdef floating step_size = <floating> (lr / (1.0 - beta1 ** step))
-    cdef floating w1 = <floating> (1.0 - beta1)
-    cdef floating b2 = <floating> beta2, w2 = <floating> (1.0 - beta2)
-    cdef floating bc2 = <floating> sqrt(1.0 - beta2 ** step), epsf = <floating> eps
+    cdef double decay = 1.0 - lr * weight_decay
     with nogil:
         for i in range(k):
             a = runs[i, 0]
             z = runs[i, 1]
-            if z == a:
-                continue
-            dk = decay if runs[i, 2] != 0 else one
-            if floating is float:
-                attnx_adamw_f32(&p[a], &g[a], &m[a], &v[a], z - a, dk, w1, b2, w2,
-                                step_size, bc2, epsf)
-            else:
-                attnx_adamw_f64(&p[a], &g[a], &m[a], &v[a], z - a, dk, w1, b2, w2,
-                                step_size, bc2, epsf)
+            if z > a:
+                _update(&p[a], &g[a], &m[a], &v[a], z - a,
+                        decay if runs[i, 2] != 0 else 1.0, lr, beta1, beta2, eps, step)
+
+
+cdef void _update(floating *p, const floating *g, floating *m, floating *v, Py_ssize_t n,
+                  double decay, double lr, double beta1, double beta2, double eps,
+                  long step) noexcept nogil:
+    """One AdamW update of n values; decay = 1 - lr * weight_decay (1.0: none). The
+    coefficients are computed in double, then rounded to the element type."""
+    cdef floating step_size = <floating> (lr / (1.0 - beta1 ** step))
+    cdef floating w1 = <floating> (1.0 - beta1)
+    cdef floating b2 = <floating> beta2, w2 = <floating> (1.0 - beta2)
+    cdef floating bc2 = <floating> sqrt(1.0 - beta2 ** step), epsf = <floating> eps
+    if floating is float:
+        attnx_adamw_f32(p, g, m, v, n, <float> decay, w1, b2, w2, step_size, bc2, epsf)
+    else:
+        attnx_adamw_f64(p, g, m, v, n, decay, w1, b2, w2, step_size, bc2, epsf)
