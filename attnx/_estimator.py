@@ -410,7 +410,7 @@ class SequenceEstimator(EstimatorParams):
         train, val = _training.split(prepared[0], _training.SELECT_FRACTION, split_seed, dist)
         assert val is not None
         train = _training.setup(dist, train)
-        reference = _training.mean_baseline_loss(train, val, dist)
+        reference = _training.mean_baseline_loss(train, val, dist, cfg.loss, cfg.quantiles)
         probe = _training.EpochProbe(cfg.tol, reference, self.model_, self.optimizer_)
         self.validation_loss_curve_, self.best_validation_loss_ = [], math.inf
         self._trainer(cfg, budget, True).run(self, train, val, budget, self._snapshot_for(),

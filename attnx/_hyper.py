@@ -19,6 +19,7 @@ import numpy as np
 from . import _stem
 from ._sequences import LAYOUTS, MISSING
 from ._params import check_dtype, check_positive_int
+from .losses import REGRESSION_LOSSES
 from .optim import _check_hyper
 
 if TYPE_CHECKING:
@@ -140,6 +141,24 @@ class OneOf(Constraint):
         return value
 
 
+class Quantiles(Constraint):
+    """None, or a non-empty sequence of levels in (0, 1) (returned as a float64 tuple)."""
+
+    def check(self, name: str, value: Any) -> tuple[float, ...] | None:
+        if value is None:
+            return None
+        if isinstance(value, (str, bytes)) or np.ndim(value) != 1 or np.size(value) == 0:
+            raise ValueError(f"{name} must be None or a non-empty 1-D sequence of levels in "
+                             f"(0, 1), one per output column, got {value!r}")
+        try:
+            q = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must hold real numbers, got {value!r}") from None
+        if not np.all((q > 0) & (q < 1)):
+            raise ValueError(f"{name} must hold levels in (0, 1), got {value!r}")
+        return tuple(float(v) for v in q)
+
+
 class Verbose(Constraint):
     def check(self, name: str, value: Any) -> int:
         if isinstance(value, (bool, np.bool_)):
@@ -250,6 +269,9 @@ def constraints(layers: bool, classes: bool) -> dict[str, Constraint]:
     if classes:
         out["class_weight"] = Unchecked()
         out["label_smoothing"] = Real(0.0, 1.0, "in [0, 1)")
+    else:
+        out["loss"] = OneOf(REGRESSION_LOSSES, "loss must be one of {options}, got {value!r}")
+        out["quantiles"] = Quantiles()
     return out
 
 
@@ -295,13 +317,15 @@ class Config(SimpleNamespace):
     layout: str
     missing: str
     label_smoothing: float
+    loss: str
+    quantiles: tuple[float, ...] | None
     distributed: str
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:
     """Config of the validated hyper-parameters `params` (get_params()) under
     `constraints`; n_layers is 1 where it is not a hyper-parameter."""
-    c = Config(n_layers=1, label_smoothing=0.0)
+    c = Config(n_layers=1, label_smoothing=0.0, loss="squared_error", quantiles=None)
     for name, rule in constraints.items():
         value = params[name]
         if isinstance(rule, Alias):
@@ -318,6 +342,10 @@ def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -
             raise ValueError("instance_affine=True needs instance_norm 'input' or 'revin' "
                              "(the affine map follows the normalisation), got "
                              "instance_norm=None")
+        elif name == "quantiles" and (c.quantiles is None) != (c.loss != "pinball"):
+            raise ValueError(f"quantiles (one level per output column) go with "
+                             f"loss='pinball' and only with it; got loss={c.loss!r} and "
+                             f"quantiles={c.quantiles!r}")
         elif name == "positional" and c.rope and c.positional not in ("none", "rope"):
             raise ValueError(f"rope=True is positional='rope'; it cannot be combined with "
                              f"positional={c.positional!r}")

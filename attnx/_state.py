@@ -201,6 +201,8 @@ LEGACY_VALUES: dict[str, Any] = {k: LEGACY_DEFAULTS[k] for k in (
     "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize", "patch_len",
     "label_smoothing", "distributed", "stem", "layout", "missing", "instance_norm",
     "instance_affine", "tokenizer")}
+# the regressors' training loss, added later (its default is the previous behaviour)
+LEGACY_VALUES.update(loss="squared_error", quantiles=None)
 
 
 def set_state(est: Any, arrays: Arrays, config: Config) -> None:

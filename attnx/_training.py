@@ -15,6 +15,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, No
 
 import numpy as np
 
+from . import losses
 from ._sequences import key_mask
 from ._validate import finite
 
@@ -298,10 +299,12 @@ class EpochProbe(EarlyStopping):
         return 1.0 - self.best / self.reference if self.reference > 0 else 0.0
 
 
-def mean_baseline_loss(train: Data, val: Data, dist: Local) -> float:
-    """The held-out loss (as Trainer.mean_loss scores it for MSE: the weighted mean
-    over samples of the mean over outputs) of predicting the training targets'
-    weighted mean; per-sequence float targets, summed over every rank's samples."""
+def mean_baseline_loss(train: Data, val: Data, dist: Local, loss: str = "squared_error",
+                       quantiles: Any = None) -> float:
+    """The held-out loss `loss` (attnx.losses.REGRESSION_LOSSES; as Trainer.mean_loss
+    scores it: the weighted mean over samples of the mean over outputs) of
+    predicting the training targets' weighted mean; per-sequence float targets,
+    summed over every rank's samples."""
     def weights(d: Data) -> F64Array:
         return np.ones(d.n) if d.w is None else np.asarray(d.w, np.float64)
 
@@ -315,7 +318,11 @@ def mean_baseline_loss(train: Data, val: Data, dist: Local) -> float:
     mean = sums[1:] / sums[0] if sums[0] > 0 else np.zeros(y_tr.shape[1])
     y_va = targets(val)
     w_va = weights(val)
-    err = np.mean((y_va - mean) ** 2, axis=1) if y_va.size else np.zeros(val.n)
+    if y_va.size:
+        elem, _ = losses.elementwise(loss, mean - y_va, quantiles)
+        err = np.mean(elem, axis=1)
+    else:
+        err = np.zeros(val.n)
     total = dist.allsum(np.array([float(w_va @ err), float(w_va.sum())]))
     return float(total[0] / total[1]) if total[1] > 0 else 0.0
 

@@ -186,15 +186,15 @@ def seasonal_mean(context: F64, horizon: int, season: int) -> F64:
     return out
 
 
-def check_quantiles(q: Any) -> tuple[float, ...]:
+def check_quantiles(q: Any, name: str = "quantiles") -> tuple[float, ...]:
     try:
         arr = np.asarray(q, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"quantiles must be numbers in (0, 1), got {q!r}") from exc
+        raise TypeError(f"{name} must be numbers in (0, 1), got {q!r}") from exc
     if arr.size == 0 or not np.all((arr > 0) & (arr < 1)):
-        raise ValueError(f"quantiles must be numbers in (0, 1), got {q!r}")
+        raise ValueError(f"{name} must be numbers in (0, 1), got {q!r}")
     if np.unique(arr).size != arr.size:
-        raise ValueError(f"quantiles must be distinct, got {q!r}")
+        raise ValueError(f"{name} must be distinct, got {q!r}")
     return tuple(float(v) for v in np.sort(arr))
 
 

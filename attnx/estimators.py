@@ -82,6 +82,16 @@ class _Regressor(SequenceEstimator):
     def _batch_loss(batch: Batch, m: int) -> tuple[float, float]:
         return regression_batch_loss(batch, m)
 
+    def _loss_fn(self, cfg: Config) -> Any:
+        if cfg.loss == "squared_error":
+            return self._batch_loss
+        kind = cfg.loss
+        levels = None if cfg.quantiles is None else np.asarray(cfg.quantiles, np.float64)
+
+        def loss(batch: Batch, m: int) -> tuple[float, float]:
+            return regression_batch_loss(batch, m, kind, levels)
+        return loss
+
     def _scales_targets(self) -> bool:
         return True
 
@@ -104,6 +114,10 @@ class _Regressor(SequenceEstimator):
         return k or 1
 
     def _note_outputs(self, n_out: int) -> None:
+        q = self.get_params()["quantiles"]
+        if q is not None and np.size(q) != n_out:
+            raise ValueError(f"quantiles must give one level per output column of y "
+                             f"({n_out}), got {np.size(q)}")
         self.n_outputs_ = n_out
 
     def _batch_layout(self, data: seqs.Data, t: int
@@ -296,6 +310,20 @@ _COMMON_DOC = """
         the plain fit.
 """
 
+_LOSS_DOC = """    loss : the training loss (elementwise, averaged over the outputs and the
+        samples): "squared_error" (MSE), "absolute_error" (MAE: a median
+        forecast), "huber" (quadratic within 1 of the target, linear beyond; in the
+        units the network is trained in, i.e. standardised targets unless
+        instance_norm="revin") or "pinball" (quantile regression: output column j
+        is trained as the quantiles[j] quantile of its target; to learn several
+        levels of one target, give y that column once per level). The
+        validation loss and epochs=None's held-out run score with the same loss
+        (that run's reference is the loss of predicting the training targets'
+        mean); score() stays R^2.
+    quantiles : with loss="pinball" only: one level in (0, 1) per output column
+        of y (the last axis).
+"""
+
 
 class AttentionRegressor(_Regressor):
     """One attention layer trained as a regressor.
@@ -306,7 +334,7 @@ class AttentionRegressor(_Regressor):
     width is d_hidden), between the input embedding and the output head.
 
     Parameters
-    ----------""" + _COMMON_DOC + """
+    ----------""" + _COMMON_DOC + _LOSS_DOC + """
     Fitted attributes: model_, optimizer_, shuffle_rng_, n_features_in_,
     n_outputs_ (sequence model), n_iter_ (completed epochs), loss_curve_ (mean
     training loss per epoch), best_loss_, with validation
@@ -335,7 +363,8 @@ class AttentionRegressor(_Regressor):
                  patch_len: int | None = 1, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False, tokenizer: str = "patch") -> None:
+                 instance_affine: bool = False, tokenizer: str = "patch",
+                 loss: str = "squared_error", quantiles: Any = None) -> None:
         store(self, locals())
 
 
@@ -346,7 +375,7 @@ class TransformerRegressor(_Regressor):
 
     Parameters
     ----------
-    n_layers : number of transformer blocks.""" + _COMMON_DOC + """
+    n_layers : number of transformer blocks.""" + _COMMON_DOC + _LOSS_DOC + """
     Fitted attributes as for AttentionRegressor.
     """
 
@@ -373,7 +402,8 @@ class TransformerRegressor(_Regressor):
                  patch_len: int | None = None, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = "auto",
-                 instance_affine: bool = False, tokenizer: str = "patch") -> None:
+                 instance_affine: bool = False, tokenizer: str = "patch",
+                 loss: str = "squared_error", quantiles: Any = None) -> None:
         store(self, locals())
 
 

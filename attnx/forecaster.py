@@ -52,7 +52,12 @@ How a forecast is made (PatchTST's recipe, on attnx's transformer):
    `calibration` origins of each series; its scaled absolute errors there, per horizon
    step (their conformal quantile, then the running maximum along the horizon), give
    the interval's half-widths; the final model is then trained on every window.
-   Intervals are symmetric, so predict_quantiles never crosses.
+   With ``intervals="quantile"`` the network learns several quantile levels of each
+   future value at once (the pinball loss over all of them; the outputs are sorted
+   at every value, so they never cross), and the held-out windows calibrate the
+   interval between two levels instead (conformalized quantile regression: the
+   conformal quantile of how far the values fall outside it widens or narrows it).
+   predict_quantiles sorts its levels, so they never cross either.
 
 Covariates: X (past-observed, aligned with y) are standardised with their fit-time
 statistics and join the context's channels; X_future (known for the future, aligned with
@@ -81,7 +86,9 @@ if TYPE_CHECKING:
 
 __all__ = ["TransformerForecaster", "FORECASTERS"]
 
-_INTERVALS = ("conformal", None)
+_INTERVALS = ("conformal", "quantile", None)
+#: intervals="quantile": the levels the network learns unless quantile_levels says
+QUANTILE_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 _BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
 # the held-out windows must hold at least this many horizons of distinct time steps
 # (independent forecasts' worth) to choose a baseline or to weigh the network on them
@@ -97,8 +104,13 @@ class ForecastSpec(NamedTuple):
     """What an exporter (attnx.onnx) needs to reproduce predict from the last `window`
     steps of each series: the network (the regressor's ExportSpec), the sizes, the
     baseline and its weight, the patches, the covariates' standardisation and the
-    conformal half-widths (a function of the coverage, (1, horizon, k_out) in scaled
-    units; None without intervals)."""
+    intervals: the network's outputs per forecast value are n_levels quantile
+    levels (1 unless intervals="quantile"), sorted ascending; `point` weighs them
+    into the point forecast (n_levels,), and `interval(coverage)` gives (lower
+    weights, upper weights, half-width (1, horizon, k_out) in scaled units): an
+    interval end is the weighted sorted outputs times blend, plus the baseline,
+    minus (lower) / plus (upper) the half-width, scaled back (None without
+    intervals)."""
 
     network: Any
     horizon: int
@@ -117,7 +129,9 @@ class ForecastSpec(NamedTuple):
     fut_std: Any
     n_static: int | None
     std_floor: float
-    half_width: Callable[[float], Any] | None
+    n_levels: int
+    point: Any
+    interval: Callable[[float], tuple[Any, Any, Any]] | None
 
 
 class TransformerForecaster(EstimatorParams):
@@ -156,7 +170,14 @@ class TransformerForecaster(EstimatorParams):
         baseline alone) is ``blend_``.
     d_model, n_heads, n_layers, d_hidden, dropout : the transformer's sizes.
     channel_independent : multivariate y as separate series through one model.
-    intervals : "conformal" (split-conformal calibration, one extra fit) or None.
+    intervals : "conformal" (split-conformal calibration of the point forecast's
+        errors, one extra fit), "quantile" (the network learns quantile_levels of
+        each future value with the pinball loss; its intervals are calibrated
+        conformally on the same held-out windows, CQR) or None.
+    quantile_levels : with intervals="quantile": the levels the network learns
+        (0.5 is added when missing: the point forecast is the median);
+        predict_interval(coverage) needs (1 - coverage) / 2 within them (levels in
+        between are interpolated linearly).
     calibration : origins per series kept for calibration; None: enough for about 200
         calibration windows in all, between 1 and a quarter of each series' windows.
     steps : optimizer steps to train for (epochs = steps / batches per epoch, clipped to
@@ -180,6 +201,7 @@ class TransformerForecaster(EstimatorParams):
     dropout: float
     channel_independent: bool
     intervals: str | None
+    quantile_levels: Any
     calibration: int | None
     steps: int
     epochs: int | None
@@ -196,7 +218,7 @@ class TransformerForecaster(EstimatorParams):
                  d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  d_hidden: int | None = None, dropout: float = 0.1,
                  channel_independent: bool = True, intervals: str | None = "conformal",
-                 calibration: int | None = None, steps: int = 1500,
+                 quantile_levels: Any = QUANTILE_LEVELS, calibration: int | None = None, steps: int = 1500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 0.01, random_state: RandomStateLike = None,
                  verbose: int = 0, dtype: npt.DTypeLike = np.float32) -> None:
@@ -213,14 +235,24 @@ class TransformerForecaster(EstimatorParams):
             raise ValueError(f"baseline must be one of {_BASELINES}, got {self.baseline!r}")
         if self.intervals not in _INTERVALS:
             raise ValueError(f"intervals must be one of {_INTERVALS}, got {self.intervals!r}")
+        if self.intervals == "quantile":
+            levels = win.check_quantiles(self.quantile_levels, "quantile_levels")
+            self.levels_ = tuple(sorted(set(levels) | {0.5}))
+        else:
+            self.levels_ = (0.5,)
         for name in ("window", "patch_len", "patch_stride", "calibration", "epochs"):
             v = getattr(self, name)
             if v is not None:
                 win.check_int(name, v, 1)
         win.check_int("steps", self.steps, 1)
 
-    def _regressor(self, n_windows: int, n_tokens: int, seed: int) -> TransformerRegressor:
+    def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
+                   ) -> TransformerRegressor:
+        """The network: n_targets = horizon * k_out values per window, each learned
+        as len(levels_) quantiles with intervals="quantile" (the pinball loss; the
+        columns run value-major, levels fastest), else with the squared error."""
         bs = win.check_int("batch_size", self.batch_size, 1)
+        pinball = len(self.levels_) > 1
         if self.epochs is None:
             per_epoch = math.ceil(n_windows / bs)
             epochs = int(np.clip(round(self.steps / per_epoch), 20, 300))
@@ -234,7 +266,9 @@ class TransformerForecaster(EstimatorParams):
             dtype=self.dtype,
             # the windows are scaled and patched here; a constant rate, as the
             # calibration fit is resumed in chunks to check its held-out error
-            standardize=False, patch_len=1, lr_schedule="constant", instance_norm=None)
+            standardize=False, patch_len=1, lr_schedule="constant", instance_norm=None,
+            loss="pinball" if pinball else "squared_error",
+            quantiles=self.levels_ * n_targets if pinball else None)
 
     # ---- data ------------------------------------------------------------
     def _targets(self, series: list[F64]) -> list[F64]:
@@ -345,7 +379,7 @@ class TransformerForecaster(EstimatorParams):
         extra = self._extra(stat_t, fut_t, w.series, w.origin)
         mu, sd, base, _, xin = self._tokens(w.context, w.mask, extra)
         scaled = (w.target - mu) / sd
-        held = self._held_out(w) if self.intervals == "conformal" else None
+        held = self._held_out(w) if self.intervals is not None else None
         recent = held if held is not None else np.ones(len(w.origin), bool)
         self.evidence_ = _evidence(w, recent, h)
         if self.baseline == "auto":
@@ -359,17 +393,17 @@ class TransformerForecaster(EstimatorParams):
         tgt = (scaled - base).reshape(len(w.target), -1)
         seed = int(np.random.default_rng(self.random_state).integers(2 ** 31 - 1))
         self.calibration_scores_ = None
-        final = self._regressor(len(tgt), n_tok, seed)
+        final = self._regressor(len(tgt), n_tok, seed, tgt.shape[1])
         if held is not None and self.evidence_ < MIN_EVIDENCE:
             # too few held-out forecasts to trust the network's gain there: the
             # baseline alone, calibrated on its own held-out errors
-            self.calibration_scores_, self.blend_ = np.abs(tgt[held]), 0.0
+            self.calibration_scores_, self.blend_ = self._scores(tgt[held], None, 0.0), 0.0
         elif held is not None:
             self.calibration_scores_, best, self.blend_ = self._calibrate(
                 held, xin, tgt, seed, n_tok)
             if self.epochs is None:   # as long as the held-out check liked best
                 final.set_params(epochs=max(1, best))
-        self.regressor_ = final.fit(xin, tgt)
+        self.regressor_ = final.fit(xin, self._repeat_levels(tgt))
         self.n_windows_ = len(tgt)
         # what predict() without y forecasts from: the end of each series seen
         self.history_ = [s[-self.window_:].copy() for s in series]
@@ -449,24 +483,49 @@ class TransformerForecaster(EstimatorParams):
 
         def sub(ix: npt.NDArray[np.intp]) -> list[F64] | F64:
             return [xin[i] for i in ix] if isinstance(xin, list) else xin[ix]
-        model = self._regressor(len(pick), n_tok, seed)
+        model = self._regressor(len(pick), n_tok, seed, tgt.shape[1])
         total = model.epochs
         chunk = max(1, total // _CHECKS)
         model.set_params(epochs=chunk, warm_start=True)
-        x_fit, x_held, y_fit = sub(pick), sub(held), tgt[pick]
+        x_fit, x_held, y_fit = sub(pick), sub(held), self._repeat_levels(tgt[pick])
         best, best_err, best_epochs, best_c, done = None, math.inf, total, 1.0, 0
         y_held = tgt[held]
         while done < total:
             model.fit(x_fit, y_fit)
             done += chunk
-            pred = np.asarray(model.predict(x_held), dtype=np.float64).reshape(len(held), -1)
-            c = _l1_weight(pred, y_held)
-            err = np.abs(c * pred - y_held)
-            score = float(np.mean(err))
+            levels = self._levels_sorted(model.predict(x_held), len(held))
+            point = levels[..., self.levels_.index(0.5)]
+            c = _l1_weight(point, y_held)
+            score = float(np.mean(np.abs(c * point - y_held)))
             if score < best_err:
-                best, best_err, best_epochs, best_c = err, score, done, c
+                best, best_err, best_epochs, best_c = levels, score, done, c
         assert best is not None
-        return best, best_epochs, best_c
+        return self._scores(y_held, best, best_c), best_epochs, best_c
+
+    def _repeat_levels(self, tgt: F64) -> F64:
+        """Targets (n, horizon * k_out) as the network's columns: each once per level."""
+        return np.repeat(tgt, len(self.levels_), axis=1) if len(self.levels_) > 1 else tgt
+
+    def _levels_sorted(self, out: Any, n: int) -> F64:
+        """The network's outputs for n windows as (n, horizon * k_out, n_levels), the
+        levels sorted ascending at every value (the rearrangement that keeps
+        quantiles from crossing; it never increases the pinball loss)."""
+        a = np.asarray(out, dtype=np.float64).reshape(n, -1, len(self.levels_))
+        return np.sort(a, axis=-1)
+
+    def _scores(self, y: F64, levels: F64 | None, c: float) -> F64:
+        """The calibration scores of held-out residual targets y (n, horizon * k_out)
+        against c times the sorted network outputs `levels` (None: zeros, the
+        baseline alone): "conformal", the absolute errors of the point forecast
+        (n, horizon * k_out); "quantile", the signed residuals of every level
+        (n, horizon * k_out, n_levels), from which an interval's conformity scores
+        are made (_half_width)."""
+        if levels is None:
+            levels = np.zeros(y.shape + (len(self.levels_),))
+        if self.intervals == "quantile":
+            out: F64 = y[..., None] - c * levels
+            return out
+        return np.abs(y - c * levels[..., 0])
 
     def _aligned(self, name: str, X: Any, series: list[F64]) -> list[F64] | None:
         if X is None:
@@ -517,9 +576,11 @@ class TransformerForecaster(EstimatorParams):
                 "this TransformerForecaster is not fitted yet: call fit first")
 
     def _forecast(self, y: Any, X: Any, X_future: Any
-                  ) -> tuple[F64, F64, bool, list[dict[str, Any]] | None]:
-        """Scaled-back point forecasts (n_series, horizon, k), the scales (n, 1, k),
-        whether the series came as a list, and their pandas index records (or None)."""
+                  ) -> tuple[F64, F64, F64, bool, list[dict[str, Any]] | None]:
+        """The forecasts of every level in the windows' scaled units (n_targets,
+        horizon, k_out, n_levels: blend_ times the network's sorted outputs plus the
+        baseline), the scales mu and sd (n_targets, 1, k_out), whether the series came
+        as a list, and their pandas index records (or None)."""
         self._fitted()
         h = self.horizon_
         if y is None:
@@ -576,11 +637,25 @@ class TransformerForecaster(EstimatorParams):
         rows = np.arange(len(targets), dtype=np.intp)
         extra = self._extra(self._per_target(stat), self._per_target(fut), rows, None)
         mu, sd, base, _, xin = self._tokens(np.stack(ctx), np.stack(msk), extra)
-        raw = np.asarray(self.regressor_.predict(xin), dtype=np.float64)
-        raw = self.blend_ * raw.reshape(len(targets), h, self.k_out_) + base
-        point = raw * sd + mu
-        return (self._merge(point), self._merge(np.broadcast_to(sd, point.shape)), was_list,
-                index)
+        raw = self._levels_sorted(self.regressor_.predict(xin), len(targets))
+        raw = raw.reshape(len(targets), h, self.k_out_, len(self.levels_))
+        return self.blend_ * raw + base[..., None], mu, sd, was_list, index
+
+    def _point(self, q: F64) -> F64:
+        """The point forecasts (the median level) of _forecast's scaled levels."""
+        out: F64 = q[..., self.levels_.index(0.5)]
+        return out
+
+    def _ends(self, q: F64, coverage: float) -> tuple[F64, F64]:
+        """The interval's scaled ends (n_targets, horizon, k_out) from _forecast's
+        levels q: the interpolated levels (1 -+ coverage) / 2 (the point forecast
+        with intervals="conformal") widened by the conformal half-width, each end
+        kept on its side of the point forecast."""
+        w_lo, w_hi, half = self._interval(coverage)
+        point = self._point(q)
+        lower = np.minimum(q @ w_lo - half, point)
+        upper = np.maximum(q @ w_hi + half, point)
+        return lower, upper
 
     def _merge(self, a: F64) -> F64:
         """(n_targets, h, k_out) -> (n_series, h, k)."""
@@ -602,24 +677,27 @@ class TransformerForecaster(EstimatorParams):
         from a forecaster."""
         self._fitted()
         stat = self.static_
+        n_q = len(self.levels_)
+        point = np.zeros(n_q)
+        point[self.levels_.index(0.5)] = 1.0
 
-        def half_width(coverage: float) -> F64:
-            win.interval_levels(coverage)   # the coverage's check
-            return self._half_width(float(coverage))[:, :, :self.k_out_]
-        half = half_width if self.calibration_scores_ is not None else None
+        def interval(coverage: float) -> tuple[F64, F64, F64]:
+            return self._interval(coverage)
         return ForecastSpec(
             self.regressor_.export_spec(), self.horizon_, self.window_, self.k_, self.k_out_,
             bool(self.channel_independent and self.k_ > 1), self._base_period(),
             self.baseline_, float(self.blend_), self.patch_len_, self.patch_stride_,
             self.cov_mean_, self.cov_std_, self.fut_mean_, self.fut_std_,
-            None if stat is None else int(np.asarray(stat[0]).shape[0]), win.STD_FLOOR, half)
+            None if stat is None else int(np.asarray(stat[0]).shape[0]), win.STD_FLOOR,
+            n_q, point, interval if self.calibration_scores_ is not None else None)
 
     def predict(self, y: Any = None, X: Any = None, *, X_future: Any = None) -> Any:
         """The next `horizon` values after the end of each series: (horizon,) or
         (horizon, k), a list of those for a list of series. Without y, after the
         series seen at fit; with y (and X), after the series given. Series given as
         pandas give pandas: a Series / DataFrame on the next `horizon` time stamps."""
-        point, _, was_list, index = self._forecast(y, X, X_future)
+        q, mu, sd, was_list, index = self._forecast(y, X, X_future)
+        point = self._merge(self._point(q) * sd + mu)
         if index is None:
             return self._shape(point, was_list)
         return self._one_or_list([_pandas.point(m, a) for m, a in
@@ -627,58 +705,98 @@ class TransformerForecaster(EstimatorParams):
 
     def predict_interval(self, y: Any = None, X: Any = None, *, X_future: Any = None,
                          coverage: float = 0.9) -> Any:
-        """(lower, upper) of split-conformal intervals that cover each future value
-        with probability about `coverage`, each shaped as predict's result for one
-        series; for a list of series, a list of such (lower, upper) pairs."""
-        lo_q, _ = win.interval_levels(coverage)
-        if self.calibration_scores_ is None:
-            raise ValueError("this forecaster was fitted with intervals=None: no intervals")
-        point, sd, was_list, index = self._forecast(y, X, X_future)
-        half = self._half_width(float(coverage))
-        lower = self._shape(point - half * sd, True)
-        upper = self._shape(point + half * sd, True)
+        """(lower, upper) of intervals that cover each future value with probability
+        about `coverage` (conformally calibrated), each shaped as predict's result for
+        one series; for a list of series, a list of such (lower, upper) pairs."""
+        self._interval(coverage)   # the checks, before the forecast's work
+        q, mu, sd, was_list, index = self._forecast(y, X, X_future)
+        lo, hi = self._ends(q, float(coverage))
+        lower = self._shape(self._merge(lo * sd + mu), True)
+        upper = self._shape(self._merge(hi * sd + mu), True)
         if index is not None:
-            return self._one_or_list([_pandas.interval(m, lo, hi) for m, lo, hi in
+            return self._one_or_list([_pandas.interval(m, a, b) for m, a, b in
                                       zip(index, lower, upper)], was_list)
         return self._one_or_list(list(zip(lower, upper)), was_list)
 
-    def _half_width(self, coverage: float) -> F64:
-        """Per horizon step (and channel): the conformal quantile of the scaled errors,
-        level ceil((n + 1) * coverage) / n of the n calibration windows, made
-        non-decreasing along the horizon (its running maximum: an error further
-        ahead is not expected to be smaller, and the running maximum steadies the
-        quantiles of a few, overlapping calibration windows); (1, horizon, k)
-        broadcastable against the forecasts."""
+    def _interval(self, coverage: float) -> tuple[F64, F64, F64]:
+        """(weights of the sorted levels for the lower end (n_levels,), for the upper
+        end, the conformal half-width (1, horizon, k_out) in scaled units) of the
+        central `coverage` interval (ValueError: a bad coverage, no intervals, levels
+        outside the learned ones)."""
+        a, b = win.interval_levels(coverage)
+        if self.calibration_scores_ is None:
+            raise ValueError("this forecaster was fitted with intervals=None: no intervals")
+        if len(self.levels_) == 1:
+            w_lo = w_hi = np.ones(1)
+        else:
+            w_lo, w_hi = self._level_weights(a, coverage), self._level_weights(b, coverage)
+        return w_lo, w_hi, self._half_width(float(coverage), w_lo, w_hi)
+
+    def _level_weights(self, p: float, coverage: float) -> F64:
+        """Weights of the sorted learned levels that interpolate level p linearly."""
+        lv = np.asarray(self.levels_)
+        if np.isclose(p, lv[0], rtol=0, atol=1e-9):
+            p = float(lv[0])
+        elif np.isclose(p, lv[-1], rtol=0, atol=1e-9):
+            p = float(lv[-1])
+        if not lv[0] <= p <= lv[-1]:
+            raise ValueError(f"coverage={coverage!r} needs the levels {(1 - coverage) / 2:g} "
+                             f"and {(1 + coverage) / 2:g}; this forecaster learned the levels "
+                             f"{self.levels_} (quantile_levels): give a coverage of at most "
+                             f"{lv[-1] - lv[0]:g} or refit with wider levels")
+        w = np.zeros(lv.size)
+        j = int(np.searchsorted(lv, p, side="right")) - 1
+        if j >= lv.size - 1:
+            w[-1] = 1.0
+        else:
+            t = (p - lv[j]) / (lv[j + 1] - lv[j])
+            w[j], w[j + 1] = 1.0 - t, t
+        return w
+
+    def _half_width(self, coverage: float, w_lo: F64, w_hi: F64) -> F64:
+        """Per horizon step (and k_out channel): the conformal quantile of the
+        calibration windows' conformity scores, level ceil((n + 1) * coverage) / n of
+        the n windows, made non-decreasing along the horizon (its running maximum: an
+        error further ahead is not expected to be smaller, and the running maximum
+        steadies the quantiles of a few, overlapping calibration windows);
+        (1, horizon, k_out). The scores: "conformal", the absolute errors of the point
+        forecast; "quantile", how far the value lies outside the interval of the
+        learned levels (w_lo, w_hi), max(lower - y, y - upper), negative inside it
+        (conformalized quantile regression, Romano et al. 2019)."""
         s = self.calibration_scores_
         assert s is not None
-        n = s.shape[0]
+        e = s if s.ndim == 2 else np.maximum(-(s @ w_lo), s @ w_hi)
+        n = e.shape[0]
         level = min(1.0, math.ceil((n + 1) * coverage) / n)
-        q = np.quantile(s, level, axis=0, method="higher")
-        q = np.maximum.accumulate(q.reshape(1, self.horizon_, self.k_out_), axis=1)
-        if self.channel_independent and self.k_ > 1:
-            q = np.repeat(q, self.k_, axis=2)
-        out: F64 = np.asarray(q, dtype=np.float64)
+        q = np.quantile(e, level, axis=0, method="higher")
+        out: F64 = np.maximum.accumulate(q.reshape(1, self.horizon_, self.k_out_), axis=1)
         return out
 
     def predict_quantiles(self, y: Any = None, X: Any = None, *, X_future: Any = None,
                           quantiles: Any = (0.1, 0.5, 0.9)) -> Any:
-        """Forecast quantiles, shape predict's result + (n_quantiles,): level q is the
-        lower end of the central (1 - 2q) interval for q < 0.5, the upper end of the
-        central (2q - 1) interval for q > 0.5, the point forecast at 0.5 (so quantiles
-        never cross). For pandas series: a DataFrame per series on the future time
-        stamps, one column per level (per column of a DataFrame: (column, level))."""
+        """Forecast quantiles, shape predict's result + (n_quantiles,), levels sorted:
+        level q is the lower end of the central (1 - 2q) interval for q < 0.5, the
+        upper end of the central (2q - 1) interval for q > 0.5, the point forecast
+        at 0.5; sorted along the levels (so quantiles never cross). For pandas series:
+        a DataFrame per series on the future time stamps, one column per level (per
+        column of a DataFrame: (column, level))."""
         qs = win.check_quantiles(quantiles)
+        for lv in qs:   # the checks, before the forecast's work
+            if lv != 0.5:
+                self._interval(abs(2.0 * lv - 1.0))
         if self.calibration_scores_ is None:
             raise ValueError("this forecaster was fitted with intervals=None: no quantiles")
-        point, sd, was_list, index = self._forecast(y, X, X_future)
+        q, mu, sd, was_list, index = self._forecast(y, X, X_future)
         cols = []
-        for q in qs:
-            if q == 0.5:
-                cols.append(point)
+        for lv in qs:
+            if lv == 0.5:
+                cols.append(self._point(q))
             else:
-                half = self._half_width(abs(2.0 * q - 1.0))
-                cols.append(point + np.sign(q - 0.5) * half * sd)
-        stacked = np.stack(cols, axis=-1)
+                lo, hi = self._ends(q, abs(2.0 * lv - 1.0))
+                cols.append(lo if lv < 0.5 else hi)
+        scaled = np.sort(np.stack(cols, axis=-1), axis=-1)
+        stacked = np.stack([self._merge(scaled[..., j] * sd + mu) for j in range(len(qs))],
+                           axis=-1)
         if index is not None:
             return self._one_or_list([_pandas.quantiles(m, a, qs) for m, a in
                                       zip(index, self._shape(stacked, True))], was_list)

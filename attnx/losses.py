@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ._training import Batch
     from ._typing import FloatArray
 
+    F64Array = npt.NDArray[np.float64]
+
 
 def mse_loss(y: FloatArray, y_true: npt.ArrayLike, *,
              out: FloatArray | None = None) -> tuple[float, FloatArray]:
@@ -111,17 +113,29 @@ def cross_entropy_loss(logits: FloatArray, labels: npt.ArrayLike, *,
 
 
 # ---- the estimators' batch losses --------------------------------------------------
-def regression_batch_loss(batch: Batch, m: int) -> tuple[float, float]:
-    """(loss, weight) and dL/dY in batch.dy. Unweighted: the MSE over the first m rows
-    (mse_loss); weighted: sum(w * squared error) / (outputs per weight * sum(w))."""
-    if batch.w is None:
+#: the regressors' training losses (their ``loss`` hyper-parameter)
+REGRESSION_LOSSES = ("squared_error", "absolute_error", "huber", "pinball")
+
+
+def regression_batch_loss(batch: Batch, m: int, loss: str = "squared_error",
+                          quantiles: F64Array | None = None) -> tuple[float, float]:
+    """(loss, weight) and dL/dY in batch.dy for the regressors' `loss`: the
+    (sample-weighted) mean over samples of the mean over outputs of the elementwise
+    loss; padding and short-batch rows (from m on) weigh 0. "squared_error" is
+    mse_loss, "absolute_error" mae_loss, "huber" huber_loss with delta 1 (in the
+    units the network is trained in, i.e. standardised targets) and "pinball" the
+    pinball loss with level quantiles[j] for output column j (the last axis of y)."""
+    if loss == "squared_error" and batch.w is None:
         if m == batch.shape[0]:
-            loss, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
+            value, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
         else:
-            loss, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
+            value, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
             batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
-        return loss, m
-    w = batch.w
+        return value, m
+    if batch.w is None:
+        w = (np.arange(batch.shape[0]) < m).astype(np.float64)
+    else:
+        w = np.asarray(batch.w, np.float64)
     wb = w.reshape(w.shape + (1,) * (batch.y.ndim - w.ndim))
     per_weight = batch.y.size // w.size
     total = float(w.sum())
@@ -129,10 +143,34 @@ def regression_batch_loss(batch: Batch, m: int) -> tuple[float, float]:
         batch.dy[...] = 0
         return 0.0, 0.0
     diff = batch.y.astype(np.float64) - batch.y_true
+    elem, grad = elementwise(loss, diff, quantiles)
     scale = per_weight * total
-    loss = float((wb * diff * diff).sum()) / scale
-    np.multiply(wb * diff, 2.0 / scale, out=batch.dy, casting="unsafe")
-    return loss, total
+    value = float((wb * elem).sum()) / scale
+    np.multiply(wb * grad, 1.0 / scale, out=batch.dy, casting="unsafe")
+    return value, (m if batch.w is None else total)
+
+
+def elementwise(loss: str, diff: F64Array, quantiles: F64Array | None
+                 ) -> tuple[F64Array, F64Array]:
+    """Per element, the loss and its derivative with respect to the prediction, of
+    diff = prediction - target (float64)."""
+    if loss == "squared_error":
+        return diff * diff, 2.0 * diff
+    if loss == "absolute_error":
+        return np.abs(diff), np.sign(diff)
+    if loss == "huber":
+        a = np.abs(diff)
+        return np.where(a <= 1.0, 0.5 * diff * diff, a - 0.5), np.clip(diff, -1.0, 1.0)
+    if loss == "pinball":
+        assert quantiles is not None
+        q = np.asarray(quantiles, np.float64)
+        if diff.shape[-1] != q.size:
+            raise ValueError(f"quantiles must give one level per output column "
+                             f"({diff.shape[-1]}), got {q.size}")
+        # e = target - prediction = -diff: q e above the prediction, (q - 1) e below
+        elem = np.maximum(-q * diff, (1.0 - q) * diff)
+        return elem, np.where(diff > 0, 1.0 - q, np.where(diff < 0, -q, 0.0))
+    raise ValueError(f"loss must be one of {REGRESSION_LOSSES}, got {loss!r}")
 
 
 def classification_batch_loss(batch: Batch, m: int,

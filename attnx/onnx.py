@@ -146,12 +146,12 @@ def _forecaster(f: Any, opset: int, with_mask: bool, coverage: float | None,
     fut = (g.input("X_future", ["batch", h, len(f.fut_mean)]) if f.fut_mean is not None
            else None)
     stat = g.input("static", ["batch", f.n_static]) if f.n_static is not None else None
-    half = None
+    ends = None
     if coverage is not None:
-        if f.half_width is None:
+        if f.interval is None:
             raise ValueError("this forecaster was fitted with intervals=None: no intervals "
                              "to export (coverage must be None)")
-        half = f.half_width(coverage)   # (1, h, k_out); ValueError for a bad coverage
+        ends = f.interval(coverage)   # ValueError for a bad coverage
     one = g.const_i64([1])
     ci = f.channel_independent
     if ci:   # one row per (series, channel): (B * k, W, 1), covariates repeated
@@ -206,15 +206,28 @@ def _forecaster(f: Any, opset: int, with_mask: bool, coverage: float | None,
         shape = g.op("Concat", [g.op("Shape", [tok], start=0, end=2),
                                 g.op("Shape", [e], start=2, end=3)], axis=0)
         tok = g.op("Concat", [tok, g.op("Expand", [e, shape])], axis=2)
-    raw = g.op("Reshape", [_forward(g, model, tok, tmask), g.const_i64([0, h, ko])])
-    point = g.op("Mul", [raw, g.scalar(f.blend)])
-    if base is not None:
-        point = g.op("Add", [point, base])
+    nq = f.n_levels
+    out = _forward(g, model, tok, tmask)
+    if nq == 1:
+        levels = g.op("Reshape", [out, g.const_i64([0, h, ko, 1])])
+    else:   # the learned quantile levels of each value, sorted ascending
+        levels = g.op("Reshape", [out, g.const_i64([0, h, ko, nq])])
+        levels = g.top_k_ascending(levels, nq)
+
+    def scaled(weights: Any) -> str:
+        """blend * (the weighted sorted levels) + the baseline, (n, h, k_out)."""
+        t = g.op("Squeeze", [g.op("MatMul", [levels, g.const(np.reshape(weights, (nq, 1)))]),
+                             g.const_i64([3])])
+        t = g.op("Mul", [t, g.scalar(f.blend)])
+        return t if base is None else g.op("Add", [t, base])
+    point = scaled(f.point)
     outs = [("forecast", g.op("Add", [g.op("Mul", [point, sd]), mu]))]
-    if half is not None:
-        width_ = g.op("Mul", [g.const(half), sd])
-        outs += [("lower", g.op("Sub", [outs[0][1], width_])),
-                 ("upper", g.op("Add", [outs[0][1], width_]))]
+    if ends is not None:
+        w_lo, w_hi, half = ends
+        lower = g.op("Min", [g.op("Sub", [scaled(w_lo), g.const(half)]), point])
+        upper = g.op("Max", [g.op("Add", [scaled(w_hi), g.const(half)]), point])
+        outs += [("lower", g.op("Add", [g.op("Mul", [lower, sd]), mu])),
+                 ("upper", g.op("Add", [g.op("Mul", [upper, sd]), mu]))]
     for out_name, t in outs:
         if ci:   # (B * k, h, 1) -> (B, h, k)
             t = g.op("Transpose", [g.op("Reshape", [t, g.const_i64([-1, k, h])])],
@@ -754,6 +767,15 @@ class _Graph:
 
         out = name or self._name(op_type)
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        return out
+
+    def top_k_ascending(self, x: str, k: int) -> str:
+        """x sorted ascending along its last axis of length k (TopK's values)."""
+        from onnx import helper
+
+        out, idx = self._name("TopK"), self._name("TopK_idx")
+        self.nodes.append(helper.make_node("TopK", [x, self.const_i64([k])], [out, idx],
+                                           name=out, axis=-1, largest=0, sorted=1))
         return out
 
     def const(self, a: np.ndarray, dtype: Any = None) -> str:

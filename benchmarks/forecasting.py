@@ -46,6 +46,8 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
   attnx           attnx.TransformerForecaster(horizon=h, random_state=seed) with its
                   defaults: one global model over all series of a multi-series set.
                   Skipped (with a note) until the class exists.
+  attnx_quantile  (--peers only) attnx with intervals="quantile": the network learns
+                  7 quantile levels with the pinball loss, calibrated conformally
   torch_twin      the PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py):
                   attnx's pipeline with every network it trains (the calibration run and
                   the final fit) trained by PyTorch from the same initial weights, on
@@ -95,7 +97,11 @@ from attnx.forecasting import backtest, interval_coverage, mase, smape  # noqa: 
 SETS = ("sunspots", "co2", "nile", "uschange", "solar", "pbs", "m1_yearly")
 PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar", "attnx",
          "torch_twin")
+#: more peers one may ask for with --peers: attnx with quantile intervals
+EXTRA_PEERS = ("attnx_quantile",)
 LEVEL = 90
+#: the levels of the backtests' pinball loss (attnx's predict_quantiles)
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
 # ---------------------------------------------------------------- the panel
@@ -193,6 +199,13 @@ def attnx_forecaster(horizon, seed):
     return attnx.TransformerForecaster(horizon=horizon, random_state=seed)
 
 
+def attnx_quantile(horizon, seed):
+    """attnx's forecaster with intervals="quantile" (a network trained with the pinball
+    loss on several levels, calibrated conformally)."""
+    est = attnx_forecaster(horizon, seed)
+    return None if est is None else est.set_params(intervals="quantile")
+
+
 def torch_twin(horizon, seed):
     """The PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py), or None
     while it or attnx's forecaster does not exist."""
@@ -203,6 +216,11 @@ def torch_twin(horizon, seed):
     except ImportError:
         return None
     return torch_forecaster.TorchForecaster(horizon=horizon, random_state=seed)
+
+
+#: the peers that are attnx forecasters (or its twin), by name
+FACTORIES = {"attnx": attnx_forecaster, "attnx_quantile": attnx_quantile,
+             "torch_twin": torch_twin}
 
 
 def _split_interval(item):
@@ -276,8 +294,8 @@ def run_set(ds, peers, seed, log):
     for peer in peers:
         rows, errors, fit_time = [], [], 0.0
         note = None
-        if peer in ("attnx", "torch_twin"):
-            factory = attnx_forecaster if peer == "attnx" else torch_twin
+        if peer in FACTORIES:
+            factory = FACTORIES[peer]
             try:
                 got = run_global(factory, ds, seed)
             except Exception as exc:  # noqa: BLE001 - reported, not hidden
@@ -285,7 +303,7 @@ def run_set(ds, peers, seed, log):
                 log(traceback.format_exc())
             if got is None:
                 note = note or ("skipped: attnx.TransformerForecaster does not exist yet"
-                                if peer == "attnx" else
+                                if peer != "torch_twin" else
                                 "skipped: torch is not installed")
             else:
                 preds, fit_time = got
@@ -371,25 +389,28 @@ def run_backtests(ds, peers, origins, seed, log):
     out = {"origins": k, "step": h, "initial": initial, "peers": {}}
     y = ds.series[0] if len(ds.series) == 1 else list(ds.series)
     for peer in peers:
-        if peer in ("attnx", "torch_twin"):
-            est = (attnx_forecaster if peer == "attnx" else torch_twin)(h, seed)
+        if peer in FACTORIES:
+            est = FACTORIES[peer](h, seed)
             if est is None:
                 out["peers"][peer] = {"note": "skipped"}
                 continue
             cov = LEVEL / 100 if hasattr(est, "predict_interval") else None
+            qs = QUANTILES if hasattr(est, "predict_quantiles") else None
         else:
             est = PeerForecaster(peer, h, ds.season)
             cov = None if peer == "ridge_ar" else LEVEL / 100
+            qs = None
         try:
             res = backtest(est, y, horizon=h, initial=initial, step=h, season=ds.season,
-                           coverage=cov)
+                           coverage=cov, quantiles=qs)
         except Exception as exc:  # noqa: BLE001 - reported, not hidden
             out["peers"][peer] = {"note": f"failed: {type(exc).__name__}: {exc}"}
             log(f"  {ds.name:10s} {peer:15s} backtest failed: {exc}")
             continue
         mean = res.mean()
         entry = {"mase": mean["mase"], "smape": mean["smape"],
-                 "coverage": mean.get("coverage"), "n_scores": len(res.rows),
+                 "coverage": mean.get("coverage"), "width": mean.get("width"),
+                 "pinball": mean.get("pinball"), "n_scores": len(res.rows),
                  "time": sum(o["fit_time"] + o["predict_time"] for o in res.per_origin())}
         out["peers"][peer] = entry
         log(f"  {ds.name:10s} {peer:15s} backtest x{k}: MASE {entry['mase']:.3f}  cov90 "
@@ -403,7 +424,7 @@ def _fmt(v, spec):
 
 
 def markdown(results, meta):
-    peers = [p for p in PEERS if any(p in r["peers"] for r in results)]
+    peers = [p for p in PEERS + EXTRA_PEERS if any(p in r["peers"] for r in results)]
     lines = ["# Forecasting benchmark: development panel (issue 24)", "",
              f"{meta['date']}, {meta['machine']}, python {meta['python']}, "
              f"statsforecast {meta['versions'].get('statsforecast')}, scikit-learn "
@@ -506,8 +527,9 @@ def main(argv=None):
         if s not in SETS:
             ap.error(f"--sets: unknown set {s!r}; choose from {', '.join(SETS)}")
     for p in peers:
-        if p not in PEERS:
-            ap.error(f"--peers: unknown peer {p!r}; choose from {', '.join(PEERS)}")
+        if p not in PEERS + EXTRA_PEERS:
+            ap.error(f"--peers: unknown peer {p!r}; choose from "
+                     f"{', '.join(PEERS + EXTRA_PEERS)}")
 
     def log(msg):
         print(msg, flush=True)

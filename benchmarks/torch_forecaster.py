@@ -58,9 +58,31 @@ from attnx.schedules import estimator_schedule  # noqa: E402
 __all__ = ["TorchForecaster"]
 
 
+def torch_loss(p):
+    """The regressor's training loss (its `loss` and `quantiles`) in torch: None for
+    the squared error (twin_step's MSE), else a function (out, target) -> loss, the
+    mean over every output of the batch."""
+    import torch.nn.functional as F
+
+    kind = p.get("loss", "squared_error")
+    if kind == "squared_error":
+        return None
+    if kind == "absolute_error":
+        return F.l1_loss
+    if kind == "huber":
+        return lambda out, target: F.huber_loss(out, target, delta=1.0)
+    levels = np.asarray(p["quantiles"], np.float64)
+
+    def pinball(out, target):
+        q = torch.from_numpy(levels.astype(out.detach().numpy().dtype))
+        e = target - out
+        return torch.maximum(q * e, (q - 1.0) * e).mean()
+    return pinball
+
+
 class _TorchRegressor:
     """attnx.TransformerRegressor's fit / predict as the forecaster uses them, trained
-    by PyTorch (the module docstring). `regressor` is the attnx regressor whose
+    by PyTorch (the module docstring) with the regressor's loss (torch_loss). `regressor` is the attnx regressor whose
     parameters are the recipe; it is only fitted (with lr=0) for its initial weights."""
 
     def __init__(self, regressor):
@@ -121,7 +143,8 @@ class _TorchRegressor:
                     g["lr"] = p["lr"] * (factor(step) if factor is not None else 1.0)
                 idx = order[start:start + m]
                 twin_step(twin, opt, [seqs[i] for i in idx], target[idx], task="regress",
-                          dtype=dtype, max_grad_norm=p["max_grad_norm"])
+                          dtype=dtype, max_grad_norm=p["max_grad_norm"],
+                          loss_fn=torch_loss(p))
                 step += 1
         twin.eval()
 
@@ -134,5 +157,5 @@ class _TorchRegressor:
 class TorchForecaster(attnx.TransformerForecaster):
     """attnx.TransformerForecaster (same parameters) whose networks PyTorch trains."""
 
-    def _regressor(self, n_windows, n_tokens, seed):
-        return _TorchRegressor(super()._regressor(n_windows, n_tokens, seed))
+    def _regressor(self, n_windows, n_tokens, seed, n_targets):
+        return _TorchRegressor(super()._regressor(n_windows, n_tokens, seed, n_targets))

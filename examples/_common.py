@@ -135,18 +135,21 @@ def twin_predictor(twin, dtype):
     return predict
 
 
-def twin_step(twin, opt, seqs, target, *, task, dtype, max_grad_norm=None):
+def twin_step(twin, opt, seqs, target, *, task, dtype, max_grad_norm=None, loss_fn=None):
     """One optimizer step of the twin on the batch `seqs` (padded here, the padding
     masked) against `target` (a tensor: class indices, or values (b, k) averaged by
-    the MSE over all b * k of them), gradients clipped to max_grad_norm by
-    torch.nn.utils.clip_grad_norm_ when given."""
+    the MSE over all b * k of them, or by loss_fn(out, target) when given),
+    gradients clipped to max_grad_norm by torch.nn.utils.clip_grad_norm_ when given."""
     import torch
     import torch.nn.functional as F
 
     x, pad = _pad(seqs, dtype)
     opt.zero_grad()
     out = twin(torch.from_numpy(x), pad)
-    loss = F.cross_entropy(out, target) if task == "classify" else F.mse_loss(out, target)
+    if loss_fn is not None:
+        loss = loss_fn(out, target)
+    else:
+        loss = F.cross_entropy(out, target) if task == "classify" else F.mse_loss(out, target)
     loss.backward()
     if max_grad_norm is not None:
         torch.nn.utils.clip_grad_norm_(list(twin.parameters()), max_grad_norm)

@@ -65,6 +65,8 @@ def test_global_model_multichannel_and_covariates():
     (dict(horizon=5), np.ones(6), "at least 7"),
     (dict(horizon=3), np.r_[np.ones(30), np.nan], "NaN"),
     (dict(horizon=3, intervals="bootstrap"), None, "intervals"),
+    (dict(horizon=3, intervals="quantile", quantile_levels=(0.0, 0.5)), None, "quantile_levels"),
+    (dict(horizon=3, intervals="quantile", quantile_levels=(0.2, 1.5)), None, "quantile_levels"),
     (dict(horizon=3, patch_len=80), None, "patch_len"),
 ])
 def test_bad_input(kw, y, msg):
@@ -87,10 +89,61 @@ def test_interval_half_widths_are_the_running_maximum_of_the_conformal_quantiles
     s = f.calibration_scores_
     n = s.shape[0]
     q = np.quantile(s, min(1.0, math.ceil((n + 1) * 0.8) / n), axis=0, method="higher")
-    half = f._half_width(0.8).reshape(-1)
+    w_lo, w_hi, half = f._interval(0.8)
+    assert w_lo.tolist() == w_hi.tolist() == [1.0]   # one level: the point forecast
+    half = half.reshape(-1)
     np.testing.assert_array_equal(half, np.maximum.accumulate(q))
     assert np.all(np.diff(half) >= 0) and np.all(half >= q)
     p = f.predict()
     lo, hi = f.predict_interval(coverage=0.8)
     np.testing.assert_allclose(hi - p, p - lo, rtol=1e-12)          # symmetric
     assert np.all(np.diff(hi - lo) >= -1e-9 * np.abs(hi - lo).max())  # widths from half
+
+
+def test_quantile_intervals_learn_levels_and_calibrate_them():
+    """intervals="quantile": the network learns the levels with the pinball loss
+    (0.5 added), its outputs are sorted, predict is the median level, the intervals
+    and quantiles never cross, a coverage between learned levels interpolates them,
+    and on the calibration windows each horizon step's interval covers at least the
+    coverage's share (the split-conformal construction)."""
+    y = _seasonal(200, noise=1.0)
+    f = attnx.TransformerForecaster(6, **FAST, intervals="quantile",
+                                    quantile_levels=(0.1, 0.25, 0.75, 0.9)).fit(y)
+    assert f.levels_ == (0.1, 0.25, 0.5, 0.75, 0.9)
+    assert f.regressor_.loss == "pinball" and len(f.regressor_.quantiles) == 6 * 5
+    s = f.calibration_scores_
+    assert s.ndim == 3 and s.shape[1:] == (6, 5)
+    p = f.predict()
+    qs = f.predict_quantiles(quantiles=(0.1, 0.2, 0.5, 0.8, 0.9))
+    assert qs.shape == (6, 5)
+    np.testing.assert_array_equal(qs[:, 2], p)
+    assert np.all(np.diff(qs, axis=1) >= 0)
+    for cov in (0.8, 0.6, 0.5):
+        w_lo, w_hi, half = f._interval(cov)
+        assert w_lo.sum() == pytest.approx(1) and w_hi.sum() == pytest.approx(1)
+        # the levels (1 -+ cov) / 2 as weights of the sorted learned levels
+        lv = np.asarray(f.levels_)
+        assert lv @ w_lo == pytest.approx((1 - cov) / 2)
+        assert lv @ w_hi == pytest.approx((1 + cov) / 2)
+        e = np.maximum(-(s @ w_lo), s @ w_hi)          # (n_cal, 6): outside by
+        assert np.all((e <= half.reshape(1, -1)).mean(axis=0) >= cov)
+        lo, hi = f.predict_interval(coverage=cov)
+        assert np.all(lo <= p) and np.all(p <= hi) and np.all(lo < hi)
+    with pytest.raises(ValueError, match="learned the levels"):
+        f.predict_interval(coverage=0.9)
+    with pytest.raises(ValueError, match="learned the levels"):
+        f.predict_quantiles(quantiles=(0.05, 0.5))
+
+
+def test_quantile_intervals_save_load_and_clone(tmp_path):
+    y = _seasonal(120)
+    f = attnx.TransformerForecaster(4, **FAST, intervals="quantile").fit(y)
+    path = tmp_path / "q.safetensors"
+    f.save(path)
+    g = attnx.load(path)
+    assert g.levels_ == f.levels_ and g.regressor_.loss == "pinball"
+    np.testing.assert_array_equal(g.predict_interval(), f.predict_interval())
+    np.testing.assert_array_equal(g.predict_quantiles(), f.predict_quantiles())
+    from sklearn.base import clone
+    c = clone(f)
+    assert c.get_params() == f.get_params() and not hasattr(c, "levels_")

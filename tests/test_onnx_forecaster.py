@@ -106,3 +106,29 @@ def test_export_errors(tmp_path):
         aonnx.export(g, tmp_path / "a.onnx", coverage=1.5)
     with pytest.raises(ValueError, match="coverage applies to a forecaster"):
         aonnx.export(attnx.SequenceModel(2, 8, 2, 1, 1), tmp_path / "a.onnx", coverage=0.9)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-9), (np.float32, 2e-5)])
+@pytest.mark.parametrize("coverage", [0.9, 0.7])
+def test_quantile_intervals_match_predict(tmp_path, dtype, tol, coverage):
+    """intervals="quantile": the graph sorts the learned levels (TopK), interpolates
+    the two the coverage needs (0.7: between learned levels), adds the conformal
+    half-width and keeps each end on its side of the point forecast; a joint
+    two-channel model checks the (value, level) layout of the network's outputs."""
+    y = np.stack([_seasonal(150), _seasonal(150, seed=5, level=-3.0)], axis=1)
+    f = attnx.TransformerForecaster(6, **FAST, season=12, dtype=dtype, intervals="quantile",
+                                    channel_independent=False).fit(y)
+    assert f.export_spec().n_levels == 7 and f.export_spec().k_out == 2
+    sess = _session(f, tmp_path, coverage=coverage)
+    others = [y, np.stack([_seasonal(f.window_ - 5, seed=8), _seasonal(f.window_ - 5, seed=9)],
+                          axis=1)]
+    want = f.predict(y=others)
+    iv = f.predict_interval(y=others, coverage=coverage)
+    yy, mask = _windows(f, others, dtype)
+    got, lo, hi = sess.run(None, {"y": yy, "key_padding_mask": mask})
+    assert got.shape == (2, 6, 2)
+    assert _rel(got, np.stack(want)) < tol
+    assert _rel(lo, np.stack([a for a, _ in iv])) < tol
+    assert _rel(hi, np.stack([b for _, b in iv])) < tol
+    with pytest.raises(ValueError, match="learned the levels"):
+        aonnx.export(f, tmp_path / "g.onnx", coverage=0.95)

@@ -63,13 +63,16 @@ def test_regressor_twin_trains_the_network_attnx_trains(tf, ragged):
     np.testing.assert_allclose(twin.predict(X), ref.predict(X), rtol=1e-9, atol=1e-11)
 
 
-@pytest.mark.parametrize("series", ["one", "list"])
-def test_twin_forecaster_equals_attnx_forecaster_in_float64(tf, series):
+@pytest.mark.parametrize("series,intervals", [("one", "conformal"), ("list", "conformal"),
+                                               ("one", "quantile"), ("list", "quantile")])
+def test_twin_forecaster_equals_attnx_forecaster_in_float64(tf, series, intervals):
     """Same init, batches and recipe: the calibration run's checks (its errors, the
-    blend weight), the final network and so the forecasts and intervals agree."""
+    blend weight), the final network and so the forecasts and intervals agree; with
+    intervals="quantile" both train with the pinball loss over the levels (attnx's
+    hand-written gradient against torch's autograd of the same loss)."""
     y = seasonal(72) if series == "one" else [seasonal(60), seasonal(45, 1.0, 1),
                                               seasonal(80, 2.0, 2)]
-    kw = dict(SMALL, horizon=4, epochs=6, batch_size=16, random_state=1)
+    kw = dict(SMALL, horizon=4, epochs=6, batch_size=16, random_state=1, intervals=intervals)
     ref = attnx.TransformerForecaster(**kw).fit(y)
     twin = tf.TorchForecaster(**kw).fit(y)
     assert isinstance(twin.regressor_, tf._TorchRegressor)
@@ -80,6 +83,10 @@ def test_twin_forecaster_equals_attnx_forecaster_in_float64(tf, series):
     # (lower, upper), or one such pair per series: (2, h) or (n_series, 2, h)
     assert rel_err(np.asarray(twin.predict_interval(coverage=0.8)),
                    np.asarray(ref.predict_interval(coverage=0.8))) < 1e-9
+    if intervals == "quantile":
+        assert ref.regressor_.loss == "pinball" and ref.calibration_scores_.ndim == 3
+        assert rel_err(np.asarray(twin.predict_quantiles(quantiles=(0.1, 0.3, 0.5, 0.9))),
+                       np.asarray(ref.predict_quantiles(quantiles=(0.1, 0.3, 0.5, 0.9)))) < 1e-9
 
 
 def test_twin_forecaster_global_fit_intervals_and_clone(tf):
