@@ -9,7 +9,7 @@ forecasting horizon given to fit (sktime's ``fh``, relative to the cutoff; in-sa
 steps are not supported), every forecast is made from all the data seen so far (so
 ``update(..., update_params=False)`` moves the forecast origin without refitting;
 with update_params=True the model is refitted on all of it), and
-intervals and quantiles are the wrapped model's split-conformal ones. The model is
+intervals and quantiles are the wrapped model's conformally calibrated ones. The model is
 fitted on the values alone, so season=None finds the season from the data (not from
 the index's frequency).
 
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from sktime.forecasting.base import BaseForecaster
 
-from .forecaster import TransformerForecaster
+from .forecaster import QUANTILE_LEVELS, TransformerForecaster
 
 __all__ = ["AttnxForecaster"]
 
@@ -43,6 +43,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     Parameters: those of TransformerForecaster but `horizon` (taken from fit's fh),
     with the same defaults; see its documentation. And:
 
+    intervals : "conformal" or "quantile" (as TransformerForecaster's; None is not
+        offered: sktime's forecasters give intervals).
     past_covariates : list of X's column names, or None
         X's columns observed only up to the cutoff (past covariates: the wrapped
         model's X); None (the default): every column of X is known in advance for the
@@ -86,6 +88,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                  baseline: str = "auto", d_model: int = 64,
                  n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None,
                  dropout: float = 0.1, channel_independent: bool = True,
+                 intervals: str = "conformal", quantile_levels: Any = QUANTILE_LEVELS,
                  calibration: int | None = None, steps: int = 1500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 0.01, random_state: Any = None,
@@ -101,6 +104,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         self.d_hidden = d_hidden
         self.dropout = dropout
         self.channel_independent = channel_independent
+        self.intervals = intervals
+        self.quantile_levels = quantile_levels
         self.calibration = calibration
         self.steps = steps
         self.epochs = epochs
@@ -152,6 +157,9 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     def _model(self, horizon: int) -> TransformerForecaster:
         params = self.get_params(deep=False)
         params.pop("past_covariates")
+        if self.intervals not in ("conformal", "quantile"):
+            raise ValueError(f"intervals must be 'conformal' or 'quantile', got "
+                             f"{self.intervals!r}")
         return TransformerForecaster(horizon, **params)
 
     def _past_columns(self, X: Any) -> list[Any]:
@@ -280,7 +288,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     def get_test_params(cls, parameter_set: str = "default") -> list[dict[str, Any]]:
         """Two tiny, fast configurations for sktime's estimator checks."""
         tiny = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
-        return [tiny, dict(tiny, window=8, patch_len=4, dropout=0.0, channel_independent=False)]
+        return [tiny, dict(tiny, window=8, patch_len=4, dropout=0.0, channel_independent=False,
+                           intervals="quantile")]
 
 
 def _append(seen: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:

@@ -19,10 +19,13 @@ def test_sktime_estimator_checks():
     check_estimator(AttnxForecaster, raise_exceptions=True)
 
 
-def test_same_numbers_as_the_wrapped_forecaster():
+@pytest.mark.parametrize("intervals", ["conformal", "quantile"])
+def test_same_numbers_as_the_wrapped_forecaster(intervals):
     y = load_airline()
-    f = AttnxForecaster(season=12, **TINY).fit(y, fh=[2, 5])
-    ref = attnx.TransformerForecaster(5, season=12, **TINY).fit(y.to_numpy())
+    f = AttnxForecaster(season=12, intervals=intervals, **TINY).fit(y, fh=[2, 5])
+    ref = attnx.TransformerForecaster(5, season=12, intervals=intervals, **TINY).fit(
+        y.to_numpy())
+    assert len(f.forecaster_.levels_) == (7 if intervals == "quantile" else 1)
     p = f.predict()
     assert list(p.index.astype(str)) == ["1961-02", "1961-05"]
     np.testing.assert_array_equal(p.to_numpy(), ref.predict()[[1, 4]])
