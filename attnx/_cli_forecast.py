@@ -44,6 +44,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--out", default="forecasts.csv", help="CSV file to write")
     f.add_argument("--coverage", type=float, default=0.9,
                    help="coverage of the prediction intervals, in (0, 1)")
+    f.add_argument("--intervals", choices=("conformal", "quantile"), default="conformal",
+                   help="conformal: calibrated errors of the point forecast; quantile: the "
+                        "network learns quantile levels (pinball loss), calibrated")
     f.add_argument("--season", type=int, default=None,
                    help="seasonal period (12 for monthly data with a yearly cycle; "
                         "default: from the time column's frequency, else from the data)")
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     ids, series = series_of(df, args.time_col, args.target, args.id_col, args.horizon)
     f = TransformerForecaster(args.horizon, season=args.season, window=args.window,
                               d_model=args.d_model, steps=args.steps, epochs=args.epochs,
-                              random_state=args.seed)
+                              random_state=args.seed, intervals=args.intervals)
     f.fit(series)
     points = f.predict()
     bounds = f.predict_interval(coverage=args.coverage)

@@ -32,18 +32,21 @@ def _check_output(path, df, h):
     return out
 
 
-def test_csv_round_trip_matches_the_api(tmp_path, capsys):
+@pytest.mark.parametrize("intervals", ["conformal", "quantile"])
+def test_csv_round_trip_matches_the_api(tmp_path, capsys, intervals):
     df = _long()
     src = tmp_path / "data.csv"
     df.sample(frac=1.0, random_state=0).to_csv(src, index=False)   # rows in any order
     dst = tmp_path / "f.csv"
     rc = main(["forecast", str(src), "--horizon", "3", "--time-col", "date", "--target", "y",
-               "--id-col", "store", "--out", str(dst), "--coverage", "0.8", *FAST])
+               "--id-col", "store", "--out", str(dst), "--coverage", "0.8",
+               "--intervals", intervals, *FAST])
     assert rc == 0 and "2 series x 3 steps" in capsys.readouterr().out
     out = _check_output(dst, df, 3)
     series = [df[df.store == k].set_index(pd.DatetimeIndex(df[df.store == k].date))["y"]
               for k in "ab"]
-    f = attnx.TransformerForecaster(3, d_model=8, epochs=2, random_state=0).fit(series)
+    f = attnx.TransformerForecaster(3, d_model=8, epochs=2, random_state=0,
+                                    intervals=intervals).fit(series)
     want = np.concatenate([p.to_numpy() for p in f.predict()])
     np.testing.assert_allclose(out["forecast"].to_numpy(), want, rtol=1e-12)
     lo = np.concatenate([b["lower"].to_numpy() for b in f.predict_interval(coverage=0.8)])
