@@ -18,44 +18,73 @@ import numpy as np
 
 from cython.parallel cimport prange, threadid
 from libc.math cimport INFINITY
-from libc.stdint cimport uint8_t, int32_t
+from libc.stdint cimport uint8_t, int32_t, int64_t
 
 from attnx._blas cimport floating
+from attnx._ops cimport simd_attach, require_simd, attnx_get_level, attnx_dispatched_levels
 from attnx._kernel_checks import check as _check, batch as _batch
+
+
+cdef extern from "attnx_ppv.h" nogil:
+    ctypedef struct attnx_ppv_shape:
+        Py_ssize_t n, p, nq, o0, o1, o2
+    ctypedef struct attnx_ppv_bufs:
+        const double *x
+        const double *a
+        const double *madd
+        const double *bias
+        int64_t *hits
+    void attnx_ppv_counts(const attnx_ppv_shape *s, const attnx_ppv_bufs *b)
+
+# the counting pass dispatches on the level attnx._ops detected (csrc/attnx_ppv.h)
+simd_attach()
+
+
+def dispatch_state():
+    """(SIMD level attached to this module, bit mask of levels whose kernels ran here)."""
+    return attnx_get_level(), attnx_dispatched_levels()
 
 
 cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
                       const uint8_t[:, ::1] miss, const int32_t[::1] dil,
                       const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
                       Py_ssize_t p, floating[:, :, ::1] out, double* scratch,
-                      Py_ssize_t pad) noexcept nogil:
+                      int64_t* counts, Py_ssize_t pad) noexcept nogil:
     """Series b (n valid steps) into out[b]. For each channel: the channel copied
     into a zero-padded contiguous row xs (pad zeros each side, pad >= 4 * the
     largest dilation) and the additive mask madd (0, or -inf at a missing step, so
     that no comparison counts it); for each dilation: the nine-tap sums a(t) over
-    the steps; for each kernel: its outputs v(t) over every step in one pass, then
-    per window the counts above each bias. The loops over steps are contiguous
-    (auto-vectorised); the arithmetic is the one stated in the module docstring,
-    in double, term by term in the same order."""
+    the steps; for each kernel: one pass over the steps (attnx_ppv_counts) counts,
+    per window, the outputs above each bias. The arithmetic is the one stated in
+    the module docstring, in double. counts: this thread's int64 scratch (the
+    valid steps per window, then the hits per window and bias)."""
     cdef Py_ssize_t c = x.shape[2], nd = dil.shape[0], nk = comb.shape[0]
     cdef Py_ssize_t nq = bias.shape[3], ntok = out.shape[1]
     cdef Py_ssize_t g = nk * nq
-    cdef Py_ssize_t di, j, t, k, m, q, tok, col, d, t0, t1, o0, o1, o2, cnt, hits
+    cdef Py_ssize_t di, j, t, k, m, q, tok, col, d, o0, cnt
     cdef double* xs = scratch                  # pad + n + pad
     cdef double* madd = xs + n + 2 * pad       # n
     cdef double* a = madd + n                  # n
-    cdef double* v = a + n                     # n
+    cdef double* bq = a + n                    # nq: one kernel's biases in double
     cdef double* xc = xs + pad                 # step 0 of the channel
+    cdef int64_t* valid = counts               # ntok
+    cdef int64_t* hits = counts + ntok         # ntok * nq
     cdef const floating* bp
-    cdef double bq
-    cdef bint any_missing = False
+    cdef attnx_ppv_shape shape
+    cdef attnx_ppv_bufs bufs
     for t in range(n):
         madd[t] = 0.0
         if miss is not None and miss[b, t]:
             madd[t] = -INFINITY
-            any_missing = True
+    for tok in range(ntok):
+        cnt = 0
+        for t in range(tok * p, min(tok * p + p, n)):
+            cnt = cnt + (madd[t] == 0.0)
+        valid[tok] = cnt
     for t in range(n + 2 * pad):
         xs[t] = 0.0
+    shape.n, shape.p, shape.nq = n, p, nq
+    bufs.x, bufs.a, bufs.madd, bufs.bias, bufs.hits = xc, a, madd, bq, hits
     for j in range(c):
         for t in range(n):
             xc[t] = x[b, t, j]
@@ -70,44 +99,34 @@ cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
                 for t in range(n):
                     a[t] = a[t] + xc[t + o0]
             for m in range(nk):
-                o0 = (comb[m, 0] - 4) * d
-                o1 = (comb[m, 1] - 4) * d
-                o2 = (comb[m, 2] - 4) * d
-                for t in range(n):
-                    v[t] = 3.0 * (xc[t + o0] + xc[t + o1] + xc[t + o2]) - a[t]
-                if any_missing:
-                    for t in range(n):
-                        v[t] = v[t] + madd[t]
+                shape.o0 = (comb[m, 0] - 4) * d
+                shape.o1 = (comb[m, 1] - 4) * d
+                shape.o2 = (comb[m, 2] - 4) * d
+                for q in range(nq):
+                    bq[q] = bp[m * nq + q]
+                attnx_ppv_counts(&shape, &bufs)
                 for tok in range(ntok):
-                    t0 = tok * p
-                    t1 = min(t0 + p, n)
-                    cnt = 0
-                    for t in range(t0, t1):
-                        cnt = cnt + (madd[t] == 0.0)
                     for q in range(nq):
-                        if cnt == 0:
+                        if valid[tok] == 0:
                             out[b, tok, col + m * nq + q] = 0
-                            continue
-                        bq = bp[m * nq + q]
-                        hits = 0
-                        for t in range(t0, t1):
-                            hits = hits + (v[t] > bq)
-                        out[b, tok, col + m * nq + q] = <floating> (<double> hits / cnt)
+                        else:
+                            out[b, tok, col + m * nq + q] = <floating> (
+                                <double> hits[tok * nq + q] / valid[tok])
 
 
 cdef void _ppv(const floating[:, :, ::1] x, const int32_t[::1] lengths,
                const uint8_t[:, ::1] miss, const int32_t[::1] dil,
                const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
                Py_ssize_t p, floating[:, :, ::1] out, double[:, ::1] scratch,
-               Py_ssize_t pad, int nth) noexcept:
-    """Series in parallel; thread i uses row i of the scratch."""
+               int64_t[:, ::1] counts, Py_ssize_t pad, int nth) noexcept:
+    """Series in parallel; thread i uses row i of each scratch."""
     cdef Py_ssize_t b
     cdef int tid
     with nogil:
         for b in prange(x.shape[0], schedule="dynamic", num_threads=nth):
             tid = threadid()
             _ppv_series(x, b, lengths[b], miss, dil, comb, bias, p, out, &scratch[tid, 0],
-                        pad)
+                        &counts[tid, 0], pad)
 
 
 def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
@@ -118,6 +137,7 @@ def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
     left out of the fractions (they must read 0 in x); dilations (D,) int32 >= 1; comb
     (K, 3) int32 in [0, 9): the taps of weight 2; bias (D, C, K, Q) in x's dtype."""
     what = "ppv"
+    require_simd()
     dt, (nb, t, c) = _batch(what, "x", x, nthreads)
     if window < 1:
         raise ValueError(f"{what}: window must be >= 1, got {window}")
@@ -136,12 +156,14 @@ def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
     if nk and (comb.min() < 0 or comb.max() > 8):
         raise ValueError(f"{what}: comb entries must lie in [0, 8]")
     # per-thread scratch: the padded channel, the missing mask, the tap sums and a
-    # kernel's outputs (one row per thread)
+    # kernel's biases; the valid steps and hits per window (one row per thread)
     pad = 4 * int(dilations.max()) if nd else 0
-    scratch = np.empty((nthreads, max(2 * pad + 4 * t, 1)), np.float64)
+    scratch = np.empty((nthreads, max(2 * pad + 3 * t + nq, 1)), np.float64)
+    ntok = out.shape[1]
+    counts = np.empty((nthreads, max(ntok * (nq + 1), 1)), np.int64)
     if dt == np.float32:
-        _ppv[float](x, lengths, missing, dilations, comb, bias, window, out, scratch, pad,
-                    nthreads)
+        _ppv[float](x, lengths, missing, dilations, comb, bias, window, out, scratch, counts,
+                    pad, nthreads)
     else:
-        _ppv[double](x, lengths, missing, dilations, comb, bias, window, out, scratch, pad,
-                     nthreads)
+        _ppv[double](x, lengths, missing, dilations, comb, bias, window, out, scratch, counts,
+                     pad, nthreads)

@@ -90,6 +90,22 @@ for dt in (np.float32, np.float64):
         opt.step(layer.grads)
     out[f"{tag}_adamw_params"] = layer.params.flat.copy()
 
+# the PPV tokens' counting pass: ragged lengths, missing steps, a short last window,
+# two biases (the fused path) and three (the general one), both dtypes
+from attnx import _ppv
+for dt in (np.float32, np.float64):
+    x = rng.normal(size=(3, 61, 2)).astype(dt)
+    lengths = np.array([61, 40, 7], np.int32)
+    miss = (rng.random((3, 61)) < 0.1).astype(np.uint8)
+    x[miss.astype(bool)] = 0
+    dil = np.array([1, 2, 5], np.int32)
+    comb = np.array([[0, 1, 2], [1, 4, 8], [0, 3, 6]], np.int32)
+    for nq in (2, 3):
+        bias = rng.normal(size=(3, 2, 3, nq)).astype(dt)
+        o = np.empty((3, 7, 3 * 2 * 3 * nq), dt)
+        _ppv.ppv(x, lengths, miss, dil, comb, bias, 9, o)
+        out[f"ppv_{np.dtype(dt).name}_{nq}"] = o
+
 # special values at every lane position and in the ragged tails
 special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.0, 1.0],
                    dtype=np.float64)
@@ -130,7 +146,7 @@ def dispatching_modules():
 """
 # modules whose kernels the workload above certainly runs (all through the one
 # dispatch mechanism of csrc/attnx_simd.h: the fused kernels and AdamW included)
-EXERCISED = ("_ops", "_attention", "_mlp", "_flash", "_optim", "_testing")
+EXERCISED = ("_ops", "_attention", "_mlp", "_flash", "_optim", "_testing", "_ppv")
 
 
 @functools.lru_cache(maxsize=None)
@@ -182,7 +198,7 @@ def test_levels_agree_with_portable(level, levels):
     assert set(ref) == set(got)
     checked = 0
     for key, r in ref.items():
-        if key.startswith(("exp_", "overflow_")):
+        if key.startswith(("exp_", "overflow_", "ppv_")):
             continue
         g = got[key]
         assert np.isfinite(r).all() and np.isfinite(g).all(), key
@@ -191,6 +207,19 @@ def test_levels_agree_with_portable(level, levels):
         checked += 1
     # dtypes * (paths * (self, cross, transformer) + AdamW)
     assert checked == 2 * (3 * (3 + 4 + 3) + 1)
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_ppv_counts_identical_across_levels(level, levels):
+    """The PPV counting pass gives the same fractions, bit for bit, at every level
+    (integer counts of comparisons of the same doubles)."""
+    _, ref = levels(0)
+    _, got = levels(level)
+    keys = [k for k in ref if k.startswith("ppv_")]
+    assert len(keys) == 4
+    for key in keys:
+        assert np.any(ref[key] > 0) and np.any(ref[key] < 1), key   # not all 0 or 1
+        np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
 
 
 @pytest.mark.parametrize("level", [1, 2])
