@@ -107,7 +107,11 @@ class PPVTokens:
         for i, d in enumerate(dil):
             out = conv_outputs(xs, ls, int(d), valid[pick])   # (m, C, 84)
             if out.shape[0]:
-                bias[i] = np.moveaxis(np.quantile(out, qs, axis=0), 0, -1)
+                # each (channel, kernel)'s m outputs as one contiguous row: the
+                # same quantiles as along axis 0, without strided partitions
+                rows = np.ascontiguousarray(out.reshape(out.shape[0], -1).T)
+                q = np.quantile(rows, qs, axis=1)                  # (nq, C * 84)
+                bias[i] = q.T.reshape(c, len(COMB), nq)
         state = cls(mean, scale, dil, bias, window)
         return dist.same(state)
 
@@ -167,8 +171,12 @@ def conv_outputs(x: Any, lengths: Any, d: int, valid: Any) -> Any:
     for i in range(m):   # steps past the end read 0
         xp[i, 4 * d + int(lengths[i]):] = 0
     taps = np.stack([xp[:, k * d:k * d + t] for k in range(9)], -1)   # (m, T, C, 9)
-    out = 3 * taps[..., COMB].sum(-1) - taps.sum(-1, keepdims=True)
-    return out[valid]
+    total = taps.sum(-1)[valid]
+    tv = [taps[..., k][valid] for k in range(9)]                       # (valid, C) each
+    out = np.empty(total.shape + (len(COMB),))
+    for j, (a, b, e) in enumerate(COMB):   # 3 (x_a + x_b + x_e) - the nine taps' sum
+        out[..., j] = 3 * ((tv[a] + tv[b]) + tv[e]) - total
+    return out
 
 
 def _valid(n: int, t: int, lengths: IntArray | None, missing: BoolArray | None) -> BoolArray:
