@@ -48,6 +48,11 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
                   Skipped (with a note) until the class exists.
   attnx_quantile  (--peers only) attnx with intervals="quantile": the network learns
                   7 quantile levels with the pinball loss, calibrated conformally
+  patchtst        (--peers only) neuralforecast's PatchTST (pip install neuralforecast, in
+                  an environment of its own: it brings ray, lightning and optuna) on
+                  each series: its defaults but input_size (attnx's default window) and
+                  max_steps (--patchtst-steps, default 500 of its 5000: it trains at
+                  ~0.27 s a step on one core here, its default 1024 windows a step)
   torch_twin      the PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py):
                   attnx's pipeline with every network it trains (the calibration run and
                   the final fit) trained by PyTorch from the same initial weights, on
@@ -98,7 +103,9 @@ SETS = ("sunspots", "co2", "nile", "uschange", "solar", "pbs", "m1_yearly")
 PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar", "attnx",
          "torch_twin")
 #: more peers one may ask for with --peers: attnx with quantile intervals
-EXTRA_PEERS = ("attnx_quantile",)
+EXTRA_PEERS = ("attnx_quantile", "patchtst")
+#: patchtst's training steps (neuralforecast's default is 5000; --patchtst-steps)
+PATCHTST_STEPS = 500
 LEVEL = 90
 #: the levels of the backtests' pinball loss (attnx's predict_quantiles)
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -172,6 +179,35 @@ def _statsforecast(model_name):
         out = cls(season_length=m).forecast(y=y, h=h, level=[LEVEL])
         return out["mean"], out[f"lo-{LEVEL}"], out[f"hi-{LEVEL}"]
     return run
+
+
+def set_patchtst_steps(steps):
+    global PATCHTST_STEPS
+    PATCHTST_STEPS = int(steps)
+
+
+def patchtst(y, h, m):
+    """neuralforecast's PatchTST on one series: its defaults but input_size (attnx's
+    default window for this series: neuralforecast requires one) and max_steps
+    (PATCHTST_STEPS); MAE loss, so no intervals. One thread (torch.set_num_threads)."""
+    import logging
+
+    import pandas as pd
+    import torch
+    from neuralforecast import NeuralForecast
+    from neuralforecast.models import PatchTST
+
+    from attnx._windows import default_window
+
+    logging.disable(logging.WARNING)   # lightning's banners
+    torch.set_num_threads(1)
+    window = default_window([len(y)], h, m)
+    df = pd.DataFrame({"unique_id": "s", "ds": np.arange(len(y)), "y": np.asarray(y, float)})
+    model = PatchTST(h=h, input_size=window, max_steps=PATCHTST_STEPS, random_seed=0,
+                     enable_progress_bar=False, enable_model_summary=False, logger=False)
+    nf = NeuralForecast(models=[model], freq=1)
+    nf.fit(df)
+    return nf.predict()["PatchTST"].to_numpy(np.float64), None, None
 
 
 def ridge_ar(y, h, m):
@@ -310,7 +346,8 @@ def run_set(ds, peers, seed, log):
                 for i, (mean_, lo, hi) in enumerate(preds):
                     rows.append(dict(series=ds.names[i], **score(ds, i, mean_, lo, hi)))
         else:
-            run = ridge_ar if peer == "ridge_ar" else _statsforecast(peer)
+            run = ({"ridge_ar": ridge_ar, "patchtst": patchtst}.get(peer)
+                   or _statsforecast(peer))
             for i, y in enumerate(ds.series):
                 train = y[:-ds.horizon]
                 t0 = time.perf_counter()
@@ -517,10 +554,13 @@ def main(argv=None):
                     help="also backtest every peer over the last ORIGINS windows of h "
                          "(attnx.forecasting.backtest; default 3, 0: off)")
     ap.add_argument("--seed", type=int, default=0, help="random_state of attnx / torch")
+    ap.add_argument("--patchtst-steps", type=int, default=PATCHTST_STEPS,
+                    help="max_steps of the patchtst peer (neuralforecast's default: 5000)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "forecasting_dev"),
                     help="output prefix: writes PREFIX.md and PREFIX.json "
                          "(default benchmarks/results/forecasting_dev)")
     args = ap.parse_args(argv)
+    set_patchtst_steps(args.patchtst_steps)
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     for s in sets:
