@@ -182,9 +182,13 @@ def classification_batch_loss(batch: Batch, m: int,
     if total == 0:
         batch.dy[...] = 0
         return 0.0, 0.0
-    loss, dlogits = cross_entropy_loss(batch.y, batch.y_true, sample_weight=batch.w,
-                                       label_smoothing=label_smoothing)
-    np.copyto(batch.dy, dlogits, casting="unsafe")
+    # cross_entropy_loss's kernel on the batch's own buffers: the labels (int64, in
+    # range) and the weights (float64, >= 0) were checked at fit, and a non-finite
+    # logit gives a non-finite loss, which the trainer stops on
+    n_cls = batch.y.shape[-1]
+    loss = cross_entropy_rows(batch.y.reshape(-1, n_cls), batch.y_true.reshape(-1),
+                              batch.w.reshape(-1), total, batch.dy.reshape(-1, n_cls),
+                              float(label_smoothing))
     return float(loss), total
 
 
