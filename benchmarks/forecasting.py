@@ -52,7 +52,7 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
                   an environment of its own: it brings ray, lightning and optuna) on
                   each series: its defaults but input_size (attnx's default window) and
                   max_steps (--patchtst-steps, default 500 of its 5000: it trains at
-                  ~0.27 s a step on one core here, its default 1024 windows a step)
+                  0.3-0.65 s a step on one core here, its default 1024 windows a step)
   torch_twin      the PyTorch twin of attnx's forecaster (benchmarks/torch_forecaster.py):
                   attnx's pipeline with every network it trains (the calibration run and
                   the final fit) trained by PyTorch from the same initial weights, on
