@@ -218,7 +218,8 @@ class TransformerForecaster(EstimatorParams):
                  d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
                  d_hidden: int | None = None, dropout: float = 0.1,
                  channel_independent: bool = True, intervals: str | None = "conformal",
-                 quantile_levels: Any = QUANTILE_LEVELS, calibration: int | None = None, steps: int = 1500,
+                 quantile_levels: Any = QUANTILE_LEVELS, calibration: int | None = None,
+                 steps: int = 1500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 0.01, random_state: RandomStateLike = None,
                  verbose: int = 0, dtype: npt.DTypeLike = np.float32) -> None:
