@@ -7,7 +7,7 @@ install it.
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -250,6 +250,16 @@ def attention_over_series(series: npt.ArrayLike, weights: npt.ArrayLike,
     return ax
 
 
+def _series(name: str, values: Any) -> npt.NDArray[np.float64]:
+    """values as a flat float64 array (a pandas Series gives its values); a TypeError
+    naming the argument for anything that is not numbers."""
+    try:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a 1-D series of numbers, got "
+                        f"{type(values).__name__}") from None
+
+
 def forecast(history: npt.ArrayLike, prediction: npt.ArrayLike, ax: Axes | None = None, *,
              lower: npt.ArrayLike | None = None, upper: npt.ArrayLike | None = None,
              actual: npt.ArrayLike | None = None, index: npt.ArrayLike | None = None,
@@ -262,8 +272,8 @@ def forecast(history: npt.ArrayLike, prediction: npt.ArrayLike, ax: Axes | None 
     coverage labels the band (e.g. 0.9 -> "90% interval").
     """
     _matplotlib()
-    hist = np.asarray(history, dtype=np.float64).reshape(-1)
-    pred = np.asarray(prediction, dtype=np.float64).reshape(-1)
+    hist = _series("history", history)
+    pred = _series("prediction", prediction)
     if hist.size == 0 or pred.size == 0:
         raise ValueError(f"history and prediction must be non-empty 1-D series, got "
                          f"{hist.size} and {pred.size} values")
@@ -273,7 +283,7 @@ def forecast(history: npt.ArrayLike, prediction: npt.ArrayLike, ax: Axes | None 
     arrays = {}
     for name, v in (("lower", lower), ("upper", upper), ("actual", actual)):
         if v is not None:
-            a = np.asarray(v, dtype=np.float64).reshape(-1)
+            a = _series(name, v)
             if a.size != h:
                 raise ValueError(f"{name} must have one value per forecast step ({h}), "
                                  f"got {a.size}")

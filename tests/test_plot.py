@@ -131,6 +131,10 @@ def test_forecast_plot(tmp_path):
         plot.forecast(hist, pred, actual=pred[:3])
     with pytest.raises(ValueError, match="index"):
         plot.forecast(hist, pred, index=np.arange(10))
+    with pytest.raises(TypeError, match="history must be a 1-D series of numbers, got object"):
+        plot.forecast(object(), pred)
+    with pytest.raises(TypeError, match="upper must be a 1-D series of numbers, got str"):
+        plot.forecast(hist, pred, lower=pred, upper="high")
 
 
 def test_attention_over_series(tmp_path):
