@@ -150,17 +150,19 @@ def regression_batch_loss(batch: Batch, m: int, loss: str = "squared_error",
     return value, (m if batch.w is None else total)
 
 
-def elementwise(loss: str, diff: F64Array, quantiles: F64Array | None
-                 ) -> tuple[F64Array, F64Array]:
+def elementwise(loss: str, diff: F64Array, quantiles: F64Array | None,
+                delta: float = 1.0) -> tuple[F64Array, F64Array]:
     """Per element, the loss and its derivative with respect to the prediction, of
-    diff = prediction - target (float64)."""
+    diff = prediction - target (float64); quantiles: pinball's levels along the last
+    axis; delta: Huber's."""
     if loss == "squared_error":
         return diff * diff, 2.0 * diff
     if loss == "absolute_error":
         return np.abs(diff), np.sign(diff)
     if loss == "huber":
         a = np.abs(diff)
-        return np.where(a <= 1.0, 0.5 * diff * diff, a - 0.5), np.clip(diff, -1.0, 1.0)
+        return (np.where(a <= delta, 0.5 * diff * diff, delta * (a - 0.5 * delta)),
+                np.clip(diff, -delta, delta))
     if loss == "pinball":
         assert quantiles is not None
         q = np.asarray(quantiles, np.float64)
@@ -198,6 +200,17 @@ def log_softmax(z: FloatArray) -> FloatArray:
     shifted: FloatArray = z - z.max(axis=-1, keepdims=True)
     out: FloatArray = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     return out
+
+
+def _mean_of(loss: str, y: FloatArray, t: FloatArray, out: FloatArray,
+             quantiles: F64Array | None = None, delta: float = 1.0
+             ) -> tuple[float, FloatArray]:
+    """(the mean of the elementwise `loss` of y against t (broadcast to y), its
+    gradient in out): the public losses' shared body, in float64."""
+    diff = y.astype(np.float64) - t
+    elem, grad = elementwise(loss, diff, quantiles, delta)
+    np.multiply(grad, 1.0 / grad.size, out=out, casting="same_kind")
+    return float(elem.mean()), out
 
 
 def _check_float(name: str, a: object, what: str = "", min_ndim: int = 0) -> None:
@@ -247,11 +260,7 @@ def mae_loss(y: FloatArray, y_true: npt.ArrayLike, *,
     """Mean absolute error and its gradient: loss = mean|y - y_true|,
     dL/dy = sign(y - y_true) / N (0 where they are equal, as torch's l1_loss)."""
     t, out = _regression_args("mae_loss", y, y_true, out)
-    np.subtract(y, t, out=out)
-    loss = float(np.abs(out).mean(dtype=np.float64))
-    np.sign(out, out=out)
-    out *= out.dtype.type(1.0 / out.size)
-    return loss, out
+    return _mean_of("absolute_error", y, t, out)
 
 
 def huber_loss(y: FloatArray, y_true: npt.ArrayLike, delta: float = 1.0, *,
@@ -263,14 +272,7 @@ def huber_loss(y: FloatArray, y_true: npt.ArrayLike, delta: float = 1.0, *,
             or not np.isfinite(delta):
         raise ValueError(f"delta must be a finite real number > 0, got {delta!r}")
     t, out = _regression_args("huber_loss", y, y_true, out)
-    np.subtract(y, t, out=out)
-    e = out.astype(np.float64)
-    a = np.abs(e)
-    d = float(delta)
-    loss = float(np.where(a <= d, 0.5 * e * e, d * (a - 0.5 * d)).mean())
-    np.clip(out, -d, d, out=out)
-    out *= out.dtype.type(1.0 / out.size)
-    return loss, out
+    return _mean_of("huber", y, t, out, delta=float(delta))
 
 
 def pinball_loss(y: FloatArray, y_true: npt.ArrayLike, quantiles: npt.ArrayLike, *,
@@ -291,8 +293,4 @@ def pinball_loss(y: FloatArray, y_true: npt.ArrayLike, quantiles: npt.ArrayLike,
         raise ValueError(f"y must end with one column per quantile ({q.size}), got shape "
                          f"{getattr(y, 'shape', None)}")
     t, out = _regression_args("pinball_loss", y, y_true, out, tail=(q.size,))
-    e = t[..., None].astype(np.float64) - y.astype(np.float64)
-    loss = float(np.maximum(q * e, (q - 1.0) * e).mean())
-    g = np.where(e > 0, -q, np.where(e < 0, 1.0 - q, 0.0)) / e.size
-    np.copyto(out, g, casting="same_kind")
-    return loss, out
+    return _mean_of("pinball", y, t[..., None], out, quantiles=q)
