@@ -58,7 +58,8 @@ from attnx import _ops; print('sanitized attnx from', attnx.__file__, '- SIMD', 
 T="$ROOT/tests"
 SUBSET="$T/test_kernels.py $T/test_blas.py $T/test_blocked.py $T/test_attention.py
         $T/test_transformer.py $T/test_concurrency.py $T/test_simd_levels.py"
-[ -f "$T/test_flash.py" ] && SUBSET="$SUBSET $T/test_flash.py"   # kernel module added later
+[ -f "$T/test_flash.py" ] && SUBSET="$SUBSET $T/test_flash.py"   # kernel modules added later
+[ -f "$T/test_sequence_blocks.py" ] && SUBSET="$SUBSET $T/test_sequence_blocks.py"
 echo "== subset at the CPU's best SIMD level"
 run $PY -m pytest -q -p no:cacheprovider $SUBSET "$@"
 # (test_simd_levels above already ran forward/backward of every kernel at each level

@@ -443,6 +443,10 @@ cdef Heads HEADS = Heads(heads_fwd[float], heads_fwd[double], heads_bwd[float],
                          heads_bwd[double], False)
 
 
+cdef const Heads *dense_heads() noexcept nogil:
+    return &HEADS
+
+
 def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
                       key_padding_mask, rope, residual, y, int nthreads):
     """Y = concat_h(softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h) Wo + bo (+ residual),

@@ -46,6 +46,11 @@ class _Workspace:
         self.mask = np.empty((shape.nb, shape.tk), dtype=np.uint8)
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the buffers (the shape's size table; for the workspace cache)."""
+        return int(self.shape.elements()) * int(self.shape.itemsize) + self.mask.nbytes
+
+    @property
     def q(self) -> FloatArray:
         """Q (cross) or [Q | K | V] (self) of the last forward."""
         q: FloatArray = self.bufs.q

@@ -5,6 +5,7 @@
 # dense/blocked (attnx._attention) and fused (attnx._flash) entry points take them
 # in one order and share one prologue (begin_call) and the projections around their
 # head kernels (run_forward, run_backward).
+from attnx._blas cimport floating
 from attnx._ops cimport Dims
 
 cdef enum:
@@ -87,6 +88,7 @@ cdef class AttnParams:
 cdef int begin_call(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
                     object key_padding_mask, object rope, int nthreads, bint backward,
                     Call *c) except -1
+cdef int check_parts(AttnShape s, const Call *c) except -1
 cdef int take(str name, object a, Py_ssize_t rows, Py_ssize_t cols, int type_num,
               bint write, bint optional, void **out) except -1
 
@@ -107,6 +109,11 @@ cdef struct Heads:
     HeadsBackwardF32 backward_f32
     HeadsBackwardF64 backward_f64
     bint fused
+
+# One forward / backward on a filled Call (what run_forward / run_backward run after
+# their checks; attnx._blocks calls them on Calls it checked once per workspace).
+cdef void layer_forward(floating *y, const Call *c, const Heads *heads) noexcept nogil
+cdef void layer_backward(const floating *dy, const Call *c, const Heads *heads) noexcept nogil
 
 # The checked call of an attention entry point: its prologue, the projections around
 # `heads` and the output (see attnx._attention.attention_forward / _backward).

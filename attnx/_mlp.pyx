@@ -42,6 +42,59 @@ cdef inline void silu_row(const floating *h, floating *s, floating *sg,
         attnx_silu_row_f64(h, s, sg, n)
 
 
+cdef int mlp_threads(Py_ssize_t rows, Py_ssize_t dh, int nthreads) noexcept nogil:
+    return nthreads if rows * dh >= 16384 else 1
+
+
+cdef void mlp_fwd(const floating *z, floating *out, const Mlp *m) noexcept nogil:
+    cdef Py_ssize_t rows = m.rows, d = m.d, dh = m.dh, i, j
+    cdef int nth = m.nthreads
+    cdef floating *h = <floating *> m.h
+    cdef floating *s = <floating *> m.s
+    cdef floating *sg = <floating *> m.sg
+    cdef const floating *b1 = <const floating *> m.b1
+    cdef const floating *b2 = <const floating *> m.b2
+    if b1 != NULL:
+        fill_rows(h, b1, rows, dh, dh)
+    pgemm(NT, NT, rows, dh, d, <floating> 1, z, d, <const floating *> m.w1, dh,
+          <floating> (1 if b1 != NULL else 0), h, dh, nth)
+    for i in prange(rows, schedule="static", num_threads=nth):
+        silu_row(h + i * dh, s + i * dh, sg + i * dh if sg != NULL else NULL, dh)
+        for j in range(d):
+            out[i * d + j] = z[i * d + j] + (b2[j] if b2 != NULL else 0)
+    pgemm(NT, NT, rows, d, dh, <floating> 1, s, dh, <const floating *> m.w2, d,
+          <floating> 1, out, d, nth)
+
+
+cdef void mlp_bwd(const floating *dout, const floating *z, floating *dz,
+                  const Mlp *m) noexcept nogil:
+    cdef Py_ssize_t rows = m.rows, d = m.d, dh = m.dh, i, j
+    cdef int nth = m.nthreads
+    cdef floating hv, g
+    cdef const floating *h = <const floating *> m.h
+    cdef const floating *sg = <const floating *> m.sg
+    cdef floating *dhb = <floating *> m.dh_buf
+    pgemm(TR, NT, dh, d, rows, <floating> 1, <const floating *> m.s, dh, dout, d,
+          <floating> 0, <floating *> m.dw2, d, nth)
+    if m.db2 != NULL:
+        colsum(dout, rows, d, d, <floating *> m.db2)
+    pgemm(NT, TR, rows, dh, d, <floating> 1, dout, d, <const floating *> m.w2, d,
+          <floating> 0, dhb, dh, nth)
+    for i in prange(rows, schedule="static", num_threads=nth):
+        for j in range(dh):
+            hv = h[i * dh + j]
+            g = sg[i * dh + j]
+            dhb[i * dh + j] = dhb[i * dh + j] * g * (1 + hv * (1 - g))
+        for j in range(d):
+            dz[i * d + j] = dout[i * d + j]
+    pgemm(TR, NT, d, dh, rows, <floating> 1, z, d, dhb, dh,
+          <floating> 0, <floating *> m.dw1, dh, nth)
+    if m.db1 != NULL:
+        colsum(dhb, rows, dh, dh, <floating *> m.db1)
+    pgemm(NT, TR, rows, d, dh, <floating> 1, dhb, dh, <const floating *> m.w1, dh,
+          <floating> 1, dz, d, nth)
+
+
 def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const floating[::1] b1,
                 const floating[:, ::1] w2, const floating[::1] b2,
                 floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] sg,
@@ -49,26 +102,24 @@ def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const float
     """out = silu(z W1 + b1) W2 + b2 + z; keeps H, S = silu(H) and sigmoid(H) for backward
     (sg None: inference, sigmoid(H) not written: a pass of rows*d_hidden stores saved).
     nthreads: OpenMP threads (attnx._threads.num_threads())."""
-    cdef Py_ssize_t rows = z.shape[0], i, j
+    cdef Py_ssize_t rows = z.shape[0]
     cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
+    cdef Mlp m
     _check("SiLU MLP forward", rows, d, dh, nthreads,
            (("h", h.shape[0], h.shape[1], dh), ("s", s.shape[0], s.shape[1], dh),
             ("out", out.shape[0], out.shape[1], d))
            + ((("sg", sg.shape[0], sg.shape[1], dh),) if sg is not None else ()))
     if w1.shape[0] != d or w2.shape[0] != dh or w2.shape[1] != d:
         raise ValueError("SiLU MLP forward: W1 must be (d, d_hidden) and W2 (d_hidden, d)")
-    cdef int nth = nthreads if rows * dh >= 16384 else 1
+    if rows == 0:
+        return
+    m.rows, m.d, m.dh, m.nthreads = rows, d, dh, mlp_threads(rows, dh, nthreads)
+    m.w1, m.w2, m.h, m.s = &w1[0, 0], &w2[0, 0], &h[0, 0], &s[0, 0]
+    m.b1 = &b1[0] if b1 is not None else NULL
+    m.b2 = &b2[0] if b2 is not None else NULL
+    m.sg = &sg[0, 0] if sg is not None else NULL
     with nogil:
-        if b1 is not None:
-            fill_rows(&h[0, 0], &b1[0], rows, dh, dh)
-        pgemm(NT, NT, rows, dh, d, <floating> 1, &z[0, 0], d, &w1[0, 0], dh,
-             <floating> (1 if b1 is not None else 0), &h[0, 0], dh, nth)
-        for i in prange(rows, schedule="static", num_threads=nth):
-            silu_row(&h[i, 0], &s[i, 0], &sg[i, 0] if sg is not None else NULL, dh)
-            for j in range(d):
-                out[i, j] = z[i, j] + (b2[j] if b2 is not None else 0)
-        pgemm(NT, NT, rows, d, dh, <floating> 1, &s[0, 0], dh, &w2[0, 0], d,
-             <floating> 1, &out[0, 0], d, nth)
+        mlp_fwd(&z[0, 0], &out[0, 0], &m)
 
 
 def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
@@ -84,9 +135,9 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
     cdef floating[::1] db1 = grads[1]
     cdef floating[:, ::1] dw2 = grads[2]
     cdef floating[::1] db2 = grads[3]
-    cdef Py_ssize_t rows = z.shape[0], i, j
+    cdef Py_ssize_t rows = z.shape[0]
     cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
-    cdef floating hv, g
+    cdef Mlp m
     _check("SiLU MLP backward", rows, d, dh, nthreads,
            (("dout", dout.shape[0], dout.shape[1], d), ("h", h.shape[0], h.shape[1], dh),
             ("s", s.shape[0], s.shape[1], dh), ("sg", sg.shape[0], sg.shape[1], dh),
@@ -95,27 +146,21 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
     if (w1.shape[0] != d or w2.shape[0] != dh or w2.shape[1] != d or dw1.shape[0] != d
             or dw1.shape[1] != dh or dw2.shape[0] != dh or dw2.shape[1] != d):
         raise ValueError("SiLU MLP backward: W1/dW1 must be (d, d_hidden), W2/dW2 (d_hidden, d)")
-    cdef int nth = nthreads if rows * dh >= 16384 else 1
-    with nogil:
-        pgemm(TR, NT, dh, d, rows, <floating> 1, &s[0, 0], dh, &dout[0, 0], d,
-             <floating> 0, &dw2[0, 0], d, nth)
-        if db2 is not None:
-            colsum(&dout[0, 0], rows, d, d, &db2[0])
-        pgemm(NT, TR, rows, dh, d, <floating> 1, &dout[0, 0], d, &w2[0, 0], d,
-             <floating> 0, &dh_buf[0, 0], dh, nth)
-        for i in prange(rows, schedule="static", num_threads=nth):
-            for j in range(dh):
-                hv = h[i, j]
-                g = sg[i, j]
-                dh_buf[i, j] = dh_buf[i, j] * g * (1 + hv * (1 - g))
-            for j in range(d):
-                dz[i, j] = dout[i, j]
-        pgemm(TR, NT, d, dh, rows, <floating> 1, &z[0, 0], d, &dh_buf[0, 0], dh,
-             <floating> 0, &dw1[0, 0], dh, nth)
+    if rows == 0:
+        dw1[:, :] = 0
+        dw2[:, :] = 0
         if db1 is not None:
-            colsum(&dh_buf[0, 0], rows, dh, dh, &db1[0])
-        pgemm(NT, TR, rows, d, dh, <floating> 1, &dh_buf[0, 0], dh, &w1[0, 0], dh,
-             <floating> 1, &dz[0, 0], d, nth)
+            db1[:] = 0
+        if db2 is not None:
+            db2[:] = 0
+        return
+    m.rows, m.d, m.dh, m.nthreads = rows, d, dh, mlp_threads(rows, dh, nthreads)
+    m.w1, m.w2, m.h, m.s, m.sg = &w1[0, 0], &w2[0, 0], <void *> &h[0, 0], <void *> &s[0, 0], <void *> &sg[0, 0]
+    m.dw1, m.dw2, m.dh_buf = &dw1[0, 0], &dw2[0, 0], &dh_buf[0, 0]
+    m.db1 = &db1[0] if db1 is not None else NULL
+    m.db2 = &db2[0] if db2 is not None else NULL
+    with nogil:
+        mlp_bwd(&dout[0, 0], &z[0, 0], &dz[0, 0], &m)
 
 
 # ---- the activation on its own (the convolutional stem of attnx.SequenceModel) -------

@@ -138,24 +138,67 @@ def positions_backward(const floating[:, ::1] dh, floating[:, ::1] dp, Py_ssize_
                         dp[tt, j] += dh[b * t + tt, j]
 
 
+cdef void norm_forward(const floating *x, floating *y, const Norm *n) noexcept nogil:
+    cdef Py_ssize_t rows = n.rows, d = n.d, r
+    cdef floating *st = <floating *> n.st
+    for r in prange(rows, schedule="static", num_threads=n.nthreads):
+        if floating is float:
+            attnx_ln_fwd_f32(x + r * d, <const float *> n.g, <const float *> n.b, y + r * d, d,
+                             <float> n.eps, st + r, st + rows + r)
+        else:
+            attnx_ln_fwd_f64(x + r * d, <const double *> n.g, <const double *> n.b, y + r * d,
+                             d, n.eps, st + r, st + rows + r)
+
+
+cdef void norm_backward(const floating *dy, const floating *x, floating *dx,
+                        const floating *add, const Norm *n) noexcept nogil:
+    cdef Py_ssize_t rows = n.rows, d = n.d, ld = n.ldpart, r, j, c, lo, hi
+    cdef int nth = n.nthreads
+    cdef const floating *st = <const floating *> n.st
+    cdef floating *part = <floating *> n.part
+    cdef floating *dg = <floating *> n.dg
+    cdef floating *db = <floating *> n.db
+    cdef const floating *ap
+    for c in prange(nth, schedule="static", num_threads=nth):
+        lo = rows * c // nth
+        hi = rows * (c + 1) // nth
+        for j in range(2 * d):
+            part[c * ld + j] = 0
+        for r in range(lo, hi):
+            ap = add + r * d if add != NULL else NULL
+            if floating is float:
+                attnx_ln_bwd_f32(dy + r * d, x + r * d, <const float *> n.g, st[r],
+                                 st[rows + r], dx + r * d, ap, part + c * ld,
+                                 part + c * ld + d, d)
+            else:
+                attnx_ln_bwd_f64(dy + r * d, x + r * d, <const double *> n.g, st[r],
+                                 st[rows + r], dx + r * d, ap, part + c * ld,
+                                 part + c * ld + d, d)
+    for j in range(d):
+        dg[j] = 0
+        db[j] = 0
+    for c in range(nth):
+        for j in range(d):
+            dg[j] += part[c * ld + j]
+            db[j] += part[c * ld + d + j]
+
+
 def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const floating[::1] b,
                       floating[:, ::1] y, floating[:, ::1] st, double eps, int nthreads=1):
     """y = (x - mean) / sqrt(var + eps) * g + b per row (biased variance, as torch);
     st[0, r] = mean, st[1, r] = 1/sqrt(var + eps), kept for backward."""
-    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r
+    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1]
+    cdef Norm n
     _threads("LayerNorm", nthreads)
     _len("LayerNorm", "g", g, d)
     _len("LayerNorm", "b", b, d)
     _shape("LayerNorm", "y", y, rows, d)
     _shape("LayerNorm", "st", st, 2, rows)
+    if rows == 0:
+        return
+    n.g, n.b, n.st, n.rows, n.d, n.eps, n.nthreads = &g[0], &b[0], &st[0, 0], rows, d, eps, nthreads
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=nthreads):
-            if floating is float:
-                attnx_ln_fwd_f32(&x[r, 0], &g[0], &b[0], &y[r, 0], d, <float> eps,
-                                 &st[0, r], &st[1, r])
-            else:
-                attnx_ln_fwd_f64(&x[r, 0], &g[0], &b[0], &y[r, 0], d, eps,
-                                 &st[0, r], &st[1, r])
+        norm_forward(&x[0, 0], &y[0, 0], &n)
 
 
 def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
@@ -168,9 +211,8 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
     part: scratch (>= nthreads, 2 * d): each thread's share of dg and db over its
     fixed slice of rows, summed afterwards in thread order.
     """
-    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1], r, j, c, lo, hi
-    cdef int nth = nthreads if nthreads <= part.shape[0] else <int> part.shape[0]
-    cdef const floating *ap
+    cdef Py_ssize_t rows = x.shape[0], d = x.shape[1]
+    cdef Norm n
     _threads("LayerNorm backward", nthreads)
     _shape("LayerNorm backward", "dy", dy, rows, d)
     _len("LayerNorm backward", "g", g, d)
@@ -182,27 +224,16 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
     if part.shape[0] < 1 or part.shape[1] < 2 * d:
         raise ValueError(f"LayerNorm backward: part must be (>= 1, >= {2 * d}), got "
                          f"({part.shape[0]}, {part.shape[1]})")
+    if rows == 0:
+        dg[:] = 0
+        db[:] = 0
+        return
+    n.g, n.dg, n.db, n.st, n.part = &g[0], &dg[0], &db[0], <void *> &st[0, 0], &part[0, 0]
+    n.rows, n.d, n.ldpart = rows, d, part.shape[1]
+    n.nthreads = nthreads if nthreads <= part.shape[0] else <int> part.shape[0]
     with nogil:
-        for c in prange(nth, schedule="static", num_threads=nth):
-            lo = rows * c // nth
-            hi = rows * (c + 1) // nth
-            for j in range(2 * d):
-                part[c, j] = 0
-            for r in range(lo, hi):
-                ap = &add[r, 0] if add is not None else NULL
-                if floating is float:
-                    attnx_ln_bwd_f32(&dy[r, 0], &x[r, 0], &g[0], st[0, r], st[1, r], &dx[r, 0],
-                                     ap, &part[c, 0], &part[c, d], d)
-                else:
-                    attnx_ln_bwd_f64(&dy[r, 0], &x[r, 0], &g[0], st[0, r], st[1, r], &dx[r, 0],
-                                     ap, &part[c, 0], &part[c, d], d)
-        for j in range(d):
-            dg[j] = 0
-            db[j] = 0
-        for c in range(nth):
-            for j in range(d):
-                dg[j] += part[c, j]
-                db[j] += part[c, d + j]
+        norm_backward(&dy[0, 0], &x[0, 0], &dx[0, 0], &add[0, 0] if add is not None else NULL,
+                      &n)
 
 
 cdef inline Py_ssize_t last_valid(const uint8_t[:, ::1] km, Py_ssize_t b,
@@ -291,20 +322,29 @@ def zero_masked_rows(floating[:, ::1] y, const uint8_t[:, ::1] km, int nthreads=
                     y[r, j] = 0
 
 
+cdef void add_sub_rows(floating *out, const floating *a, const floating *b, Py_ssize_t rows,
+                       Py_ssize_t k, int nthreads) noexcept nogil:
+    cdef Py_ssize_t r, j
+    for r in prange(rows, schedule="static", num_threads=nthreads):
+        for j in range(k):
+            if a != NULL:
+                out[r * k + j] += a[r * k + j]
+            if b != NULL:
+                out[r * k + j] -= b[r * k + j]
+
+
 def add_sub(floating[:, ::1] out, const floating[:, ::1] a, const floating[:, ::1] b,
             int nthreads=1):
     """out += a - b (a or b may be None)."""
-    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
+    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1]
     _threads("add_sub", nthreads)
     _shape("add_sub", "a", a, rows, k)
     _shape("add_sub", "b", b, rows, k)
+    if rows == 0 or k == 0:
+        return
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=nthreads):
-            for j in range(k):
-                if a is not None:
-                    out[r, j] += a[r, j]
-                if b is not None:
-                    out[r, j] -= b[r, j]
+        add_sub_rows(&out[0, 0], &a[0, 0] if a is not None else NULL,
+                     &b[0, 0] if b is not None else NULL, rows, k, nthreads)
 
 
 def cross_entropy_rows(const floating[:, ::1] z, const int64_t[::1] lab,
@@ -357,27 +397,38 @@ def cross_entropy_rows(const floating[:, ::1] z, const int64_t[::1] lab,
     return acc / total
 
 
+cdef void masked_add_rows(floating *out, const floating *res, const floating *a,
+                          const floating *b, const floating *mult, Py_ssize_t rows,
+                          Py_ssize_t k, int nthreads) noexcept nogil:
+    cdef Py_ssize_t r, j, i
+    cdef floating v
+    for r in prange(rows, schedule="static", num_threads=nthreads):
+        for j in range(k):
+            i = r * k + j
+            v = a[i]
+            if b != NULL:
+                v = v - b[i]
+            v = v * mult[i]
+            if res != NULL:
+                v = v + res[i]
+            out[i] = v
+
+
 def masked_add(floating[:, ::1] out, const floating[:, ::1] res, const floating[:, ::1] a,
                const floating[:, ::1] b, const floating[:, ::1] mult, int nthreads=1):
     """out = res + mult * (a - b), res and b optional (None reads as 0): a dropped-out
     residual branch (mult holds 0 or 1/(1-p)) and its backward."""
-    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
-    cdef floating v
+    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1]
     _threads("masked_add", nthreads)
     _shape("masked_add", "res", res, rows, k)
     _shape("masked_add", "a", a, rows, k)
     _shape("masked_add", "b", b, rows, k)
     _shape("masked_add", "mult", mult, rows, k)
+    if rows == 0 or k == 0:
+        return
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=nthreads):
-            for j in range(k):
-                v = a[r, j]
-                if b is not None:
-                    v = v - b[r, j]
-                v = v * mult[r, j]
-                if res is not None:
-                    v = v + res[r, j]
-                out[r, j] = v
+        masked_add_rows(&out[0, 0], &res[0, 0] if res is not None else NULL, &a[0, 0],
+                        &b[0, 0] if b is not None else NULL, &mult[0, 0], rows, k, nthreads)
 
 
 def dropout_mask(const uint32_t[::1] bits, floating[:, ::1] out, double p, int nthreads=1):

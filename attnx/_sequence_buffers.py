@@ -121,6 +121,9 @@ class _Buffers:
 
     def __init__(self, m: SequenceModel, nb: int, t: int, store: bool, threads: int) -> None:
         forward, self._backward, index = self.shapes(m, nb, t, store, threads)
+        # the floats held once a training forward's backward scratch exists (the
+        # workspace cache weighs entries by it)
+        self.nbytes = self.elements(m, nb, t, store, threads) * np.dtype(m.dtype).itemsize
         a = {name: [np.empty(sh, dtype=m.dtype) for sh in shapes]
              for name, shapes in forward.items()}
         L = m.n_layers
@@ -156,6 +159,8 @@ class _Buffers:
         self.n = self.lens[-1]                 # tokens from the stem (t without)
         self.tt = self.n + (m.pooling == "cls")   # tokens in the blocks
         self._has_backward = False
+        # compiled block stacks over these buffers (attnx._sequence_blocks)
+        self.stacks: dict[tuple[Any, ...], Any] = {}
 
     def draw_masks(self, m: SequenceModel) -> None:
         """New dropout multipliers (0 or 1/(1-p)) from the model's generator: 32

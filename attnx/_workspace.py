@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
 
 _MAX_ENTRIES = 16
+# bytes the entries of shapes other than the newest may hold: ragged training visits
+# a batch shape per length bucket over and over, and rebuilding its buffers (and the
+# compiled blocks over them) each time cost ~10% of a fit; an inference over many
+# lengths keeps at most this much besides its current shape
+KEEP_OTHER_BYTES = 64 << 20
 
 
 def physical_memory() -> int | None:
@@ -43,9 +48,17 @@ def check_size(nbytes: int, what: str) -> None:
             "(or attention='blocked', whose memory is linear in the sequence length)")
 
 
+def held_bytes(item: object) -> int | None:
+    """The bytes an entry holds (its `nbytes`), None when it does not say."""
+    n = getattr(item, "nbytes", None)
+    return n if isinstance(n, int) else None
+
+
 class WorkspaceCache:
-    """key -> buffers, a locked LRU of at most _MAX_ENTRIES entries; `shape` (the
-    leading key fields) changing drops other shapes."""
+    """key -> buffers, a locked LRU of at most _MAX_ENTRIES entries. Entries of other
+    shapes than the newest (`shape`: the leading key fields) stay while they hold at
+    most KEEP_OTHER_BYTES together (least recently used dropped first); an entry that
+    does not say its size (`nbytes`) goes as soon as the shape changes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -70,12 +83,26 @@ class WorkspaceCache:
             if item is not None:  # another thread made it meanwhile
                 self._items.move_to_end(key)
                 return cast("_T", item)
-            for k in [k for k in self._items if k[:3] != key[:3]]:
-                del self._items[k]
+            self._drop_other_shapes(key[:3])
             while len(self._items) >= _MAX_ENTRIES:
                 self._items.popitem(last=False)  # the least recently used
             self._items[key] = made
         return made
+
+    def _drop_other_shapes(self, shape: tuple[Any, ...]) -> None:
+        """Drop other shapes' entries, least recently used first, until they hold at
+        most KEEP_OTHER_BYTES (under the lock)."""
+        others = [(k, held_bytes(v)) for k, v in self._items.items() if k[:3] != shape]
+        held = sum(n for _, n in others if n is not None)
+        for k, n in others:
+            if n is None:
+                del self._items[k]
+        for k, n in others:
+            if held <= KEEP_OTHER_BYTES:
+                break
+            if n is not None:
+                del self._items[k]
+                held -= n
 
     def __len__(self) -> int:
         with self._lock:

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _instance_norm, _mlp, _pooling, _seq, _sequence_params, _stem
+from . import _instance_norm, _mlp, _pooling, _seq, _sequence_blocks, _sequence_params, _stem
 from ._embed import cls_backward, cls_forward
 from ._blas import check_blas_int
 from ._threads import blas_single, num_threads
+from ._sequence_blocks import LN_EPS as LN_EPS
 from ._sequence_buffers import _Buffers, _Last
 from ._params import ParamDict, check_dtype, check_positive_int
 from ._validate import as_input, as_mask, cast_into, check_params, out_array
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
         def dropout_mask(self, bits: npt.NDArray[np.uint32], out: FloatArray, p: float,
                          nthreads: int = 1) -> None: ...
 
-LN_EPS = 1e-5
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 POOLING = (None, "mean", "last", "max", "cls")
 NORM = (None, "pre")
@@ -362,8 +362,15 @@ class SequenceModel(_AttentionStack):
         if b.emb is not None:   # the class token first
             cls_forward(b.emb.reshape(nb, n, -1), w["cls"], b.hs[0].reshape(nb, t, -1),
                         nthreads=nth)
-        for i in range(self.n_layers):
-            self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
+        if _sequence_blocks.applies(self, b, km):   # every block in one compiled call
+            blocks = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
+            blocks.stack.forward()
+            if grad:   # each attention layer's state, as its own forward leaves it
+                for att, last in zip(self.attn, blocks.lasts):
+                    att._last = last
+        else:
+            for i in range(self.n_layers):
+                self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
         if b.stf is not None:  # pre-norm: the final LayerNorm
             k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
@@ -458,8 +465,12 @@ class SequenceModel(_AttentionStack):
             dcur = b.da
         else:
             dcur = b.dhf
-        for i in reversed(range(self.n_layers)):
-            self._block_backward(i, b, dcur, drop, threads, nth)
+        if _sequence_blocks.applies(self, b, km):   # dcur in place, every block at once
+            _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth
+                                       ).stack.backward()
+        else:
+            for i in reversed(range(self.n_layers)):
+                self._block_backward(i, b, dcur, drop, threads, nth)
         if b.demb is not None:   # the class token's rows
             cls_backward(dcur.reshape(nb, t, -1), b.demb.reshape(nb, n, -1), g["cls"],
                          nthreads=nth)

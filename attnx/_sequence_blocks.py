@@ -1,0 +1,91 @@
+"""A SequenceModel's transformer blocks as one compiled call each way.
+
+attnx._blocks.BlockStack runs every block's forward (or backward) on pointers
+it checked once; `stack_for` builds one per signature of a set of buffers (the
+blocks' key padding mask, training or inference, dropout, thread counts, the
+attention layers' paths) and keeps it on those buffers, so a training step
+spends no Python between the blocks' kernels. The per-layer path
+(SequenceModel._block_forward / _block_backward) stays for kernels a test swaps
+in; both run the same kernels in the same order.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from . import _attnargs, _seq
+from ._blocks import BlockStack
+from .attention import _Last as _AttentionLast
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from ._sequence_buffers import _Buffers
+    from .sequence import SequenceModel
+
+    _U8Array = npt.NDArray[np.uint8]
+
+# LayerNorm's epsilon (as torch's default)
+LN_EPS = 1e-5
+
+
+class _Compiled(NamedTuple):
+    stack: BlockStack
+    lasts: list[_AttentionLast]   # each attention layer's state after a training forward
+
+
+def applies(m: SequenceModel, b: _Buffers, km: _U8Array | None) -> bool:
+    """Whether the compiled stack runs these blocks: the model's own kernels, and a
+    key padding mask that is one of the buffers' own (stable arrays)."""
+    return m._k is _seq and (km is None or km is b.mask or km is b.cmask
+                             or any(km is s for s in b.smask))
+
+
+def stack_for(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
+              drop: bool, threads: int, nth: int) -> _Compiled:
+    """The compiled blocks over the buffers b (built on first use, then kept on b)."""
+    t = b.tt
+    paths = tuple(a._path(t, t, grad) for a in m.attn)
+    key = (grad, drop, None if km is None else id(km), threads, nth, paths,
+           _attnargs.block_sizes() if "blocked" in paths else None)
+    got: _Compiled | None = b.stacks.get(key)
+    if got is None:
+        got = b.stacks[key] = _build(m, b, km, nb, grad, drop, threads, nth)
+    return got
+
+
+def _build(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
+           drop: bool, threads: int, nth: int) -> _Compiled:
+    t, w, g, pre = b.tt, m._w, m._g, m.norm == "pre"
+    if grad:
+        b.for_backward(m)
+    layers: list[dict[str, Any]] = []
+    lasts = []
+    for i, att in enumerate(m.attn):
+        ws, _ = att._workspace(nb, t, t, False, grad, threads)
+        run = threads if ws.parallel else 1
+        rope = att._rope_tables(t) if att.rope else None
+        ain = b.u1[i] if pre else b.hs[i]
+        p = f"layers.{i}."
+        lay: dict[str, Any] = {
+            "ws": ws, "threads": run, "mask": km, "rope": rope, "eps": LN_EPS,
+            "h": b.hs[i], "h_out": b.hs[i + 1], "zt": b.zt[i],
+            "u1": b.u1[i] if pre else None, "u2": b.u2[i] if pre else None,
+            "st1": b.st1[i] if pre else None, "st2": b.st2[i] if pre else None,
+            "hid": b.hid[i], "s": b.s[i], "sg": b.sg[i] if grad else None,
+            "m1": b.m1[i] if drop else None, "m2": b.m2[i] if drop else None}
+        for name in ("W1", "b1", "W2", "b2"):
+            lay[name] = w.get(p + name)
+            lay["d" + name] = g.get(p + name)
+        for ln in ("ln1", "ln2"):
+            for part in ("g", "b"):
+                lay[f"{ln}.{part}"] = w.get(f"{p}{ln}.{part}")
+                lay[f"{ln}.d{part}"] = g.get(f"{p}{ln}.{part}")
+        layers.append(lay)
+        rc, rs = rope if rope is not None else (None, None)
+        lasts.append(_AttentionLast(ain, None, nb, t, t, ws, threads, rc, rs, km))
+    shared = {"branch": b.branch, "mlp_threads": threads}
+    if grad:
+        shared.update(dcur=b.da if b.stf is not None else b.dhf, db=b.db, dzt=b.dzt,
+                      dbr=b.dbr, dhid=b.dhid, part=b.part)
+    return _Compiled(BlockStack(layers, shared, pre, drop, grad, nth), lasts)

@@ -1,0 +1,136 @@
+"""attnx._blocks / attnx._sequence_blocks: a SequenceModel's blocks as one compiled call
+each way give the per-layer path's values bit for bit (outputs, dL/dX, every gradient,
+attention weights) on every attention path, norm, dropout, mask, stem, class token,
+dtype and thread count; the stack is built once per buffers and checks its input."""
+import itertools
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from attnx import SequenceModel, _sequence_blocks
+from attnx._blocks import BlockStack
+
+CASES = list(itertools.product([None, "pre"], [0.0, 0.3], [False, True],
+                               [np.float32, np.float64]))
+PATHS = ["fused", "dense", "blocked"]
+
+
+def _id(c):
+    norm, drop, mask, dtype = c
+    return (f"{norm or 'post'}-drop{drop}-{'mask' if mask else 'full'}-"
+            f"{np.dtype(dtype).name}")
+
+
+def _pair(dtype, path, **kw):
+    """Two identical models (weights and dropout generator): the compiled blocks and
+    the per-layer path."""
+    ms = []
+    for _ in range(2):
+        m = SequenceModel(3, 8, 2, 2, 4, d_hidden=12, max_len=13, dtype=dtype,
+                          random_state=0, **kw)
+        rng = np.random.default_rng(1)
+        for n, v in m.params.items():   # non-trivial biases and norm gains
+            if n.endswith((".b", "bq", "bk", "bv", "bo", "b1", "b2", ".g")) or n == "cls":
+                v[...] = v + rng.normal(size=v.shape).astype(dtype) * 0.3
+        for att in m.attn:
+            att.attention = path
+        ms.append(m)
+    return ms
+
+
+def _run(m, x, kpm, g, compiled, monkeypatch):
+    with monkeypatch.context() as mp:
+        if not compiled:
+            mp.setattr(_sequence_blocks, "applies", lambda *a: False)
+        y = m.forward(x, kpm).copy()
+        dx = m.backward(g).copy()
+        weights = [w.copy() for w in m.attention_weights()]
+        inference = m.forward(x, kpm, grad=False).copy()
+    return y, dx, m.grads.flat.copy(), weights, inference
+
+
+def _mask(rng, nb, t):
+    lengths = np.array([t, max(t - 3, 1), 1, t - 1][:nb])
+    return np.arange(t)[None, :] >= lengths[:, None]
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+@pytest.mark.parametrize("path", PATHS)
+def test_compiled_blocks_equal_the_per_layer_path(case, path, rng, monkeypatch):
+    norm, drop, use_mask, dtype = case
+    a, b = _pair(dtype, path, pooling="mean", positional="sinusoidal", norm=norm,
+                 dropout=drop)
+    x = rng.normal(size=(4, 9, 3)).astype(dtype)
+    kpm = _mask(rng, 4, 9) if use_mask else None
+    g = rng.normal(size=(4, 4)).astype(dtype)
+    for step in range(2):   # the second step reuses the built stack
+        got = _run(a, x, kpm, g, True, monkeypatch)
+        want = _run(b, x, kpm, g, False, monkeypatch)
+        for u, v in zip(got[:3] + (got[4],), want[:3] + (want[4],)):
+            np.testing.assert_array_equal(u, v)
+        for u, v in zip(got[3], want[3]):
+            np.testing.assert_array_equal(u, v)
+        if drop:
+            for n, v in a.dropout_masks().items():
+                np.testing.assert_array_equal(v, b.dropout_masks()[n])
+    assert a.attn[0]._path(9, 9) == path
+    assert all(buf.stacks for buf in a._bufs._items.values())       # compiled
+    assert not any(buf.stacks for buf in b._bufs._items.values())   # per layer
+
+
+@pytest.mark.parametrize("kw", [dict(pooling="cls", norm="pre", positional="learned"),
+                                dict(pooling="max", stem=[(3, 2)], norm="pre", dropout=0.2),
+                                dict(pooling=None, positional="rope", causal=True),
+                                dict(pooling="last", stem=[(3, 1), (2, 2)], bias=False)],
+                         ids=["cls", "stem-max", "rope-causal", "stem2-nobias"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_blocks_every_model_layout(kw, threads, rng, monkeypatch):
+    a, b = _pair(np.float64, "fused", **kw)
+    x = rng.normal(size=(4, 13, 3))
+    kpm = _mask(rng, 4, 13)
+    with threadpool_limits(threads, user_api="openmp"):
+        g = rng.normal(size=a.output_shape(4, 13))
+        got = _run(a, x, kpm, g, True, monkeypatch)
+        want = _run(b, x, kpm, g, False, monkeypatch)
+    for u, v in zip(got[:3], want[:3]):
+        np.testing.assert_array_equal(u, v)
+
+
+def test_stack_is_built_once_per_buffers_and_signature(rng):
+    m = SequenceModel(3, 8, 2, 2, 4, pooling="mean", norm="pre", dropout=0.1,
+                      random_state=0)
+    x = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    for _ in range(3):
+        m.forward(x)
+        m.backward(np.ones((2, 4), np.float32))
+    m.forward(x, grad=False)
+    stacks = [s for b in m._bufs._items.values() for s in b.stacks.values()]
+    assert len(stacks) == 2   # one training stack, one inference stack
+    m.attn[0].attention = "dense"
+    m.attn[1].attention = "dense"
+    m.forward(x)   # another attention path: another stack over the same buffers
+    assert sum(len(b.stacks) for b in m._bufs._items.values()) == 3
+
+
+def test_block_stack_checks_its_buffers(rng):
+    m = SequenceModel(3, 8, 2, 1, 4, pooling="mean", norm="pre", random_state=0)
+    m.forward(rng.normal(size=(2, 5, 3)).astype(np.float32))
+    b = next(iter(m._bufs._items.values()))
+    built = next(iter(b.stacks.values())).stack
+    assert not built.f64
+    with pytest.raises(ValueError, match="at least one layer"):
+        BlockStack([], {}, True, False, True, 1)
+    with pytest.raises(ValueError, match="nth must be >= 1"):
+        BlockStack([{}], {}, True, False, True, 0)
+    # a block input of the wrong width is named
+    ws, _ = m.attn[0]._workspace(2, 5, 5, False, True, 1)
+    lay = dict(ws=ws, threads=1, mask=None, rope=None, eps=1e-5,
+               h=np.zeros((10, 7), np.float32))
+    with pytest.raises(ValueError, match="h must have shape"):
+        BlockStack([lay], {"branch": None, "mlp_threads": 1}, True, False, True, 1)
+    with pytest.raises(RuntimeError, match="store=True"):
+        infer = SequenceModel(3, 8, 2, 1, 4, pooling="mean", random_state=0)
+        infer.forward(rng.normal(size=(2, 5, 3)).astype(np.float32), grad=False)
+        bi = next(iter(infer._bufs._items.values()))
+        next(iter(bi.stacks.values())).stack.backward()
