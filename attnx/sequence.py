@@ -280,9 +280,10 @@ class SequenceModel(_AttentionStack):
 
     def _table(self, t: int) -> FloatArray:
         tab = self._tables.get(t)
-        if tab is None:
-            self._tables = {t: sinusoidal_table(t, self.d_model, self.dtype)}
-            tab = self._tables[t]
+        if tab is None:   # one table per length (ragged batches revisit theirs), <= 64
+            tables = self._tables if len(self._tables) < 64 else {}
+            tab = tables[t] = sinusoidal_table(t, self.d_model, self.dtype)
+            self._tables = tables
         return tab
 
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
