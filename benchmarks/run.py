@@ -102,6 +102,12 @@ FULL_CONFIGS = (
     # linear head. Peers: the PyTorch twin of tests/seq_torch_twin.py ("torch", attention
     # written out); no NumPy or SDPA version of this model exists, so those are left out.
     Config("sequence", 32, 128, 64, 8, hidden=256, layers=2, features=16, outputs=4),
+    # the accuracy panel's shapes (d_model 64, 4 heads, 2 blocks): a univariate series of
+    # 150 steps, 12 channels of ~29 steps (JapaneseVowels), and 2000 steps as 16 patch
+    # tokens of 125 values (the estimators' patches are the model's input features)
+    Config("sequence", 16, 150, 64, 4, hidden=128, layers=2, features=1, outputs=4),
+    Config("sequence", 32, 29, 64, 4, hidden=128, layers=2, features=12, outputs=4),
+    Config("sequence", 16, 16, 64, 4, hidden=128, layers=2, features=125, outputs=4),
 )
 # implementations that have a version of each model kind
 KIND_IMPLS = {"attention": IMPLS, "transformer": IMPLS, "sequence": ("attnx", "torch")}
