@@ -545,9 +545,12 @@ class SequenceEstimator(EstimatorParams):
         clip = None
         if cfg.max_grad_norm is not None:
             mx = cfg.max_grad_norm
+            # the norm's float64 copy of the gradient, made once: no allocation per step
+            scratch = (np.empty(self.model_.grads.flat.shape, np.float64)
+                       if self.model_.grads.flat.dtype != np.float64 else None)
 
             def clip(flat: FloatArray) -> None:
-                schedules.clip_flat(flat, mx)
+                schedules.clip_flat(flat, mx, scratch)
         return Trainer(self.model_, self.optimizer_, self.shuffle_rng_, self._loss_fn(cfg),
                        self._batch, self._comm(), batch_size=cfg.batch_size,
                        shuffle=cfg.shuffle, verbose=cfg.verbose, lr_schedule=schedule,

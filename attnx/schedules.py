@@ -240,9 +240,18 @@ def estimator_schedule(kind: str, total_steps: int, warmup: float
                      f"got {kind!r}")
 
 
-def clip_flat(flat: np.ndarray[Any, Any], max_norm: float) -> float:
-    """clip_grad_norm over one flat gradient buffer (the estimators' hook)."""
-    v = flat.astype(np.float64, copy=False)
+def clip_flat(flat: np.ndarray[Any, Any], max_norm: float,
+              scratch: np.ndarray[Any, Any] | None = None) -> float:
+    """clip_grad_norm over one flat gradient buffer (the estimators' hook). The norm
+    is accumulated in float64: of a float32 buffer, through `scratch` (a float64 array
+    of flat's size) when given, else through a copy made here."""
+    if flat.dtype == np.float64:
+        v = flat
+    elif scratch is not None and scratch.shape == flat.shape and scratch.dtype == np.float64:
+        np.copyto(scratch, flat)
+        v = scratch
+    else:
+        v = flat.astype(np.float64)
     norm = math.sqrt(float(np.dot(v, v)))
     scale = max_norm / (norm + 1e-6)
     if math.isfinite(norm) and scale < 1.0:

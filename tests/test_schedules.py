@@ -195,3 +195,20 @@ def test_adamw_decay_all_is_one_run_and_rule_checked():
     d["b"][...] = 1.0
     opt.step({"w": np.zeros((2, 2)), "b": np.zeros(2)})
     assert np.allclose(d["w"], 0.95) and np.allclose(d["b"], 1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_clip_flat_with_scratch_equals_without_and_allocates_nothing(dtype):
+    import tracemalloc
+    g = np.random.default_rng(3).normal(size=20000).astype(dtype) * 0.1
+    want = g.copy()
+    n_want = schedules.clip_flat(want, 1.0)
+    scratch = np.empty(g.shape, np.float64)
+    got = g.copy()
+    tracemalloc.start()
+    n_got = schedules.clip_flat(got, 1.0, scratch)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert n_got == n_want and n_want > 1.0
+    np.testing.assert_array_equal(got, want)   # the same scale, bit for bit
+    assert peak < 1024   # no copy of the 20000 gradients
