@@ -226,7 +226,7 @@ class SequenceEstimator(EstimatorParams):
             prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position, pmiss),
                         per_position, k)
         elif p > 1:
-            px, plen = seqs.patch(data.x, data.lengths, p)
+            px, plen = seqs.patch(data.x, data.lengths, p, data.missing)
             prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position,
                                   seqs.patch_missing(data.missing, data.lengths, p)),
                         per_position, k)
@@ -620,9 +620,8 @@ class SequenceEstimator(EstimatorParams):
         if tokens is not None:
             return tokens.transform(x, lengths, nan, num_threads())
         p = int(self.__dict__.get("patch_len_", 1))
-        nan = seqs.patch_missing(nan, lengths, p)
-        x, lengths = seqs.patch(x, lengths, p)
-        return x, lengths, nan
+        x, plen = seqs.patch(x, lengths, p, nan)
+        return x, plen, seqs.patch_missing(nan, lengths, p)
 
     def _check_missing(self, nan: BoolArray | None) -> None:
         """ValueError when X has missing steps (nan) that the fitted model cannot mask."""

@@ -351,19 +351,37 @@ def unpad(y: AnyArray, lengths: IntArray) -> list[AnyArray]:
     return [y[i, :int(n)].copy() for i, n in enumerate(lengths)]
 
 
-def patch(x: FloatArray, lengths: IntArray | None, p: int
-          ) -> tuple[FloatArray, IntArray | None]:
+def patch(x: FloatArray, lengths: IntArray | None, p: int,
+          missing: BoolArray | None = None) -> tuple[FloatArray, IntArray | None]:
     """Non-overlapping patches of p steps as tokens: (n, T, f) -> (n, ceil(T/p), p*f)
     (a token's steps in order, each step's features together), lengths -> ceil(l/p).
-    Steps past a ragged sequence's end stay zero, and so do the steps that fill the
-    last patch when T is not a multiple of p (the same rule in the ONNX graph)."""
+    The steps after a sequence's last observed step (past a ragged sequence's end, the
+    steps filling the last patch when T is not a multiple of p, trailing missing
+    steps), up to the end of that step's patch, repeat that step (as the series would
+    go on, not a jump to 0): a sequence with trailing NaN steps makes the tokens of the
+    shorter sequence. Interior missing steps read 0 (x holds 0 there); steps past that
+    patch (padding tokens, masked) stay zero. The same rule in the ONNX graph."""
     if p == 1:
         return x, lengths
     n, t, f = x.shape
     tp = -(-t // p)
-    if tp * p != t:
-        x = np.concatenate([x, np.zeros((n, tp * p - t, f), x.dtype)], axis=1)
-    out = np.ascontiguousarray(x.reshape(n, tp, p * f))
+    out = np.zeros((n, tp * p, f), x.dtype)
+    out[:, :t] = x
+    observed = None if missing is None else ~missing
+    if lengths is not None:
+        pos = valid_positions(lengths, t)
+        observed = pos if observed is None else observed & pos
+    if observed is None:
+        ends = np.full(n, t, np.int64)
+    else:   # one past each sequence's last observed step (0: none observed)
+        ends = np.where(observed.any(axis=1), t - np.argmax(observed[:, ::-1], axis=1), 0)
+    stop = -(-ends // p) * p
+    if n and np.any(stop > ends):
+        last = out[np.arange(n), np.maximum(ends - 1, 0)]
+        for k in range(p - 1):   # the fill steps, one offset at a time
+            fill = np.nonzero(ends + k < stop)[0]
+            out[fill, ends[fill] + k] = last[fill]
+    out = out.reshape(n, tp, p * f)
     return out, None if lengths is None else -(-lengths // p)
 
 

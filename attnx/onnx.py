@@ -317,18 +317,35 @@ def _missing_steps(g: _Graph, x: str, mask: str | None) -> tuple[str, str]:
 
 def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int
              ) -> tuple[str, str | None]:
-    """The estimator's patches in the graph: steps past a sequence's end zeroed, the
-    time axis zero-padded to a multiple of p, (B, T, f) -> (B, T/p, p*f); a patch is
-    padding when all its steps are (the fill steps count as padding)."""
-    if mask is not None:
-        keep = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)
-        x = g.op("Mul", [x, g.op("Unsqueeze", [keep, g.const_i64([2])])])
+    """The estimator's patches in the graph (attnx._sequences.patch): masked steps
+    (padding, missing) zeroed, the time axis padded to a multiple of p, every step
+    after a sequence's last unmasked step that step, then (B, T, f) -> (B, T/p, p*f);
+    a patch is padding when all its steps are (the fill steps count as padding).
+    Steps past the patch of a sequence's last unmasked step hold that step here and 0
+    in the estimator: those tokens are masked, so no output sees them."""
     t = g.seq_len(x)
     pk = g.const_i64([p])
     extra = g.op("Mod", [g.op("Sub", [pk, g.op("Mod", [t, pk])]), pk])
     zero = g.const_i64([0])
+    one = g.const_i64([1])
     pads3 = g.op("Concat", [zero, zero, zero, zero, extra, zero], axis=0)
-    x = g.op("Pad", [x, pads3])
+    if mask is None:   # every sequence ends at T: its last step repeated
+        x = g.op("Pad", [x, pads3], mode="edge")
+    else:
+        keep = g.op("Not", [mask])
+        x = g.op("Mul", [x, g.op("Unsqueeze", [g.op("Cast", [keep], to=g.onnx_dtype),
+                                               g.const_i64([2])])])
+        # one past each sequence's last unmasked step (0: none)
+        after = g.op("Add", [g.positions(x, np.int64), one])                    # (T,)
+        ends = g.op("ReduceMax", [g.op("Where", [keep, after, zero])] + g.axes_input([1]),
+                    keepdims=1, **g.axes_attr([1]))                             # (B, 1)
+        x = g.op("Pad", [x, pads3])
+        last = g.op("Max", [g.op("Sub", [ends, one]), zero])
+        last = g.op("Expand", [g.op("Unsqueeze", [last, g.const_i64([2])]),
+                               g.op("Shape", [g.op("Slice", [x, zero, one, one])])])
+        last = g.op("GatherElements", [x, last], axis=1)                        # (B, 1, f)
+        past = g.op("GreaterOrEqual", [g.positions(x, np.int64), ends])        # (B, T')
+        x = g.op("Where", [g.op("Unsqueeze", [past, g.const_i64([2])]), last, x])
     x = g.op("Reshape", [x, g.const_i64([0, -1, width])])
     if mask is not None:
         m = g.op("Cast", [mask], to=7)   # int64: Pad and ReduceMin take it at every opset

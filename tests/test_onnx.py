@@ -282,3 +282,25 @@ def test_export_never_imports_torch(tmp_path):
                        text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def test_patches_of_ragged_and_uneven_series_match_predict(tmp_path):
+    """Patches whose last one is partial (T or a sequence's length not a multiple of
+    patch_len): its steps past the end repeat the last step, in predict and in the
+    graph, with and without the key padding mask input."""
+    rng = np.random.default_rng(8)
+    X = [rng.standard_normal((t, 3)) for t in (7, 4, 9, 5, 8, 6)]
+    y = np.array([0, 1, 0, 1, 1, 0])
+    est = attnx.TransformerClassifier(2, n_layers=1, d_model=8, norm="pre", epochs=2,
+                                      patch_len=3, random_state=0,
+                                      dtype=np.float64).fit(X, y)
+    aonnx.export(est, tmp_path / "p.onnx")
+    xp, mask = _right_padded(X)
+    (p,) = _session(tmp_path / "p.onnx").run(None, {"x": xp, "key_padding_mask": mask})
+    assert rel_err(p, est.predict_proba(X), floor=1.0) < 1e-10
+    dense = rng.standard_normal((4, 7, 3))   # 7 steps: the third patch holds one
+    aonnx.export(est, tmp_path / "d.onnx", key_padding_mask=False)
+    (pd,) = _session(tmp_path / "d.onnx").run(None, {"x": dense})
+    assert rel_err(pd, est.predict_proba(dense), floor=1.0) < 1e-10
+    # the fill is the last step, not 0: the same series ending one step later differs
+    assert rel_err(est.predict_proba(dense[:, :7]), est.predict_proba(dense[:, :6])) > 1e-6

@@ -154,3 +154,23 @@ def test_ragged_input_errors_name_the_argument():
         est.partial_fit(X, np.zeros((10, 2)))
     with pytest.raises(ValueError, match="targets per sequence"):
         est.partial_fit(X, [x[:, 0] for x in X])
+
+
+def test_patches_repeat_a_sequences_last_step_to_the_end_of_its_patch():
+    from attnx import _sequences as seqs
+    x = np.arange(2 * 5 * 2, dtype=np.float64).reshape(2, 5, 2) + 1
+    x[1, 3:] = 0   # the second sequence has 3 steps
+    out, plen = seqs.patch(x, np.array([5, 3]), 2)
+    assert out.shape == (2, 3, 4) and plen.tolist() == [3, 2]
+    np.testing.assert_array_equal(out[0, 2], np.r_[x[0, 4], x[0, 4]])   # 5 steps: filled
+    np.testing.assert_array_equal(out[1, 1], np.r_[x[1, 2], x[1, 2]])   # 3 steps: filled
+    np.testing.assert_array_equal(out[1, 2], 0)                        # a padding token
+    # a trailing missing step ends the sequence; an interior one reads 0
+    missing = np.zeros((2, 5), bool)
+    missing[0, 4] = missing[0, 1] = True
+    xm = x.copy()
+    xm[0, [1, 4]] = 0
+    out, _ = seqs.patch(xm, None, 2, missing)
+    np.testing.assert_array_equal(out[0, 0], np.r_[xm[0, 0], 0, 0])
+    np.testing.assert_array_equal(out[0, 1], np.r_[xm[0, 2], xm[0, 3]])
+    np.testing.assert_array_equal(out[0, 2], 0)   # every step of it missing or fill
