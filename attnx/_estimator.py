@@ -49,13 +49,15 @@ class ExportSpec(NamedTuple):
     how its raw output becomes predict's output ("y": as it is; "squeeze": drop the
     single output column; "probabilities": softmax over the classes) and the class
     labels (classifiers; None otherwise), the patch length and the `missing` rule
-    ("mask": the graph masks the time steps that hold NaN)."""
+    ("mask": the graph masks the time steps that hold NaN), and how a partial last
+    patch is filled (attnx._sequences.patch)."""
 
     model: Any
     output: str
     classes: Any = None
     patch_len: int = 1
     missing: str = "error"
+    patch_fill: str = "last"
 
 
 class SequenceEstimator(EstimatorParams):
@@ -226,7 +228,8 @@ class SequenceEstimator(EstimatorParams):
             prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position, pmiss),
                         per_position, k)
         elif p > 1:
-            px, plen = seqs.patch(data.x, data.lengths, p, data.missing)
+            px, plen = seqs.patch(data.x, data.lengths, p, data.missing,
+                                  self._fill_rule() if fitted else "last")
             prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position,
                                   seqs.patch_missing(data.missing, data.lengths, p)),
                         per_position, k)
@@ -494,6 +497,7 @@ class SequenceEstimator(EstimatorParams):
                                 weight_decay=cfg.weight_decay, decay=cfg.decay)
         self.shuffle_rng_ = np.random.default_rng(shuffle_seed)
         self.patch_len_ = int(self.__dict__.pop("_patch_now", 1))
+        self._patch_fill = "last"
         tokens = self.__dict__.pop("_ppv_now", None)
         self.n_features_in_ = int(self.__dict__.pop("_channels_now", data.x.shape[2]))
         if tokens is not None:
@@ -620,8 +624,13 @@ class SequenceEstimator(EstimatorParams):
         if tokens is not None:
             return tokens.transform(x, lengths, nan, num_threads())
         p = int(self.__dict__.get("patch_len_", 1))
-        x, plen = seqs.patch(x, lengths, p, nan)
+        x, plen = seqs.patch(x, lengths, p, nan, self._fill_rule())
         return x, plen, seqs.patch_missing(nan, lengths, p)
+
+    def _fill_rule(self) -> str:
+        """How the fitted model's partial last patches are filled: "last" since that
+        rule, "zero" for a model fitted (and saved or pickled) before it."""
+        return str(self.__dict__.get("_patch_fill", "zero"))
 
     def _check_missing(self, nan: BoolArray | None) -> None:
         """ValueError when X has missing steps (nan) that the fitted model cannot mask."""
@@ -727,7 +736,7 @@ class SequenceEstimator(EstimatorParams):
         model = self._fitted_model()
         return ExportSpec(model, "squeeze" if self._target["k"] is None else "y",
                           patch_len=int(self.__dict__.get("patch_len_", 1)),
-                          missing=self._missing())
+                          missing=self._missing(), patch_fill=self._fill_rule())
 
     # ---- persistence ---------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -758,7 +767,7 @@ class SequenceEstimator(EstimatorParams):
         self.model_, self.optimizer_, self._spec = model, opt, spec
 
     # the state besides hyper-parameters and public fitted attributes (attnx._state)
-    _state_attributes = ("_target", "_ppv")
+    _state_attributes = ("_target", "_ppv", "_patch_fill")
 
     def __getstate__(self) -> dict[str, Any]:
         # the same state as a model file (attnx._state): hyper-parameters, weights,

@@ -352,7 +352,8 @@ def unpad(y: AnyArray, lengths: IntArray) -> list[AnyArray]:
 
 
 def patch(x: FloatArray, lengths: IntArray | None, p: int,
-          missing: BoolArray | None = None) -> tuple[FloatArray, IntArray | None]:
+          missing: BoolArray | None = None, fill: str = "last"
+          ) -> tuple[FloatArray, IntArray | None]:
     """Non-overlapping patches of p steps as tokens: (n, T, f) -> (n, ceil(T/p), p*f)
     (a token's steps in order, each step's features together), lengths -> ceil(l/p).
     The steps after a sequence's last observed step (past a ragged sequence's end, the
@@ -360,13 +361,17 @@ def patch(x: FloatArray, lengths: IntArray | None, p: int,
     steps), up to the end of that step's patch, repeat that step (as the series would
     go on, not a jump to 0): a sequence with trailing NaN steps makes the tokens of the
     shorter sequence. Interior missing steps read 0 (x holds 0 there); steps past that
-    patch (padding tokens, masked) stay zero. The same rule in the ONNX graph."""
+    patch (padding tokens, masked) stay zero. The same rule in the ONNX graph.
+    fill="zero": those steps read 0 too (how models fitted before this rule were
+    trained; their files keep it)."""
     if p == 1:
         return x, lengths
     n, t, f = x.shape
     tp = -(-t // p)
     out = np.zeros((n, tp * p, f), x.dtype)
     out[:, :t] = x
+    if fill == "zero":
+        return out.reshape(n, tp, p * f), None if lengths is None else -(-lengths // p)
     observed = None if missing is None else ~missing
     if lengths is not None:
         pos = valid_positions(lengths, t)
@@ -398,6 +403,10 @@ def patch_missing(missing: BoolArray | None, lengths: IntArray | None, p: int
     out[:, :t] = missing if lengths is None else missing | ~valid_positions(lengths, t)
     return typing.cast("BoolArray", out.reshape(n, -1, p).all(axis=2))
 
+
+#: how patch() fills a partial last patch: "last" (the sequence's last observed step);
+#: "zero" for models fitted before that rule (their files have no fill recorded)
+PATCH_FILLS = ("last", "zero")
 
 #: patch_len=None: raw-value patches leave at most this many tokens
 AUTO_TOKENS = 16

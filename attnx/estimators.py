@@ -478,7 +478,7 @@ class _Classifier(ClassifierParams, SequenceEstimator):
         """The fitted network, "probabilities" and classes_ (see ExportSpec)."""
         return ExportSpec(self._fitted_model(), "probabilities", self.classes_,
                           patch_len=int(self.__dict__.get("patch_len_", 1)),
-                          missing=self._missing())
+                          missing=self._missing(), patch_fill=self._fill_rule())
 
     def predict_log_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Log-probabilities of the classes (columns in classes_ order): (n, C), or

@@ -94,7 +94,7 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
         return proto
     if coverage is not None:
         raise ValueError("coverage applies to a forecaster's intervals only")
-    model, output, meta, patch_len, missing = _unwrap(obj)
+    model, output, meta, patch_len, missing, fill = _unwrap(obj)
     tokens = PPVTokens.from_spec(vars(obj).get("_ppv")) if not isinstance(
         obj, (MultiHeadAttention, Transformer, SequenceModel)) else None
     g = _Graph(model.dtype, opset)
@@ -107,7 +107,7 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
     if tokens is not None:
         x, mask = _ppv_tokens(g, x, mask, tokens)
     elif patch_len > 1:
-        x, mask = _patches(g, x, mask, patch_len, _n_in(model))
+        x, mask = _patches(g, x, mask, patch_len, _n_in(model), fill)
     y = _forward(g, model, x, mask)
     shape = _output_shape(model)
     if output == "probabilities":
@@ -315,21 +315,27 @@ def _missing_steps(g: _Graph, x: str, mask: str | None) -> tuple[str, str]:
     return x, step if mask is None else g.op("Or", [mask, step])
 
 
-def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int
+def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int, fill: str = "last"
              ) -> tuple[str, str | None]:
     """The estimator's patches in the graph (attnx._sequences.patch): masked steps
     (padding, missing) zeroed, the time axis padded to a multiple of p, every step
     after a sequence's last unmasked step that step, then (B, T, f) -> (B, T/p, p*f);
     a patch is padding when all its steps are (the fill steps count as padding).
     Steps past the patch of a sequence's last unmasked step hold that step here and 0
-    in the estimator: those tokens are masked, so no output sees them."""
+    in the estimator: those tokens are masked, so no output sees them. fill="zero"
+    (models fitted before that rule): every masked or fill step reads 0."""
     t = g.seq_len(x)
     pk = g.const_i64([p])
     extra = g.op("Mod", [g.op("Sub", [pk, g.op("Mod", [t, pk])]), pk])
     zero = g.const_i64([0])
     one = g.const_i64([1])
     pads3 = g.op("Concat", [zero, zero, zero, zero, extra, zero], axis=0)
-    if mask is None:   # every sequence ends at T: its last step repeated
+    if fill == "zero":
+        if mask is not None:
+            keep = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)
+            x = g.op("Mul", [x, g.op("Unsqueeze", [keep, g.const_i64([2])])])
+        x = g.op("Pad", [x, pads3])
+    elif mask is None:   # every sequence ends at T: its last step repeated
         x = g.op("Pad", [x, pads3], mode="edge")
     else:
         keep = g.op("Not", [mask])
@@ -429,14 +435,14 @@ def _ppv_tokens(g: _Graph, x: str, mask: str | None, tokens: PPVTokens
     return tok, mask
 
 
-def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str]:
-    """(model, output kind, metadata, patch length, missing rule) for a model or a
+def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str, str]:
+    """(model, output kind, metadata, patch length, missing rule, patch fill) for a model or a
     fitted estimator (whose export_spec() says which network to export and how
     predict reads its output)."""
     meta = {"attnx_version": __version__}
     if isinstance(obj, (MultiHeadAttention, Transformer, SequenceModel)):
         meta["attnx_model"] = type(obj).__name__
-        return obj, "y", meta, 1, "error"
+        return obj, "y", meta, 1, "error", "last"
     if not callable(getattr(obj, "export_spec", None)):
         raise TypeError(f"export needs a MultiHeadAttention, Transformer, SequenceModel or a "
                         f"fitted attnx estimator, got {type(obj).__name__}")
@@ -450,7 +456,7 @@ def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str]:
         meta["patch_len"] = str(spec.patch_len)
     if spec.missing == "mask":
         meta["missing"] = spec.missing
-    return spec.model, spec.output, meta, spec.patch_len, spec.missing
+    return spec.model, spec.output, meta, spec.patch_len, spec.missing, spec.patch_fill
 
 
 def _output_shape(model: Any) -> list[Any]:

@@ -304,3 +304,27 @@ def test_patches_of_ragged_and_uneven_series_match_predict(tmp_path):
     assert rel_err(pd, est.predict_proba(dense), floor=1.0) < 1e-10
     # the fill is the last step, not 0: the same series ending one step later differs
     assert rel_err(est.predict_proba(dense[:, :7]), est.predict_proba(dense[:, :6])) > 1e-6
+
+
+def test_models_fitted_before_the_fill_rule_keep_zero_filled_patches(tmp_path):
+    """A fitted estimator without the fill rule recorded (a file or pickle from before
+    it) predicts, saves, loads and exports with the zero fill it was trained with."""
+    rng = np.random.default_rng(9)
+    X = [rng.standard_normal((t, 3)) for t in (7, 4, 9, 5, 8, 6)]
+    y = np.array([0, 1, 0, 1, 1, 0])
+    est = attnx.TransformerClassifier(2, n_layers=1, d_model=8, epochs=2, patch_len=3,
+                                      random_state=0, dtype=np.float64).fit(X, y)
+    new = est.predict_proba(X)
+    del est.__dict__["_patch_fill"]   # as a model fitted before the rule
+    old = est.predict_proba(X)
+    assert rel_err(old, new) > 1e-6
+    xp, mask = _right_padded(X)
+    from attnx import _sequences as seqs
+    zeros, _ = seqs.patch(xp, np.array([len(s) for s in X]), 3, fill="zero")
+    assert not zeros[0, 2, 3:].any()   # 7 steps: the last patch's two fill steps are 0
+    est.save(tmp_path / "legacy.safetensors")
+    back = attnx.load(tmp_path / "legacy.safetensors")
+    assert rel_err(back.predict_proba(X), old) < 1e-12
+    aonnx.export(back, tmp_path / "z.onnx")
+    (p,) = _session(tmp_path / "z.onnx").run(None, {"x": xp, "key_padding_mask": mask})
+    assert rel_err(p, old, floor=1.0) < 1e-10
