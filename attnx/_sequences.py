@@ -384,8 +384,8 @@ def patch(x: FloatArray, lengths: IntArray | None, p: int,
     if n and np.any(stop > ends):
         last = out[np.arange(n), np.maximum(ends - 1, 0)]
         for k in range(p - 1):   # the fill steps, one offset at a time
-            fill = np.nonzero(ends + k < stop)[0]
-            out[fill, ends[fill] + k] = last[fill]
+            rows = np.nonzero(ends + k < stop)[0]
+            out[rows, ends[rows] + k] = last[rows]
     out = out.reshape(n, tp, p * f)
     return out, None if lengths is None else -(-lengths // p)
 

@@ -135,8 +135,9 @@ def test_patches_as_tokens_dense_ragged_and_rules():
     X, y = _cls_data(n=32, t=23)
     est = clf(patch_len=None).fit(X, y)
     assert est.patch_len_ == 2 and est.model_.n_features == 6 and est.n_features_in_ == 3
-    # predict patches the same way: the model on hand-made tokens (zero fill) agrees
-    xp = np.concatenate([X, np.zeros((32, 1, 3))], axis=1).reshape(32, 12, 6)
+    # predict patches the same way: the model on hand-made tokens (the last patch's
+    # missing step repeats the series' last step) agrees
+    xp = np.concatenate([X, X[:, -1:]], axis=1).reshape(32, 12, 6)
     raw = est.model_.forward(xp, grad=False)
     np.testing.assert_allclose(est.predict_proba(X), np.exp(raw - raw.max(1, keepdims=True))
                                / np.exp(raw - raw.max(1, keepdims=True)).sum(1, keepdims=True),
