@@ -134,3 +134,50 @@ def test_block_stack_checks_its_buffers(rng):
         infer.forward(rng.normal(size=(2, 5, 3)).astype(np.float32), grad=False)
         bi = next(iter(infer._bufs._items.values()))
         next(iter(bi.stacks.values())).stack.backward()
+
+
+def test_training_step_allocates_no_buffers(rng):
+    """After the first step, a training step (forward with dropout and a padding mask,
+    backward, AdamW) and the estimators' trainer step allocate only small Python
+    objects: less than one (B*T, d_model) activation buffer (64 KiB here)."""
+    import tracemalloc
+
+    from attnx import AdamW, TransformerClassifier, _training
+    m = SequenceModel(4, 32, 4, 2, 3, pooling="mean", norm="pre", dropout=0.1,
+                      positional="sinusoidal", random_state=0)
+    x = rng.normal(size=(8, 64, 4)).astype(np.float32)
+    kpm = np.zeros((8, 64), bool)
+    kpm[0, 50:] = True
+    y, dy = np.empty((8, 3), np.float32), np.ones((8, 3), np.float32)
+    opt = AdamW(m.params, lr=1e-3)
+    for _ in range(2):
+        m.forward(x, kpm, out=y)
+        m.backward(dy)
+        opt.step(m.grads)
+    tracemalloc.start()
+    for _ in range(3):
+        m.forward(x, kpm, out=y)
+        m.backward(dy)
+        opt.step(m.grads)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 32 * 1024, peak
+    X = rng.normal(size=(64, 64, 2)).astype(np.float32)
+    lab = rng.integers(0, 3, 64)
+    clf = TransformerClassifier(random_state=0, epochs=1, tokenizer="patch").fit(X, lab)
+    peaks = []
+    step = _training.Trainer.step
+
+    def traced(self, *a, **k):
+        tracemalloc.start()
+        out = step(self, *a, **k)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        return out
+
+    try:
+        _training.Trainer.step = traced
+        clf.partial_fit(X, lab)
+    finally:
+        _training.Trainer.step = step
+    assert peaks and max(peaks) < 32 * 1024, peaks   # clipping included (max_grad_norm=1)
