@@ -90,6 +90,16 @@ cdef void stack_forward(floating *tag, const Stack *st, const Block *blocks) noe
             add_sub_rows(<floating *> bl.h_out, <const floating *> bl.zt, u2, rows, d, st.nth)
 
 
+cdef inline floating *branch_grad(floating *g, const void *mask, floating *buf,
+                                  const Stack *st) noexcept nogil:
+    """dL/d(a residual branch's output) from g = dL/d(the sum): g itself, or with
+    dropout mask * g written to buf."""
+    if not st.drop:
+        return g
+    masked_add_rows(buf, NULL, g, NULL, <const floating *> mask, st.rows, st.d, st.nth)
+    return buf
+
+
 cdef void stack_backward(floating *tag, const Stack *st, const Block *blocks) noexcept nogil:
     """SequenceModel._block_backward for every layer, top down: st.dcur holds
     dL/dH_{i+1} on entry to layer i and dL/dH_i after it."""
@@ -109,12 +119,7 @@ cdef void stack_backward(floating *tag, const Stack *st, const Block *blocks) no
         bl = &blocks[i]
         u2 = <const floating *> (bl.u2 if st.pre else bl.zt)
         # the MLP branch; the kernel returns dL/du2 + dbr in db
-        if st.drop:
-            masked_add_rows(dbr_buf, NULL, dcur, NULL, <const floating *> bl.m2, rows, d,
-                            st.nth)
-            dbr = dbr_buf
-        else:
-            dbr = dcur
+        dbr = branch_grad(dcur, bl.m2, dbr_buf, st)
         mlp_bwd(dbr, u2, db, &bl.mlp)
         if st.pre:    # dZ~ = LN2'(db - dbr) + dcur
             add_sub_rows(db, NULL, dbr, rows, d, st.nth)
@@ -127,12 +132,7 @@ cdef void stack_backward(floating *tag, const Stack *st, const Block *blocks) no
             dzt = db
             db = tmp
         # the attention branch
-        if st.drop:
-            masked_add_rows(dbr_buf, NULL, dzt, NULL, <const floating *> bl.m1, rows, d,
-                            st.nth)
-            datt = dbr_buf
-        else:
-            datt = dzt
+        datt = branch_grad(dzt, bl.m1, dbr_buf, st)
         memcpy(&c, &bl.bwd, sizeof(Call))
         c.dy = datt
         if st.pre:    # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
