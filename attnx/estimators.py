@@ -227,8 +227,8 @@ _COMMON_DOC = """
         standardize=True (input_mean_ 0, input_scale_ 1); with "revin" y is not
         standardised either (the de-normalisation puts the outputs at each
         series' own level and scale), with "input" it is as usual. With patches
-        the statistics run over every step of a patch (steps that fill a ragged
-        sequence's last patch count as zeros).
+        the statistics run over every step of a patch (the steps that fill a
+        sequence's partial last patch count as its last step, which they repeat).
     instance_affine : RevIN's learnable per-channel gain and bias after the
         normalisation (inverted before the de-normalisation); needs instance_norm
         (with "auto": when it picks "revin").
@@ -259,8 +259,9 @@ _COMMON_DOC = """
         reads the class token, which never attends to it), of the input
         standardisation's statistics and of attention_weights, its values read as 0
         (X itself is never modified). With patches (patch_len) a patch is masked
-        when all its steps are missing, else its missing steps read 0 as the steps
-        filling a short last patch do; a stem's window reads them as 0 and is masked
+        when all its steps are missing, else its missing steps read 0 (those after
+        the last observed step repeat it, as the steps filling a partial last patch
+        do: see patch_len); a stem's window reads them as 0 and is masked
         when every step it covers is, as with padding. Masking keeps the positions
         of the later steps: trailing NaN steps give the predictions of the shorter
         sequence. Needs targets per sequence. Infinity stays a ValueError, as does a
