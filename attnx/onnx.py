@@ -330,17 +330,15 @@ def _patches(g: _Graph, x: str, mask: str | None, p: int, width: int, fill: str 
     zero = g.const_i64([0])
     one = g.const_i64([1])
     pads3 = g.op("Concat", [zero, zero, zero, zero, extra, zero], axis=0)
-    if fill == "zero":
-        if mask is not None:
-            keep = g.op("Cast", [g.op("Not", [mask])], to=g.onnx_dtype)
-            x = g.op("Mul", [x, g.op("Unsqueeze", [keep, g.const_i64([2])])])
-        x = g.op("Pad", [x, pads3])
-    elif mask is None:   # every sequence ends at T: its last step repeated
-        x = g.op("Pad", [x, pads3], mode="edge")
-    else:
-        keep = g.op("Not", [mask])
+    keep = None if mask is None else g.op("Not", [mask])
+    if keep is not None:   # masked steps read 0
         x = g.op("Mul", [x, g.op("Unsqueeze", [g.op("Cast", [keep], to=g.onnx_dtype),
                                                g.const_i64([2])])])
+    if fill == "zero":
+        x = g.op("Pad", [x, pads3])
+    elif keep is None:   # every sequence ends at T: its last step repeated
+        x = g.op("Pad", [x, pads3], mode="edge")
+    else:
         # one past each sequence's last unmasked step (0: none)
         after = g.op("Add", [g.positions(x, np.int64), one])                    # (T,)
         ends = g.op("ReduceMax", [g.op("Where", [keep, after, zero])] + g.axes_input([1]),
