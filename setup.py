@@ -21,7 +21,7 @@ from Cython.Build import cythonize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULES = ["_blas", "_ops", "_attnargs", "_attention", "_mlp", "_seq", "_flash", "_optim",
-           "_embed", "_revin", "_ppv", "_blocks", "_testing"]
+           "_embed", "_revin", "_ppv", "_blocks", "_model_pass", "_testing"]
 # a change to a C helper or a .pxd must rebuild every extension that includes it
 HEADERS = sorted(glob.glob(os.path.join("csrc", "*.h")) + glob.glob(os.path.join("attnx", "*.pxd")))
 

@@ -20,42 +20,14 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from attnx._blas cimport floating
-from attnx._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, Heads, begin_call,
-                              take, check_parts, layer_forward, layer_backward, PATH_FUSED)
+from attnx._attnargs cimport (AttnShape, Call, begin_call, take, check_parts, layer_forward,
+                              layer_backward, PATH_FUSED)
 from attnx._attention cimport dense_heads
 from attnx._flash cimport fused_heads
 from attnx._seq cimport Norm, norm_forward, norm_backward, masked_add_rows, add_sub_rows
-from attnx._mlp cimport Mlp, mlp_fwd, mlp_bwd, mlp_threads
+from attnx._mlp cimport mlp_fwd, mlp_bwd, mlp_threads
 
 cnp.import_array()
-
-
-# One block's operands (pointers into the model's buffers and weights).
-cdef struct Block:
-    Call fwd                # the attention forward: x, y, residual set at build
-    Call bwd                # the attention backward (store): dy, dx set per call
-    const Heads *heads
-    Norm ln1, ln2           # pre-norm only
-    Mlp mlp
-    void *h                 # block input H_i (rows, d)
-    void *h_out             # block output H_{i+1}
-    void *zt                # Z~ = H_i + attention branch
-    void *u1                # pre-norm: LN1(H_i), LN2(Z~)
-    void *u2
-    void *m1                # dropout multipliers of the two branches
-    void *m2
-
-
-# The stack's sizes and shared scratch.
-cdef struct Stack:
-    Py_ssize_t n_layers, rows, d
-    int nth                 # threads of the elementwise passes
-    bint pre, drop, store
-    void *branch            # dropout: a branch's output before its mask
-    void *dcur              # backward: dL/dH_L on entry, dL/dH_0 on return
-    void *dbr               # backward scratch (dbr: dropout only)
-    void *db
-    void *dzt
 
 
 cdef void stack_forward(floating *tag, const Stack *st, const Block *blocks) noexcept nogil:
@@ -189,11 +161,6 @@ cdef class BlockStack:
     configuration has none) and `eps` (the LayerNorms'). shared: branch, dcur, dbr,
     db, dzt, dhid, part (None when unused), mlp_threads (the MLP's caller count).
     """
-    cdef Stack st
-    cdef Block *blocks
-    cdef readonly bint f64
-    cdef list keep
-
     def __cinit__(self):
         self.blocks = NULL
 

@@ -14,6 +14,8 @@ from attnx._blas import check_blas_int
 cdef extern from "attnx_math.h" nogil:
     void attnx_silu_row_f32(const float *h, float *s, float *sg, Py_ssize_t n)
     void attnx_silu_row_f64(const double *h, double *s, double *sg, Py_ssize_t n)
+    void attnx_silu_bwd_row_f32(const float *h, const float *sg, float *dh, Py_ssize_t n)
+    void attnx_silu_bwd_row_f64(const double *h, const double *sg, double *dh, Py_ssize_t n)
 
 # AVX-512 / AVX2 / portable SiLU: the level attnx._ops detected.
 simd_attach()
@@ -40,6 +42,15 @@ cdef inline void silu_row(const floating *h, floating *s, floating *sg,
         attnx_silu_row_f32(h, s, sg, n)
     else:
         attnx_silu_row_f64(h, s, sg, n)
+
+
+cdef inline void silu_bwd_row(const floating *h, const floating *sg, floating *dh,
+                              Py_ssize_t n) noexcept nogil:
+    """dh *= silu'(h) = sg (1 + h (1 - sg)) on one row."""
+    if floating is float:
+        attnx_silu_bwd_row_f32(h, sg, dh, n)
+    else:
+        attnx_silu_bwd_row_f64(h, sg, dh, n)
 
 
 cdef int mlp_threads(Py_ssize_t rows, Py_ssize_t dh, int nthreads) noexcept nogil:
@@ -70,7 +81,6 @@ cdef void mlp_bwd(const floating *dout, const floating *z, floating *dz,
                   const Mlp *m) noexcept nogil:
     cdef Py_ssize_t rows = m.rows, d = m.d, dh = m.dh, i, j
     cdef int nth = m.nthreads
-    cdef floating hv, g
     cdef const floating *h = <const floating *> m.h
     cdef const floating *sg = <const floating *> m.sg
     cdef floating *dhb = <floating *> m.dh_buf
@@ -81,10 +91,7 @@ cdef void mlp_bwd(const floating *dout, const floating *z, floating *dz,
     pgemm(NT, TR, rows, dh, d, <floating> 1, dout, d, <const floating *> m.w2, d,
           <floating> 0, dhb, dh, nth)
     for i in prange(rows, schedule="static", num_threads=nth):
-        for j in range(dh):
-            hv = h[i * dh + j]
-            g = sg[i * dh + j]
-            dhb[i * dh + j] = dhb[i * dh + j] * g * (1 + hv * (1 - g))
+        silu_bwd_row(h + i * dh, sg + i * dh, dhb + i * dh, dh)
         for j in range(d):
             dz[i * d + j] = dout[i * d + j]
     pgemm(TR, NT, d, dh, rows, <floating> 1, z, d, dhb, dh,
@@ -189,7 +196,6 @@ def silu_backward(const floating[:, ::1] ds, const floating[:, ::1] h,
     """dh = ds * silu'(h) = ds * sg * (1 + h (1 - sg)) from silu_forward's h and sg;
     dh may be ds itself (in place)."""
     cdef Py_ssize_t rows = h.shape[0], n = h.shape[1], i, j
-    cdef floating g
     if nthreads < 1:
         raise ValueError(f"SiLU backward: nthreads must be >= 1, got {nthreads}")
     for name, a in (("ds", ds), ("sg", sg), ("dh", dh)):
@@ -197,8 +203,11 @@ def silu_backward(const floating[:, ::1] ds, const floating[:, ::1] h,
             raise ValueError(f"SiLU backward: {name} must be ({rows}, {n}), "
                              f"got ({a.shape[0]}, {a.shape[1]})")
     cdef int nth = nthreads if rows * n >= 16384 else 1
+    if rows == 0 or n == 0:
+        return
     with nogil:
         for i in prange(rows, schedule="static", num_threads=nth):
-            for j in range(n):
-                g = sg[i, j]
-                dh[i, j] = ds[i, j] * g * (1 + h[i, j] * (1 - g))
+            if &dh[i, 0] != &ds[i, 0]:
+                for j in range(n):
+                    dh[i, j] = ds[i, j]
+            silu_bwd_row(&h[i, 0], &sg[i, 0], &dh[i, 0], n)

@@ -13,8 +13,24 @@ from libc.math cimport ceil, exp, log
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 from attnx._blas cimport floating, gemm, NT, TR
+from attnx._ops cimport simd_attach, require_simd, attnx_get_level, attnx_dispatched_levels
+
+cdef extern from "attnx_math.h" nogil:
+    void attnx_splitmix_fill(uint64_t key, uint32_t *out, Py_ssize_t n)
+
+# the dropout bits' AVX-512 / AVX2 / portable stream: the level attnx._ops detected
+simd_attach()
+
+
+def dispatch_state():
+    """(SIMD level attached to this module, bit mask of levels whose kernels ran here)."""
+    return attnx_get_level(), attnx_dispatched_levels()
 
 cdef extern from "attnx_seq.h" nogil:
+    void attnx_mask_fill_f32(const uint32_t *bits, float *out, Py_ssize_t n, float keep,
+                             uint32_t cut)
+    void attnx_mask_fill_f64(const uint32_t *bits, double *out, Py_ssize_t n, double keep,
+                             uint32_t cut)
     void attnx_ln_fwd_f32(const float *x, const float *g, const float *b, float *y,
                           Py_ssize_t d, float eps, float *mean_out, float *rs_out)
     void attnx_ln_fwd_f64(const double *x, const double *g, const double *b, double *y,
@@ -52,13 +68,47 @@ cdef _threads(str what, int nthreads):
 
 
 
+cdef void linear_fwd(const floating *x, const floating *w, const floating *b, floating *y,
+                     const floating *pos, Py_ssize_t rows, Py_ssize_t k, Py_ssize_t n,
+                     Py_ssize_t t, int nthreads) noexcept nogil:
+    """y (rows, n) = x (rows, k) w (k, n) + b (+ pos[r % t] for row r, pos (>= t, n),
+    when not NULL)."""
+    cdef Py_ssize_t r, j, tt
+    if rows == 0:
+        return
+    for r in prange(rows, schedule="static", num_threads=nthreads):
+        if pos != NULL:
+            tt = r % t
+            for j in range(n):
+                y[r * n + j] = b[j] + pos[tt * n + j]
+        else:
+            for j in range(n):
+                y[r * n + j] = b[j]
+    gemm(NT, NT, rows, n, k, <floating> 1, x, k, w, n, <floating> 1, y, n)
+
+
+cdef void linear_bwd(const floating *dy, const floating *x, const floating *w, floating *dw,
+                     floating *db, floating *dx, Py_ssize_t rows, Py_ssize_t k,
+                     Py_ssize_t n) noexcept nogil:
+    """dw = x^T dy, db = column sums of dy, dx = dy w^T (skipped when dx is NULL)."""
+    cdef Py_ssize_t r, j
+    gemm(TR, NT, k, n, rows, <floating> 1, x, k, dy, n, <floating> 0, dw, n)
+    for j in range(n):
+        db[j] = 0
+    for r in range(rows):
+        for j in range(n):
+            db[j] += dy[r * n + j]
+    if dx != NULL:
+        gemm(NT, TR, rows, k, n, <floating> 1, dy, n, w, n, <floating> 0, dx, k)
+
+
 def linear_forward(const floating[:, ::1] x, const floating[:, ::1] w,
                    const floating[::1] b, floating[:, ::1] y, int nthreads=1,
                    const floating[:, ::1] pos=None, Py_ssize_t t=1):
     """y (rows, n) = x (rows, k) w (k, n) + b (+ pos[r % t] for row r when pos is
     given: the positional table, added in the same pass that writes the bias),
     then one GEMM over every row."""
-    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1], r, j, tt
+    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1]
     _threads("linear", nthreads)
     _shape("linear", "w", w, k, -1)
     _len("linear", "b", b, n)
@@ -69,39 +119,23 @@ def linear_forward(const floating[:, ::1] x, const floating[:, ::1] w,
     if rows == 0:
         return
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=nthreads):
-            if pos is not None:
-                tt = r % t
-                for j in range(n):
-                    y[r, j] = b[j] + pos[tt, j]
-            else:
-                for j in range(n):
-                    y[r, j] = b[j]
-        gemm(NT, NT, rows, n, k, <floating> 1, &x[0, 0], k, &w[0, 0], n,
-             <floating> 1, &y[0, 0], n)
+        linear_fwd(&x[0, 0], &w[0, 0], &b[0], &y[0, 0],
+                   &pos[0, 0] if pos is not None else NULL, rows, k, n, t, nthreads)
 
 
 def linear_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
                     const floating[:, ::1] w, floating[:, ::1] dw, floating[::1] db,
                     floating[:, ::1] dx, int nthreads=1):
     """dw = x^T dy, db = column sums of dy, dx = dy w^T (skipped when dx is None)."""
-    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1], r, j
+    cdef Py_ssize_t rows = x.shape[0], k = x.shape[1], n = w.shape[1]
     _shape("linear backward", "w", w, k, -1)
     _shape("linear backward", "dy", dy, rows, n)
     _shape("linear backward", "dw", dw, k, n)
     _len("linear backward", "db", db, n)
     _shape("linear backward", "dx", dx, rows, k)
     with nogil:
-        gemm(TR, NT, k, n, rows, <floating> 1, &x[0, 0], k, &dy[0, 0], n,
-             <floating> 0, &dw[0, 0], n)
-        for j in range(n):
-            db[j] = 0
-        for r in range(rows):
-            for j in range(n):
-                db[j] += dy[r, j]
-        if dx is not None:
-            gemm(NT, TR, rows, k, n, <floating> 1, &dy[0, 0], n, &w[0, 0], n,
-                 <floating> 0, &dx[0, 0], k)
+        linear_bwd(&dy[0, 0], &x[0, 0], &w[0, 0], &dw[0, 0], &db[0],
+                   &dx[0, 0] if dx is not None else NULL, rows, k, n)
 
 
 def add_positions(floating[:, ::1] h, const floating[:, ::1] table, Py_ssize_t t,
@@ -119,23 +153,33 @@ def add_positions(floating[:, ::1] h, const floating[:, ::1] table, Py_ssize_t t
                 h[r, j] += table[tt, j]
 
 
+cdef void positions_bwd(const floating *dh, floating *dp, Py_ssize_t rows, Py_ssize_t d,
+                        Py_ssize_t t, Py_ssize_t tp, int nthreads) noexcept nogil:
+    """dp[tt] (tp rows) = sum over the batch of dh[b*t + tt] for tt < t, else 0."""
+    cdef Py_ssize_t nb = rows // t, tt, b, j
+    for tt in prange(tp, schedule="static", num_threads=nthreads):
+        for j in range(d):
+            dp[tt * d + j] = 0
+        if tt < t:
+            for b in range(nb):
+                for j in range(d):
+                    dp[tt * d + j] += dh[(b * t + tt) * d + j]
+
+
 def positions_backward(const floating[:, ::1] dh, floating[:, ::1] dp, Py_ssize_t t,
                        int nthreads=1):
     """dp[tt] = sum over the batch of dh[b*t + tt] for tt < t; rows from t on are zero."""
-    cdef Py_ssize_t rows = dh.shape[0], d = dh.shape[1], nb = rows // t, tt, b, j
+    cdef Py_ssize_t rows = dh.shape[0], d = dh.shape[1]
     _threads("positions backward", nthreads)
     if t < 1 or rows % t or dp.shape[0] < t or dp.shape[1] != d:
         raise ValueError(f"positions backward: dh ({rows}, {d}) must hold whole sequences "
                          f"of {t} rows and dp be (>= {t}, {d}), got "
                          f"({dp.shape[0]}, {dp.shape[1]})")
+    if dp.shape[0] == 0:
+        return
     with nogil:
-        for tt in prange(dp.shape[0], schedule="static", num_threads=nthreads):
-            for j in range(d):
-                dp[tt, j] = 0
-            if tt < t:
-                for b in range(nb):
-                    for j in range(d):
-                        dp[tt, j] += dh[b * t + tt, j]
+        positions_bwd(&dh[0, 0] if rows else NULL, &dp[0, 0], rows, d, t, dp.shape[0],
+                      nthreads)
 
 
 cdef void norm_forward(const floating *x, floating *y, const Norm *n) noexcept nogil:
@@ -236,90 +280,122 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
                       &n)
 
 
-cdef inline Py_ssize_t last_valid(const uint8_t[:, ::1] km, Py_ssize_t b,
+cdef inline Py_ssize_t last_valid(const uint8_t *km, Py_ssize_t b,
                                   Py_ssize_t t) noexcept nogil:
     cdef Py_ssize_t tt = t - 1
-    while tt >= 0 and km[b, tt]:
+    while tt >= 0 and km[b * t + tt]:
         tt -= 1
     return tt
+
+
+cdef void pool_fwd(const floating *h, const uint8_t *km, floating *pooled, Py_ssize_t nb,
+                   Py_ssize_t t, Py_ssize_t d, bint last, int nthreads) noexcept nogil:
+    """pooled (nb, d) from h (nb * t, d); km (nb, t) or NULL."""
+    cdef Py_ssize_t b, tt, j, cnt
+    cdef floating inv
+    for b in prange(nb, schedule="static", num_threads=nthreads):
+        for j in range(d):
+            pooled[b * d + j] = 0
+        if last:
+            tt = last_valid(km, b, t) if km != NULL else t - 1
+            if tt >= 0:
+                for j in range(d):
+                    pooled[b * d + j] = h[(b * t + tt) * d + j]
+        else:
+            cnt = 0
+            for tt in range(t):
+                if km == NULL or not km[b * t + tt]:
+                    cnt = cnt + 1
+                    for j in range(d):
+                        pooled[b * d + j] += h[(b * t + tt) * d + j]
+            if cnt > 0:
+                inv = <floating> (1.0 / cnt)
+                for j in range(d):
+                    pooled[b * d + j] = pooled[b * d + j] * inv
+
+
+cdef void pool_bwd(const floating *dpooled, const uint8_t *km, floating *dh, Py_ssize_t nb,
+                   Py_ssize_t t, Py_ssize_t d, bint last, int nthreads) noexcept nogil:
+    """dh (nb * t, d) from dpooled (nb, d); zero where the pooling did not read."""
+    cdef Py_ssize_t b, tt, j, cnt
+    cdef floating inv
+    for b in prange(nb, schedule="static", num_threads=nthreads):
+        for tt in range(t):
+            for j in range(d):
+                dh[(b * t + tt) * d + j] = 0
+        if last:
+            tt = last_valid(km, b, t) if km != NULL else t - 1
+            if tt >= 0:
+                for j in range(d):
+                    dh[(b * t + tt) * d + j] = dpooled[b * d + j]
+        else:
+            cnt = 0
+            for tt in range(t):
+                if km == NULL or not km[b * t + tt]:
+                    cnt = cnt + 1
+            if cnt > 0:
+                inv = <floating> (1.0 / cnt)
+                for tt in range(t):
+                    if km == NULL or not km[b * t + tt]:
+                        for j in range(d):
+                            dh[(b * t + tt) * d + j] = dpooled[b * d + j] * inv
+
+
+cdef inline const uint8_t *mask_ptr(const uint8_t[:, ::1] km) noexcept:
+    return &km[0, 0] if km is not None and km.shape[0] and km.shape[1] else NULL
 
 
 def pool_forward(const floating[:, ::1] h, const uint8_t[:, ::1] km, floating[:, ::1] pooled,
                  Py_ssize_t nb, Py_ssize_t t, bint last, int nthreads=1):
     """pooled[b] = mean of the valid rows of sequence b (km[b, tt] == 0, or all rows
     when km is None), or its last valid row; zeros when it has none."""
-    cdef Py_ssize_t d = h.shape[1], b, tt, j, cnt
-    cdef floating inv
+    cdef Py_ssize_t d = h.shape[1]
     _threads("pooling", nthreads)
     _shape("pooling", "h", h, nb * t, -1)
     _shape("pooling", "key mask", km, nb, t)
     _shape("pooling", "pooled", pooled, nb, d)
+    if nb == 0 or d == 0:
+        return
+    cdef const uint8_t *kp = mask_ptr(km)
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nthreads):
-            for j in range(d):
-                pooled[b, j] = 0
-            if last:
-                tt = last_valid(km, b, t) if km is not None else t - 1
-                if tt >= 0:
-                    for j in range(d):
-                        pooled[b, j] = h[b * t + tt, j]
-            else:
-                cnt = 0
-                for tt in range(t):
-                    if km is None or not km[b, tt]:
-                        cnt = cnt + 1
-                        for j in range(d):
-                            pooled[b, j] += h[b * t + tt, j]
-                if cnt > 0:
-                    inv = <floating> (1.0 / cnt)
-                    for j in range(d):
-                        pooled[b, j] = pooled[b, j] * inv
+        pool_fwd(&h[0, 0] if t else NULL, kp, &pooled[0, 0], nb, t, d, last, nthreads)
 
 
 def pool_backward(const floating[:, ::1] dpooled, const uint8_t[:, ::1] km,
                   floating[:, ::1] dh, Py_ssize_t nb, Py_ssize_t t, bint last, int nthreads=1):
     """dh (B*T, d) from dpooled (B, d): spread over the valid rows (mean) or put on the
     last valid row; zero elsewhere."""
-    cdef Py_ssize_t d = dh.shape[1], b, tt, j, cnt
-    cdef floating inv
+    cdef Py_ssize_t d = dh.shape[1]
     _threads("pooling backward", nthreads)
     _shape("pooling backward", "dh", dh, nb * t, -1)
     _shape("pooling backward", "key mask", km, nb, t)
     _shape("pooling backward", "dpooled", dpooled, nb, d)
+    if nb == 0 or t == 0 or d == 0:
+        return
+    cdef const uint8_t *kp = mask_ptr(km)
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nthreads):
-            for tt in range(t):
-                for j in range(d):
-                    dh[b * t + tt, j] = 0
-            if last:
-                tt = last_valid(km, b, t) if km is not None else t - 1
-                if tt >= 0:
-                    for j in range(d):
-                        dh[b * t + tt, j] = dpooled[b, j]
-            else:
-                cnt = 0
-                for tt in range(t):
-                    if km is None or not km[b, tt]:
-                        cnt = cnt + 1
-                if cnt > 0:
-                    inv = <floating> (1.0 / cnt)
-                    for tt in range(t):
-                        if km is None or not km[b, tt]:
-                            for j in range(d):
-                                dh[b * t + tt, j] = dpooled[b, j] * inv
+        pool_bwd(&dpooled[0, 0], kp, &dh[0, 0], nb, t, d, last, nthreads)
+
+
+cdef void zero_rows(floating *y, const uint8_t *km, Py_ssize_t rows, Py_ssize_t k) noexcept nogil:
+    """Zero row r of y (rows, k) where km[r] (the flat (B, T) mask) is set."""
+    cdef Py_ssize_t r, j
+    for r in range(rows):
+        if km[r]:
+            for j in range(k):
+                y[r * k + j] = 0
 
 
 def zero_masked_rows(floating[:, ::1] y, const uint8_t[:, ::1] km, int nthreads=1):
     """Zero row r of y (B*T, k) where the flat mask km (B, T) is set."""
-    cdef Py_ssize_t rows = y.shape[0], k = y.shape[1], t = km.shape[1], r, j
+    cdef Py_ssize_t rows = y.shape[0], k = y.shape[1], t = km.shape[1]
     if km.shape[0] * t != rows:
         raise ValueError(f"masked rows: y has {rows} rows, the mask "
                          f"({km.shape[0]}, {t}) covers {km.shape[0] * t}")
+    if rows == 0 or k == 0:
+        return
     with nogil:
-        for r in range(rows):
-            if km[r // t, r % t]:
-                for j in range(k):
-                    y[r, j] = 0
+        zero_rows(&y[0, 0], &km[0, 0], rows, k)
 
 
 cdef void add_sub_rows(floating *out, const floating *a, const floating *b, Py_ssize_t rows,
@@ -431,29 +507,75 @@ def masked_add(floating[:, ::1] out, const floating[:, ::1] res, const floating[
                         &b[0, 0] if b is not None else NULL, &mult[0, 0], rows, k, nthreads)
 
 
+cdef int dropout_cut(double p, double *keep, uint32_t *cut) except -1:
+    """The multiplier of a kept element and the smallest kept 32-bit draw for p."""
+    cdef uint64_t c   # bits >= p * 2**32 exactly when bits >= ceil(p * 2**32)
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
+    keep[0] = 1.0 / (1.0 - p)   # after the check: p = 1 would divide by zero
+    c = <uint64_t> ceil(p * 4294967296.0)
+    if c > 0xFFFFFFFFU:   # p within 2**-32 of 1: no draw reaches the cut
+        keep[0] = 0
+        c = 0
+    cut[0] = <uint32_t> c
+    return 0
+
+
+cdef inline void mask_fill(const uint32_t *bits, floating *out, Py_ssize_t n, floating keep,
+                           uint32_t cut) noexcept nogil:
+    """out[i] = keep where bits[i] >= cut, else 0."""
+    if floating is float:
+        attnx_mask_fill_f32(bits, out, n, keep, cut)
+    else:
+        attnx_mask_fill_f64(bits, out, n, keep, cut)
+
+
 def dropout_mask(const uint32_t[::1] bits, floating[:, ::1] out, double p, int nthreads=1):
     """Dropout multipliers from random bits: out[r, j] = 0 where the 32-bit draw
     bits[r * k + j] is below p * 2**32 (dropped: probability p, to 2**-32), else
     1/(1-p). bits holds at least rows * k draws (the rest is not read)."""
-    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r, j
-    cdef floating keep
-    cdef uint64_t cut   # bits >= p * 2**32 exactly when bits >= ceil(p * 2**32)
+    cdef Py_ssize_t rows = out.shape[0], k = out.shape[1], r
+    cdef double keep
+    cdef uint32_t cut32
     _threads("dropout", nthreads)
-    if not 0 <= p < 1:
-        raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
+    dropout_cut(p, &keep, &cut32)
     if bits.shape[0] < rows * k:
         raise ValueError(f"dropout: bits must hold >= {rows * k} draws (out is "
                          f"({rows}, {k})), got {bits.shape[0]}")
-    keep = <floating> (1.0 / (1.0 - p))   # after the check: p = 1 would divide by zero
-    cut = <uint64_t> ceil(p * 4294967296.0)
-    if cut > 0xFFFFFFFFU:   # p within 2**-32 of 1: no draw reaches the cut
-        keep = 0
-        cut = 0
-    cdef uint32_t cut32 = <uint32_t> cut
+    if rows == 0 or k == 0:
+        return
     with nogil:
         for r in prange(rows, schedule="static", num_threads=nthreads):
-            for j in range(k):
-                out[r, j] = keep if bits[r * k + j] >= cut32 else 0
+            mask_fill(&bits[r * k], &out[r, 0], k, <floating> keep, cut32)
+
+
+def dropout_masks(object bit_generator, uint32_t[::1] bits, list outs, double p):
+    """random_bits(bit_generator, bits), then dropout_mask(bits[at:at + out.size],
+    out, p) for each C-contiguous 2-D float array of outs in turn (at: the sizes
+    of the arrays before it), in one call: the same values."""
+    cdef Py_ssize_t at = 0, n
+    cdef double keep
+    cdef uint32_t cut32
+    cdef float[:, ::1] o32
+    cdef double[:, ::1] o64
+    dropout_cut(p, &keep, &cut32)
+    if sum([o.size for o in outs]) > bits.shape[0]:
+        raise ValueError(f"dropout: bits must hold >= {sum([o.size for o in outs])} draws, "
+                         f"got {bits.shape[0]}")
+    random_bits(bit_generator, bits)
+    for o in outs:
+        n = o.size
+        if n == 0:
+            continue
+        if o.dtype.itemsize == 4:
+            o32 = o
+            with nogil:
+                mask_fill(&bits[at], &o32[0, 0], n, <float> keep, cut32)
+        else:
+            o64 = o
+            with nogil:
+                mask_fill(&bits[at], &o64[0, 0], n, keep, cut32)
+        at += n
 
 
 def random_bits(object bit_generator, uint32_t[::1] out):
@@ -461,9 +583,10 @@ def random_bits(object bit_generator, uint32_t[::1] out):
     numpy BitGenerator (under its lock) keys a SplitMix64 counter stream (Steele,
     Lea and Flood's generator: a Weyl sequence through a 64-bit finaliser), each
     of whose outputs gives two draws. The generator advances by one draw per call."""
-    cdef Py_ssize_t n = out.shape[0], i, half = out.shape[0] // 2
+    cdef Py_ssize_t n = out.shape[0]
     cdef bitgen_t *rng
-    cdef uint64_t key, z
+    cdef uint64_t key
+    require_simd()
     capsule = getattr(bit_generator, "capsule", None)
     if capsule is None or not PyCapsule_IsValid(capsule, "BitGenerator"):
         raise TypeError(f"random_bits: bit_generator must be a numpy BitGenerator, got "
@@ -471,12 +594,7 @@ def random_bits(object bit_generator, uint32_t[::1] out):
     rng = <bitgen_t *> PyCapsule_GetPointer(capsule, "BitGenerator")
     with bit_generator.lock:
         key = rng.next_uint64(rng.state)
+    if n == 0:
+        return
     with nogil:
-        for i in range(half + (n & 1)):
-            z = key + <uint64_t> (i + 1) * <uint64_t> 0x9E3779B97F4A7C15ULL
-            z = (z ^ (z >> 30)) * <uint64_t> 0xBF58476D1CE4E5B9ULL
-            z = (z ^ (z >> 27)) * <uint64_t> 0x94D049BB133111EBULL
-            z = z ^ (z >> 31)
-            out[2 * i] = <uint32_t> z
-            if 2 * i + 1 < n:
-                out[2 * i + 1] = <uint32_t> (z >> 32)
+        attnx_splitmix_fill(key, &out[0], n)

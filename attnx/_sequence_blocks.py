@@ -1,12 +1,16 @@
-"""A SequenceModel's transformer blocks as one compiled call each way.
+"""A SequenceModel's transformer blocks, and where it applies its whole pass, as one
+compiled call each way.
 
 attnx._blocks.BlockStack runs every block's forward (or backward) on pointers
-it checked once; `stack_for` builds one per signature of a set of buffers (the
-blocks' key padding mask, training or inference, dropout, thread counts, the
-attention layers' paths) and keeps it on those buffers, so a training step
-spends no Python between the blocks' kernels. The per-layer path
-(SequenceModel._block_forward / _block_backward) stays for kernels a test swaps
-in; both run the same kernels in the same order.
+it checked once; attnx._model_pass.ModelPass runs the embedding, that stack, the
+final norm, the pooling and the head (models without a stem or class token,
+pooled by "mean", "last" or not at all: `whole_applies`). `stack_for` builds
+both per signature of a set of buffers (the blocks' key padding mask, training
+or inference, dropout, thread counts, the attention layers' paths) and keeps
+them on those buffers, so a training step spends no Python between the
+kernels. The per-layer path (SequenceModel._block_forward / _block_backward and
+the ends around it) stays for kernels a test swaps in and for the other
+configurations; both run the same kernels in the same order.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _attnargs, _seq
 from ._blocks import BlockStack
+from ._model_pass import ModelPass
 from .attention import _Last as _AttentionLast
 
 if TYPE_CHECKING:
@@ -32,6 +37,7 @@ LN_EPS = 1e-5
 class _Compiled(NamedTuple):
     stack: BlockStack
     lasts: list[_AttentionLast]   # each attention layer's state after a training forward
+    whole: ModelPass | None       # the whole pass (None where whole_applies is False)
 
 
 def applies(m: SequenceModel, b: _Buffers, km: _U8Array | None) -> bool:
@@ -39,6 +45,13 @@ def applies(m: SequenceModel, b: _Buffers, km: _U8Array | None) -> bool:
     key padding mask that is one of the buffers' own (stable arrays)."""
     return m._k is _seq and (km is None or km is b.mask or km is b.cmask
                              or any(km is s for s in b.smask))
+
+
+def whole_applies(m: SequenceModel, b: _Buffers, km: _U8Array | None) -> bool:
+    """Whether ModelPass runs the whole model: applies(), no stem, no class token,
+    and pooling "mean", "last" or None."""
+    return (not m.stem and b.emb is None and m.pooling in (None, "mean", "last")
+            and applies(m, b, km))
 
 
 def stack_for(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
@@ -88,4 +101,31 @@ def _build(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, grad: bo
     if grad:
         shared.update(dcur=b.da if b.stf is not None else b.dhf, db=b.db, dzt=b.dzt,
                       dbr=b.dbr, dhid=b.dhid, part=b.part)
-    return _Compiled(BlockStack(layers, shared, pre, drop, grad, nth), lasts)
+    stack = BlockStack(layers, shared, pre, drop, grad, nth)
+    whole = _whole(m, b, km, nb, grad, nth, stack) if whole_applies(m, b, km) else None
+    return _Compiled(stack, lasts, whole)
+
+
+def _whole(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
+           nth: int, stack: BlockStack) -> ModelPass:
+    t, w, g = b.tt, m._w, m._g
+    pos = (m._table(t) if m.positional == "sinusoidal" else
+           w["pos.P"] if m.positional == "learned" else None)
+    ends: dict[str, Any] = {
+        "nb": nb, "t": t, "n_features": m.n_features, "n_outputs": m.n_outputs, "nth": nth,
+        "pooling": m.pooling, "final_norm": b.stf is not None,
+        "x": b.x if b.xn is None else b.xn, "h0": b.hs[0], "pos": pos,
+        "h_top": b.hs[-1], "hf": b.hf, "km": km, "pooled": b.pooled,
+        "st": b.stf, "part": b.part if grad else None, "eps": LN_EPS,
+        # revin de-normalises the head's output (b.yn) and runs its gradient first
+        "dy": (b.dy if b.rdy is None else b.rdy) if grad else None,
+        "zero_padded": b.yn is None, "dpooled": b.dpooled if grad else None,
+        "dhf": b.dhf if grad else None,
+        "dcur": (b.da if b.stf is not None else b.dhf) if grad else None}
+    for name in ("embed.W", "embed.b", "head.W", "head.b", "norm.g", "norm.b"):
+        ends[name] = w.get(name)
+    for name in ("embed.W", "embed.b", "head.W", "head.b", "norm.g", "norm.b"):
+        head, _, part = name.rpartition(".")
+        ends[f"{head}.d{part}"] = g.get(name)
+    ends["pos.dP"] = g["pos.P"] if grad and m.positional == "learned" else None
+    return ModelPass(stack, ends)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _instance_norm, _stem
+from . import _instance_norm, _seq, _stem
 from ._seq import random_bits
 
 if TYPE_CHECKING:
@@ -166,6 +166,10 @@ class _Buffers:
         """New dropout multipliers (0 or 1/(1-p)) from the model's generator: 32
         random bits per element, every mask's bits from one call (one 64-bit draw)."""
         assert self.bits is not None   # buffers with masks have their bits
+        if m._k is _seq:   # the bits and every mask in one call
+            _seq.dropout_masks(m.dropout_rng.bit_generator, self.bits, self.m1 + self.m2,
+                               m.dropout)
+            return
         random_bits(m.dropout_rng.bit_generator, self.bits)
         at = 0
         for buf in self.m1 + self.m2:

@@ -73,15 +73,32 @@ class AdamW:
             self._runs = [[(0, b.shape[0], bool(decides(k, params[k])))]
                           for k, b in zip(self._keys, self._bufs)]
         self._run_tables = [np.array(r, dtype=np.int64).reshape(-1, 3) for r in self._runs]
+        # per buffer: whether every run fits one thread (one kernel call over the runs)
+        self._small = [all(z - a < 1 << 17 for a, z, _ in r) for r in self._runs]
         self.m = [np.zeros_like(b) for b in self._bufs]
         self.v = [np.zeros_like(b) for b in self._bufs]
         self.t = 0
+        self._checked: ParamDict | None = None   # the model's grads, once checked
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_checked"] = None   # a cache, not state: the grads are checked again
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._checked = None
+        if "_small" not in state:   # pickled before the per-buffer flag existed
+            self._small = [all(z - a < 1 << 17 for a, z, _ in r) for r in self._runs]
 
     def _grad_buffers(self, grads: Mapping[str, Any]) -> list[FloatArray]:
+        if grads is self._checked:   # a ParamDict's keys and flat buffer are fixed
+            return [grads.flat]
         if not isinstance(grads, Mapping) or set(grads) != set(self._keys):
             raise ValueError(f"grads must have the keys of params {list(self._keys)}, got "
                              f"{list(grads) if isinstance(grads, Mapping) else type(grads).__name__}")
         if self._flat and isinstance(grads, ParamDict) and grads.flat.shape == self._bufs[0].shape:
+            self._checked = grads
             return [grads.flat]
         if self._flat:
             raise ValueError("grads must be the model's .grads when params is the model's .params")
@@ -103,9 +120,9 @@ class AdamW:
         self.t += 1
         b1, b2 = self.betas
         nthreads = num_threads()
-        for p, g, m, v, runs, table in zip(self._bufs, gbufs, self.m, self.v, self._runs,
-                                           self._run_tables):
-            if nthreads == 1 or all(z - a < 1 << 17 for a, z, _ in runs):
+        for p, g, m, v, runs, table, small in zip(self._bufs, gbufs, self.m, self.v,
+                                                  self._runs, self._run_tables, self._small):
+            if nthreads == 1 or small:
                 # every run on one thread: one call over the runs
                 adamw_step_runs(p, g, m, v, self.lr, b1, b2, self.eps, self.weight_decay,
                                 self.t, table)

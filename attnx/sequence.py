@@ -355,6 +355,18 @@ class SequenceModel(_AttentionStack):
         k, w, nth = self._k, self._w, self._nth(nb * t, threads)
         x = (_instance_norm.forward(self, b, kms[0], nb, nth) if self.instance_norm
              else b.x)
+        if _sequence_blocks.whole_applies(self, b, km):   # the whole model in one call
+            comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
+            assert comp.whole is not None
+            comp.whole.forward(y2 if b.yn is None else b.yn)
+            if grad:
+                for att, last in zip(self.attn, comp.lasts):
+                    att._last = last
+            if b.yn is not None:   # the pass leaves padded rows to the caller here
+                _instance_norm.denorm(self, b, nb, y2, nth)
+                if self.pooling is None and km is not None:
+                    k.zero_masked_rows(y2, km)
+            return
         a = _stem.forward(self, b, x, kms, nb, b.lens, grad, nth) if self.stem else x
         h0 = b.hs[0] if b.emb is None else b.emb
         pos = (self._table(n) if self.positional == "sinusoidal" else
@@ -449,10 +461,22 @@ class SequenceModel(_AttentionStack):
                          threads: int, dx2: FloatArray | None) -> None:
         n, t = b.n, b.tt
         k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
-        if self.pooling is None and km is not None:
+        whole = _sequence_blocks.whole_applies(self, b, km)
+        if self.pooling is None and km is not None and not (whole and b.yn is None):
             k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
         # revin: dL/d(the head's output) through the de-normalisation
         dy = b.dy if b.yn is None else _instance_norm.denorm_backward(self, b, nb, nth)
+        kin = b.mask if km is not None else None   # the input's padding mask
+        # with instance norm: dL/d(normalised X) first, then through the normalisation
+        inorm = self.instance_norm is not None
+        dxi = (b.dxn if _instance_norm.needs_dxn(self) else None) if inorm else dx2
+        if whole:   # the whole model in one call (it zeroes padded rows of dY itself)
+            comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
+            assert comp.whole is not None
+            comp.whole.backward(dxi)
+            if inorm and dxi is not None:
+                _instance_norm.backward(self, b, kin, nb, nth, dx2)
+            return
         if b.dpooled is None:   # pooling=None
             k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf, nth)
         else:
@@ -478,10 +502,6 @@ class SequenceModel(_AttentionStack):
             dcur = b.demb
         if self.positional == "learned":
             k.positions_backward(dcur, g["pos.P"], n, nth)
-        kin = b.mask if km is not None else None   # the input's padding mask
-        # with instance norm: dL/d(normalised X) first, then through the normalisation
-        inorm = self.instance_norm is not None
-        dxi = (b.dxn if _instance_norm.needs_dxn(self) else None) if inorm else dx2
         if not self.stem:
             k.linear_backward(dcur, b.x if b.xn is None else b.xn, w["embed.W"],
                               g["embed.W"], g["embed.b"], dxi, nth)

@@ -197,6 +197,57 @@ ATTNX_UNUSED static double attnx_expsub_sum_f64_scalar(double *s, ptrdiff_t n, d
     return sum;
 }
 
+/* The dropout masks' random bits: a SplitMix64 counter stream keyed by one 64-bit
+ * draw (z_i = mix(key + (i + 1) * golden) for i = 0, 1, ...), each z giving two
+ * 32-bit draws, low half first: out[2i] = (uint32) z_i, out[2i + 1] = z_i >> 32.
+ * Integer arithmetic: every SIMD level gives the same bits. first: the index of
+ * out[0]'s z (even offsets only; 0 for a whole fill). */
+static inline uint64_t attnx_splitmix_z(uint64_t key, uint64_t i)
+{
+    uint64_t z = key + (i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+ATTNX_UNUSED static void attnx_splitmix_fill_scalar(uint64_t key, uint64_t first, uint32_t *out,
+                                                    ptrdiff_t n)
+{
+    ptrdiff_t i;
+    for (i = 0; 2 * i + 1 < n; i++) {
+        uint64_t z = attnx_splitmix_z(key, first + (uint64_t)i);
+        out[2 * i] = (uint32_t)z;
+        out[2 * i + 1] = (uint32_t)(z >> 32);
+    }
+    if (n & 1)
+        out[n - 1] = (uint32_t)attnx_splitmix_z(key, first + (uint64_t)(n / 2));
+}
+
+/* SiLU's backward on one row: dh *= sg * (1 + h * (1 - sg)) (sg = sigmoid(h)).
+ * float32: dh * sg in float, the factor and the product with it in double, then
+ * rounded to float (the arithmetic of the MLP's original loop, kept so that
+ * results stay the same bit for bit); the SIMD versions in attnx_simd.h. Not
+ * inlined: the SIMD versions call these for their tails, and inlined into an
+ * AVX2+FMA function the compiler would contract h * (1 - sg) + 1 into an FMA. */
+#if defined(__GNUC__) || defined(__clang__)
+#define ATTNX_NOINLINE __attribute__((noinline))
+#else
+#define ATTNX_NOINLINE
+#endif
+ATTNX_UNUSED ATTNX_NOINLINE static void attnx_silu_bwd_row_f32_scalar(const float *h, const float *sg,
+                                                       float *dh, ptrdiff_t n)
+{
+    for (ptrdiff_t j = 0; j < n; j++)
+        dh[j] = (float)((double)(dh[j] * sg[j]) * (1.0 + (double)h[j] * (1.0 - (double)sg[j])));
+}
+
+ATTNX_UNUSED ATTNX_NOINLINE static void attnx_silu_bwd_row_f64_scalar(const double *h, const double *sg,
+                                                       double *dh, ptrdiff_t n)
+{
+    for (ptrdiff_t j = 0; j < n; j++)
+        dh[j] = dh[j] * sg[j] * (1.0 + h[j] * (1.0 - sg[j]));
+}
+
 /* Any NaN or inf? Tests the exponent bits (all ones) as integers, one pass, no
  * early exit needed. The portable versions; attnx_simd.h adds AVX2 ones (x86-64's
  * baseline SSE2 has no 64-bit integer compare, so the float64 loop here ran one

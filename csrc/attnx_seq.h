@@ -1,4 +1,4 @@
-/* Row kernels of the sequence model's LayerNorm, float and double.
+/* Row kernels of the sequence model's LayerNorm and dropout masks, float and double.
  *
  * The row sums are written as `omp simd` reductions so that they vectorise
  * (several partial sums instead of one serial chain of dependent adds, which
@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(_OPENMP) || defined(ATTNX_OMP_SIMD)
 #define ATTNX_SEQ_PRAGMA(x) _Pragma(#x)
@@ -71,6 +72,22 @@ static inline void NAME(const T *dy, const T *x, const T *g, T mu, T rs, T *dx, 
     }                                                                            \
 }
 
+/* Dropout multipliers: out[i] = keep where the 32-bit draw bits[i] >= cut, else 0.
+ * The unsigned comparison is made a signed one (both sides offset by 2^31), which
+ * baseline SSE2 vectorises. */
+#define ATTNX_SEQ_MASK_FILL(T, NAME)                                             \
+static inline void NAME(const uint32_t *bits, T *out, ptrdiff_t n, T keep,      \
+                        uint32_t cut)                                            \
+{                                                                                \
+    const int32_t c = (int32_t)(cut ^ 0x80000000u);                              \
+    ptrdiff_t i;                                                                 \
+    ATTNX_SEQ_SIMD                                                               \
+    for (i = 0; i < n; i++)                                                      \
+        out[i] = ((int32_t)(bits[i] ^ 0x80000000u) >= c) ? keep : (T)0;          \
+}
+
+ATTNX_SEQ_MASK_FILL(float, attnx_mask_fill_f32)
+ATTNX_SEQ_MASK_FILL(double, attnx_mask_fill_f64)
 ATTNX_SEQ_LN_FWD(float, attnx_ln_fwd_f32, sqrtf)
 ATTNX_SEQ_LN_FWD(double, attnx_ln_fwd_f64, sqrt)
 ATTNX_SEQ_LN_BWD(float, attnx_ln_bwd_f32)

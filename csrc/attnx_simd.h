@@ -395,6 +395,146 @@ ATTNX_AVX512 static void attnx_silu_row_f64_avx512(const double *h, double *s, d
     }
     for (; j < n; j++) { double g = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
 }
+/* SplitMix64 (attnx_splitmix_fill_scalar), 4 or 8 streams at once. AVX2 and
+ * AVX-512F have no 64-bit multiply (AVX-512DQ does): a * b mod 2^64 from 32-bit
+ * products, lo(a) lo(b) + ((hi(a) lo(b) + lo(a) hi(b)) << 32). Each 64-bit lane is
+ * stored little-endian, which is the two 32-bit draws in their order. */
+ATTNX_AVX2 static inline __m256i attnx_mul64x4(__m256i a, __m256i b)
+{
+    __m256i lo = _mm256_mul_epu32(a, b);
+    __m256i mid = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                   _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+    return _mm256_add_epi64(lo, _mm256_slli_epi64(mid, 32));
+}
+
+ATTNX_AVX2 static void attnx_splitmix_fill_avx2(uint64_t key, uint64_t first, uint32_t *out,
+                                                ptrdiff_t n)
+{
+    const uint64_t golden = 0x9E3779B97F4A7C15ULL;
+    const __m256i c1 = _mm256_set1_epi64x((long long)0xBF58476D1CE4E5B9ULL);
+    const __m256i c2 = _mm256_set1_epi64x((long long)0x94D049BB133111EBULL);
+    const __m256i step = _mm256_set1_epi64x((long long)(4 * golden));
+    uint64_t b = key + (first + 1) * golden;
+    __m256i z0 = _mm256_set_epi64x((long long)(b + 3 * golden), (long long)(b + 2 * golden),
+                                   (long long)(b + golden), (long long)b);
+    ptrdiff_t i;
+    for (i = 0; 2 * i + 8 <= n; i += 4) {
+        __m256i z = z0;
+        z = attnx_mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1);
+        z = attnx_mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2);
+        z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+        _mm256_storeu_si256((__m256i *)(out + 2 * i), z);
+        z0 = _mm256_add_epi64(z0, step);
+    }
+    attnx_splitmix_fill_scalar(key, first + (uint64_t)i, out + 2 * i, n - 2 * i);
+}
+
+ATTNX_AVX512 static inline __m512i attnx_mul64x8(__m512i a, __m512i b)
+{
+    __m512i lo = _mm512_mul_epu32(a, b);
+    __m512i mid = _mm512_add_epi64(_mm512_mul_epu32(_mm512_srli_epi64(a, 32), b),
+                                   _mm512_mul_epu32(a, _mm512_srli_epi64(b, 32)));
+    return _mm512_add_epi64(lo, _mm512_slli_epi64(mid, 32));
+}
+
+ATTNX_AVX512 static void attnx_splitmix_fill_avx512(uint64_t key, uint64_t first,
+                                                    uint32_t *out, ptrdiff_t n)
+{
+    const uint64_t golden = 0x9E3779B97F4A7C15ULL;
+    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL);
+    const __m512i c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBULL);
+    const __m512i step = _mm512_set1_epi64((long long)(8 * golden));
+    uint64_t b = key + (first + 1) * golden;
+    __m512i z0 = _mm512_add_epi64(
+        _mm512_set1_epi64((long long)b),
+        _mm512_set_epi64((long long)(7 * golden), (long long)(6 * golden),
+                         (long long)(5 * golden), (long long)(4 * golden),
+                         (long long)(3 * golden), (long long)(2 * golden),
+                         (long long)golden, 0));
+    ptrdiff_t i;
+    for (i = 0; 2 * i + 16 <= n; i += 8) {
+        __m512i z = z0;
+        z = attnx_mul64x8(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), c1);
+        z = attnx_mul64x8(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), c2);
+        z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+        _mm512_storeu_si512((void *)(out + 2 * i), z);
+        z0 = _mm512_add_epi64(z0, step);
+    }
+    attnx_splitmix_fill_scalar(key, first + (uint64_t)i, out + 2 * i, n - 2 * i);
+}
+
+/* SiLU's backward, dh *= sg * (1 + h * (1 - sg)) with sg = sigmoid(h), in the
+ * portable code's arithmetic (attnx_silu_bwd_row_*): for float32 the product
+ * dh * sg in float, the factor in double, the result rounded to float. Each
+ * operation is a separate multiply or add: ATTNX_KEEP stops the compiler from
+ * contracting h * (1 - sg) + 1 into an FMA, so every level gives the same bits. */
+#define ATTNX_KEEP(v) __asm__("" : "+x"(v))
+
+ATTNX_AVX2 static void attnx_silu_bwd_row_f32_avx2(const float *h, const float *sg, float *dh,
+                                                   ptrdiff_t n)
+{
+    ptrdiff_t j;
+    const __m256d one = _mm256_set1_pd(1.0);
+    for (j = 0; j + 4 <= n; j += 4) {
+        __m128 g = _mm_loadu_ps(sg + j);
+        __m128 dg = _mm_mul_ps(_mm_loadu_ps(dh + j), g);
+        __m256d u = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(h + j)),
+                                  _mm256_sub_pd(one, _mm256_cvtps_pd(g)));
+        ATTNX_KEEP(u);
+        __m256d w = _mm256_mul_pd(_mm256_cvtps_pd(dg), _mm256_add_pd(one, u));
+        _mm_storeu_ps(dh + j, _mm256_cvtpd_ps(w));
+    }
+    attnx_silu_bwd_row_f32_scalar(h + j, sg + j, dh + j, n - j);
+}
+
+ATTNX_AVX512 static void attnx_silu_bwd_row_f32_avx512(const float *h, const float *sg,
+                                                       float *dh, ptrdiff_t n)
+{
+    ptrdiff_t j;
+    const __m512d one = _mm512_set1_pd(1.0);
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m256 g = _mm256_loadu_ps(sg + j);
+        __m256 dg = _mm256_mul_ps(_mm256_loadu_ps(dh + j), g);
+        __m512d u = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(h + j)),
+                                  _mm512_sub_pd(one, _mm512_cvtps_pd(g)));
+        ATTNX_KEEP(u);
+        __m512d w = _mm512_mul_pd(_mm512_cvtps_pd(dg), _mm512_add_pd(one, u));
+        _mm256_storeu_ps(dh + j, _mm512_cvtpd_ps(w));
+    }
+    attnx_silu_bwd_row_f32_scalar(h + j, sg + j, dh + j, n - j);
+}
+
+ATTNX_AVX2 static void attnx_silu_bwd_row_f64_avx2(const double *h, const double *sg,
+                                                   double *dh, ptrdiff_t n)
+{
+    ptrdiff_t j;
+    const __m256d one = _mm256_set1_pd(1.0);
+    for (j = 0; j + 4 <= n; j += 4) {
+        __m256d g = _mm256_loadu_pd(sg + j);
+        __m256d dg = _mm256_mul_pd(_mm256_loadu_pd(dh + j), g);
+        __m256d u = _mm256_mul_pd(_mm256_loadu_pd(h + j), _mm256_sub_pd(one, g));
+        ATTNX_KEEP(u);
+        _mm256_storeu_pd(dh + j, _mm256_mul_pd(dg, _mm256_add_pd(one, u)));
+    }
+    attnx_silu_bwd_row_f64_scalar(h + j, sg + j, dh + j, n - j);
+}
+
+ATTNX_AVX512 static void attnx_silu_bwd_row_f64_avx512(const double *h, const double *sg,
+                                                       double *dh, ptrdiff_t n)
+{
+    ptrdiff_t j;
+    const __m512d one = _mm512_set1_pd(1.0);
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m512d g = _mm512_loadu_pd(sg + j);
+        __m512d dg = _mm512_mul_pd(_mm512_loadu_pd(dh + j), g);
+        __m512d u = _mm512_mul_pd(_mm512_loadu_pd(h + j), _mm512_sub_pd(one, g));
+        ATTNX_KEEP(u);
+        _mm512_storeu_pd(dh + j, _mm512_mul_pd(dg, _mm512_add_pd(one, u)));
+    }
+    attnx_silu_bwd_row_f64_scalar(h + j, sg + j, dh + j, n - j);
+}
+#undef ATTNX_KEEP
+
 /* ---- input checks and the MSE loss (memory-bound passes: AVX2 at levels 1 and 2) */
 
 /* any element whose exponent bits are all ones (inf or NaN), 32 bytes at a time;
@@ -629,6 +769,41 @@ ATTNX_UNUSED static void attnx_silu_row_f64(const double *h, double *s, double *
 #endif
     (void)level;
     for (ptrdiff_t j = 0; j < n; j++) { double g = 1.0 / (1.0 + exp(-h[j])); s[j] = h[j] * g; if (sg != NULL) sg[j] = g; }
+}
+
+ATTNX_UNUSED static void attnx_splitmix_fill(uint64_t key, uint32_t *out, ptrdiff_t n)
+{
+    int level = attnx_level();
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (level == 2) { attnx_splitmix_fill_avx512(key, 0, out, n); return; }
+    if (level == 1) { attnx_splitmix_fill_avx2(key, 0, out, n); return; }
+#endif
+    (void)level;
+    attnx_splitmix_fill_scalar(key, 0, out, n);
+}
+
+ATTNX_UNUSED static void attnx_silu_bwd_row_f32(const float *h, const float *sg, float *dh,
+                                               ptrdiff_t n)
+{
+    int level = attnx_level();
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (level == 2) { attnx_silu_bwd_row_f32_avx512(h, sg, dh, n); return; }
+    if (level == 1) { attnx_silu_bwd_row_f32_avx2(h, sg, dh, n); return; }
+#endif
+    (void)level;
+    attnx_silu_bwd_row_f32_scalar(h, sg, dh, n);
+}
+
+ATTNX_UNUSED static void attnx_silu_bwd_row_f64(const double *h, const double *sg, double *dh,
+                                               ptrdiff_t n)
+{
+    int level = attnx_level();
+#ifdef ATTNX_HAVE_AVX2_PATH
+    if (level == 2) { attnx_silu_bwd_row_f64_avx512(h, sg, dh, n); return; }
+    if (level == 1) { attnx_silu_bwd_row_f64_avx2(h, sg, dh, n); return; }
+#endif
+    (void)level;
+    attnx_silu_bwd_row_f64_scalar(h, sg, dh, n);
 }
 
 #define ATTNX_DISPATCH_AVX2(RET, NAME, PARAMS, ARGS)                                  \

@@ -1,7 +1,9 @@
-"""attnx._blocks / attnx._sequence_blocks: a SequenceModel's blocks as one compiled call
-each way give the per-layer path's values bit for bit (outputs, dL/dX, every gradient,
-attention weights) on every attention path, norm, dropout, mask, stem, class token,
-dtype and thread count; the stack is built once per buffers and checks its input."""
+"""attnx._blocks / attnx._model_pass / attnx._sequence_blocks: a SequenceModel's blocks,
+and where it applies the whole model, as one compiled call each way give the
+per-layer path's values bit for bit (outputs, dL/dX, every gradient, attention
+weights) on every attention path, norm, dropout, mask, stem, class token, pooling,
+positions, instance norm, dtype and thread count; the stack is built once per
+buffers and checks its input."""
 import itertools
 
 import numpy as np
@@ -10,6 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from attnx import SequenceModel, _sequence_blocks
 from attnx._blocks import BlockStack
+from attnx._model_pass import ModelPass
 
 CASES = list(itertools.product([None, "pre"], [0.0, 0.3], [False, True],
                                [np.float32, np.float64]))
@@ -95,6 +98,69 @@ def test_compiled_blocks_every_model_layout(kw, threads, rng, monkeypatch):
         want = _run(b, x, kpm, g, False, monkeypatch)
     for u, v in zip(got[:3], want[:3]):
         np.testing.assert_array_equal(u, v)
+
+
+WHOLE = [dict(pooling="last", positional="learned"),
+         dict(pooling=None, positional="learned", norm="pre", dropout=0.2),
+         dict(pooling=None, positional="none", norm="pre"),
+         dict(pooling="mean", norm="pre", instance_norm="revin", n_outputs=3),
+         dict(pooling=None, norm="pre", instance_norm="revin", n_outputs=3, dropout=0.1),
+         dict(pooling="mean", norm="pre", instance_norm="input")]
+
+
+@pytest.mark.parametrize("kw", WHOLE, ids=["last-learned-post", "none-learned-drop",
+                                           "none-nopos", "revin-mean", "revin-none",
+                                           "input-norm"])
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("input_grad", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_whole_pass_equals_the_per_call_path(kw, mask, input_grad, dtype, rng, monkeypatch):
+    """The embedding, blocks, final norm, pooling and head in one call (ModelPass)
+    against the per-layer path with its per-call ends."""
+    kw = dict(kw)
+    n_out = kw.pop("n_outputs", 4)
+    ms = []
+    for _ in range(2):
+        m = SequenceModel(3, 8, 2, 2, n_out, d_hidden=12, max_len=13, dtype=dtype,
+                          random_state=0, **kw)
+        m.input_grad = input_grad
+        ms.append(m)
+    a, b = ms
+    x = rng.normal(size=(4, 9, 3)).astype(dtype)
+    kpm = _mask(rng, 4, 9) if mask else None
+    g = rng.normal(size=a.output_shape(4, 9)).astype(dtype)
+    for step in range(2):
+        with monkeypatch.context() as mp:
+            y, dx = a.forward(x, kpm).copy(), a.backward(g)
+            ga, inf_a = a.grads.flat.copy(), a.forward(x, kpm, grad=False).copy()
+            mp.setattr(_sequence_blocks, "applies", lambda *args: False)
+            y2, dx2 = b.forward(x, kpm).copy(), b.backward(g)
+            gb, inf_b = b.grads.flat.copy(), b.forward(x, kpm, grad=False).copy()
+        np.testing.assert_array_equal(y, y2)
+        np.testing.assert_array_equal(ga, gb)
+        np.testing.assert_array_equal(inf_a, inf_b)
+        if input_grad:
+            np.testing.assert_array_equal(dx, dx2)
+        else:
+            assert dx is None and dx2 is None
+    built = [c for buf in a._bufs._items.values() for c in buf.stacks.values()]
+    assert built and all(c.whole is not None for c in built)
+
+
+def test_whole_pass_checks_its_arrays(rng):
+    m = SequenceModel(3, 8, 2, 1, 4, pooling="mean", norm="pre", random_state=0)
+    x = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    m.forward(x)
+    whole = next(iter(next(iter(m._bufs._items.values())).stacks.values())).whole
+    assert isinstance(whole, ModelPass)
+    with pytest.raises(ValueError, match=r"y must have shape \(2, 4\)"):
+        whole.forward(np.zeros((10, 4), np.float32))
+    with pytest.raises(ValueError, match="y must be float32"):
+        whole.forward(np.zeros((2, 4), np.float64))
+    with pytest.raises(ValueError, match=r"dx must have shape \(10, 3\)"):
+        whole.backward(np.zeros((10, 4), np.float32))
+    with pytest.raises(ValueError, match="y must be C-contiguous"):
+        whole.forward(np.zeros((4, 2), np.float32).T)
 
 
 def test_stack_is_built_once_per_buffers_and_signature(rng):

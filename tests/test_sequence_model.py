@@ -435,6 +435,30 @@ def test_random_bits_from_one_draw_of_the_generator():
         _seq.random_bits(g1, np.zeros(3, np.uint32))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dropout_masks_in_one_call(dtype):
+    """dropout_masks: random_bits, then each mask from its slice of the bits, in order;
+    the same values as the two kernels called one by one."""
+    from attnx import _seq
+    outs = [np.empty(s, dtype) for s in ((7, 5), (3, 4), (0, 4), (9, 1))]
+    want = [np.empty_like(o) for o in outs]
+    bits, ref = np.zeros(60, np.uint32), np.zeros(60, np.uint32)
+    _seq.dropout_masks(np.random.PCG64(3), bits, outs, 0.3)
+    _seq.random_bits(np.random.PCG64(3), ref)
+    np.testing.assert_array_equal(bits, ref)
+    at = 0
+    for w in want:
+        _seq.dropout_mask(ref[at:at + w.size], w, 0.3)
+        at += w.size
+    for o, w in zip(outs, want):
+        np.testing.assert_array_equal(o, w)
+    assert {float(v) for o in outs for v in o.ravel()} == {0.0, float(dtype(1 / 0.7))}
+    with pytest.raises(ValueError, match="bits must hold >= 56 draws, got 55"):
+        _seq.dropout_masks(np.random.PCG64(3), np.zeros(55, np.uint32), outs, 0.3)
+    with pytest.raises(ValueError, match=r"p must lie in \[0, 1\)"):
+        _seq.dropout_masks(np.random.PCG64(3), bits, outs, 1.0)
+
+
 def test_dropout_mask_kernel(rng):
     from attnx import _seq
     bits = rng.integers(0, 2**32, size=50_007, dtype=np.uint32)

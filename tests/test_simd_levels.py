@@ -106,6 +106,24 @@ for dt in (np.float32, np.float64):
         _ppv.ppv(x, lengths, miss, dil, comb, bias, 9, o)
         out[f"ppv_{np.dtype(dt).name}_{nq}"] = o
 
+# SiLU's backward pass (the MLP's elementwise step) on rows that leave vector tails
+from attnx import _mlp
+for dt in (np.float32, np.float64):
+    h = (rng.normal(size=(5, 37)) * 4).astype(dt)
+    sg = (1 / (1 + np.exp(-h.astype(np.float64)))).astype(dt)
+    ds = rng.normal(size=(5, 37)).astype(dt)
+    dh = np.empty_like(ds)
+    _mlp.silu_backward(ds, h, sg, dh)
+    out[f"silubwd_{np.dtype(dt).name}"] = dh
+    out[f"silubwd_{np.dtype(dt).name}_in"] = np.stack([h, sg, ds])
+
+# the dropout masks' random bits (SplitMix64 stream), lengths that leave tails
+from attnx import _seq
+for n in (1, 2, 17, 1001):
+    bits = np.zeros(n, np.uint32)
+    _seq.random_bits(np.random.PCG64(11), bits)
+    out[f"splitmix_{n}"] = bits
+
 # special values at every lane position and in the ragged tails
 special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.0, 1.0],
                    dtype=np.float64)
@@ -146,7 +164,7 @@ def dispatching_modules():
 """
 # modules whose kernels the workload above certainly runs (all through the one
 # dispatch mechanism of csrc/attnx_simd.h: the fused kernels and AdamW included)
-EXERCISED = ("_ops", "_attention", "_mlp", "_flash", "_optim", "_testing", "_ppv")
+EXERCISED = ("_ops", "_attention", "_mlp", "_flash", "_optim", "_testing", "_ppv", "_seq")
 
 
 @functools.lru_cache(maxsize=None)
@@ -198,7 +216,7 @@ def test_levels_agree_with_portable(level, levels):
     assert set(ref) == set(got)
     checked = 0
     for key, r in ref.items():
-        if key.startswith(("exp_", "overflow_", "ppv_")):
+        if key.startswith(("exp_", "overflow_", "ppv_", "silubwd_", "splitmix_")):
             continue
         g = got[key]
         assert np.isfinite(r).all() and np.isfinite(g).all(), key
@@ -220,6 +238,43 @@ def test_ppv_counts_identical_across_levels(level, levels):
     for key in keys:
         assert np.any(ref[key] > 0) and np.any(ref[key] < 1), key   # not all 0 or 1
         np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_random_bits_identical_across_levels(level, levels):
+    """The dropout bits are the SplitMix64 stream of their key at every level: z_i =
+    mix(key + (i + 1) * golden), two 32-bit draws per z, low half first."""
+    _, got = levels(level)
+    key = np.uint64(np.random.PCG64(11).random_raw())
+    for n in (1, 2, 17, 1001):
+        i = np.arange((n + 1) // 2, dtype=np.uint64)
+        z = key + (i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+        want = np.empty(2 * len(z), np.uint32)
+        want[0::2] = (z & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        want[1::2] = (z >> np.uint64(32)).astype(np.uint32)
+        np.testing.assert_array_equal(got[f"splitmix_{n}"], want[:n], err_msg=str(n))
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_silu_backward_identical_across_levels(level, levels):
+    """SiLU's backward gives the bits of its defining arithmetic at every level:
+    float32 dh = float(double(ds * sg) * (1 + double(h) * (1 - double(sg)))) with
+    separate roundings (no FMA), float64 ds * sg * (1 + h * (1 - sg))."""
+    _, got = levels(level)
+    for dt in (np.float32, np.float64):
+        key = f"silubwd_{np.dtype(dt).name}"
+        h, sg, ds = got[key + "_in"]
+        if dt is np.float32:
+            f64 = np.float64
+            want = ((ds * sg).astype(f64) * (1.0 + h.astype(f64) * (1.0 - sg.astype(f64)))
+                    ).astype(np.float32)
+        else:
+            want = ds * sg * (1.0 + h * (1.0 - sg))
+        assert got[key].dtype == dt
+        np.testing.assert_array_equal(got[key], want, err_msg=key)
 
 
 @pytest.mark.parametrize("level", [1, 2])
