@@ -137,7 +137,7 @@ def forward(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int,
     assert b.xn is not None and b.rst is not None
     c = channels(m)
     KERNEL.forward(b.x.reshape(nb, -1, c), step_mask(m, b, km, nb), pair(m),
-                   b.xn.reshape(nb, -1, c), b.rst, nth)
+                   b.xn.reshape(nb, -1, c), b.rst, nth, check=False)
     return b.xn
 
 
@@ -145,7 +145,8 @@ def denorm(m: SequenceModel, b: _Buffers, nb: int, y2: FloatArray, nth: int) -> 
     """y2 (the head's rows) = the de-normalised b.yn."""
     assert b.yn is not None and b.rst is not None
     c = channels(m)
-    KERNEL.denorm(b.yn.reshape(nb, -1, c), pair(m), b.rst, y2.reshape(nb, -1, c), nth)
+    KERNEL.denorm(b.yn.reshape(nb, -1, c), pair(m), b.rst, y2.reshape(nb, -1, c), nth,
+                  check=False)
 
 
 def denorm_backward(m: SequenceModel, b: _Buffers, nb: int, nth: int) -> FloatArray:
@@ -156,7 +157,7 @@ def denorm_backward(m: SequenceModel, b: _Buffers, nb: int, nth: int) -> FloatAr
     c = channels(m)
     KERNEL.denorm_backward(b.dy.reshape(nb, -1, c), b.yn.reshape(nb, -1, c), pair(m),
                            b.rst, b.rdy.reshape(nb, -1, c), pair(m, grads=True), b.rdst,
-                           accumulate=False, nthreads=nth)
+                           accumulate=False, nthreads=nth, check=False)
     return b.rdy
 
 
@@ -179,4 +180,5 @@ def backward(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, nth: i
     revin = m.instance_norm == "revin"
     KERNEL.backward(b.dxn.reshape(nb, -1, c), b.x.reshape(nb, -1, c),
                     km if km is None or m.instance_steps == 1 else b.rmask, pair(m), b.rst, b.rdst if revin else None,
-                    dx.reshape(nb, -1, c), pair(m, grads=True), accumulate=revin, nthreads=nth)
+                    dx.reshape(nb, -1, c), pair(m, grads=True), accumulate=revin, nthreads=nth,
+                    check=False)

@@ -186,10 +186,18 @@ cdef class RevIN:
     def __repr__(self):
         return f"RevIN(eps={self.eps!r}, eps2={self.eps2!r})"
 
-    def forward(self, x, km, affine, xn, stats, nthreads=1):
+    def forward(self, x, km, affine, xn, stats, nthreads=1, bint check=True):
         """xn (B, T, C) and stats (2, B, C) from x (B, T, C), km (B, T) uint8 or None.
-        A series with no valid step gets mean 0 and std sqrt(eps)."""
+        A series with no valid step gets mean 0 and std sqrt(eps).
+        check=False skips the argument checks (SequenceModel's own buffers, checked
+        when they were made); the typed arguments still refuse wrong dtypes."""
         cdef str what = "RevIN"
+        if not check:
+            if x.dtype == np.float32:
+                _rv_fwd[float](x, km, affine, xn, stats, self.eps, nthreads)
+            else:
+                _rv_fwd[double](x, km, affine, xn, stats, self.eps, nthreads)
+            return
         dt, (nb, t, c) = _batch(what, "x", x, nthreads)
         _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
         _check(what, "affine", affine, dt, (2, c), optional=True)
@@ -203,12 +211,20 @@ cdef class RevIN:
             _rv_fwd[double](x, km, affine, xn, stats, self.eps, nthreads)
 
     def backward(self, dxn, x, km, affine, stats, dstats, dx, daffine, accumulate=False,
-                 nthreads=1):
+                 nthreads=1, bint check=True):
         """dx (B, T, C) from dxn, through xhat and through the mean and std, with dstats
         (2, B, C) the gradients reaching mean and std from denorm_backward (None when
         the outputs are not de-normalised); daffine (2, C) gets dgamma, dbeta (added
-        when accumulate). dx is zero on padded steps."""
+        when accumulate). dx is zero on padded steps. check: as forward's."""
         cdef str what = "RevIN backward"
+        if not check:
+            if x.dtype == np.float32:
+                _rv_bwd[float](dxn, x, km, affine, stats, dstats, dx, daffine, accumulate,
+                               nthreads)
+            else:
+                _rv_bwd[double](dxn, x, km, affine, stats, dstats, dx, daffine, accumulate,
+                                nthreads)
+            return
         dt, (nb, t, c) = _batch(what, "x", x, nthreads)
         _check(what, "dxn", dxn, dt, (nb, t, c))
         _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
@@ -229,9 +245,16 @@ cdef class RevIN:
             _rv_bwd[double](dxn, x, km, affine, stats, dstats, dx, daffine, accumulate,
                                 nthreads)
 
-    def denorm(self, yn, affine, stats, y, nthreads=1):
-        """y (B, H, C) = (yn - beta) / (gamma + eps2) * std + mean, stats from forward."""
+    def denorm(self, yn, affine, stats, y, nthreads=1, bint check=True):
+        """y (B, H, C) = (yn - beta) / (gamma + eps2) * std + mean, stats from forward.
+        check: as forward's."""
         cdef str what = "RevIN denorm"
+        if not check:
+            if yn.dtype == np.float32:
+                _rv_den[float](yn, affine, stats, y, self.eps2, nthreads)
+            else:
+                _rv_den[double](yn, affine, stats, y, self.eps2, nthreads)
+            return
         dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
         _check(what, "affine", affine, dt, (2, c), optional=True)
         _check(what, "stats", stats, dt, (2, nb, c))
@@ -243,11 +266,19 @@ cdef class RevIN:
             _rv_den[double](yn, affine, stats, y, self.eps2, nthreads)
 
     def denorm_backward(self, dy, yn, affine, stats, dyn, daffine, dstats, accumulate=False,
-                        nthreads=1):
+                        nthreads=1, bint check=True):
         """dyn (B, H, C) = dy * std / (gamma + eps2); dstats (2, B, C) = the gradients
         reaching the mean (sum of dy over H) and the std, for backward; daffine gets
-        dgamma, dbeta (added when accumulate)."""
+        dgamma, dbeta (added when accumulate). check: as forward's."""
         cdef str what = "RevIN denorm backward"
+        if not check:
+            if yn.dtype == np.float32:
+                _rv_den_bwd[float](dy, yn, affine, stats, dyn, daffine, dstats, self.eps2,
+                                   accumulate, nthreads)
+            else:
+                _rv_den_bwd[double](dy, yn, affine, stats, dyn, daffine, dstats, self.eps2,
+                                    accumulate, nthreads)
+            return
         dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
         _check(what, "dy", dy, dt, (nb, h, c))
         _check(what, "affine", affine, dt, (2, c), optional=True)
