@@ -108,7 +108,7 @@ cdef void heads_forward(const floating *q, const floating *k, const floating *v,
     cdef const uint8_t *km
     if <double> nb * n_heads * blk * d_head < 1.0e5:
         nthreads = 1  # too little work to pay for waking threads
-    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
+    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         b = bh // n_heads
         h = bh % n_heads
         tid = threadid()
@@ -157,7 +157,7 @@ cdef void heads_backward(const floating *q, const floating *k, const floating *v
     cdef floating *dvh
     if <double> nb * n_heads * blk * d_head < 1.0e5:
         nthreads = 1
-    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads):
+    for bh in prange(nb * n_heads, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         b = bh // n_heads
         h = bh % n_heads
         tid = threadid()
@@ -272,7 +272,7 @@ cdef void heads_forward_blocked(const floating *q, const floating *k, const floa
     cdef const floating *vh
     cdef floating *zh
     cdef const uint8_t *km
-    for bh in prange(nb * n_heads, schedule="dynamic", num_threads=nthreads):
+    for bh in prange(nb * n_heads, schedule="dynamic", num_threads=nthreads, use_threads_if=nthreads > 1):
         b = bh // n_heads
         h = bh % n_heads
         sblk = scratch + threadid() * per_thread
@@ -361,7 +361,7 @@ cdef void heads_backward_blocked(const floating *q, const floating *k, const flo
     cdef floating *dkh
     cdef floating *dvh
     cdef const uint8_t *km
-    for bh in prange(nb * n_heads, schedule="dynamic", num_threads=nthreads):
+    for bh in prange(nb * n_heads, schedule="dynamic", num_threads=nthreads, use_threads_if=nthreads > 1):
         b = bh // n_heads
         h = bh % n_heads
         pblk = scratch + threadid() * per_thread

@@ -63,7 +63,7 @@ cdef void _unfold(const Geom *g, const floating[:, :, ::1] x, const uint8_t[:, :
                   floating[:, :, ::1] u, int nth) noexcept:
     cdef Py_ssize_t b, n, l, j, src, tb, c = g.c
     with nogil:
-        for b in prange(g.nb, schedule="static", num_threads=nth):
+        for b in prange(g.nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             tb = _valid_len(km, b, g.t)
             for n in range(g.n):
                 for l in range(g.l):
@@ -80,7 +80,7 @@ cdef void _fold(const Geom *g, const floating[:, :, ::1] du, const uint8_t[:, ::
                 floating[:, :, ::1] dx, int nth) noexcept:
     cdef Py_ssize_t b, n, l, j, src, tb, tt, c = g.c
     with nogil:
-        for b in prange(g.nb, schedule="static", num_threads=nth):
+        for b in prange(g.nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             tb = _valid_len(km, b, g.t)
             for tt in range(g.t):
                 for j in range(c):
@@ -234,7 +234,7 @@ cdef void _maxpool(const floating[:, :, ::1] h, const uint8_t[:, ::1] km,
     cdef Py_ssize_t nb = h.shape[0], t = h.shape[1], d = h.shape[2], b, tt, j
     cdef bint first
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth):
+        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             first = True
             for tt in range(t):
                 if km is not None and km[b, tt]:
@@ -259,7 +259,7 @@ cdef void _maxpool_bwd(const floating[:, ::1] dpooled, const int64_t[:, ::1] idx
                        floating[:, :, ::1] dh, int nth) noexcept:
     cdef Py_ssize_t nb = dh.shape[0], t = dh.shape[1], d = dh.shape[2], b, tt, j
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth):
+        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             for tt in range(t):
                 for j in range(d):
                     dh[b, tt, j] = 0
@@ -306,7 +306,7 @@ cdef void _cls(const floating[:, :, ::1] h, const floating[::1] cls, floating[:,
                int nth) noexcept:
     cdef Py_ssize_t nb = h.shape[0], t = h.shape[1], d = h.shape[2], b, tt, j
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth):
+        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             for j in range(d):
                 out[b, 0, j] = cls[j]
             for tt in range(t):
@@ -318,7 +318,7 @@ cdef void _cls_bwd(const floating[:, :, ::1] dout, floating[:, :, ::1] dh, float
                    bint acc, int nth) noexcept:
     cdef Py_ssize_t nb = dh.shape[0], t = dh.shape[1], d = dh.shape[2], b, tt, j
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth):
+        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             for tt in range(t):
                 for j in range(d):
                     dh[b, tt, j] = dout[b, tt + 1, j]
@@ -375,7 +375,7 @@ def cls_backward(dout, dh, dcls, accumulate=False, nthreads=1):
 cdef void _first(const floating[:, :, ::1] h, floating[:, ::1] pooled, int nth) noexcept:
     cdef Py_ssize_t nb = pooled.shape[0], d = pooled.shape[1], b, j
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth):
+        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             for j in range(d):
                 pooled[b, j] = h[b, 0, j]
 
@@ -384,7 +384,7 @@ cdef void _first_bwd(const floating[:, ::1] dpooled, floating[:, :, ::1] dh,
                      int nth) noexcept:
     cdef Py_ssize_t nb = dh.shape[0], t1 = dh.shape[1], d = dh.shape[2], b, tt, j
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth):
+        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             for j in range(d):
                 dh[b, 0, j] = dpooled[b, j]
             for tt in range(1, t1):

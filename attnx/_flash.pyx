@@ -96,7 +96,7 @@ cdef void heads_forward(const floating *q, const floating *k, const floating *v,
     nchunk = want if want < nblk else nblk
     rows = (nblk + nchunk - 1) // nchunk * ATTNX_FL_BQ
     nchunk = (tq + rows - 1) // rows
-    for it in prange(nb * n_heads * nchunk, schedule="dynamic", num_threads=nthreads):
+    for it in prange(nb * n_heads * nchunk, schedule="dynamic", num_threads=nthreads, use_threads_if=nthreads > 1):
         bh = it // nchunk
         i0 = (it % nchunk) * rows
         b = bh // n_heads
@@ -146,7 +146,7 @@ cdef void heads_backward(const floating *q, const floating *k, const floating *v
     nthreads = backward_threads(nbh, tq, tk, d_head, nthreads)
     nsplit = key_splits(nbh, tk, nthreads)
     per = ((tk + ATTNX_FL_BK - 1) // ATTNX_FL_BK + nsplit - 1) // nsplit * ATTNX_FL_BK
-    for it in prange(nbh * nsplit, schedule="dynamic", num_threads=nthreads):
+    for it in prange(nbh * nsplit, schedule="dynamic", num_threads=nthreads, use_threads_if=nthreads > 1):
         bh = it // nsplit
         c = it % nsplit
         b = bh // n_heads
@@ -176,7 +176,7 @@ cdef void heads_backward(const floating *q, const floating *k, const floating *v
                 dk + b * tk * ldkv + h * d_head, dv + b * tk * ldkv + h * d_head,
                 tq, tk, <int> ka, <int> kb, d_head, scale, causal, km, ws)
     if nsplit > 1:
-        for row in prange(nbh * tq, schedule="static", num_threads=nthreads):
+        for row in prange(nbh * tq, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
             bh = row // tq
             r = row % tq
             b = bh // n_heads

@@ -69,7 +69,7 @@ cdef void mlp_fwd(const floating *z, floating *out, const Mlp *m) noexcept nogil
         fill_rows(h, b1, rows, dh, dh)
     pgemm(NT, NT, rows, dh, d, <floating> 1, z, d, <const floating *> m.w1, dh,
           <floating> (1 if b1 != NULL else 0), h, dh, nth)
-    for i in prange(rows, schedule="static", num_threads=nth):
+    for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
         silu_row(h + i * dh, s + i * dh, sg + i * dh if sg != NULL else NULL, dh)
         for j in range(d):
             out[i * d + j] = z[i * d + j] + (b2[j] if b2 != NULL else 0)
@@ -90,7 +90,7 @@ cdef void mlp_bwd(const floating *dout, const floating *z, floating *dz,
         colsum(dout, rows, d, d, <floating *> m.db2)
     pgemm(NT, TR, rows, dh, d, <floating> 1, dout, d, <const floating *> m.w2, d,
           <floating> 0, dhb, dh, nth)
-    for i in prange(rows, schedule="static", num_threads=nth):
+    for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
         silu_bwd_row(h + i * dh, sg + i * dh, dhb + i * dh, dh)
         for j in range(d):
             dz[i * d + j] = dout[i * d + j]
@@ -187,7 +187,7 @@ def silu_forward(const floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] 
         return
     cdef int nth = nthreads if rows * n >= 16384 else 1
     with nogil:
-        for i in prange(rows, schedule="static", num_threads=nth):
+        for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             silu_row(&h[i, 0], &s[i, 0], &sg[i, 0] if sg is not None else NULL, n)
 
 
@@ -206,7 +206,7 @@ def silu_backward(const floating[:, ::1] ds, const floating[:, ::1] h,
     if rows == 0 or n == 0:
         return
     with nogil:
-        for i in prange(rows, schedule="static", num_threads=nth):
+        for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             if &dh[i, 0] != &ds[i, 0]:
                 for j in range(n):
                     dh[i, j] = ds[i, j]

@@ -52,14 +52,14 @@ cdef void pgemm(int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, floati
         gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
         return
     if m >= n:
-        for t in prange(nthreads, num_threads=nthreads, schedule="static"):
+        for t in prange(nthreads, num_threads=nthreads, schedule="static", use_threads_if=nthreads > 1):
             lo = (m * t) // nthreads
             hi = (m * (t + 1)) // nthreads
             # rows lo:hi of op(A): rows of A, or columns of A when transposed
             gemm(ta, tb, hi - lo, n, k, alpha, a + (lo if ta else lo * lda), lda,
                  b, ldb, beta, c + lo * ldc, ldc)
     else:
-        for t in prange(nthreads, num_threads=nthreads, schedule="static"):
+        for t in prange(nthreads, num_threads=nthreads, schedule="static", use_threads_if=nthreads > 1):
             lo = (n * t) // nthreads
             hi = (n * (t + 1)) // nthreads
             gemm(ta, tb, m, hi - lo, k, alpha, a, lda,

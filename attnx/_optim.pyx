@@ -186,7 +186,7 @@ def adamw_step(floating[::1] p, const floating[::1] g, floating[::1] m, floating
     if nthreads > nslab:
         nthreads = <int> nslab
     with nogil:
-        for t in prange(nthreads, schedule="static", num_threads=nthreads):
+        for t in prange(nthreads, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
             lo = n * t // nthreads
             hi = n * (t + 1) // nthreads
             _update(&p[lo], &g[lo], &m[lo], &v[lo], hi - lo, decay, lr, beta1, beta2, eps,

@@ -123,7 +123,7 @@ cdef void _ppv(const floating[:, :, ::1] x, const int32_t[::1] lengths,
     cdef Py_ssize_t b
     cdef int tid
     with nogil:
-        for b in prange(x.shape[0], schedule="dynamic", num_threads=nth):
+        for b in prange(x.shape[0], schedule="dynamic", num_threads=nth, use_threads_if=nth > 1):
             tid = threadid()
             _ppv_series(x, b, lengths[b], miss, dil, comb, bias, p, out, &scratch[tid, 0],
                         &counts[tid, 0], pad)

@@ -37,7 +37,7 @@ cdef void _rv_fwd(const floating[:, :, ::1] x, const uint8_t[:, ::1] km,
     cdef Py_ssize_t nb = x.shape[0], t = x.shape[1], c = x.shape[2], p, b, j, tt, cnt
     cdef double s, mu, sd, g, be
     with nogil:
-        for p in prange(nb * c, schedule="static", num_threads=nth):
+        for p in prange(nb * c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             b = p // c
             j = p % c
             s = 0
@@ -75,7 +75,7 @@ cdef void _rv_bwd(const floating[:, :, ::1] dxn, const floating[:, :, ::1] x,
     with nogil:
         # one channel per iteration, the batch inside in order: gamma's and beta's sums
         # over the batch then need no scratch and do not depend on the thread count
-        for j in prange(c, schedule="static", num_threads=nth):
+        for j in prange(c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             g = aff[0, j] if aff is not None else 1.0
             dg = 0
             dbe = 0
@@ -115,7 +115,7 @@ cdef void _rv_den(const floating[:, :, ::1] yn, const floating[:, ::1] aff,
     cdef Py_ssize_t nb = yn.shape[0], h = yn.shape[1], c = yn.shape[2], b, j, tt
     cdef double scale, shift
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth):
+        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             for j in range(c):
                 # y = (yn - beta) / (gamma + eps2) * std + mean = yn * scale + shift
                 scale = st[1, b, j]
@@ -134,7 +134,7 @@ cdef void _rv_den_bwd(const floating[:, :, ::1] dy, const floating[:, :, ::1] yn
     cdef Py_ssize_t nb = yn.shape[0], h = yn.shape[1], c = yn.shape[2], b, j, tt
     cdef double g, be, ge, sd, z, sdy, sdz, dg, dbe
     with nogil:
-        for j in prange(c, schedule="static", num_threads=nth):
+        for j in prange(c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
             g = aff[0, j] if aff is not None else 1.0
             be = aff[1, j] if aff is not None else 0.0
             ge = g + eps2 if aff is not None else 1.0

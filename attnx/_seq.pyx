@@ -76,7 +76,7 @@ cdef void linear_fwd(const floating *x, const floating *w, const floating *b, fl
     cdef Py_ssize_t r, j, tt
     if rows == 0:
         return
-    for r in prange(rows, schedule="static", num_threads=nthreads):
+    for r in prange(rows, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         if pos != NULL:
             tt = r % t
             for j in range(n):
@@ -147,7 +147,7 @@ def add_positions(floating[:, ::1] h, const floating[:, ::1] table, Py_ssize_t t
         raise ValueError(f"positions: table must be (>= {t}, {d}), got "
                          f"({table.shape[0]}, {table.shape[1]})")
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=nthreads):
+        for r in prange(rows, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
             tt = r % t
             for j in range(d):
                 h[r, j] += table[tt, j]
@@ -157,7 +157,7 @@ cdef void positions_bwd(const floating *dh, floating *dp, Py_ssize_t rows, Py_ss
                         Py_ssize_t t, Py_ssize_t tp, int nthreads) noexcept nogil:
     """dp[tt] (tp rows) = sum over the batch of dh[b*t + tt] for tt < t, else 0."""
     cdef Py_ssize_t nb = rows // t, tt, b, j
-    for tt in prange(tp, schedule="static", num_threads=nthreads):
+    for tt in prange(tp, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         for j in range(d):
             dp[tt * d + j] = 0
         if tt < t:
@@ -185,7 +185,7 @@ def positions_backward(const floating[:, ::1] dh, floating[:, ::1] dp, Py_ssize_
 cdef void norm_forward(const floating *x, floating *y, const Norm *n) noexcept nogil:
     cdef Py_ssize_t rows = n.rows, d = n.d, r
     cdef floating *st = <floating *> n.st
-    for r in prange(rows, schedule="static", num_threads=n.nthreads):
+    for r in prange(rows, schedule="static", num_threads=n.nthreads, use_threads_if=n.nthreads > 1):
         if floating is float:
             attnx_ln_fwd_f32(x + r * d, <const float *> n.g, <const float *> n.b, y + r * d, d,
                              <float> n.eps, st + r, st + rows + r)
@@ -203,7 +203,7 @@ cdef void norm_backward(const floating *dy, const floating *x, floating *dx,
     cdef floating *dg = <floating *> n.dg
     cdef floating *db = <floating *> n.db
     cdef const floating *ap
-    for c in prange(nth, schedule="static", num_threads=nth):
+    for c in prange(nth, schedule="static", num_threads=nth, use_threads_if=nth > 1):
         lo = rows * c // nth
         hi = rows * (c + 1) // nth
         for j in range(2 * d):
@@ -293,7 +293,7 @@ cdef void pool_fwd(const floating *h, const uint8_t *km, floating *pooled, Py_ss
     """pooled (nb, d) from h (nb * t, d); km (nb, t) or NULL."""
     cdef Py_ssize_t b, tt, j, cnt
     cdef floating inv
-    for b in prange(nb, schedule="static", num_threads=nthreads):
+    for b in prange(nb, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         for j in range(d):
             pooled[b * d + j] = 0
         if last:
@@ -319,7 +319,7 @@ cdef void pool_bwd(const floating *dpooled, const uint8_t *km, floating *dh, Py_
     """dh (nb * t, d) from dpooled (nb, d); zero where the pooling did not read."""
     cdef Py_ssize_t b, tt, j, cnt
     cdef floating inv
-    for b in prange(nb, schedule="static", num_threads=nthreads):
+    for b in prange(nb, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         for tt in range(t):
             for j in range(d):
                 dh[(b * t + tt) * d + j] = 0
@@ -401,7 +401,7 @@ def zero_masked_rows(floating[:, ::1] y, const uint8_t[:, ::1] km, int nthreads=
 cdef void add_sub_rows(floating *out, const floating *a, const floating *b, Py_ssize_t rows,
                        Py_ssize_t k, int nthreads) noexcept nogil:
     cdef Py_ssize_t r, j
-    for r in prange(rows, schedule="static", num_threads=nthreads):
+    for r in prange(rows, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         for j in range(k):
             if a != NULL:
                 out[r * k + j] += a[r * k + j]
@@ -478,7 +478,7 @@ cdef void masked_add_rows(floating *out, const floating *res, const floating *a,
                           Py_ssize_t k, int nthreads) noexcept nogil:
     cdef Py_ssize_t r, j, i
     cdef floating v
-    for r in prange(rows, schedule="static", num_threads=nthreads):
+    for r in prange(rows, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
         for j in range(k):
             i = r * k + j
             v = a[i]
@@ -545,7 +545,7 @@ def dropout_mask(const uint32_t[::1] bits, floating[:, ::1] out, double p, int n
     if rows == 0 or k == 0:
         return
     with nogil:
-        for r in prange(rows, schedule="static", num_threads=nthreads):
+        for r in prange(rows, schedule="static", num_threads=nthreads, use_threads_if=nthreads > 1):
             mask_fill(&bits[r * k], &out[r, 0], k, <floating> keep, cut32)
 
 
