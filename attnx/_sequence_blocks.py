@@ -109,12 +109,10 @@ def _build(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, grad: bo
 def _whole(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
            nth: int, stack: BlockStack) -> ModelPass:
     t, w, g = b.tt, m._w, m._g
-    pos = (m._table(t) if m.positional == "sinusoidal" else
-           w["pos.P"] if m.positional == "learned" else None)
     ends: dict[str, Any] = {
         "nb": nb, "t": t, "n_features": m.n_features, "n_outputs": m.n_outputs, "nth": nth,
         "pooling": m.pooling, "final_norm": b.stf is not None,
-        "x": b.x if b.xn is None else b.xn, "h0": b.hs[0], "pos": pos,
+        "x": b.x if b.xn is None else b.xn, "h0": b.hs[0], "pos": m._positions(t),
         "h_top": b.hs[-1], "hf": b.hf, "km": km, "pooled": b.pooled,
         "st": b.stf, "part": b.part if grad else None, "eps": LN_EPS,
         # revin de-normalises the head's output (b.yn) and runs its gradient first

@@ -286,6 +286,13 @@ class SequenceModel(_AttentionStack):
             self._tables = tables
         return tab
 
+    def _positions(self, n: int) -> FloatArray | None:
+        """The table the embedding adds for n tokens: sinusoidal, learned (pos.P, read
+        up to n rows), or None (no positions, or rotary ones in the attention)."""
+        if self.positional == "sinusoidal":
+            return self._table(n)
+        return self._w["pos.P"] if self.positional == "learned" else None
+
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
         return out_array(name, out, shape, self.dtype)
 
@@ -369,9 +376,7 @@ class SequenceModel(_AttentionStack):
             return
         a = _stem.forward(self, b, x, kms, nb, b.lens, grad, nth) if self.stem else x
         h0 = b.hs[0] if b.emb is None else b.emb
-        pos = (self._table(n) if self.positional == "sinusoidal" else
-               w["pos.P"] if self.positional == "learned" else None)
-        k.linear_forward(a, w["embed.W"], w["embed.b"], h0, nth, pos, n)
+        k.linear_forward(a, w["embed.W"], w["embed.b"], h0, nth, self._positions(n), n)
         if b.emb is not None:   # the class token first
             cls_forward(b.emb.reshape(nb, n, -1), w["cls"], b.hs[0].reshape(nb, t, -1),
                         nthreads=nth)
