@@ -14,3 +14,6 @@ cdef enum:
 cdef void gemm(int ta, int tb, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, floating alpha,
                const floating *a, Py_ssize_t lda, const floating *b, Py_ssize_t ldb,
                floating beta, floating *c, Py_ssize_t ldc) noexcept nogil
+
+# Set the SIMD dispatch level of the small-GEMM tiles (attnx._ops, at import).
+cdef void attach(int level) noexcept nogil

@@ -3,7 +3,7 @@ GEMM, and the one CPU-feature detection of attnx (see _ops.pxd)."""
 cimport numpy as cnp
 from cython.parallel cimport prange
 
-from attnx._blas cimport floating, gemm, NT, TR
+from attnx._blas cimport floating, gemm, NT, TR, attach as blas_attach
 
 cdef extern from "attnx_math.h" nogil:
     int attnx_max_threads()
@@ -33,6 +33,7 @@ def _requested_level():
 # The one CPU examination of the process (CPUID); every other module copies it.
 cdef int _SIMD_LEVEL = attnx_detect_cpu(_requested_level())
 simd_attach()   # this module's own kernels (mse_into, all_finite)
+blas_attach(_SIMD_LEVEL)   # attnx._blas's small-GEMM tiles (below this module)
 
 _LEVEL_NAMES = ("portable", "avx2", "avx512")
 

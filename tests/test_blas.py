@@ -33,3 +33,46 @@ def test_gemm_rejects_small_buffers():
     a = np.zeros((2, 2))
     with pytest.raises(ValueError):
         gemm_into(False, False, a, a, a, 3, 2, 2)
+
+
+# Shapes on both sides of the small-GEMM tiles' edges (csrc/attnx_gemm_small.h):
+# columns around the 8- and 16-wide chunks (masked last vector), rows around the
+# 6- and 4-row tiles, k = 0 (C = beta C) and k odd; n < 8 and large products go to
+# BLAS. At SIMD level 1 the float32 ones run on the tiles, elsewhere on BLAS: the
+# same test holds for both.
+SMALL_SHAPES = [(1, 8, 1), (5, 9, 3), (6, 15, 7), (7, 16, 0), (8, 17, 33), (13, 24, 2),
+                (10, 31, 16), (29, 33, 5), (64, 40, 128), (3, 96, 256), (256, 32, 32)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ta,tb", list(itertools.product([False, True], repeat=2)))
+@pytest.mark.parametrize("m,n,k", SMALL_SHAPES)
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (0.5, 1.0), (1.0, 2.0), (-1.5, 0.0)])
+def test_small_products(dtype, ta, tb, m, n, k, alpha, beta, rng):
+    pad = 3   # leading dimensions larger than the widths; C's extra columns kept
+    a_full = rng.normal(size=((max(k, 1), m + pad) if ta else (m, k + pad))).astype(dtype)
+    b_full = rng.normal(size=((n, k + pad) if tb else (max(k, 1), n + pad))).astype(dtype)
+    c_full = rng.normal(size=(m, n + pad)).astype(dtype)
+    if beta == 0:
+        c_full[:, :n] = np.nan    # beta 0: C is not read (BLAS's rule)
+    c0 = c_full.copy()
+    opa = (a_full[:k, :m].T if ta else a_full[:, :k]).astype(np.float64)
+    opb = (b_full[:, :k].T if tb else b_full[:k, :n]).astype(np.float64)
+    expect = alpha * (opa @ opb)
+    if beta != 0:
+        expect += beta * c0[:, :n]
+    gemm_into(ta, tb, a_full, b_full, c_full, m, n, k, alpha=alpha, beta=beta)
+    tol = 2e-5 * max(1.0, np.sqrt(k)) if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(c_full[:, :n], expect, rtol=tol, atol=tol)
+    np.testing.assert_array_equal(c_full[:, n:], c0[:, n:])
+
+
+def test_small_products_beyond_the_packing_buffer(rng):
+    """op(B) = B^T with k * n past the tiles' stack buffer (8192 elements) is left to
+    BLAS, and a product as large as BLAS's cache blocking wins on too: both still right."""
+    for m, n, k in [(4, 128, 80), (200, 96, 160)]:
+        a = rng.normal(size=(m, k)).astype(np.float32)
+        b = rng.normal(size=(n, k)).astype(np.float32)
+        c = np.empty((m, n), np.float32)
+        gemm_into(False, True, a, b, c, m, n, k)
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b.T, rtol=1e-4, atol=1e-4)

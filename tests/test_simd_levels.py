@@ -40,7 +40,10 @@ def cpu_max_level():
 
 
 # ---------------------------------------------------------------- one level per process
-CHILD = r"""
+# small products of the child: (ta, tb, m, n, k), chunk and row-tile edges of the tiles
+GEMM_SHAPES = ((0, 0, 29, 33, 5), (1, 0, 7, 24, 40), (0, 1, 13, 17, 9), (1, 1, 6, 8, 300))
+
+CHILD = f"GEMM_SHAPES = {GEMM_SHAPES!r}\n" + r"""
 import json, sys
 import numpy as np
 import attnx
@@ -124,6 +127,16 @@ for n in (1, 2, 17, 1001):
     _seq.random_bits(np.random.PCG64(11), bits)
     out[f"splitmix_{n}"] = bits
 
+# small float32 products (csrc/attnx_gemm_small.h's tiles at level 1, BLAS elsewhere)
+from attnx._testing import gemm_into
+for i, (ta, tb, m, n, k) in enumerate(GEMM_SHAPES):
+    a = rng.normal(size=(k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.normal(size=(n, k) if tb else (k, n)).astype(np.float32)
+    c = rng.normal(size=(m, n)).astype(np.float32)
+    out[f"gemm_{i}_a"], out[f"gemm_{i}_b"], out[f"gemm_{i}_c0"] = a, b, c.copy()
+    gemm_into(bool(ta), bool(tb), a, b, c, m, n, k, alpha=0.5, beta=1.0)
+    out[f"gemm_{i}_c"] = c
+
 # special values at every lane position and in the ragged tails
 special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.0, 1.0],
                    dtype=np.float64)
@@ -164,7 +177,8 @@ def dispatching_modules():
 """
 # modules whose kernels the workload above certainly runs (all through the one
 # dispatch mechanism of csrc/attnx_simd.h: the fused kernels and AdamW included)
-EXERCISED = ("_ops", "_attention", "_mlp", "_flash", "_optim", "_testing", "_ppv", "_seq")
+EXERCISED = ("_ops", "_attention", "_mlp", "_flash", "_optim", "_testing", "_ppv", "_seq",
+             "_blas")
 
 
 @functools.lru_cache(maxsize=None)
@@ -216,7 +230,7 @@ def test_levels_agree_with_portable(level, levels):
     assert set(ref) == set(got)
     checked = 0
     for key, r in ref.items():
-        if key.startswith(("exp_", "overflow_", "ppv_", "silubwd_", "splitmix_")):
+        if key.startswith(("exp_", "overflow_", "ppv_", "silubwd_", "splitmix_", "gemm_")):
             continue
         g = got[key]
         assert np.isfinite(r).all() and np.isfinite(g).all(), key
@@ -225,6 +239,20 @@ def test_levels_agree_with_portable(level, levels):
         checked += 1
     # dtypes * (paths * (self, cross, transformer) + AdamW)
     assert checked == 2 * (3 * (3 + 4 + 3) + 1)
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_small_products_at_every_level(level, levels):
+    """C = 0.5 op(A) op(B) + C at every level (the small-GEMM tiles at level 1, BLAS at
+    the others) against float64 matmul: edge columns, edge rows, both transposes."""
+    state, got = levels(level)
+    for i, (ta, tb, m, n, k) in enumerate(GEMM_SHAPES):
+        a, b = got[f"gemm_{i}_a"].astype(np.float64), got[f"gemm_{i}_b"].astype(np.float64)
+        want = 0.5 * ((a.T if ta else a) @ (b.T if tb else b)) + got[f"gemm_{i}_c0"]
+        np.testing.assert_allclose(got[f"gemm_{i}_c"], want, rtol=1e-5, atol=1e-5 * np.sqrt(k),
+                                   err_msg=str((level, ta, tb, m, n, k)))
+    attached, ran = state["modules"]["_blas"]
+    assert attached == min(level, cpu_max_level()) and ran == 1 << attached
 
 
 @pytest.mark.parametrize("level", [1, 2])
@@ -319,7 +347,10 @@ def test_float32_score_overflow_identical_across_levels(level, levels):
         nan = np.isnan(r)
         assert nan.any() and not nan.all(), "the case must overflow some rows only"
         np.testing.assert_array_equal(np.isnan(g), nan, err_msg=path)
-        np.testing.assert_allclose(g[~nan], r[~nan], rtol=1e-5, err_msg=path)
+        # (outputs of ~1e19 that cancel to ~1e13: the products' summation order, BLAS
+        # at level 0 and the small-GEMM tiles at level 1, moves those by 1e-7 of the scale)
+        np.testing.assert_allclose(g[~nan], r[~nan], rtol=1e-5,
+                                   atol=1e-6 * np.abs(r[~nan]).max(), err_msg=path)
     np.testing.assert_array_equal(np.isnan(ref["overflow_dense"]),
                                   np.isnan(ref["overflow_blocked"]))
 
