@@ -28,6 +28,7 @@ Usage (after the in-place build, from anywhere):
   python benchmarks/mca.py --show LOOP      # print one loop's body and llvm-mca report
   python benchmarks/mca.py --markdown       # the table as Markdown (benchmarks/README.md)
   python benchmarks/mca.py --rev 771ae55    # the headers of another commit (before/after)
+  python benchmarks/mca.py --same-as 5d41e0f   # which levels' functions a header change moved
 Needs gcc (setup.py's compiler) and llvm-mca-14 (or LLVM_MCA=path). Times nothing.
 """
 import argparse
@@ -184,6 +185,35 @@ def checkout_csrc(rev, tmp):
     return out
 
 
+def compiled_functions(rev=None):
+    """{name: assembly with local labels blanked} of the fl_* functions, compiled from
+    the checkout's csrc headers, or rev's."""
+    tmp = tempfile.mkdtemp()
+    asm_path = os.path.join(tmp, "flash.s")
+    cmd = flash_compile_command(asm_path, checkout_csrc(rev, tmp) if rev else None)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("compile failed:\n" + " ".join(cmd) + "\n" + r.stderr)
+    with open(asm_path) as f:
+        return {k: "\n".join(re.sub(r"\.L\w+", ".L", ln) for ln in v)
+                for k, v in functions(f.read()).items()}
+
+
+def same_as(rev):
+    """Per level, the fl_* functions whose code differs between rev's csrc headers and
+    the checkout's. A change meant for one level (the AVX2 tiles, say) must leave the
+    others' code as it was: GCC's clone budget spans the whole _flash.c (setup.py's
+    PER_MODULE_FLAGS), so a change anywhere can move another level's last bits; equal
+    assembly proves it did not, without a CPU of that level."""
+    before, after = compiled_functions(rev), compiled_functions()
+    for suffix in ("_c", "_avx2", "_avx512"):
+        b = {k for k in before if re.search(suffix + r"(\.|$)", k)}
+        a = {k for k in after if re.search(suffix + r"(\.|$)", k)}
+        moved = sorted(k for k in a & b if before[k] != after[k])
+        print(f"{suffix[1:]:7s} {len(a)} functions; differ: {moved or 'none'}; "
+              f"only before: {sorted(b - a) or 'none'}; only now: {sorted(a - b) or 'none'}")
+
+
 def collect(dtype, rev=None):
     tmp = tempfile.mkdtemp()
     asm_path = os.path.join(tmp, "flash.s")
@@ -264,7 +294,13 @@ def main():
     ap.add_argument("--cmd", action="store_true", help="print the compile command")
     ap.add_argument("--rev", help="analyse the csrc/ headers of this git revision (e.g. "
                     "the commit before a kernel change) with the checkout's attnx/_flash.c")
+    ap.add_argument("--same-as", metavar="REV",
+                    help="list, per SIMD level, the fused kernels' functions whose assembly "
+                    "differs between REV's csrc/ headers and the checkout's (nothing else)")
     args = ap.parse_args()
+    if args.same_as:
+        same_as(args.same_as)
+        return
     rows, cmd = collect(args.dtype, args.rev)
     if args.cmd:
         print(" ".join(shlex.quote(c) for c in cmd))
