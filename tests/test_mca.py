@@ -79,3 +79,27 @@ def test_llvm_mca_resource_bound(rows):
     # 16 zmm FMAs on two ports: 8 cycles is the bound; the register copies made it 9
     assert rthr == pytest.approx(8.0)
     assert 8.0 <= cycles < 9.5
+
+
+def test_same_as_finds_no_change_against_the_checkouts_own_headers(capsys):
+    """--same-as compiles _flash.c twice (HEAD's csrc headers, then the working tree's)
+    and compares every fl_* function per level; with headers equal to HEAD's, no
+    function of any level may differ (the comparison must not see label numbering or
+    other run-to-run noise as a change)."""
+    if platform.machine() not in ("x86_64", "AMD64") or shutil.which("gcc") is None:
+        pytest.skip("needs gcc on x86-64")
+    if not (ROOT / "attnx" / "_flash.c").exists() or not (ROOT / ".git").exists():
+        pytest.skip("needs the in-place build's attnx/_flash.c and the git checkout")
+    pytest.importorskip("Cython", reason="mca.py reads setup.py's flags, which imports Cython")
+    import subprocess
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "csrc"],
+                           capture_output=True, text=True).stdout.strip()
+    if dirty:
+        pytest.skip("csrc/ has uncommitted changes")
+    mca.same_as("HEAD")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == ["c", "avx2", "avx512"]
+    for ln in lines:
+        n = int(ln.split()[1])
+        assert n >= 10, ln   # the level's functions were found
+        assert "differ: none; only before: none; only now: none" in ln, ln
