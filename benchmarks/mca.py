@@ -185,9 +185,9 @@ def checkout_csrc(rev, tmp):
     return out
 
 
-def compiled_functions(rev=None):
-    """{name: assembly with local labels blanked} of the fl_* functions, compiled from
-    the checkout's csrc headers, or rev's."""
+def _compile(rev=None):
+    """({name: assembly lines} of the fl_* functions, the compile command), _flash.c
+    compiled with the checkout's csrc headers, or rev's."""
     tmp = tempfile.mkdtemp()
     asm_path = os.path.join(tmp, "flash.s")
     cmd = flash_compile_command(asm_path, checkout_csrc(rev, tmp) if rev else None)
@@ -195,8 +195,13 @@ def compiled_functions(rev=None):
     if r.returncode != 0:
         sys.exit("compile failed:\n" + " ".join(cmd) + "\n" + r.stderr)
     with open(asm_path) as f:
-        return {k: "\n".join(re.sub(r"\.L\w+", ".L", ln) for ln in v)
-                for k, v in functions(f.read()).items()}
+        return functions(f.read()), cmd
+
+
+def compiled_functions(rev=None):
+    """{name: assembly with local labels blanked} of the fl_* functions (see _compile)."""
+    return {k: "\n".join(re.sub(r"\.L\w+", ".L", ln) for ln in v)
+            for k, v in _compile(rev)[0].items()}
 
 
 def same_as(rev):
@@ -215,14 +220,7 @@ def same_as(rev):
 
 
 def collect(dtype, rev=None):
-    tmp = tempfile.mkdtemp()
-    asm_path = os.path.join(tmp, "flash.s")
-    cmd = flash_compile_command(asm_path, checkout_csrc(rev, tmp) if rev else None)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit("compile failed:\n" + " ".join(cmd) + "\n" + r.stderr)
-    with open(asm_path) as f:
-        funcs = functions(f.read())
+    funcs, cmd = _compile(rev)
     rows, seen = [], set()
     for pat, what, take in ROWS:
         for name in sorted(funcs):
