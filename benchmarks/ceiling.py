@@ -33,9 +33,9 @@ races are bounded with both cores):
 """
 import argparse
 import ctypes
+import importlib.util
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -48,40 +48,31 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 PEAK_C = r"""
-/* a = a * y + x on 12 independent vectors (GCC contracts it into one FMA each) */
+/* a = a * y + x on 12 independent vectors (GCC contracts each into one FMA) */
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v16 __attribute__((vector_size(64)));
 #define CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define DECL(i) V a##i = x * (float) (i + 1);
 #define STEP(i) a##i = a##i * y + x;
 #define SUM(i) s += a##i;
-#define V v8
-__attribute__((target("avx2,fma"))) double peak_avx2(long iters)
-{
-    const V x = (V) {0} + 1e-7f, y = (V) {0} + 0.9999f;
-    CHAINS(DECL)
-    for (long i = 0; i < iters; i++) {
-        CHAINS(STEP)
-        __asm__("" : : : "memory");
-    }
-    V s = (V) {0};
-    CHAINS(SUM)
-    return s[0];
+#define PEAK(NAME, TARGET)                                                    \
+__attribute__((target(TARGET))) double NAME(long iters)                       \
+{                                                                             \
+    const V x = (V) {0} + 1e-7f, y = (V) {0} + 0.9999f;                       \
+    CHAINS(DECL)                                                              \
+    for (long i = 0; i < iters; i++) {                                        \
+        CHAINS(STEP)                                                          \
+        __asm__("" : : : "memory");                                           \
+    }                                                                         \
+    V s = (V) {0};                                                            \
+    CHAINS(SUM)                                                               \
+    return s[0];                                                              \
 }
+#define V v8
+PEAK(peak_avx2, "avx2,fma")
 #undef V
 #define V v16
-__attribute__((target("avx512f"))) double peak_avx512(long iters)
-{
-    const V x = (V) {0} + 1e-7f, y = (V) {0} + 0.9999f;
-    CHAINS(DECL)
-    for (long i = 0; i < iters; i++) {
-        CHAINS(STEP)
-        __asm__("" : : : "memory");
-    }
-    V s = (V) {0};
-    CHAINS(SUM)
-    return s[0];
-}
+PEAK(peak_avx512, "avx512f")
 """
 
 
@@ -156,6 +147,18 @@ def time_products(shapes, rounds):
     return sum(best[s] for s in shapes), best
 
 
+def _run_module():
+    """benchmarks/run.py (stdlib imports only at its module level), under the name the
+    tests load it by."""
+    name = "attnx_bench_run"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "run.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod           # dataclasses look their module up there
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
 def _shown(path):
     """A path as the checkout names it when it lies inside the checkout."""
     rel = os.path.relpath(os.path.abspath(path), os.path.dirname(HERE))
@@ -177,13 +180,7 @@ def main(argv=None):
         sys.exit("ceiling.py needs an x86-64 CPU with AVX2 (the FMA peak loop)")
     with open(args.run) as f:
         run = json.load(f)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f
-                       if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = _run_module()._cpu_name()
     lines = [f"attnx ceiling  {time.strftime('%Y-%m-%dT%H:%M:%S')}  machine: {cpu}, "
              f"attnx SIMD level {_ops.simd_level_name()}",
              f"measured times from: {_shown(args.run)} (attnx {run.get('attnx_commit')}, "
@@ -256,12 +253,10 @@ def main(argv=None):
               "core with this BLAS). attnx eff: bound / attnx's measured time."]
     text = "\n".join(lines)
     print(text)
-    if args.txt:
-        with open(args.txt, "w") as f:
-            f.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    for path, content in ((args.txt, text + "\n"), (args.json, json.dumps(out, indent=1))):
+        if path:
+            with open(path, "w") as f:
+                f.write(content)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def _load(name, file):
 
 
 ceiling = _load("attnx_bench_ceiling", "ceiling.py")
-bench_run = sys.modules.get("attnx_bench_run") or _load("attnx_bench_run", "run.py")
+bench_run = ceiling._run_module()
 
 
 @pytest.mark.parametrize("train", [True, False])
