@@ -101,7 +101,7 @@ def fma_peak(level, rounds=5):
         return 12 * lanes * 2 * iters / best / 1e9
 
 
-def dense_products(kind, B, T, d, hidden, layers, train, dx_first=False):
+def dense_products(kind, B, T, d, hidden, layers, train):
     """(ta, tb, m, n, k) of every dense product of one step (as benchmarks/run.py
     counts them: input_grad=False, so the first block has no dX)."""
     n = B * T
@@ -110,7 +110,7 @@ def dense_products(kind, B, T, d, hidden, layers, train, dx_first=False):
         out += [(0, 0, n, 3 * d, d), (0, 0, n, d, d)]                  # X Wqkv, Z Wo
         if train:
             out += [(1, 0, d, d, n), (0, 1, n, d, d), (1, 0, d, 3 * d, n)]   # dWo, dZ, dWqkv
-            if layer > 0 or dx_first:
+            if layer > 0:
                 out.append((0, 1, n, d, 3 * d))                         # dX
         if kind == "transformer":
             out += [(0, 0, n, hidden, d), (0, 0, n, d, hidden)]          # Z W1, S W2
@@ -244,7 +244,7 @@ def main(argv=None):
                     f"{1e3 * t_attnx:8.2f} {1e3 * t_sdpa:8.2f} {target:>7s} "
                     f"{t_sdpa / bound:10.2f}x {100 * bound / target_t:5.0f}% "
                     f"{100 * bound / t_attnx:8.0f}%")
-                print(lines[-1], flush=True)
+                print(lines[-1], file=sys.stderr, flush=True)     # progress
     lines += ["", "dense: the dense products' share of the step's counted FLOPs. bound: dense "
               "products at their measured time through attnx's shim + attention products at "
               "the FMA peak + everything else free. peak: all counted FLOPs at the FMA peak. "
