@@ -34,3 +34,18 @@ __all__ += ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
             "TransformerClassifier", "EnsembleClassifier", "EnsembleRegressor",
             "TransformerForecaster", "load", "datasets",
             "forecasting", "schedules"]
+
+import typing as _typing  # noqa: E402
+
+if _typing.TYPE_CHECKING:
+    from . import plot as plot  # noqa: F401  (type checkers see the lazy module below)
+
+
+def __getattr__(name: str) -> object:
+    """`attnx.plot` on first access (matplotlib stays optional: importing attnx never
+    imports attnx.plot, and attnx.plot imports matplotlib only when a function draws)."""
+    if name == "plot":
+        import importlib
+
+        return importlib.import_module(".plot", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -153,3 +153,38 @@ def test_attention_over_series(tmp_path):
         plot.attention_over_series(series, np.ones((1, 1, 1, 1)))
     with pytest.raises(ValueError, match="patch_len"):
         plot.attention_over_series(series, w, patch_len=0)
+
+
+def _fresh_python(code):
+    """Run code in a new interpreter that imports the attnx this suite tests."""
+    import os
+    import subprocess
+    import tempfile
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(attnx.__file__)))
+    env = dict(os.environ, PYTHONPATH=parent)
+    return subprocess.run([sys.executable, "-c", code], cwd=tempfile.gettempdir(),
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_attnx_plot_is_reachable_after_import_attnx_and_matplotlib_stays_unloaded():
+    code = (
+        "import sys\n"
+        "import attnx\n"
+        "assert 'matplotlib' not in sys.modules, 'import attnx imported matplotlib'\n"
+        "assert 'attnx.plot' not in sys.modules, 'import attnx imported attnx.plot'\n"
+        "f = attnx.plot.loss_curve\n"
+        "assert callable(f) and f is sys.modules['attnx.plot'].loss_curve\n"
+        "assert 'matplotlib' not in sys.modules, 'attnx.plot imported matplotlib'\n"
+        "import matplotlib\n"
+        "matplotlib.use('Agg')\n"
+        "ax = attnx.plot.loss_curve([1.0, 0.5, 0.25])\n"
+        "assert len(ax.get_lines()) == 1\n"
+        "try:\n"
+        "    attnx.no_such_name\n"
+        "except AttributeError as exc:\n"
+        "    assert 'no_such_name' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('attnx.no_such_name did not raise AttributeError')\n"
+        "print('ok')\n")
+    r = _fresh_python(code)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
