@@ -19,9 +19,11 @@ from .losses import cross_entropy_loss, huber_loss, mae_loss, mse_loss, pinball_
 from .optim import AdamW
 from .sequence import SequenceModel
 from .transformer import Transformer
+from ._threads import get_num_threads, set_num_threads
 from ._version import __version__
 __all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_loss",
-           "cross_entropy_loss", "mae_loss", "huber_loss", "pinball_loss", "__version__"]
+           "cross_entropy_loss", "mae_loss", "huber_loss", "pinball_loss",
+           "set_num_threads", "get_num_threads", "__version__"]
 
 from . import datasets, forecasting, schedules  # noqa: E402
 from .estimators import (AttentionClassifier, AttentionRegressor,  # noqa: E402

@@ -13,7 +13,6 @@ import numpy as np
 from . import _sequences as seqs
 from . import _scaling, _state, _stem, _training, distributed, schedules
 from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, PPVTokens
-from ._threads import num_threads
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
@@ -223,8 +222,7 @@ class SequenceEstimator(EstimatorParams):
         else:
             tokens = None
         if tokens is not None:
-            px, plen, pmiss = tokens.transform(data.x, data.lengths, data.missing,
-                                               num_threads())
+            px, plen, pmiss = tokens.transform(data.x, data.lengths, data.missing)
             prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position, pmiss),
                         per_position, k)
         elif p > 1:
@@ -558,7 +556,10 @@ class SequenceEstimator(EstimatorParams):
         return Trainer(self.model_, self.optimizer_, self.shuffle_rng_, self._loss_fn(cfg),
                        self._batch, self._comm(), batch_size=cfg.batch_size,
                        shuffle=cfg.shuffle, verbose=cfg.verbose, lr_schedule=schedule,
-                       grad_transform=clip)
+                       grad_transform=clip,
+                       # the progress bar's name: a forecaster names its phases
+                       phase=self.__dict__.get("_progress_phase",
+                                               "fit" if fit else "partial_fit"))
 
     def _loss_fn(self, cfg: Config) -> Any:
         """The batch loss of this fit (hook: the classifiers add label smoothing)."""
@@ -622,7 +623,7 @@ class SequenceEstimator(EstimatorParams):
                                 seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
         tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
         if tokens is not None:
-            return tokens.transform(x, lengths, nan, num_threads())
+            return tokens.transform(x, lengths, nan)
         p = int(self.__dict__.get("patch_len_", 1))
         x, plen = seqs.patch(x, lengths, p, nan, self._fill_rule())
         return x, plen, seqs.patch_missing(nan, lengths, p)

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import _sequences as seqs
 from ._ppv import ppv
+from ._threads import threads_for
 
 if TYPE_CHECKING:
     from . import distributed
@@ -117,7 +118,8 @@ class PPVTokens:
 
     # ---- apply ---------------------------------------------------------------
     def transform(self, x: FloatArray, lengths: IntArray | None, missing: BoolArray | None,
-                  nthreads: int = 1) -> tuple[FloatArray, IntArray | None, BoolArray | None]:
+                  nthreads: int | None = None
+                  ) -> tuple[FloatArray, IntArray | None, BoolArray | None]:
         """(tokens (n, ceil(T / window), n_features) in x's dtype, the tokens' lengths
         or None, the tokens' missing mask or None) of x (n, T, C) with its lengths and
         missing steps, as patches of `window` steps would be."""
@@ -130,6 +132,8 @@ class PPVTokens:
         lens = np.full(n, t, np.int32) if lengths is None else lengths.astype(np.int32)
         miss = None if missing is None else np.ascontiguousarray(missing, dtype=np.uint8)
         out = np.empty((n, -(-t // self.window), self.n_features), x.dtype)
+        if nthreads is None:   # the thread policy's count for this many kernel taps
+            nthreads = threads_for(9.0 * 84 * len(self.dilations) * x.size)
         ppv(xs, lens, miss, self.dilations, COMB, self.bias.astype(x.dtype), self.window,
             out, nthreads)
         tl = None if lengths is None else -(-lengths // self.window)

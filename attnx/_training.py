@@ -17,6 +17,7 @@ import numpy as np
 
 from . import losses
 from ._sequences import key_mask
+from ._threads import hold
 from ._validate import finite
 
 if TYPE_CHECKING:
@@ -358,35 +359,46 @@ class InterruptGuard:
 
 
 class Progress:
-    """verbose >= 1: one tqdm bar per epoch over its batches, showing the running loss."""
+    """verbose >= 1: one tqdm bar per phase (a fit, a forecaster's held-out run or its
+    final fit) over all its optimizer steps, named for the phase, showing the epoch
+    and the running loss; the last epoch's loss stays on the bar when it ends."""
 
-    def __init__(self, verbose: int, n_batches: int, last_epoch: int | None = None) -> None:
+    def __init__(self, verbose: int, n_batches: int, last_epoch: int | None = None,
+                 phase: str = "fit", epochs: int | None = None,
+                 first_epoch: int = 1) -> None:
         self.on = verbose >= 1
         self.n_batches = n_batches
         self.last_epoch = last_epoch
+        self.phase = phase
+        self.total = n_batches * (epochs if epochs is not None else 1)
         self.bar: _Bar | None = None
+        self.epoch = first_epoch
         if self.on:
             from tqdm import tqdm  # imported only when asked to print
             self._tqdm: Callable[..., _Bar] = tqdm
 
+    def _label(self) -> str:
+        total = f"/{self.last_epoch}" if self.last_epoch else ""
+        return f"epoch {self.epoch}{total}"
+
     def start(self, epoch: int) -> None:
-        if self.on:
-            total = f"/{self.last_epoch}" if self.last_epoch else ""
-            self.bar = self._tqdm(total=self.n_batches, desc=f"epoch {epoch}{total}",
-                                  unit="batch", leave=True, file=sys.stderr)
+        self.epoch = epoch
+        if self.on and self.bar is None:
+            self.bar = self._tqdm(total=self.total, desc=self.phase, unit="step",
+                                  leave=True, file=sys.stderr)
 
     def step(self, running_loss: float) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(f"loss={running_loss:.4g}", refresh=False)
+            self.bar.set_postfix_str(f"{self._label()}, loss={running_loss:.4g}",
+                                     refresh=False)
             self.bar.update(1)
 
     def end(self, loss: float, val_loss: float | None = None, note: str = "") -> None:
         if self.bar is not None:
-            text = f"loss={loss:.4g}"
+            text = f"{self._label()}, loss={loss:.4g}"
             if val_loss is not None:
                 text += f", val_loss={val_loss:.4g}"
-            self.bar.set_postfix_str(text + note, refresh=False)
-            self.close()
+            self.bar.set_postfix_str(text + note, refresh=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -420,8 +432,10 @@ class Trainer:
                  loss: LossFn, batch_for: Callable[[Data, int, int], Batch], dist: Local, *,
                  batch_size: int, shuffle: bool, verbose: int,
                  lr_schedule: Callable[[int], float] | None = None,
-                 grad_transform: Callable[[FloatArray], None] | None = None) -> None:
+                 grad_transform: Callable[[FloatArray], None] | None = None,
+                 phase: str = "fit") -> None:
         self.model, self.optimizer, self.rng = model, optimizer, rng
+        self.phase = phase   # the progress bar's name
         self.loss, self.batch_for, self.dist = loss, batch_for, dist
         self.batch_size, self.shuffle, self.verbose = batch_size, shuffle, verbose
         self.lr_schedule, self.grad_transform = lr_schedule, grad_transform
@@ -440,8 +454,9 @@ class Trainer:
         last = history.n_iter_ + epochs
         fit = stopper is not None
         bar = Progress(self.verbose if dist.is_root else 0, dist.steps_per_epoch(bs),
-                       last if fit else None)
-        with InterruptGuard() as guard:
+                       last if fit else None, phase=self.phase, epochs=epochs)
+        # BLAS held at one thread for the whole loop (attnx's threads only)
+        with hold(), InterruptGuard() as guard:
             try:
                 for _ in range(epochs):
                     epoch = history.n_iter_ + 1

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import _attnargs
-from ._threads import blas_single, num_threads
+from ._threads import blas_single, threads_for
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, check_params, out_array
 from ._attention_stack import _index
@@ -254,7 +254,9 @@ class MultiHeadAttention:
 
     def _workspace(self, nb: int, tq: int, tk: int, cross: bool, store: bool,
                    threads: int | None = None) -> tuple[_Workspace, int]:
-        threads = num_threads() if threads is None else threads
+        if threads is None:   # forward multiply-adds: projections, scores and values
+            d = self.d_model
+            threads = threads_for(nb * (tq * 2.0 * d * d + tk * 2.0 * d * d + 2.0 * tq * tk * d))
         path = self._path(tq, tk, store)
         # the blocked scratch is sized by the block sizes: they are part of the key
         key = (nb, tq, tk, cross, store, path, threads,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 import numpy as np
 
 from ._optim import adamw_step, adamw_step_runs
-from ._threads import num_threads
+from ._threads import threads_for
 from ._params import ParamDict
 from ._validate import finite
 
@@ -119,7 +119,8 @@ class AdamW:
                                          "(the parameters are unchanged)")
         self.t += 1
         b1, b2 = self.betas
-        nthreads = num_threads()
+        # an update is memory-bound: worth ~32 multiply-adds of a product per value
+        nthreads = threads_for(32.0 * sum(p.size for p in self._bufs))
         for p, g, m, v, runs, table, small in zip(self._bufs, gbufs, self.m, self.v,
                                                   self._runs, self._run_tables, self._small):
             if nthreads == 1 or small:

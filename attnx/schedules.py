@@ -240,6 +240,14 @@ def estimator_schedule(kind: str, total_steps: int, warmup: float
                      f"got {kind!r}")
 
 
+def _sum_squares(v: np.ndarray[Any, Any]) -> float:
+    """v . v of a 1-D float64 array through numpy's own loop, not BLAS: BLAS's dot
+    wakes its thread pool (numpy's OpenBLAS threads it from 10^4 values on), whose
+    threads then spin beside attnx's OpenMP threads for every training step, and its
+    value would depend on that pool's size."""
+    return float(np.einsum("i,i->", v, v))
+
+
 def clip_flat(flat: np.ndarray[Any, Any], max_norm: float,
               scratch: np.ndarray[Any, Any] | None = None) -> float:
     """clip_grad_norm over one flat gradient buffer (the estimators' hook). The norm
@@ -252,7 +260,7 @@ def clip_flat(flat: np.ndarray[Any, Any], max_norm: float,
         v = scratch
     else:
         v = flat.astype(np.float64)
-    norm = math.sqrt(float(np.dot(v, v)))
+    norm = math.sqrt(_sum_squares(v))
     scale = max_norm / (norm + 1e-6)
     if math.isfinite(norm) and scale < 1.0:
         flat *= flat.dtype.type(scale)
@@ -278,7 +286,7 @@ def global_norm(grads: Mapping[str, Any]) -> float:
     total = 0.0
     for g in _flat_grads(grads):
         v = g.reshape(-1)
-        total += float(np.dot(v.astype(np.float64, copy=False), v.astype(np.float64, copy=False)))
+        total += _sum_squares(v.astype(np.float64, copy=False))
     return math.sqrt(total)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from . import _instance_norm, _mlp, _pooling, _seq, _sequence_blocks, _sequence_params, _stem
 from ._embed import cls_backward, cls_forward
 from ._blas import check_blas_int
-from ._threads import blas_single, num_threads
+from ._threads import blas_single, threads_for
 from ._sequence_blocks import LN_EPS as LN_EPS
 from ._sequence_buffers import _Buffers, _Last
 from ._params import ParamDict, check_dtype, check_positive_int
@@ -259,8 +259,16 @@ class SequenceModel(_AttentionStack):
         return self.params.flat.size
 
     # ---- workspaces ----------------------------------------------------
+    def forward_macs(self, nb: int, t: int) -> float:
+        """Multiply-adds of a forward over (nb, t) (the thread policy's measure of a
+        call's work): per token and layer the four projections, the MLP and the
+        attention's scores and values, plus the embedding."""
+        d, n = self.d_model, self.n_tokens(t)
+        per_layer = 4 * d * d + 2 * d * self.d_hidden + 2 * n * d
+        return float(nb * n * (self.n_layers * per_layer + d * self.n_features))
+
     def _buffers(self, nb: int, t: int, store: bool) -> tuple[_Buffers, int]:
-        threads = num_threads()
+        threads = threads_for(self.forward_macs(nb, t))
         # the cache keeps the entries whose first three fields match the newest
         # key's: the shape, so that training and inference buffers live side by side
         key = (nb, t, self.n_features, store, threads)

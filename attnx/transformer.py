@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import _mlp
-from ._threads import blas_single, num_threads
+from ._threads import blas_single, threads_for
 from ._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._attention_stack import _AttentionStack
@@ -217,7 +217,9 @@ class Transformer(_AttentionStack):
 
     def _buffers(self, nb: int, t: int, tk: int, cross: bool,
                  store: bool) -> tuple[_Buffers, int]:
-        threads = num_threads()
+        d = self.d_model   # forward multiply-adds: projections, MLP, scores and values
+        threads = threads_for(nb * t * self.n_layers * (4.0 * d * d + 2 * d * self.d_hidden
+                                                        + 2 * tk * d))
         key = (nb, t, tk, cross, store, threads)
 
         def make() -> _Buffers:

@@ -45,9 +45,10 @@ def _inputs(rng):
 
 @pytest.fixture(autouse=True)
 def two_omp_threads():
-    """Two OpenMP threads in the main thread, whatever earlier tests left (torch's
-    set_num_threads(1) also sets the OpenMP limit of the thread that calls it)."""
-    with threadpool_limits(limits=2, user_api="openmp"):
+    """Two OpenMP threads in every attnx call, whatever the shapes, the other Python
+    threads in attnx and the machine's load (the explicit override; the automatic
+    policy would give these shapes one thread and concurrent callers fewer)."""
+    with _threads.fixed_threads(2):
         yield
 
 
@@ -206,9 +207,11 @@ def test_blas_guard_is_reference_counted():
     finally:
         outer.restore_original_limits()
         _threads._give_back_control()
-    # one thread: no guard, BLAS left alone
+    # a one-thread call holds the guard too: BLAS's pool never runs beside attnx
     with _threads.blas_single(1):
-        assert _threads.guard_depth() == 0
+        assert _threads.guard_depth() == 1
+        assert _scipy_blas_threads() == 1
+    assert _threads.guard_depth() == 0
 
 
 def test_guard_restores_after_an_error():

@@ -319,13 +319,13 @@ SPLIT_SHAPES = [(1, 300, 300, 16, 1), (1, 140, 520, 24, 2), (2, 260, 140, 8, 1)]
 def test_key_split_backward_matches_torch(torch, dtype, opts, shape, rng):
     """The backward with heads split into key ranges (dQ shares summed afterwards)
     against PyTorch autograd, forward and every gradient."""
-    from threadpoolctl import threadpool_limits
+    from attnx._threads import fixed_threads
     nb, tq, tk, d, h = shape
     tk_eff = tk if opts.get("cross") else tq
     split = _attnargs.AttnShape("fused", nb, tq, tk_eff, d, h, bool(opts.get("cross")),
                                 False, True, 2, dtype)
     assert split.n_dq_parts > 0   # really split
-    with threadpool_limits(2, user_api="openmp"):
+    with fixed_threads(2):
         test_fused_matches_torch(torch, dtype, opts, shape, rng)
 
 
@@ -338,14 +338,14 @@ def test_threads_agree():
     bit from run to run."""
     code = r"""
 import sys, numpy as np
-from threadpoolctl import threadpool_limits
+from attnx._threads import fixed_threads
 import attnx
 rng = np.random.default_rng(0)
 x = rng.normal(size=(1, 300, 32)).astype(np.float32)
 dy = rng.normal(size=x.shape).astype(np.float32)
 outs = {}
 for n in (1, 2, 2, 1):
-    with threadpool_limits(n, user_api="openmp"):
+    with fixed_threads(n):
         layer = attnx.MultiHeadAttention(32, 2, causal=True, random_state=0, attention="fused")
         y = layer.forward(x)
         dx = layer.backward(dy)

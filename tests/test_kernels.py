@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
+from attnx._threads import fixed_threads
 
 import attnx
 from attnx import _attnargs, _ops, _testing
@@ -142,7 +142,7 @@ def test_threads_agree_with_one_thread(dtype, causal, rng):
     dy = rng.normal(size=x.shape).astype(dtype)
     results = []
     for n in (1, 2):
-        with threadpool_limits(limits=n):
+        with fixed_threads(n):
             model = attnx.Transformer(32, 4, n_layers=2, causal=causal, dtype=dtype,
                                       random_state=0, bias=True)
             y = model.forward(x)
@@ -152,7 +152,7 @@ def test_threads_agree_with_one_thread(dtype, causal, rng):
     for a, b in zip(*results):
         assert rel_err(a, b) < tol
     layer = attnx.MultiHeadAttention(32, 4, causal=causal, dtype=dtype, random_state=1)
-    with threadpool_limits(limits=2):
+    with fixed_threads(2):
         y = layer.forward(x)
     assert rel_err(y, mha_numpy(layer.params, x, 4, causal=causal)) < tol
 

@@ -211,4 +211,5 @@ def test_clip_flat_with_scratch_equals_without_and_allocates_nothing(dtype):
     tracemalloc.stop()
     assert n_got == n_want and n_want > 1.0
     np.testing.assert_array_equal(got, want)   # the same scale, bit for bit
-    assert peak < 1024   # no copy of the 20000 gradients
+    # no copy of the 20000 gradients (160 KB; the norm's loop keeps ~1.3 KB of iterator)
+    assert peak < 4096

@@ -8,7 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
+from attnx._threads import fixed_threads
 
 from attnx import SequenceModel, _sequence_blocks
 from attnx._blocks import BlockStack
@@ -92,7 +92,7 @@ def test_compiled_blocks_every_model_layout(kw, threads, rng, monkeypatch):
     a, b = _pair(np.float64, "fused", **kw)
     x = rng.normal(size=(4, 13, 3))
     kpm = _mask(rng, 4, 13)
-    with threadpool_limits(threads, user_api="openmp"):
+    with fixed_threads(threads):
         g = rng.normal(size=a.output_shape(4, 13))
         got = _run(a, x, kpm, g, True, monkeypatch)
         want = _run(b, x, kpm, g, False, monkeypatch)
