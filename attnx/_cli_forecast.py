@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,8 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--epochs", type=int, default=None,
                    help="epochs to train for (overrides --steps)")
     f.add_argument("--seed", type=int, default=0, help="seed of the weights and shuffling")
+    f.add_argument("-v", "--verbose", action="store_true",
+                   help="a progress bar per training phase (held-out run, final fit)")
     f.set_defaults(run=run, command="forecast")
 
 
@@ -113,15 +116,27 @@ def series_of(df: Any, time_col: str, target: str, id_col: str | None,
     return ids, out
 
 
+def _say(text: str) -> None:
+    """One status line on stderr (the CSV goes to a file, the summary to stdout)."""
+    print(f"attnx forecast: {text}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    _say(f"reading {args.data}")
     df = read_table(args.data)
     ids, series = series_of(df, args.time_col, args.target, args.id_col, args.horizon)
     f = TransformerForecaster(args.horizon, season=args.season, window=args.window,
                               d_model=args.d_model, steps=args.steps, epochs=args.epochs,
-                              random_state=args.seed, intervals=args.intervals)
+                              random_state=args.seed, intervals=args.intervals,
+                              verbose=int(args.verbose))
+    lengths = [len(s) for s in series]
+    span = f"{min(lengths)}" + (f"-{max(lengths)}" if max(lengths) != min(lengths) else "")
+    _say(f"training one forecaster on {len(series)} series of {span} steps, horizon "
+         f"{args.horizon}" + ("" if args.verbose else " (--verbose shows its progress)"))
     f.fit(series)
+    _say("forecasting")
     points = f.predict()
     bounds = f.predict_interval(coverage=args.coverage)
     parts = []

@@ -99,5 +99,26 @@ def test_bad_files(tmp_path, capsys, edit, args, msg):
         argv += [k, v]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert err.startswith("attnx forecast: error:") and msg in err, err
+    # status lines first ("reading ..."), the error last
+    assert err.splitlines()[-1].startswith("attnx forecast: error:") and msg in err, err
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_status_lines_say_what_runs(tmp_path, capsys):
+    """The command says what it does on stderr before training (reading, then what it
+    trains on); --verbose adds the training's progress bars, named for their phase."""
+    df = _long()
+    src = tmp_path / "data.csv"
+    df.to_csv(src, index=False)
+    args = ["forecast", str(src), "--horizon", "3", "--time-col", "date", "--target", "y",
+            "--id-col", "store", "--out", str(tmp_path / "f.csv"), *FAST]
+    assert main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"attnx forecast: reading {src}"
+    assert lines[1].startswith("attnx forecast: training one forecaster on 2 series of "
+                               "40-52 steps, horizon 3")
+    assert "fit" not in " ".join(lines[2:])        # no bars without --verbose
+    assert main(args + ["--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert "--verbose" not in err.splitlines()[1]
+    assert "fit" in err and "step" in err         # a named bar over optimizer steps
