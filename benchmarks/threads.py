@@ -25,6 +25,9 @@ where a second thread pays and must keep paying):
   attn_large    MultiHeadAttention(256, 8) training steps (forward, MSE, backward,
                 AdamW) on B8 x T512 x d256, float32, after two warm-up steps
   transformer   Transformer(128, 4, n_layers=2) training steps on B32 x T128 x d128
+  gridsearch    GridSearchCV(TransformerClassifier(epochs=3, random_state=0), d_model in
+                {16, 32, 64} x lr in {1e-3, 3e-3}, cv=5) on all 1797 digits sequences,
+                n_jobs=1 against n_jobs=2 (both with attnx's default threads)
 
 Settings and states interleave (round r runs every case in every setting before round
 r + 1), so a change of machine speed during the run hits every row alike. The table
@@ -109,15 +112,32 @@ for _ in range(10):
 print("SECONDS", (time.perf_counter() - t0) / 10)
 """,
 }
+CASES["gridsearch"] = r"""
+import os, time, numpy as np
+from sklearn.datasets import load_digits
+from sklearn.model_selection import GridSearchCV
+import attnx
+X, y = load_digits(return_X_y=True)
+X = X.reshape(-1, 8, 8).astype(np.float32)
+grid = {"d_model": [16, 32, 64], "lr": [1e-3, 3e-3]}
+t0 = time.perf_counter()
+GridSearchCV(attnx.TransformerClassifier(epochs=3, random_state=0), grid, cv=5,
+             n_jobs=int(os.environ["BENCH_N_JOBS"])).fit(X, y)
+print("SECONDS", time.perf_counter() - t0)
+"""
 UNITS = {"attn_large": "s/step", "transformer": "s/step"}
+#: the two settings compared per case: (name, extra environment)
+SETTINGS: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
+    "gridsearch": (("n_jobs=1", {"BENCH_N_JOBS": "1"}), ("n_jobs=2", {"BENCH_N_JOBS": "2"})),
+}
+DEFAULT_SETTINGS = (("1 thread", {"OMP_NUM_THREADS": "1"}), ("default", {}))
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_PROC_BIND")
 
 
-def _env(setting: str) -> dict[str, str]:
+def _env(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
-    if setting == "1 thread":
-        env["OMP_NUM_THREADS"] = "1"
+    env.update(extra)
     return env
 
 
@@ -133,9 +153,10 @@ def _co2_csv(folder: str) -> str | None:
     return path
 
 
-def run_case(case: str, setting: str, folder: str, co2: str | None) -> float | None:
+def run_case(case: str, extra: dict[str, str], folder: str, co2: str | None
+             ) -> float | None:
     """Seconds of one case in a fresh process (None when it cannot run here)."""
-    env = _env(setting)
+    env = _env(extra)
     if case == "cli_co2":
         if co2 is None:
             return None
@@ -180,7 +201,7 @@ def machine() -> dict[str, object]:
     code = ("import json, attnx, threadpoolctl; from attnx import _ops; print(json.dumps("
             "[_ops.simd_level_name(), [{k: i.get(k) for k in ('internal_api', 'version', "
             "'architecture', 'num_threads', 'filepath')} for i in threadpoolctl.threadpool_info()]]))")
-    level, pools = json.loads(subprocess.run([sys.executable, "-c", code], env=_env("default"),
+    level, pools = json.loads(subprocess.run([sys.executable, "-c", code], env=_env({}),
                                              capture_output=True, text=True,
                                              check=True).stdout)
     return {"cpu": cpu, "cores": os.cpu_count(), "simd_level": level, "pools": pools,
@@ -190,14 +211,14 @@ def machine() -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default="digits,forecast300,cli_co2,attn_large,transformer")
+    ap.add_argument("--cases",
+                    default="digits,forecast300,cli_co2,attn_large,transformer,gridsearch")
     ap.add_argument("--states", default="quiet,busy")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None, help="write OUT.txt and OUT.json")
     args = ap.parse_args(argv)
     cases = args.cases.split(",")
     states = args.states.split(",")
-    settings = ("1 thread", "default")
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as folder:
         co2 = _co2_csv(folder) if "cli_co2" in cases else None
@@ -205,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             for state in states:
                 with Busy(2 if state == "busy" else 0):
                     for case in cases:
-                        for setting in settings:
-                            s = run_case(case, setting, folder, co2)
+                        for setting, extra in SETTINGS.get(case, DEFAULT_SETTINGS):
+                            s = run_case(case, extra, folder, co2)
                             if s is None:
                                 continue
                             times.setdefault(f"{case}|{state}|{setting}", []).append(s)
@@ -220,21 +241,23 @@ def main(argv: list[str] | None = None) -> int:
                  f"{p['internal_api']} {p.get('version')} {p.get('architecture')}"
                  for p in info["pools"]),
              "",
-             "| case | machine | 1 thread | default | default / 1 thread |",
-             "|---|---|---|---|---|"]
+             "| case | machine | baseline | time | compared | time | compared / baseline |",
+             "|---|---|---|---|---|---|---|"]
     rows = []
     for case in cases:
+        (base, _), (other, _) = SETTINGS.get(case, DEFAULT_SETTINGS)
         for state in states:
-            one = times.get(f"{case}|{state}|1 thread")
-            dflt = times.get(f"{case}|{state}|default")
+            one = times.get(f"{case}|{state}|{base}")
+            dflt = times.get(f"{case}|{state}|{other}")
             if not one or not dflt:
                 continue
             a, b = statistics.median(one), statistics.median(dflt)
             unit = UNITS.get(case, "s")
-            lines.append(f"| {case} | {state} | {a:.3f} {unit} | {b:.3f} {unit} | "
-                         f"{b / a:.2f}x |")
-            rows.append({"case": case, "state": state, "unit": unit, "one_thread": one,
-                         "default": dflt, "ratio_of_medians": b / a})
+            lines.append(f"| {case} | {state} | {base} | {a:.3f} {unit} | {other} | "
+                         f"{b:.3f} {unit} | {b / a:.2f}x |")
+            rows.append({"case": case, "state": state, "unit": unit, "baseline": base,
+                         "compared": other, "baseline_seconds": one,
+                         "compared_seconds": dflt, "ratio_of_medians": b / a})
     text = "\n".join(lines)
     print(text)
     if args.out:
