@@ -17,6 +17,7 @@ from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
 from ._training import Batch, EarlyStopping, Snapshot, Trainer
+from ._threads import hold
 from .optim import AdamW
 
 if TYPE_CHECKING:
@@ -643,7 +644,13 @@ class SequenceEstimator(EstimatorParams):
     def _forward_all(self, X: ArrayLike, allow_empty: bool = True
                      ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
         """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
-        ragged X an array of pooled rows or a list of (T_i, ...) arrays."""
+        ragged X an array of pooled rows or a list of (T_i, ...) arrays. BLAS is held
+        at one thread once for all the chunks (attnx._threads.hold)."""
+        with hold():
+            return self._forward_chunks(X, allow_empty)
+
+    def _forward_chunks(self, X: ArrayLike, allow_empty: bool
+                        ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
         model = self._fitted_model()
         x, lengths, nan = self._inputs(X, allow_empty)
         t_floor = 1   # a batch's fewest steps

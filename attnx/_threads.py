@@ -49,6 +49,7 @@ other way of choosing the count: `set_num_threads(n)` fixes it.
 """
 from __future__ import annotations
 
+import math
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol
 
@@ -193,21 +194,30 @@ def _give_back_control() -> None:
         _release()
 
 
+#: OpenBLAS runs a product on one thread below m*n*k = 4 * 65536: a call whose forward
+#: holds fewer multiply-adds in all has no product it would thread
+BLAS_THREADED_MACS = 4 * 65536
+
+
 class blas_single:
     """Context manager: BLAS single-threaded while an attnx call runs.
 
-    `with blas_single(): kernel(..., nthreads=threads_for(...))`. Nested and
+    `with blas_single(threads, macs): kernel(..., nthreads=threads)`. Nested and
     concurrent uses share one setting (the outermost sets, the last to leave
     restores); the Python threads inside are what num_threads() divides the CPUs
-    among. The argument is accepted for older callers and ignored.
+    among. A one-thread call of fewer than BLAS_THREADED_MACS multiply-adds skips it
+    (~30 us of setting and restoring OpenBLAS's count, for nothing: BLAS would not
+    start its threads for such products).
     """
 
-    __slots__ = ()
+    __slots__ = ("_active",)
 
-    def __init__(self, nthreads: int = 1) -> None:
-        pass
+    def __init__(self, nthreads: int = 2, macs: float = math.inf) -> None:
+        self._active = nthreads > 1 or macs >= BLAS_THREADED_MACS
 
     def __enter__(self) -> blas_single:
+        if not self._active:
+            return self
         me = threading.get_ident()
         libs = controller().lib_controllers
         with _lock:
@@ -217,6 +227,8 @@ class blas_single:
         return self
 
     def __exit__(self, *exc: object) -> Literal[False]:
+        if not self._active:
+            return False
         me = threading.get_ident()
         with _lock:
             depth = _inside.pop(me) - 1

@@ -254,9 +254,8 @@ class MultiHeadAttention:
 
     def _workspace(self, nb: int, tq: int, tk: int, cross: bool, store: bool,
                    threads: int | None = None) -> tuple[_Workspace, int]:
-        if threads is None:   # forward multiply-adds: projections, scores and values
-            d = self.d_model
-            threads = threads_for(nb * (tq * 2.0 * d * d + tk * 2.0 * d * d + 2.0 * tq * tk * d))
+        if threads is None:
+            threads = threads_for(self._macs(nb, tq, tk))
         path = self._path(tq, tk, store)
         # the blocked scratch is sized by the block sizes: they are part of the key
         key = (nb, tq, tk, cross, store, path, threads,
@@ -274,6 +273,12 @@ class MultiHeadAttention:
                               self._goes_parallel(nb, tq, tk))
 
         return self._ws.get(key, store, make), threads
+
+    def _macs(self, nb: int, tq: int, tk: int) -> float:
+        """Forward multiply-adds at these sizes (the thread policy's measure): the
+        query and output projections, the key and value ones, scores and values."""
+        d = self.d_model
+        return nb * (tq * 2.0 * d * d + tk * 2.0 * d * d + 2.0 * tq * tk * d)
 
     def _goes_parallel(self, nb: int, tq: int, tk: int) -> bool:
         """Whether a kernel call at these sizes starts any OpenMP region (the kernels'
@@ -304,7 +309,7 @@ class MultiHeadAttention:
         if self.rope:
             rc, rs = self._rope_tables(max(tq, tk))
         run = threads if ws.parallel else 1
-        with blas_single(run):
+        with blas_single(run, self._macs(nb, tq, tk)):
             ws.kernels.attention_forward(ws.shape, ws.bufs, ws.params, x2, ctx2, mask,
                                          None if rc is None else (rc, rs), residual, y2, run)
         if store:  # inference leaves the last training forward's state alone (thread safety)
@@ -319,7 +324,7 @@ class MultiHeadAttention:
         # backward runs with the forward's thread count: its scratch is sized for it
         ws.for_backward(threads)
         run = threads if ws.parallel else 1
-        with blas_single(run):
+        with blas_single(run, self._macs(nb, tq, tk)):
             ws.kernels.attention_backward(
                 ws.shape, ws.bufs, ws.params, x2, ctx2, mask, None if rc is None else (rc, rs),
                 dy2, dx2, dctx2, (_attnargs.ACCUMULATE_DX if dx_accumulate else 0)

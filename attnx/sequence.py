@@ -353,7 +353,8 @@ class SequenceModel(_AttentionStack):
             b.cmask[:, 0] = 0
             b.cmask[:, 1:] = kt
             kt = b.cmask
-        with blas_single(threads):   # BLAS single-threaded beside attnx's own threads
+        # BLAS single-threaded beside attnx's own threads
+        with blas_single(threads, self.forward_macs(nb, t)):
             self._forward_layers(b, kms, kt, nb, grad, drop, threads,
                                  y.reshape(-1, self.n_outputs))
         if grad:  # inference leaves the last training forward's state alone (thread safety)
@@ -465,7 +466,8 @@ class SequenceModel(_AttentionStack):
         dx = self._out("out", out, (nb, t, self.n_features)) if self.input_grad else None
         b.for_backward(self)
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
-        with blas_single(threads):   # the forward's thread count: scratch is sized for it
+        # the forward's thread count: scratch is sized for it
+        with blas_single(threads, self.forward_macs(nb, t)):
             self._backward_layers(b, km, nb, drop, threads,
                                   None if dx is None else dx.reshape(-1, self.n_features))
         return dx

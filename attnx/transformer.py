@@ -217,9 +217,7 @@ class Transformer(_AttentionStack):
 
     def _buffers(self, nb: int, t: int, tk: int, cross: bool,
                  store: bool) -> tuple[_Buffers, int]:
-        d = self.d_model   # forward multiply-adds: projections, MLP, scores and values
-        threads = threads_for(nb * t * self.n_layers * (4.0 * d * d + 2 * d * self.d_hidden
-                                                        + 2 * tk * d))
+        threads = threads_for(self._macs(nb, t, tk))
         key = (nb, t, tk, cross, store, threads)
 
         def make() -> _Buffers:
@@ -229,6 +227,12 @@ class Transformer(_AttentionStack):
             return _Buffers(*sizes[:4], self.dtype, store)
 
         return self._bufs.get(key, store, make), threads
+
+    def _macs(self, nb: int, t: int, tk: int) -> float:
+        """Forward multiply-adds (the thread policy's measure): projections, MLP,
+        scores and values of every layer."""
+        d = self.d_model
+        return nb * t * self.n_layers * (4.0 * d * d + 2.0 * d * self.d_hidden + 2.0 * tk * d)
 
     def _run_threads(self, threads: int, nb: int, t: int, tk: int) -> int:
         """threads when some kernel of a pass starts an OpenMP region (MLP from
@@ -272,7 +276,7 @@ class Transformer(_AttentionStack):
             np.copyto(bufs.mask, mask)
             mask = bufs.mask
         bufs.xs[-1] = y.reshape(rows, d)  # the last layer writes straight into y
-        with blas_single(self._run_threads(threads, nb, t, tk)):
+        with blas_single(self._run_threads(threads, nb, t, tk), self._macs(nb, t, tk)):
             for i, att in enumerate(self.attn):
                 ws, _ = att._workspace(nb, t, tk, cross, grad, threads)
                 xi = bufs.xs[i]
@@ -306,7 +310,7 @@ class Transformer(_AttentionStack):
         dx = att0._out("out", outs[0], (nb, t, d)) if self.input_grad else None
         dctx = att0._out("out", outs[1], (nb, tk, d)) if cross else None
         bufs.for_backward()
-        with blas_single(self._run_threads(threads, nb, t, tk)):
+        with blas_single(self._run_threads(threads, nb, t, tk), self._macs(nb, t, tk)):
             self._backward_layers(dy, dx, dctx, bufs, nb, tk, rows, d, threads)
         return (dx, dctx) if cross else dx
 

@@ -345,7 +345,7 @@ def test_input_validation_names_the_argument(task):
 
 
 # ---- verbose -----------------------------------------------------------------------
-def test_verbose_zero_prints_nothing_and_one_shows_a_bar_per_epoch(task, capsys):
+def test_verbose_zero_prints_nothing_and_one_shows_one_bar_per_phase(task, capsys):
     X, Y, _, _ = task
     small(epochs=2, verbose=0, validation_fraction=0.25).fit(X, Y)
     out = capsys.readouterr()
@@ -353,9 +353,12 @@ def test_verbose_zero_prints_nothing_and_one_shows_a_bar_per_epoch(task, capsys)
     small(epochs=2, verbose=1, validation_fraction=0.25).fit(X, Y)
     out = capsys.readouterr()
     assert out.out == ""
-    assert "epoch 1/2" in out.err and "epoch 2/2" in out.err
-    assert "6/6" in out.err                       # 192 training samples / 32 per batch
-    assert "loss=" in out.err and "val_loss=" in out.err
+    assert out.err.count("\n") == 1              # one bar for the whole fit, left on screen
+    last = out.err.split("\r")[-1]                # the bar as it was left
+    assert last.startswith("fit:")                # named for its phase
+    assert "12/12" in last                        # 2 epochs x 192 samples / 32 per batch
+    assert "epoch 1/2" in out.err and "epoch 2/2" in last
+    assert "loss=" in last and "val_loss=" in last
 
 
 # ---- scikit-learn --------------------------------------------------------------------

@@ -212,3 +212,14 @@ def test_joblib_workers_get_their_share():
     got = joblib.Parallel(n_jobs=2, backend="loky")(
         joblib.delayed(_threads.num_threads)() for _ in range(2))
     assert all(1 <= g <= max(1, cpus // 2) for g in got), got
+
+
+@pytest.mark.parametrize("threads, macs, held", [
+    (1, 1e3, False), (1, _threads.BLAS_THREADED_MACS, True), (2, 1e3, True), (1, None, True)])
+def test_guard_only_where_blas_could_thread(threads, macs, held):
+    """A one-thread call too small for OpenBLAS to thread any product skips the guard;
+    a call with attnx threads, or large enough, holds it."""
+    guard = _threads.blas_single(threads) if macs is None else _threads.blas_single(threads, macs)
+    with guard:
+        assert _threads.guard_depth() == int(held)
+    assert _threads.guard_depth() == 0
