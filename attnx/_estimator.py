@@ -16,7 +16,7 @@ from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, PPVTokens
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
-from ._training import Batch, EarlyStopping, Snapshot, Trainer
+from ._training import Batch, EarlyStopping, Snapshot, Trainer, phase_name
 from ._threads import hold
 from .optim import AdamW
 
@@ -559,8 +559,7 @@ class SequenceEstimator(EstimatorParams):
                        shuffle=cfg.shuffle, verbose=cfg.verbose, lr_schedule=schedule,
                        grad_transform=clip,
                        # the progress bar's name: a forecaster names its phases
-                       phase=self.__dict__.get("_progress_phase",
-                                               "fit" if fit else "partial_fit"))
+                       phase=phase_name("fit" if fit else "partial_fit"))
 
     def _loss_fn(self, cfg: Config) -> Any:
         """The batch loss of this fit (hook: the classifiers add label smoothing)."""

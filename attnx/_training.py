@@ -4,6 +4,7 @@ the validation split and the seeds."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import numbers
 import signal
@@ -356,6 +357,33 @@ class InterruptGuard:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
         return False
+
+
+_phase: contextvars.ContextVar[str | None] = contextvars.ContextVar("attnx_phase",
+                                                                   default=None)
+
+
+class progress_phase:
+    """Context manager: the progress bars of fits inside it are named `name` (a
+    forecaster's "held-out run" and "final fit"); outside, a fit's bar says "fit"."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._token: contextvars.Token[str | None] | None = None
+
+    def __enter__(self) -> progress_phase:
+        self._token = _phase.set(self.name)
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        assert self._token is not None
+        _phase.reset(self._token)
+        return False
+
+
+def phase_name(default: str) -> str:
+    """The enclosing progress_phase's name, else default."""
+    return _phase.get() or default
 
 
 class Progress:

@@ -361,6 +361,17 @@ def test_verbose_zero_prints_nothing_and_one_shows_one_bar_per_phase(task, capsy
     assert "loss=" in last and "val_loss=" in last
 
 
+def test_progress_phase_names_the_bar(task, capsys):
+    """A forecaster names its fits' phases; the name is gone after its block."""
+    from attnx._training import progress_phase
+    X, Y, _, _ = task
+    with progress_phase("held-out run"):
+        small(epochs=1, verbose=1).fit(X, Y)
+    assert capsys.readouterr().err.split("\r")[-1].startswith("held-out run:")
+    small(epochs=1, verbose=1).fit(X, Y)
+    assert capsys.readouterr().err.split("\r")[-1].startswith("fit:")
+
+
 # ---- scikit-learn --------------------------------------------------------------------
 def test_sklearn_clone_cross_val_score_and_grid_search(task):
     from sklearn.base import clone, is_regressor
