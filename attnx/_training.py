@@ -375,10 +375,9 @@ class progress_phase:
         self._token = _phase.set(self.name)
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         assert self._token is not None
         _phase.reset(self._token)
-        return False
 
 
 def phase_name(default: str) -> str:
