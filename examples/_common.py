@@ -71,6 +71,19 @@ def load_sunspots():
     return df["YEAR"].to_numpy().astype(int), df["SUNACTIVITY"].to_numpy(dtype=np.float64)
 
 
+def load_co2():
+    """Monthly mean atmospheric CO2 at Mauna Loa, March 1958 - December 2001 (ppm), as
+    a pandas Series with a monthly DatetimeIndex: the weekly values shipped inside
+    statsmodels, averaged per month, the few empty months filled forward."""
+    try:
+        from statsmodels.datasets import co2
+    except ImportError:
+        raise SystemExit('this example reads data shipped with statsmodels: '
+                         'pip install "attnx[examples]"') from None
+    weekly = co2.load_pandas().data["co2"]
+    return weekly.resample("MS").mean().ffill()
+
+
 def one_thread():
     """Pin attnx (OpenMP + BLAS) and torch to one thread, for comparable timings."""
     from threadpoolctl import threadpool_limits
