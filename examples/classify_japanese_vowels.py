@@ -125,3 +125,4 @@ print(f"In this run the defaults classify {verdict} test utterances correctly th
 # ``history_`` holds the loss of every epoch; ``attnx.plot.loss_curve`` draws it
 # (matplotlib is an optional extra: ``pip install "attnx[plot]"``).
 ax = attnx.plot.loss_curve(default, title="TransformerClassifier() on JapaneseVowels")
+ax.set_ylabel("training loss (cross-entropy)")
