@@ -13,8 +13,10 @@ statsforecast's, when it is installed (the optional ``forecast`` extra):
   ets      AutoETS (error, trend, damping and season chosen by AICc; the origins
            reuse the chosen form)
   atheta   AutoTheta (the chosen theta model and decomposition)
-  arima    AutoARIMA (the chosen orders and constant), only for series short enough
-           that its search is cheap (ARIMA_MAX_COST)
+  arima    AutoARIMA (the chosen orders and constant; a narrower, approximate search
+           than its defaults: ARIMA_SEARCH), only for series short enough that its
+           search is cheap (ARIMA_MAX_COST); ``arima1`` the non-seasonal search
+           when only that is
   mstl     MSTL over every seasonal period with an AutoETS trend, only with two or
            more periods
 Their error scale is their own 90% interval's half-width over z(0.95).
@@ -40,11 +42,14 @@ __all__ = ["available", "fit", "refit", "min_length", "is_candidate", "have_stat
 Spec = dict[str, Any]
 Z95 = 1.6448536269514722
 #: AutoARIMA runs when len(y) * max(period, 1) is at most this (its search grows with
-#: both: 2 s for 300 monthly values on one core, 0.3 s for 100)
+#: both, and varies: 1-14 s for 150-220 monthly values on one core)
 ARIMA_MAX_COST = 1200
+#: AutoARIMA's search: approximate (CSS) likelihoods, small orders, at most 30 models
+ARIMA_SEARCH = {"approximation": True, "max_p": 3, "max_q": 3, "max_P": 1, "max_Q": 1,
+                "nmodels": 30}
 #: statsforecast's models need this many values (AutoETS refuses fewer)
 SF_MIN_LENGTH = 8
-_SF = ("ets", "atheta", "arima", "mstl")
+_SF = ("ets", "atheta", "arima", "arima1", "mstl")
 
 
 def have_statsforecast() -> bool:
@@ -70,8 +75,9 @@ def available(y: F64, periods: tuple[int, ...], *, use_statsforecast: bool = Tru
         names += ["drift_log", "ses_log", "theta_log"]
     if use_statsforecast and have_statsforecast():
         names += ["ets", "atheta"]
-        if y.shape[0] * max(main, 1) <= ARIMA_MAX_COST:
-            names.append("arima")
+        if y.shape[0] <= ARIMA_MAX_COST:   # a seasonal search only when it is cheap
+            names.append("arima" if y.shape[0] * max(main, 1) <= ARIMA_MAX_COST
+                         else "arima1")
         if len([p for p in periods if p > 1]) >= 2:
             names.append("mstl")
     return names
@@ -103,9 +109,14 @@ def fit(name: str, y: F64, h: int, periods: tuple[int, ...]) -> tuple[cl.Forecas
 
 
 def refit(name: str, spec: Spec, y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
-    """Candidate `name` with the model `spec` (from fit) run on y."""
+    """Candidate `name` with the model `spec` (from fit) run on y; a statsforecast
+    model whose chosen form cannot be fitted to y (a seasonal form on too few
+    values) searches again."""
     if name in _SF:
-        return _sf_fit(name, y, h, periods, spec)[0]
+        try:
+            return _sf_fit(name, y, h, periods, spec)[0]
+        except ValueError:   # the chosen form does not fit these data: search again
+            return _sf_fit(name, y, h, periods, None)[0]
     return _own(name, spec, y, h, periods)
 
 
@@ -129,8 +140,9 @@ def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | No
                                 damped=spec["damped"])
     elif name == "atheta":
         model = sfm.AutoTheta(season_length=main, **(spec or {}))
-    elif name == "arima":
-        model = (sfm.AutoARIMA(season_length=main) if spec is None else
+    elif name in ("arima", "arima1"):
+        m = main if name == "arima" else 1
+        model = (sfm.AutoARIMA(season_length=m, **ARIMA_SEARCH) if spec is None else
                  sfm.ARIMA(order=tuple(spec["order"]), season_length=spec["m"],
                            seasonal_order=tuple(spec["seasonal_order"]),
                            include_mean=spec["mean"], include_drift=spec["drift"]))
@@ -170,7 +182,7 @@ def _spec_of(name: str, model: Any) -> Spec:
         return {"model": str(fitted["modeltype"]),
                 "decomposition_type": str(fitted.get("decomposition_type",
                                                      "multiplicative"))}
-    if name == "arima":
+    if name in ("arima", "arima1"):
         p, q, sp, sq, m, d, sd = (int(v) for v in fitted["arma"])
         coef = fitted["coef"]
         return {"order": [p, d, q], "seasonal_order": [sp, sd, sq], "m": max(m, 1),

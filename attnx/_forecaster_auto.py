@@ -86,6 +86,10 @@ class ClassicalPath:
             scales.append(sc)
         self.choices_ = choices
         self.methods_ = [c["name"] for c in choices]
+        if names is not None and any(m != names[0] for m in self.methods_):
+            warnings.warn(f"TransformerForecaster: method={names[0]!r} could not run on every "
+                          f"series (too short); methods_ says what forecasts each",
+                          UserWarning, stacklevel=3)
         self.method_ = (self.methods_[0] if len(set(self.methods_)) == 1 else "per-series")
         self.point_, self.scale_ = points, scales
         self.scores_ = sel.borrow(scores)

@@ -110,7 +110,11 @@ def test_conformal_quantile_levels():
     few = np.array([0.1, 0.2])
     assert sel.quantile(few, 0.9) == pytest.approx(1.6448536, rel=1e-6)   # normal floor
     assert sel.quantile(np.array([5.0, 1.0]), 0.9) == 5.0
-    np.testing.assert_allclose(sel.half_width(np.array([1.0, 2.0]), scores, 0.9), [18, 36])
+    # intervals take the quantile at c + MARGIN (1 - c): 0.93 -> ceil(20 * 0.93) = 19th
+    assert sel.MARGIN == pytest.approx(0.3)
+    np.testing.assert_allclose(sel.half_width(np.array([1.0, 2.0]), scores, 0.9), [19, 38])
+    np.testing.assert_allclose(sel.half_width(np.array([1.0]), np.arange(1.0, 101.0), 0.5),
+                               [66.0])   # 0.65: ceil(101 * 0.65) = 66th
 
 
 def test_series_with_few_scores_borrow_the_pooled_ones():
@@ -119,15 +123,63 @@ def test_series_with_few_scores_borrow_the_pooled_ones():
     assert out[0].shape[0] == 45 and out[1] is b
 
 
-def test_choice_beats_naive_on_a_seasonal_series_and_naive_on_a_random_walk():
+def test_the_choice_uses_the_period_and_its_rolling_origin_errors():
     y = _seasonal(150, noise=0.5)
     c = sel.choose(y, 12, (12,), use_statsforecast=False)
     blind = sel.choose(y, 12, (), use_statsforecast=False)   # no period given
-    assert c.errors[c.name] <= min(c.errors.values())
+    _check_rule(c)
     assert c.errors[c.name] < 0.5 * blind.errors["naive"]
     rw = np.cumsum(np.random.default_rng(1).normal(size=150)) + 50
     c = sel.choose(rw, 6, (), use_statsforecast=False)
     assert c.name in c.errors and c.forecast.mean.shape == (6,)
+    _check_rule(c)
+
+
+def _check_rule(c):
+    """The choice follows pick's rule: a single candidate has the smallest error and
+    beats the second best clearly; else the combination."""
+    singles = sorted(v for k, v in c.errors.items() if k != sel.COMBO)
+    if c.name == sel.COMBO:
+        assert not singles[0] < sel.DOMINANCE * singles[1]
+    else:
+        assert c.errors[c.name] == singles[0]
+        assert len(singles) == 1 or singles[0] < sel.DOMINANCE * singles[1]
+
+
+def _evaluation(errors, h=3):
+    """An Evaluation whose candidates' origin forecasts miss a zero truth by `errors`."""
+    truth = np.zeros((2, h))
+    obs = np.ones((2, h), bool)
+    final, pred = {}, {}
+    for k, e in errors.items():
+        final[k] = (cl.Forecast(np.full(h, e), np.ones(h)), {})
+        pred[k] = (np.full((2, h), e), np.ones((2, h)))
+    return sel.Evaluation(final, pred, truth, obs)
+
+
+def test_a_clear_winner_forecasts_alone_and_a_close_race_is_combined():
+    c = sel.pick(_evaluation({"a": 1.0, "b": 1.3, "c": 3.0}))    # 1 < 0.8 * 1.3
+    assert c.name == "a" and np.all(c.forecast.mean == 1.0)
+    np.testing.assert_allclose(c.scores, 1.0)                     # |error| / scale
+    c = sel.pick(_evaluation({"a": 1.0, "b": 1.2, "c": 3.0}))    # 1 >= 0.8 * 1.2
+    w = np.array([1.0, 1 / 1.44, 1 / 9.0])
+    assert c.name == sel.COMBO
+    np.testing.assert_allclose(c.forecast.mean, (w @ [1.0, 1.2, 3.0]) / w.sum())
+    assert c.errors[sel.COMBO] == pytest.approx((w @ [1.0, 1.2, 3.0]) / w.sum())
+    # white noise: the flat methods tie, so the best few are weighted 1 / error^2
+    z = np.random.default_rng(5).normal(10.0, 1.0, 120)
+    ev = sel.evaluate(z, 6, (), use_statsforecast=False)
+    c = sel.pick(ev)
+    assert c.name == sel.COMBO
+    parts = c.spec["parts"]
+    errs = {k: ev.error(ev.pred[k][0]) for k in ev.pred}
+    assert [p[0] for p in parts] == sorted(errs, key=lambda k: (errs[k], k))[:sel.TOP]
+    w = np.array([1 / errs[p[0]] ** 2 for p in parts])
+    np.testing.assert_allclose([p[2] for p in parts], w / w.sum())
+    np.testing.assert_allclose(c.forecast.mean, sum(
+        p[2] * ev.final[p[0]][0].mean for p in parts))
+    # rerun on the same series reproduces the forecast
+    np.testing.assert_allclose(sel.rerun(c.to_dict(), z, 6, ()).mean, c.forecast.mean)
 
 
 def test_candidates_without_statsforecast(monkeypatch):
