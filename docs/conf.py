@@ -4,7 +4,7 @@
 contributor guide and the API reference from the docstrings.
 
 Build (warnings are errors), with the docs extra installed (pip install ".[docs]"):
-    python -m sphinx -W -b html docs docs/_build
+    sphinx-build -W -b html docs docs/_build
 attnx must be importable: installed, or built in place (python setup.py
 build_ext --inplace) in this checkout, which is then put first on sys.path.
 ATTNX_DOCS_GALLERY=0 skips running the examples (their pages then show the code
