@@ -178,3 +178,16 @@ def test_without_statsforecast_the_own_methods_answer(monkeypatch):
     f = attnx.TransformerForecaster(6, method="auto").fit(_seasonal(80))
     assert f.method_ in ("naive", "drift", "ses", "theta", "seasonal_naive12", "combination")
     assert all(n not in ("ets", "atheta", "arima") for n in f.choices_[0]["errors"])
+
+
+def test_the_fallback_with_covariates_says_that_it_ignores_them():
+    y = _seasonal(16)
+    X = np.arange(16.0)[:, None]
+    f = attnx.TransformerForecaster(12, **TINY)
+    with pytest.warns(UserWarning) as caught:
+        f.fit(y, X=X)
+    text = " ".join(str(w.message) for w in caught)
+    assert "classical methods instead" in text and "ignore X" in text
+    assert f.method_ != "network"
+    p = f.predict(X=X)
+    assert p.shape == (12,) and np.all(np.isfinite(p))
