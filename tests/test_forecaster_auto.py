@@ -148,10 +148,15 @@ def test_classical_forecasters_save_load_and_pickle(tmp_path):
                                f.predict()[1])
 
 
-def test_onnx_export_of_a_classical_forecaster_says_why_not():
+def test_onnx_export_of_a_classical_forecaster_says_why_not(tmp_path):
     f = attnx.TransformerForecaster(6, method="auto").fit(_seasonal(60))
     with pytest.raises(ValueError, match="ONNX export does not cover"):
         f.export_spec()
+    pytest.importorskip("onnx")
+    import attnx.onnx as aonnx
+    with pytest.raises(ValueError, match="method='network'"):
+        aonnx.export(f, tmp_path / "f.onnx")
+    assert not (tmp_path / "f.onnx").exists()
 
 
 def test_a_refit_forgets_the_other_path():
