@@ -201,7 +201,9 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
         and Theta; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
         installed) chosen per series on rolling-origin errors, intervals calibrated
         conformally on the same origins (attnx._selection); or one candidate's name.
-        The fitted ``method_`` says what forecasts (attnx._forecaster_auto).
+        The fitted ``method_`` says what forecasts (attnx._forecaster_auto). The
+        classical path always has intervals (``intervals`` and the network's sizes
+        and training settings do not apply to it) and ignores X, X_future, static.
     """
 
     horizon: int
