@@ -21,9 +21,10 @@ __all__ = ["get_state", "set_state", "new_from_state"]
 REG = "regressor."
 #: parameters added after the first release of the forecaster, with the value that
 #: reproduces how a model saved before them was trained (and its fitted attribute)
-LEGACY: dict[str, Any] = {"baseline": "none",
+LEGACY: dict[str, Any] = {"baseline": "none", "method": "network",
                           "quantile_levels": (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)}
-LEGACY_FITTED: dict[str, Any] = {"baseline_": "none", "blend_": 1.0, "levels_": (0.5,)}
+LEGACY_FITTED: dict[str, Any] = {"baseline_": "none", "blend_": 1.0, "levels_": (0.5,),
+                                 "method_": "network"}
 Arrays = dict[str, np.ndarray]
 Config = dict[str, Any]
 

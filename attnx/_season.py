@@ -19,6 +19,10 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
    the highest one (a cycle also peaks at its multiples, about as high). A long
    period's broad peak may be found a lag off when the series holds few cycles.
 
+6. A second, longer period (``longer_periods``): a multiple of the season whose
+   autocorrelation stands out from its neighbouring multiples (the week of
+   half-hourly data whose season is the day: 336 = 7 x 48).
+
 On the development panel this gives 12 for co2 and PBS (monthly), 48 for the
 half-hourly solar series, 10 for sunspots (its ~11-year cycle), and 1 for Nile, the
 five US-change growth rates (no seasonal peak in them) and the short M1 yearly series.
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["detect", "acf", "profile", "PEAK_LEVEL", "PEAK_RISE", "HARMONIC"]
+__all__ = ["detect", "longer_periods", "acf", "profile", "PEAK_LEVEL", "PEAK_RISE", "HARMONIC"]
 
 #: a seasonal peak of the autocorrelation function must exceed this level ...
 PEAK_LEVEL = 0.3
@@ -42,6 +46,9 @@ PEAK_LEVEL = 0.3
 PEAK_RISE = 0.2
 #: the shortest clear peak at least this fraction of the highest one is the season
 HARMONIC = 0.8
+#: a multiple of the season is a second period when its autocorrelation stands this
+#: much above both neighbouring multiples' (longer_periods)
+MULTIPLE_RISE = 0.05
 
 
 def acf(x: F64, max_lag: int) -> F64:
@@ -61,12 +68,13 @@ def acf(x: F64, max_lag: int) -> F64:
     return out
 
 
-def detect(series: list[F64]) -> int:
-    """The seasonal period of 2-D (T_i, k) series by the module's rule (1: none)."""
+def _mean_acf(series: list[F64]) -> tuple[F64, F64] | None:
+    """The length-weighted mean autocorrelation r(0..reach) of every channel of the
+    series and the peak level at each lag (module points 2-4); None when too short."""
     cols = [s[:, j] for s in series for j in range(s.shape[1])]
     top = max(c.shape[0] for c in cols) // 3 + 1   # r(K + 1) tells whether K peaks
     if top < 4:
-        return 1
+        return None
     num, den = np.zeros(top + 1), np.zeros(top + 1)
     for c in cols:
         k = c.shape[0] // 3 + 1
@@ -76,9 +84,19 @@ def detect(series: list[F64]) -> int:
         den[:k + 1] += c.shape[0]
     reach = int(np.flatnonzero(den > 0)[-1]) if den.any() else 0
     if reach < 3:
-        return 1
+        return None
     r = num[:reach + 1] / den[:reach + 1]
     level = np.maximum(PEAK_LEVEL, 3.0 / np.sqrt(np.maximum(den[:reach + 1], 1.0)))
+    return r, level
+
+
+def detect(series: list[F64]) -> int:
+    """The seasonal period of 2-D (T_i, k) series by the module's rule (1: none)."""
+    found = _mean_acf(series)
+    if found is None:
+        return 1
+    r, level = found
+    reach = r.shape[0] - 1
     peaks = [m for m in range(2, reach)
              if r[m] >= r[m - 1] and r[m] >= r[m + 1] and r[m] > level[m]
              and r[m] - r[1:m].min() >= PEAK_RISE]
@@ -86,6 +104,28 @@ def detect(series: list[F64]) -> int:
         return 1
     high = max(r[m] for m in peaks)
     return next(m for m in peaks if r[m] >= HARMONIC * high)
+
+
+def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
+    """Seasonal periods beyond `season` (a second cycle: the week of half-hourly data
+    with a daily season): the multiples k * season (k >= 2) whose mean autocorrelation
+    stands at least MULTIPLE_RISE above the two neighbouring multiples' and above
+    PEAK_LEVEL, highest first, at most `most` of them (and none when the series are
+    too short to show two neighbours)."""
+    if season < 2:
+        return []
+    found = _mean_acf(series)
+    if found is None:
+        return []
+    r, level = found
+    reach = r.shape[0] - 1
+    cand = []
+    for k in range(2, reach // season):
+        m = k * season
+        rise = r[m] - max(r[m - season], r[m + season])
+        if rise >= MULTIPLE_RISE and r[m] > level[m]:
+            cand.append((float(rise), m))
+    return [m for _, m in sorted(cand, reverse=True)[:most]]
 
 
 def profile(context: F64, mask: npt.NDArray[np.bool_], horizon: int, season: int) -> F64:

@@ -1,6 +1,10 @@
 """TransformerForecaster: the next `horizon` values of one series or of many (one global
 model), with conformal prediction intervals.
 
+method="auto" forecasts with classical candidates chosen per series on rolling
+origins instead (attnx._forecaster_auto), and the network falls back to them, with a
+UserWarning, on series too short for its windows: ``method_`` says what forecasts.
+
 How a forecast is made (PatchTST's recipe, on attnx's transformer):
 1. Each forecast origin t of each series gives a training window: the last `window`
    values before t (the context) and the `horizon` values from t on (the target).
@@ -75,6 +79,14 @@ import numpy as np
 from . import _forecaster_state, _pandas, _season
 from . import _windows as win
 from ._base import EstimatorParams
+from ._candidates import is_candidate as _is_candidate
+from ._forecaster_auto import METHODS, ClassicalPath, TooFewWindows
+from ._forecaster_stats import MIN_EVIDENCE, SIGNIFICANCE
+from ._forecaster_stats import col_stats as _col_stats
+from ._forecaster_stats import evidence as _evidence
+from ._forecaster_stats import l1_weight as _l1_weight
+from ._forecaster_stats import level_weights as _level_weights
+from ._forecaster_stats import significantly_positive as _significantly_positive
 from .estimators import TransformerRegressor
 
 if TYPE_CHECKING:
@@ -86,16 +98,13 @@ if TYPE_CHECKING:
 
 __all__ = ["TransformerForecaster", "FORECASTERS"]
 
+# what the network path's fallback to the classical one keeps of the network's fit
+_KEEP = ("time_index_", "was_list_", "k_", "k_out_", "season_", "horizon_", "levels_")
+
 _INTERVALS = ("conformal", "quantile", None)
 #: intervals="quantile": the levels the network learns unless quantile_levels says
 QUANTILE_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 _BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
-# the held-out windows must hold at least this many horizons of distinct time steps
-# (independent forecasts' worth) to choose a baseline or to weigh the network on them
-MIN_EVIDENCE = 2.0
-# another baseline replaces the default one when its held-out absolute error is smaller
-# by more than this many standard errors (the evidence counts the independent forecasts)
-SIGNIFICANCE = 2.0
 # how many times the calibration fit checks its held-out error
 _CHECKS = 10
 
@@ -134,7 +143,7 @@ class ForecastSpec(NamedTuple):
     interval: Callable[[float], tuple[Any, Any, Any]] | None
 
 
-class TransformerForecaster(EstimatorParams):
+class TransformerForecaster(ClassicalPath, EstimatorParams):
     """Multi-horizon forecaster over one series or many (one global model).
 
     Parameters
@@ -186,6 +195,15 @@ class TransformerForecaster(EstimatorParams):
         (the calibration run is resumed in chunks to check its held-out error),
         weight decay on the weight matrices only, gradient clipping at norm 1.
     random_state, verbose, dtype : as the other estimators.
+    method : "network" (default): the transformer above; series too short for its
+        training and calibration windows fall back to "auto" with a UserWarning.
+        "auto": classical candidates (attnx's own naive, seasonal naive, drift, SES
+        and Theta; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
+        installed) chosen per series on rolling-origin errors, intervals calibrated
+        conformally on the same origins (attnx._selection); or one candidate's name.
+        The fitted ``method_`` says what forecasts (attnx._forecaster_auto). The
+        classical path always has intervals (``intervals`` and the network's sizes
+        and training settings do not apply to it) and ignores X, X_future, static.
     """
 
     horizon: int
@@ -211,6 +229,7 @@ class TransformerForecaster(EstimatorParams):
     random_state: RandomStateLike
     verbose: int
     dtype: npt.DTypeLike
+    method: str
 
     def __init__(self, horizon: int = 1, *, window: int | None = None,
                  patch_len: int | None = None, patch_stride: int | None = None,
@@ -222,7 +241,8 @@ class TransformerForecaster(EstimatorParams):
                  steps: int = 1500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 0.01, random_state: RandomStateLike = None,
-                 verbose: int = 0, dtype: npt.DTypeLike = np.float32) -> None:
+                 verbose: int = 0, dtype: npt.DTypeLike = np.float32,
+                 method: str = "network") -> None:
         for k, v in list(locals().items()):
             if k != "self":
                 setattr(self, k, v)
@@ -246,6 +266,10 @@ class TransformerForecaster(EstimatorParams):
             if v is not None:
                 win.check_int(name, v, 1)
         win.check_int("steps", self.steps, 1)
+        if not isinstance(self.method, str) or (
+                self.method not in METHODS and not _is_candidate(self.method)):
+            raise ValueError(f"method must be one of {METHODS} or a candidate's name, "
+                             f"got {self.method!r}")
 
     def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
                    ) -> TransformerRegressor:
@@ -342,6 +366,8 @@ class TransformerForecaster(EstimatorParams):
         needs the next horizon rows); static: per-series features ((s,) per series, or an
         (n_series, s) array). sample_weight is not supported yet (must be None).
         """
+        for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, k)   # a refit forgets the previous fit, whichever path it took
         self._check()
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by TransformerForecaster yet; "
@@ -352,6 +378,22 @@ class TransformerForecaster(EstimatorParams):
         self.k_ = series[0].shape[1]
         self.k_out_ = 1 if self.channel_independent else self.k_
         self.season_ = self._season(series)
+        given = X is not None or X_future is not None or static is not None
+        if self.method != "network":
+            self._fit_classical(series, None, given)
+            return self
+        try:
+            return self._fit_network(series, X, X_future, static)
+        except TooFewWindows as exc:
+            for k in [k for k in vars(self) if k.endswith("_") and k not in _KEEP]:
+                delattr(self, k)
+            self._fit_classical(series, str(exc), given)
+            return self
+
+    def _fit_network(self, series: list[F64], X: Any, X_future: Any, static: Any
+                     ) -> TransformerForecaster:
+        h = self.horizon_
+        self.method_ = "network"
         self.baseline_ = "seasonal_naive" if self.baseline == "auto" else self.baseline
         self.blend_ = 1.0
         cov = self._aligned("X", X, series)
@@ -369,14 +411,20 @@ class TransformerForecaster(EstimatorParams):
         n_tok = win.n_patches(self.window_, self.patch_len_, self.patch_stride_)
         min_len = min(lengths)
         if min_len < self.patch_len_ + h:
-            raise ValueError(f"every series needs at least patch_len + horizon = "
+            raise TooFewWindows(f"every series needs at least patch_len + horizon = "
                              f"{self.patch_len_ + h} time steps; the shortest has {min_len}")
         self.cov_mean_, self.cov_std_ = _col_stats(cov)
         self.fut_mean_, self.fut_std_ = _col_stats(fut)
         targets = self._targets(series)
         cov_t, fut_t, stat_t = self._per_target(cov), self._per_target(fut), \
             self._per_target(stat)
+        if max(lengths) < self._min_context() + h:
+            raise TooFewWindows(f"no training window: the longest series has {max(lengths)} "
+                                f"time steps, {self._min_context() + h} are needed")
         w = win.cut(targets, self.window_, h, min_context=self._min_context(), covariates=cov_t)
+        if len(w.origin) < 2:
+            raise TooFewWindows(f"the series give {len(w.origin)} training window(s) of "
+                                f"window={self.window_} and horizon={h}")
         extra = self._extra(stat_t, fut_t, w.series, w.origin)
         mu, sd, base, _, xin = self._tokens(w.context, w.mask, extra)
         scaled = (w.target - mu) / sd
@@ -464,8 +512,8 @@ class TransformerForecaster(EstimatorParams):
             cal[order[start + cnt - take:start + cnt]] = True
             start += cnt
         if not cal.any() or cal.all():
-            raise ValueError("too few training windows to hold some out for the conformal "
-                             "calibration; use intervals=None or longer series")
+            raise TooFewWindows("too few training windows to hold some out for the "
+                                "conformal calibration")
         return cal
 
     def _calibrate(self, cal: npt.NDArray[np.bool_], xin: list[F64] | F64, tgt: F64,
@@ -570,8 +618,13 @@ class TransformerForecaster(EstimatorParams):
     def __setstate__(self, state: dict[str, Any]) -> None:
         _forecaster_state.set_state(self, *state["attnx_state"])
 
+    def _classical(self) -> bool:
+        """Whether the fitted forecaster forecasts with a classical method."""
+        self._fitted()
+        return getattr(self, "method_", "network") != "network"
+
     def _fitted(self) -> None:
-        if not hasattr(self, "regressor_"):
+        if not hasattr(self, "method_") and not hasattr(self, "regressor_"):
             from ._base import sklearn_class
             raise sklearn_class("NotFittedError")(
                 "this TransformerForecaster is not fitted yet: call fit first")
@@ -676,7 +729,11 @@ class TransformerForecaster(EstimatorParams):
     def export_spec(self) -> ForecastSpec:
         """The fitted pipeline as values (see ForecastSpec); what attnx.onnx.export reads
         from a forecaster."""
-        self._fitted()
+        if self._classical():
+            raise ValueError(f"this forecaster forecasts with the classical method "
+                             f"{self.method_!r}, which ONNX export does not cover (the "
+                             f"network only): fit with method='network' and series long "
+                             f"enough for its windows")
         stat = self.static_
         n_q = len(self.levels_)
         point = np.zeros(n_q)
@@ -697,6 +754,8 @@ class TransformerForecaster(EstimatorParams):
         (horizon, k), a list of those for a list of series. Without y, after the
         series seen at fit; with y (and X), after the series given. Series given as
         pandas give pandas: a Series / DataFrame on the next `horizon` time stamps."""
+        if self._classical():
+            return self._classical_predict(y)
         q, mu, sd, was_list, index = self._forecast(y, X, X_future)
         point = self._merge(self._point(q) * sd + mu)
         if index is None:
@@ -709,6 +768,8 @@ class TransformerForecaster(EstimatorParams):
         """(lower, upper) of intervals that cover each future value with probability
         about `coverage` (conformally calibrated), each shaped as predict's result for
         one series; for a list of series, a list of such (lower, upper) pairs."""
+        if self._classical():
+            return self._classical_interval(y, coverage)
         self._interval(coverage)   # the checks, before the forecast's work
         q, mu, sd, was_list, index = self._forecast(y, X, X_future)
         lo, hi = self._ends(q, float(coverage))
@@ -735,24 +796,7 @@ class TransformerForecaster(EstimatorParams):
 
     def _level_weights(self, p: float, coverage: float) -> F64:
         """Weights of the sorted learned levels that interpolate level p linearly."""
-        lv = np.asarray(self.levels_)
-        if np.isclose(p, lv[0], rtol=0, atol=1e-9):
-            p = float(lv[0])
-        elif np.isclose(p, lv[-1], rtol=0, atol=1e-9):
-            p = float(lv[-1])
-        if not lv[0] <= p <= lv[-1]:
-            raise ValueError(f"coverage={coverage!r} needs the levels {(1 - coverage) / 2:g} "
-                             f"and {(1 + coverage) / 2:g}; this forecaster learned the levels "
-                             f"{self.levels_} (quantile_levels): give a coverage of at most "
-                             f"{lv[-1] - lv[0]:g} or refit with wider levels")
-        w = np.zeros(lv.size)
-        j = int(np.searchsorted(lv, p, side="right")) - 1
-        if j >= lv.size - 1:
-            w[-1] = 1.0
-        else:
-            t = (p - lv[j]) / (lv[j + 1] - lv[j])
-            w[j], w[j + 1] = 1.0 - t, t
-        return w
+        return _level_weights(self.levels_, p, coverage)
 
     def _half_width(self, coverage: float, w_lo: F64, w_hi: F64) -> F64:
         """Per horizon step (and k_out channel): the conformal quantile of the
@@ -782,6 +826,8 @@ class TransformerForecaster(EstimatorParams):
         a DataFrame per series on the future time stamps, one column per level (per
         column of a DataFrame: (column, level))."""
         qs = win.check_quantiles(quantiles)
+        if self._classical():
+            return self._classical_quantiles(y, qs)
         for lv in qs:   # the checks, before the forecast's work
             if lv != 0.5:
                 self._interval(abs(2.0 * lv - 1.0))
@@ -802,53 +848,6 @@ class TransformerForecaster(EstimatorParams):
             return self._one_or_list([_pandas.quantiles(m, a, qs) for m, a in
                                       zip(index, self._shape(stacked, True))], was_list)
         return self._shape(stacked, was_list)
-
-
-def _evidence(w: win.Windows, held: npt.NDArray[np.bool_], horizon: int) -> float:
-    """How many horizons of distinct time steps the targets of the windows `held`
-    cover, summed over the series (overlapping windows of one series are about one
-    forecast's worth of evidence per `horizon` origins)."""
-    total = 0
-    for i in np.unique(w.series[held]):
-        org = w.origin[held & (w.series == i)]
-        total += int(np.unique((org[:, None] + np.arange(horizon)).ravel()).size)
-    return total / horizon
-
-
-def _significantly_positive(d: F64, n_eff: float) -> bool:
-    """Whether the mean of the paired differences d (one per held-out window) is
-    above 0 by more than SIGNIFICANCE standard errors, the standard error counting
-    n_eff independent forecasts (the evidence; overlapping windows are not
-    independent): a Diebold-Mariano-style test. Constant differences: their sign."""
-    mean = float(np.mean(d))
-    sd = float(np.std(d, ddof=1)) if d.shape[0] > 1 else 0.0
-    if sd == 0.0:
-        return mean > 0.0
-    return mean > SIGNIFICANCE * sd / math.sqrt(n_eff)
-
-
-def _l1_weight(pred: F64, target: F64) -> float:
-    """The weight c in [0, 1] with the smallest sum |target - c * pred| (the error
-    MASE scores): the weighted median of the ratios target / pred, weights |pred|,
-    clipped to [0, 1] (0 when pred is all zero)."""
-    p, t = pred.ravel(), target.ravel()
-    keep = p != 0
-    if not keep.any():
-        return 0.0
-    r, wt = t[keep] / p[keep], np.abs(p[keep])
-    order = np.argsort(r, kind="stable")
-    cum = np.cumsum(wt[order])
-    c = float(r[order][int(np.searchsorted(cum, 0.5 * cum[-1]))])
-    return max(0.0, min(1.0, c)) + 0.0   # + 0.0: no -0.0
-
-
-def _col_stats(items: list[F64] | None) -> tuple[Any, Any]:
-    if items is None:
-        return None, None
-    allv = np.concatenate(items, axis=0)
-    mu = allv.mean(axis=0)
-    sd = allv.std(axis=0)
-    return mu, np.where(sd > 0, sd, 1.0)
 
 
 #: the forecaster classes a model file may name: attnx.io looks them up here

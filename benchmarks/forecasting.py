@@ -46,6 +46,9 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
   attnx           attnx.TransformerForecaster(horizon=h, random_state=seed) with its
                   defaults: one global model over all series of a multi-series set.
                   Skipped (with a note) until the class exists.
+  attnx_auto      attnx.TransformerForecaster(horizon=h, method="auto"): classical
+                  candidates chosen per series on rolling origins (deterministic: no
+                  seed enters)
   attnx_quantile  (--peers only) attnx with intervals="quantile": the network learns
                   7 quantile levels with the pinball loss, calibrated conformally
   patchtst        (--peers only) neuralforecast's PatchTST (pip install neuralforecast, in
@@ -60,6 +63,32 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
   (neuralforecast's PatchTST is not a peer yet: neuralforecast 3.3.0 requires
   ray[train,tune], pytorch-lightning and optuna besides torch>=2.9.1; not installed in
   the benchmark environment so far.)
+
+Synthetic panel (--synthetic; tune on it and on the development panel only)
+
+  set             m    h   series  lengths  what
+  synth_trend     12   18  60      60-240   level + linear or damped trend + additive
+                                            yearly season + Gaussian or AR(1) noise
+  synth_mult      12   18  50      72-240   exponential growth x (1 + a sin) seasonal
+                                            factor x log-normal noise (multiplicative)
+  synth_multi     24   24  12      504-840  hourly: a daily and a weekly cycle
+                                            (weekend days lower), noise; the peers get
+                                            m = 24 only
+  synth_shift     4    8   50      40-120   quarterly season on a level that jumps at
+                                            1-3 random times (regime changes)
+  synth_demand    1    12  50      36-120   intermittent demand: Bernoulli arrivals
+                                            (p 0.2-0.7) x Poisson sizes
+  synth_walk      1    14  50      50-300   random walks, half of them with drift
+  synth_short_q   4    4   60      14-40    short quarterly: trend + season + noise, or
+                                            a random walk
+  synth_short_y   1    6   60      14-40    short yearly: trend, random walk or AR(1)
+
+Every series comes from one numpy Generator per set, seeded by (--panel-seed, set);
+values are shifted to stay positive where the kind is a level (demand counts may be
+0). The table adds a "targets" section for each attnx peer: mean MASE against the best
+of AutoETS / AutoARIMA / AutoTheta, the series where a classical model beats seasonal
+naive but attnx does not, pooled 90% coverage and the share of h >= 8 series with
+coverage >= 0.75, and the short sets' MASE against the best classical one.
 
 Rolling-origin backtest (--origins k, default 3): every peer also goes through
 attnx.forecasting.backtest over the last k windows of h (origins h apart, a fresh fit
@@ -100,8 +129,12 @@ if os.path.exists(os.path.join(REPO, "attnx", "__init__.py")):
 from attnx.forecasting import backtest, interval_coverage, mase, smape  # noqa: E402
 
 SETS = ("sunspots", "co2", "nile", "uschange", "solar", "pbs", "m1_yearly")
+SYNTH_SETS = ("synth_trend", "synth_mult", "synth_multi", "synth_shift", "synth_demand",
+              "synth_walk", "synth_short_q", "synth_short_y")
 PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar", "attnx",
-         "torch_twin")
+         "attnx_auto", "torch_twin")
+#: the peers the targets compare with
+CLASSICAL = ("auto_ets", "auto_arima", "auto_theta")
 #: more peers one may ask for with --peers: attnx with quantile intervals
 EXTRA_PEERS = ("attnx_quantile", "patchtst")
 #: patchtst's training steps (neuralforecast's default is 5000; --patchtst-steps)
@@ -166,7 +199,93 @@ def load_set(name, quick=False):
             series, names = series[:12], names[:12]
         return Dataset(name, series, names, "yearly", 1, int(meta["forecast_horizon"]),
                        "aeon m1_yearly_dataset.tsf (bundled)")
-    raise ValueError(f"unknown set {name!r}; choose from {', '.join(SETS)}")
+    if name in SYNTH_SETS:
+        return synthetic_set(name, PANEL_SEED)
+    raise ValueError(f"unknown set {name!r}; choose from {', '.join(SETS + SYNTH_SETS)}")
+
+
+#: the synthetic panel's seed (--panel-seed)
+PANEL_SEED = 0
+#: per synthetic set: (freq, m, h, number of series, shortest, longest)
+SYNTH_SPEC = {"synth_trend": ("monthly", 12, 18, 60, 60, 240),
+              "synth_mult": ("monthly", 12, 18, 50, 72, 240),
+              "synth_multi": ("hourly", 24, 24, 12, 504, 840),
+              "synth_shift": ("quarterly", 4, 8, 50, 40, 120),
+              "synth_demand": ("monthly", 1, 12, 50, 36, 120),
+              "synth_walk": ("daily", 1, 14, 50, 50, 300),
+              "synth_short_q": ("quarterly", 4, 4, 60, 14, 40),
+              "synth_short_y": ("yearly", 1, 6, 60, 14, 40)}
+
+
+def _ar1(rng, n, phi, sd):
+    e = rng.normal(0, sd, n)
+    out = np.empty(n)
+    out[0] = e[0]
+    for t in range(1, n):
+        out[t] = phi * out[t - 1] + e[t]
+    return out
+
+
+def _synth_series(kind, rng, n, m):
+    """One synthetic series of `kind` with n values (the module docstring's table)."""
+    t = np.arange(n, dtype=float)
+    if kind == "synth_trend":
+        slope = rng.normal(0, 0.3)
+        trend = slope * t if rng.random() < 0.5 else slope * 20 * (1 - 0.95 ** t)
+        season = rng.uniform(0, 8) * np.sin(2 * np.pi * t / m + rng.uniform(0, 6.3))
+        noise = (_ar1(rng, n, rng.uniform(0.2, 0.7), rng.uniform(0.5, 3)) if rng.random() < 0.5
+                 else rng.normal(0, rng.uniform(0.5, 3), n))
+        y = 100 + trend + season + noise
+    elif kind == "synth_mult":
+        growth = rng.uniform(0.0, 0.02)
+        amp = rng.uniform(0.1, 0.45)
+        y = (rng.uniform(20, 200) * np.exp(growth * t)
+             * (1 + amp * np.sin(2 * np.pi * t / m + rng.uniform(0, 6.3)))
+             * np.exp(rng.normal(0, rng.uniform(0.01, 0.08), n)))
+    elif kind == "synth_multi":
+        day = (t // m) % 7
+        daily = rng.uniform(2, 6) * np.sin(2 * np.pi * t / m)
+        weekly = np.where(day >= 5, -rng.uniform(2, 6), 0.0)
+        y = 50 + daily + weekly + _ar1(rng, n, 0.5, rng.uniform(0.3, 1.5))
+    elif kind == "synth_shift":
+        level = np.full(n, 50.0)
+        for cut in rng.integers(n // 5, n - 4, size=int(rng.integers(1, 4))):
+            level[cut:] += rng.normal(0, 15)
+        y = (level + rng.uniform(0, 6) * np.sin(2 * np.pi * t / m)
+             + rng.normal(0, rng.uniform(1, 4), n))
+    elif kind == "synth_demand":
+        p = rng.uniform(0.2, 0.7)
+        y = (rng.random(n) < p) * rng.poisson(rng.uniform(2, 12), n).astype(float)
+    elif kind == "synth_walk":
+        drift = rng.normal(0, 0.5) if rng.random() < 0.5 else 0.0
+        y = 100 + np.cumsum(drift + rng.normal(0, rng.uniform(0.5, 3), n))
+    elif kind == "synth_short_q":
+        if rng.random() < 0.6:
+            y = (50 + rng.normal(0, 1) * t + rng.uniform(0, 8) * np.sin(2 * np.pi * t / m)
+                 + rng.normal(0, rng.uniform(0.5, 3), n))
+        else:
+            y = 50 + np.cumsum(rng.normal(0, 2, n))
+    else:   # synth_short_y
+        r = rng.random()
+        if r < 0.4:
+            y = 50 + rng.normal(0, 2) * t + rng.normal(0, rng.uniform(1, 4), n)
+        elif r < 0.7:
+            y = 50 + np.cumsum(rng.normal(rng.normal(0, 1), 2, n))
+        else:
+            y = 50 + _ar1(rng, n, rng.uniform(0.3, 0.9), 3.0)
+    if kind != "synth_demand":
+        y = y - min(0.0, float(y.min())) + 1.0 if y.min() <= 0 else y
+    return y.astype(float)
+
+
+def synthetic_set(name, seed=0):
+    """The synthetic set `name` (SYNTH_SPEC) drawn with the panel seed `seed`."""
+    freq, m, h, count, lo, hi = SYNTH_SPEC[name]
+    rng = np.random.default_rng([seed, SYNTH_SETS.index(name)])
+    series = [_synth_series(name, rng, int(rng.integers(lo, hi + 1)), m)
+              for _ in range(count)]
+    return Dataset(name, series, [f"{name}_{i}" for i in range(count)], freq, m, h,
+                   f"synthetic ({name}, panel seed {seed})")
 
 
 # ---------------------------------------------------------------- peers
@@ -235,6 +354,12 @@ def attnx_forecaster(horizon, seed):
     return attnx.TransformerForecaster(horizon=horizon, random_state=seed)
 
 
+def attnx_auto(horizon, seed):
+    """attnx's forecaster choosing among classical candidates (method="auto")."""
+    est = attnx_forecaster(horizon, seed)
+    return None if est is None else est.set_params(method="auto")
+
+
 def attnx_quantile(horizon, seed):
     """attnx's forecaster with intervals="quantile" (a network trained with the pinball
     loss on several levels, calibrated conformally)."""
@@ -255,7 +380,8 @@ def torch_twin(horizon, seed):
 
 
 #: the peers that are attnx forecasters (or its twin), by name
-FACTORIES = {"attnx": attnx_forecaster, "attnx_quantile": attnx_quantile,
+FACTORIES = {"attnx": attnx_forecaster, "attnx_auto": attnx_auto,
+             "attnx_quantile": attnx_quantile,
              "torch_twin": torch_twin}
 
 
@@ -455,6 +581,83 @@ def run_backtests(ds, peers, origins, seed, log):
     return out
 
 
+# ---------------------------------------------------------------- targets (issue 39)
+def targets(results, peer):
+    """The issue's targets for `peer` over the sets of `results` (module docstring):
+    None when the peer or the classical peers did not run."""
+    per_series, short, by_set = [], [], {}
+    for r in results:
+        ps = r["peers"]
+        if peer not in ps or not ps[peer].get("rows"):
+            continue
+        rows = {name: {x["series"]: x for x in ps[name].get("rows", [])}
+                for name in (peer, "seasonal_naive") + CLASSICAL if name in ps}
+        have = [c for c in CLASSICAL if c in rows]
+        if not have:
+            continue
+        for name, row in rows[peer].items():
+            classic = {c: rows[c][name]["mase"] for c in have if name in rows[c]}
+            sn = rows.get("seasonal_naive", {}).get(name, {}).get("mase")
+            item = {"set": r["set"], "series": name, "h": r["horizon"], "mase": row["mase"],
+                    "coverage": row.get("coverage"), "classical": classic, "snaive": sn}
+            per_series.append(item)
+        means = {c: ps[c]["mase"] for c in have if ps[c].get("rows")}
+        by_set[r["set"]] = {"mase": ps[peer]["mase"], "best_classical": min(means.values()),
+                            "best_name": min(means, key=means.get)}
+        if r["set"].startswith("synth_short"):
+            short.append(r["set"])
+    if not per_series:
+        return None
+    mean = float(np.mean([x["mase"] for x in per_series]))
+    classical_means = {c: float(np.mean([x["classical"][c] for x in per_series
+                                         if c in x["classical"]])) for c in CLASSICAL
+                       if any(c in x["classical"] for x in per_series)}
+    worse = [x["series"] for x in per_series if x["snaive"] is not None and x["classical"]
+             and min(x["classical"].values()) < x["snaive"] and x["mase"] >= x["snaive"]]
+    with_cov = [x for x in per_series if x["coverage"] is not None]
+    pooled = (sum(x["coverage"] * x["h"] for x in with_cov) / sum(x["h"] for x in with_cov)
+              if with_cov else None)
+    long_h = [x for x in with_cov if x["h"] >= 8]
+    return {"n_series": len(per_series), "mase": mean, "classical_mase": classical_means,
+            "snaive_beaten_by_classical_not_by_peer": len(worse),
+            "snaive_cases": sum(1 for x in per_series if x["snaive"] is not None
+                                and x["classical"]
+                                and min(x["classical"].values()) < x["snaive"]),
+            "coverage_pooled": pooled,
+            "share_h8_series_cov75": (float(np.mean([x["coverage"] >= 0.75 for x in long_h]))
+                                      if long_h else None),
+            "by_set": by_set,
+            "short_ratio": {s_: by_set[s_]["mase"] / by_set[s_]["best_classical"]
+                            for s_ in short}}
+
+
+def targets_markdown(results):
+    lines = []
+    for peer in ("attnx_auto", "attnx"):
+        t = targets(results, peer)
+        if t is None:
+            continue
+        best = min(t["classical_mase"].values()) if t["classical_mase"] else float("nan")
+        cls = ", ".join(f"{k} {v:.3f}" for k, v in t["classical_mase"].items())
+        lines += [f"## Targets: {peer}", "",
+                  f"- mean MASE over {t['n_series']} series: {t['mase']:.3f} (classical on "
+                  f"the same series: {cls}; best {best:.3f})",
+                  f"- series where a classical model beats seasonal naive but {peer} does "
+                  f"not: {t['snaive_beaten_by_classical_not_by_peer']} of "
+                  f"{t['snaive_cases']}",
+                  f"- 90% coverage pooled over every held-out point: "
+                  f"{_fmt(t['coverage_pooled'], '.3f')}; share of h >= 8 series with "
+                  f"coverage >= 0.75: {_fmt(t['share_h8_series_cov75'], '.3f')}"]
+        for s_, ratio in t["short_ratio"].items():
+            lines.append(f"- {s_}: MASE / best classical = {ratio:.3f}")
+        lines += ["", "| set | " + peer + " | best classical |", "|---|---|---|"]
+        for s_, v in t["by_set"].items():
+            lines.append(f"| {s_} | {v['mase']:.3f} | {v['best_classical']:.3f} "
+                         f"({v['best_name']}) |")
+        lines.append("")
+    return lines
+
+
 # ---------------------------------------------------------------- report
 def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
@@ -462,7 +665,9 @@ def _fmt(v, spec):
 
 def markdown(results, meta):
     peers = [p for p in PEERS + EXTRA_PEERS if any(p in r["peers"] for r in results)]
-    lines = ["# Forecasting benchmark: development panel (issue 24)", "",
+    title = ("synthetic panel (issue 39), panel seed " + str(meta.get("panel_seed"))
+             if meta.get("synthetic") else "development panel (issue 24)")
+    lines = [f"# Forecasting benchmark: {title}", "",
              f"{meta['date']}, {meta['machine']}, python {meta['python']}, "
              f"statsforecast {meta['versions'].get('statsforecast')}, scikit-learn "
              f"{meta['versions'].get('sklearn')}, attnx {meta['versions'].get('attnx')}"
@@ -520,6 +725,7 @@ def markdown(results, meta):
                     cells.append(f"{e['mase']:.3f} / {_fmt(e['coverage'], '.2f')}")
             lines.append(f"| {r['set']} ({b['origins']}) | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += targets_markdown(results)
     notes = sorted({f"{p}: {e['note']}" for r in results for p, e in r["peers"].items()
                     if e.get("note")})
     errs = [f"{r['set']} {p}: {x}" for r in results for p, e in r["peers"].items()
@@ -550,22 +756,39 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 12 series of m1_yearly and no AutoARIMA on the "
                          "half-hourly solar series (m=48 takes minutes)")
-    ap.add_argument("--origins", type=int, default=3,
+    ap.add_argument("--origins", type=int, default=None,
                     help="also backtest every peer over the last ORIGINS windows of h "
-                         "(attnx.forecasting.backtest; default 3, 0: off)")
+                         "(attnx.forecasting.backtest; default 3, 0: off; 0 with "
+                         "--synthetic)")
     ap.add_argument("--seed", type=int, default=0, help="random_state of attnx / torch")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="the synthetic panel instead (sets synth_*; default --origins 0, "
+                         "--out benchmarks/results/forecasting_synth)")
+    ap.add_argument("--panel-seed", type=int, default=0,
+                    help="seed of the synthetic panel's series (default 0)")
+    ap.add_argument("--arima-long-seasons", action="store_true",
+                    help="run AutoARIMA on synthetic sets with m >= 24 too (minutes a series)")
     ap.add_argument("--patchtst-steps", type=int, default=PATCHTST_STEPS,
                     help="max_steps of the patchtst peer (neuralforecast's default: 5000)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "forecasting_dev"),
+    ap.add_argument("--out", default=None,
                     help="output prefix: writes PREFIX.md and PREFIX.json "
                          "(default benchmarks/results/forecasting_dev)")
     args = ap.parse_args(argv)
     set_patchtst_steps(args.patchtst_steps)
+    global PANEL_SEED
+    PANEL_SEED = args.panel_seed
+    if args.origins is None:
+        args.origins = 0 if args.synthetic else 3
+    if args.out is None:
+        args.out = os.path.join(HERE, "results", "forecasting_synth" if args.synthetic
+                                else "forecasting_dev")
+    if args.synthetic and args.sets == ",".join(SETS):
+        args.sets = ",".join(SYNTH_SETS)
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     for s in sets:
-        if s not in SETS:
-            ap.error(f"--sets: unknown set {s!r}; choose from {', '.join(SETS)}")
+        if s not in SETS + SYNTH_SETS:
+            ap.error(f"--sets: unknown set {s!r}; choose from {', '.join(SETS + SYNTH_SETS)}")
     for p in peers:
         if p not in PEERS + EXTRA_PEERS:
             ap.error(f"--peers: unknown peer {p!r}; choose from "
@@ -581,7 +804,9 @@ def main(argv=None):
     results = []
     for s in sets:
         ds = load_set(s, quick=args.quick)
-        ps = [p for p in peers if not (args.quick and s == "solar" and p == "auto_arima")]
+        ps = [p for p in peers if not (args.quick and s == "solar" and p == "auto_arima")
+              and not (p == "auto_arima" and s in SYNTH_SETS and ds.season >= 24
+                       and not args.arima_long_seasons)]
         results.append(run_set(ds, ps, args.seed, log))
         if args.origins > 0:
             results[-1]["backtest"] = run_backtests(ds, ps, args.origins, args.seed, log)
@@ -589,6 +814,8 @@ def main(argv=None):
             "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
             "python": platform.python_version(), "versions": _versions(),
             "quick": args.quick, "seed": args.seed, "origins": args.origins, "level": LEVEL,
+            "synthetic": args.synthetic, "panel_seed": args.panel_seed if args.synthetic
+            else None, "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx")},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:

@@ -14,7 +14,15 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # seq_torch_twin
+TESTS = os.path.join(HERE, "..", "tests")
+sys.path.insert(0, TESTS)  # seq_torch_twin
+
+
+def _tests_on_path():
+    """Put tests/ (seq_torch_twin) back on sys.path: a runner that executes several
+    examples in one process (sphinx-gallery) restores sys.path after each one."""
+    if TESTS not in sys.path:
+        sys.path.insert(0, TESTS)
 
 
 def have_torch():
@@ -69,6 +77,19 @@ def load_sunspots():
                          'pip install "attnx[examples]"') from None
     df = sunspots.load_pandas().data
     return df["YEAR"].to_numpy().astype(int), df["SUNACTIVITY"].to_numpy(dtype=np.float64)
+
+
+def load_co2():
+    """Monthly mean atmospheric CO2 at Mauna Loa, March 1958 - December 2001 (ppm), as
+    a pandas Series with a monthly DatetimeIndex: the weekly values shipped inside
+    statsmodels, averaged per month, the few empty months filled forward."""
+    try:
+        from statsmodels.datasets import co2
+    except ImportError:
+        raise SystemExit('this example reads data shipped with statsmodels: '
+                         'pip install "attnx[examples]"') from None
+    weekly = co2.load_pandas().data["co2"]
+    return weekly.resample("MS").mean().ffill()
 
 
 def one_thread():
@@ -169,6 +190,7 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     parameter groups (twin_optimizer). after_epoch(predict) is called after every
     epoch (dropout off meanwhile); True stops training."""
     import torch
+    _tests_on_path()
     from seq_torch_twin import SeqTwin
 
     from attnx.schedules import estimator_schedule

@@ -1,0 +1,198 @@
+"""TransformerForecaster's classical path: method="auto", and the network's fallback
+when the series are too short for its windows (always an answer)."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import attnx
+from attnx import _candidates as cand
+
+TINY = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
+NAMES = ("naive", "drift", "ses", "theta", "drift_log", "ses_log", "theta_log", "ets",
+         "atheta", "arima", "mstl", "combination")
+
+
+def _seasonal(n, period=12, seed=0, level=10.0, amp=3.0, noise=0.3):
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    return level + amp * np.sin(2 * np.pi * t / period) + rng.normal(0, noise, n)
+
+
+def _is_method(name):
+    return name in NAMES or name.startswith("seasonal_naive")
+
+
+@pytest.mark.parametrize("h", [1, 4, 8, 12, 18])
+def test_short_series_always_get_a_forecast_and_an_interval(h):
+    rng = np.random.default_rng(h)
+    fell_back = 0
+    for n in range(h + 2, 41, 3 if h < 12 else 2):
+        y = _seasonal(n, seed=n) + np.cumsum(rng.normal(0, 0.2, n))
+        for method in ("network", "auto"):
+            f = attnx.TransformerForecaster(h, method=method, **TINY)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                f.fit(y)
+            p = f.predict()
+            lo, hi = f.predict_interval(coverage=0.9)
+            assert p.shape == (h,) and np.all(np.isfinite(p))
+            assert np.all(np.isfinite(lo)) and np.all(lo <= p) and np.all(p <= hi)
+            assert f.method_ == "network" or _is_method(f.method_)
+            fallback = [w for w in caught if "classical methods instead" in str(w.message)]
+            if method == "network":
+                # a warning exactly when the network path did not run
+                assert bool(fallback) == (f.method_ != "network")
+                fell_back += f.method_ != "network"
+            else:
+                assert not fallback and f.method_ != "network"
+    if h >= 8:
+        assert fell_back > 0     # the shortest series are too short for the network
+
+
+def test_too_short_or_invalid_input_still_raises():
+    f = attnx.TransformerForecaster(6, method="auto")
+    with pytest.raises(ValueError, match="at least 8"):
+        f.fit(np.arange(7.0))                              # fewer than h + 2 values
+    y = _seasonal(40)
+    y[5] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        f.fit(y)
+    with pytest.raises(ValueError, match="method must be"):
+        attnx.TransformerForecaster(3, method="prophet").fit(_seasonal(40))
+
+
+def test_auto_on_a_long_series_is_fast_and_chooses_on_rolling_origins():
+    f = attnx.TransformerForecaster(12, method="auto").fit(_seasonal(300))
+    c = f.choices_[0]
+    assert f.method_ == c["name"] == f.methods_[0]
+    singles = sorted(v for k, v in c["errors"].items() if k != "combination")
+    assert c["errors"][c["name"]] == singles[0] or c["name"] == "combination"
+    assert f.periods_ == [12] and f.season_ == 12
+    assert not hasattr(f, "regressor_")
+    assert f.scores_[0].shape[0] >= 30                     # 5 origins x 12 steps
+
+
+def test_a_named_candidate_is_used_and_calibrated():
+    f = attnx.TransformerForecaster(6, method="seasonal_naive12").fit(_seasonal(60))
+    assert f.method_ == "seasonal_naive12"
+    y = _seasonal(60)
+    np.testing.assert_array_equal(f.predict(), y[48:54])
+    lo, hi = f.predict_interval(coverage=0.8)
+    lo9, hi9 = f.predict_interval(coverage=0.95)
+    assert np.all(lo9 <= lo) and np.all(hi <= hi9) and np.all(hi - lo > 0)
+
+
+def test_half_hourly_daily_and_weekly_periods_are_both_found():
+    rng = np.random.default_rng(0)
+    t = np.arange(48 * 7 * 5)
+    y = (10 + 3 * np.sin(2 * np.pi * t / 48) + 2 * np.where((t // 48) % 7 >= 5, -1.0, 0.3)
+         + rng.normal(0, 0.5, t.size))
+    f = attnx.TransformerForecaster(48, method="seasonal_naive336").fit(y)
+    assert f.season_ == 48 and f.periods_ == [48, 336]
+    # the weekly seasonal naive knows the weekend; the daily one would not
+    truth = (10 + 3 * np.sin(2 * np.pi * (t[-48:] + 48) / 48)
+             + 2 * np.where(((t[-48:] + 48) // 48) % 7 >= 5, -1.0, 0.3))
+    assert np.mean(np.abs(f.predict() - truth)) < 1.0
+
+
+def test_multiplicative_seasonality_beats_seasonal_naive():
+    t = np.arange(132)
+    rng = np.random.default_rng(2)
+    y = 50 * 1.02 ** t * (1 + 0.35 * np.sin(2 * np.pi * t / 12)) * np.exp(rng.normal(0, 0.02, 132))
+    f = attnx.TransformerForecaster(12, method="auto").fit(y[:120])
+    err = np.mean(np.abs(f.predict() - y[120:]))
+    snaive = np.mean(np.abs(y[108:120] - y[120:]))
+    assert err < 0.6 * snaive
+
+
+def test_many_series_and_channels_choose_their_own_methods():
+    rng = np.random.default_rng(4)
+    a = _seasonal(80)
+    b = 100 + np.cumsum(rng.normal(size=60))
+    f = attnx.TransformerForecaster(6, method="auto").fit([a, b])
+    assert len(f.methods_) == 2 and len(f.predict()) == 2
+    assert f.method_ in (f.methods_[0], "per-series")
+    two = np.stack([a[:60], b], axis=1)
+    g = attnx.TransformerForecaster(6, method="auto").fit(two)
+    assert g.predict().shape == (6, 2) and len(g.methods_) == 2
+    lo, hi = g.predict_interval()
+    assert lo.shape == (6, 2) and np.all(lo < hi)
+    q = g.predict_quantiles(quantiles=(0.05, 0.5, 0.95))
+    assert q.shape == (6, 2, 3) and np.all(np.diff(q, axis=-1) >= 0)
+    np.testing.assert_allclose(q[..., 1], g.predict())
+
+
+def test_predict_with_new_series_reruns_the_chosen_model():
+    y = _seasonal(100)
+    f = attnx.TransformerForecaster(6, method="auto").fit(y)
+    np.testing.assert_allclose(f.predict(y=y), f.predict())
+    shifted = f.predict(y=y + 100.0)
+    assert np.all(np.abs(shifted - f.predict() - 100.0) < 1.0)
+
+
+def test_classical_forecasters_save_load_and_pickle(tmp_path):
+    f = attnx.TransformerForecaster(6, method="auto").fit([_seasonal(70), _seasonal(50, seed=1)])
+    path = tmp_path / "auto.safetensors"
+    f.save(path)
+    g = attnx.load(path)
+    assert g.method_ == f.method_ and g.choices_ == f.choices_
+    for a, b in zip(g.predict(), f.predict()):
+        np.testing.assert_array_equal(a, b)
+    for (a, b), (c, d) in zip(g.predict_interval(), f.predict_interval()):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    p = pickle.loads(pickle.dumps(f))
+    np.testing.assert_allclose(p.predict(y=[_seasonal(70), _seasonal(50, seed=1)])[1],
+                               f.predict()[1])
+
+
+def test_onnx_export_of_a_classical_forecaster_says_why_not(tmp_path):
+    f = attnx.TransformerForecaster(6, method="auto").fit(_seasonal(60))
+    with pytest.raises(ValueError, match="ONNX export does not cover"):
+        f.export_spec()
+    pytest.importorskip("onnx")
+    import attnx.onnx as aonnx
+    with pytest.raises(ValueError, match="method='network'"):
+        aonnx.export(f, tmp_path / "f.onnx")
+    assert not (tmp_path / "f.onnx").exists()
+
+
+def test_a_refit_forgets_the_other_path():
+    y = _seasonal(120)
+    f = attnx.TransformerForecaster(6, method="auto", **TINY).fit(y)
+    f.set_params(method="network").fit(y)
+    assert f.method_ == "network" and hasattr(f, "regressor_") and not hasattr(f, "choices_")
+    f.set_params(method="auto").fit(y)
+    assert f.method_ != "network" and not hasattr(f, "regressor_")
+
+
+def test_pandas_in_pandas_out():
+    pd = pytest.importorskip("pandas")
+    idx = pd.date_range("2020-01-01", periods=48, freq="MS")
+    s = pd.Series(_seasonal(48), index=idx)
+    f = attnx.TransformerForecaster(6, method="auto").fit(s)
+    p = f.predict()
+    assert isinstance(p, pd.Series) and p.index[0] == pd.Timestamp("2024-01-01")
+    assert f.season_ == 12
+
+
+def test_without_statsforecast_the_own_methods_answer(monkeypatch):
+    monkeypatch.setattr(cand, "have_statsforecast", lambda: False)
+    f = attnx.TransformerForecaster(6, method="auto").fit(_seasonal(80))
+    assert f.method_ in ("naive", "drift", "ses", "theta", "seasonal_naive12", "combination")
+    assert all(n not in ("ets", "atheta", "arima") for n in f.choices_[0]["errors"])
+
+
+def test_the_fallback_with_covariates_says_that_it_ignores_them():
+    y = _seasonal(16)
+    X = np.arange(16.0)[:, None]
+    f = attnx.TransformerForecaster(12, **TINY)
+    with pytest.warns(UserWarning) as caught:
+        f.fit(y, X=X)
+    text = " ".join(str(w.message) for w in caught)
+    assert "classical methods instead" in text and "ignore X" in text
+    assert f.method_ != "network"
+    p = f.predict(X=X)
+    assert p.shape == (12,) and np.all(np.isfinite(p))
