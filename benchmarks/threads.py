@@ -51,7 +51,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-CASES: dict[str, str] = {
+CASES: dict[str, str | None] = {
     "digits": r"""
 import time, numpy as np
 from sklearn.datasets import load_digits
@@ -73,32 +73,17 @@ f = attnx.TransformerForecaster(horizon=12, random_state=0).fit(y)
 f.predict_interval()
 print("SECONDS", time.perf_counter() - t0)
 """,
-    "attn_large": r"""
+    "attn_large": None, "transformer": None,   # filled from _STEPS below
+}
+# training steps of a large layer or model: forward, MSE, backward, AdamW; the mean of ten
+# steps after two warm-up steps
+_STEPS = r"""
 import time, numpy as np
 import attnx
 rng = np.random.default_rng(0)
-x = rng.normal(size=(8, 512, 256)).astype(np.float32)
+x = rng.normal(size=SHAPE).astype(np.float32)
 target = rng.normal(size=x.shape).astype(np.float32)
-layer = attnx.MultiHeadAttention(256, 8, random_state=0)
-opt = attnx.AdamW(layer.params, lr=1e-3)
-def step():
-    y = layer.forward(x)
-    _, dy = attnx.mse_loss(y, target)
-    layer.backward(dy)
-    opt.step(layer.grads)
-step(); step()
-t0 = time.perf_counter()
-for _ in range(10):
-    step()
-print("SECONDS", (time.perf_counter() - t0) / 10)
-""",
-    "transformer": r"""
-import time, numpy as np
-import attnx
-rng = np.random.default_rng(0)
-x = rng.normal(size=(32, 128, 128)).astype(np.float32)
-target = rng.normal(size=x.shape).astype(np.float32)
-model = attnx.Transformer(128, 4, n_layers=2, random_state=0)
+model = MODEL
 opt = attnx.AdamW(model.params, lr=1e-3)
 def step():
     y = model.forward(x)
@@ -110,8 +95,11 @@ t0 = time.perf_counter()
 for _ in range(10):
     step()
 print("SECONDS", (time.perf_counter() - t0) / 10)
-""",
-}
+"""
+CASES["attn_large"] = _STEPS.replace("SHAPE", "(8, 512, 256)").replace(
+    "MODEL", "attnx.MultiHeadAttention(256, 8, random_state=0)")
+CASES["transformer"] = _STEPS.replace("SHAPE", "(32, 128, 128)").replace(
+    "MODEL", "attnx.Transformer(128, 4, n_layers=2, random_state=0)")
 CASES["gridsearch"] = r"""
 import os, time, numpy as np
 from sklearn.datasets import load_digits

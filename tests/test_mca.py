@@ -3,28 +3,18 @@ AVX-512 wide tile it was written to check (no vector register copies in the k lo
 16 FMAs on 16 independent accumulators). Compiles attnx/_flash.c with setup.py's
 flags (~20 s); skipped without gcc on x86-64 or Cython (setup.py imports it), the
 llvm-mca part without llvm-mca-14."""
-import importlib.util
 import platform
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("attnx_bench_mca",
-                                                  ROOT / "benchmarks" / "mca.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-mca = _load()
+mca = load_script("attnx_bench_mca", ROOT / "benchmarks" / "mca.py")
 
 
 def test_innermost_loops_synthetic():

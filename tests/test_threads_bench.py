@@ -2,23 +2,13 @@
 here: no timings are taken), every case's script is valid Python that prints one
 SECONDS line, and the environment of a run carries only the setting's thread vars."""
 import ast
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
+from conftest import load_script
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("attnx_bench_threads", BENCH / "threads.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-threads_bench = _load()
+threads_bench = load_script("attnx_bench_threads", BENCH / "threads.py")
 
 
 def test_case_scripts_parse_and_report_seconds():
