@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 import numpy as np
 
 from . import _sequences as seqs
-from . import _scaling, _state, _stem, _training, distributed, schedules
+from . import _model_file, _scaling, _state, _stem, _training, distributed, schedules
 from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, PPVTokens
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
@@ -749,9 +749,8 @@ class SequenceEstimator(EstimatorParams):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write configuration, weights, optimizer and RNG state to exactly `path`, a
         safetensors file (see attnx.io); attnx.load(path) reads it back."""
-        from .io import save  # io imports the estimators (its registry)
-
-        save(self, path)
+        _model_file.check_saveable(self)
+        _model_file.write(path, *_state.get_state(self, portable=True))
 
     def _model_spec(self) -> dict[str, Any]:
         """The fitted model's architecture as JSON-able values (for save and pickle)."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _sequences as seqs
-from . import _targets
+from . import _model_file, _targets
 from ._base import ClassifierParams, sklearn_class
 from . import _estimator
 from ._estimator import ExportSpec, SequenceEstimator, store
@@ -610,3 +610,4 @@ class TransformerClassifier(_Classifier):
 ESTIMATORS: dict[str, type[SequenceEstimator]] = {
     cls.__name__: cls for cls in (AttentionRegressor, TransformerRegressor,
                                   AttentionClassifier, TransformerClassifier)}
+_model_file.register(*ESTIMATORS.values())

@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _forecaster_state, _pandas, _season
+from . import _forecaster_state, _model_file, _pandas, _season
 from . import _windows as win
 from ._base import EstimatorParams
 from ._candidates import is_candidate as _is_candidate
@@ -607,9 +607,8 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
         optimizer and RNG state, and the fitted window, scaling statistics, conformal
         scores and series ends) to exactly `path`, a safetensors file (see attnx.io);
         attnx.load(path) reads it back and predicts the same values bit for bit."""
-        from .io import save  # io imports the forecasters (its registry)
-
-        save(self, path)
+        _model_file.check_saveable(self)
+        _model_file.write(path, *_forecaster_state.get_state(self, portable=True))
 
     def __getstate__(self) -> dict[str, Any]:
         # the same state as a model file (attnx._forecaster_state)
@@ -853,3 +852,4 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
 #: the forecaster classes a model file may name: attnx.io looks them up here
 FORECASTERS: dict[str, type[TransformerForecaster]] = {
     TransformerForecaster.__name__: TransformerForecaster}
+_model_file.register(*FORECASTERS.values())
