@@ -115,3 +115,151 @@ def test_one_size_table_per_model_agrees_with_the_built_model():
         if "layers" not in name or name.split(".")[2] not in ("Wq", "Wk", "Wv", "Wo",
                                                               "bq", "bk", "bv", "bo"):
             assert sizes[name] == w.size, name
+
+
+# ---- the import graph, module sizes and kernel entries ---------------------------------
+def _is_type_checking(test):
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _import_graph(type_only_too):
+    """module -> the attnx modules it imports (module level and inside functions;
+    `if TYPE_CHECKING:` blocks only when type_only_too)."""
+    names = {p.stem for p in _modules()} | {p.name.split(".")[0] for p in PKG.glob("*.pyx")}
+    graph = {}
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        skip = set()
+        if not type_only_too:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.If) and _is_type_checking(node.test):
+                    skip |= {id(n) for child in node.body for n in ast.walk(child)}
+        out = set()
+        for node in ast.walk(tree):
+            if id(node) in skip or not isinstance(node, ast.ImportFrom) or node.level != 1:
+                continue
+            if node.module is None:
+                out |= {a.name for a in node.names if a.name in names}
+            else:
+                out.add(node.module.split(".")[0])
+        graph[path.stem] = out - {path.stem}
+    return graph
+
+
+def _cycles(graph):
+    """The strongly connected sets of more than one module (Tarjan, iteratively)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(root):
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next((w for w in it if w in graph), None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_cycles():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"f"}, "f": {"e"}, "g": set()}
+    assert sorted(map(sorted, _cycles(g))) == [["a", "b", "c"], ["e", "f"]]
+
+
+def test_no_runtime_import_cycle():
+    """No module imports one that imports it back, at module level or inside a function
+    (a function-level import that closes a circle is a cycle too)."""
+    assert _cycles(_import_graph(False)) == []
+
+
+#: circles closed only by `if TYPE_CHECKING:` imports: helper modules typed with the model
+#: they serve (to become its methods, or objects that own their state). None may grow
+#: and no new one may appear.
+TYPE_ONLY_CYCLES = [
+    {"_attention_stack", "attention"},
+    {"_instance_norm", "_pooling", "_sequence_blocks", "_sequence_buffers",
+     "_sequence_params", "_stem", "sequence"},
+    {"_training", "distributed", "losses"},
+    {"_estimator", "_scaling"},
+]
+
+
+def test_type_only_cycles_do_not_grow():
+    for comp in _cycles(_import_graph(True)):
+        assert any(comp <= known for known in TYPE_ONLY_CYCLES), sorted(comp)
+
+
+MAX_MODULE_LINES = 600
+#: modules over the limit today, with the most lines each may keep until it is split
+OVERSIZE = {"onnx.py": 915, "forecaster.py": 860, "_estimator.py": 810,
+            "_training.py": 720, "sequence.py": 650, "estimators.py": 615}
+
+
+def test_modules_stay_under_the_size_limit():
+    sizes = {p.name: len(p.read_text().splitlines())
+             for p in list(_modules()) + sorted(PKG.glob("*.pyx"))}
+    over = {n: k for n, k in sizes.items() if k > OVERSIZE.get(n, MAX_MODULE_LINES)}
+    assert not over, f"over {MAX_MODULE_LINES} lines (or past their listed size): {over}"
+    assert set(OVERSIZE) <= set(sizes), "a listed module is gone: drop it from OVERSIZE"
+
+
+MAX_KERNEL_ARGS = 12
+#: BLAS-shaped entries keep BLAS's own argument list
+BLAS_SHAPED = {("_blas.pyx", "gemm"), ("_ops.pyx", "pgemm"), ("_seq.pyx", "gemm"),
+               ("_testing.pyx", "gemm_into")}
+#: entries over the limit today (to take a struct of shapes and one of buffers), with
+#: the arguments each may keep until then
+WIDE_KERNELS = {
+    ("_attention.pyx", "block_scores"): 13, ("_attnargs.pyx", "run_backward"): 13,
+    ("_mlp.pyx", "mlp_forward"): 17, ("_mlp.pyx", "mlp_backward"): 20,
+    ("_ppv.pyx", "_ppv_series"): 21, ("_ppv.pyx", "_ppv"): 23,
+    ("_revin.pyx", "_rv_fwd"): 15, ("_revin.pyx", "_rv_bwd"): 23,
+    ("_revin.pyx", "_rv_den"): 13, ("_revin.pyx", "_rv_den_bwd"): 22,
+    ("_seq.pyx", "layernorm_backward"): 16,
+}
+
+
+def _kernel_entries():
+    import re
+    sig = re.compile(r"^\s*(?:cp?def|def)\s+(?:[\w\[\], *]+\s+)?(\w+)\s*\(([^)]*)\)", re.M)
+    for path in sorted(PKG.glob("*.pyx")):
+        for m in sig.finditer(path.read_text()):
+            args = [a for a in m.group(2).split(",") if a.strip()]
+            yield (path.name, m.group(1)), len(args)
+
+
+def test_kernel_entries_take_few_arguments():
+    entries = dict(_kernel_entries())
+    assert ("_mlp.pyx", "mlp_forward") in entries and len(entries) > 50   # the parser works
+    wide = {k: n for k, n in entries.items() if n > MAX_KERNEL_ARGS and k not in BLAS_SHAPED
+            and n > WIDE_KERNELS.get(k, MAX_KERNEL_ARGS)}
+    assert not wide, f"kernel entries over {MAX_KERNEL_ARGS} arguments: {wide}"
