@@ -26,6 +26,7 @@ import attnx  # noqa: E402
 
 project = "attnx"
 author = "attnx developers"
+copyright = "attnx developers"
 release = version = attnx.__version__
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ext"))

@@ -37,6 +37,18 @@ def have_torch():
 TORCH_NOTE = "PyTorch twin skipped: torch is not installed (its CPU build is enough for the twin)"
 
 
+def have_matplotlib():
+    """True when matplotlib can be imported (the examples' figures need it)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+PLOT_NOTE = 'figure skipped: matplotlib is not installed (pip install "attnx[plot]")'
+
+
 def read_ts(path):
     """(list of (T_i, d) arrays, labels) from a .ts file of the time series archive."""
     X, y, data = [], [], False

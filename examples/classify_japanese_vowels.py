@@ -31,8 +31,8 @@ training loss per epoch.
 # the right and masks the padding, so no resampling to a common length is needed.
 import numpy as np
 
-from _common import (TORCH_NOTE, have_torch, initial_model, load_japanese_vowels, one_thread,
-                     timed, torch_twin_fit)
+from _common import (PLOT_NOTE, TORCH_NOTE, have_matplotlib, have_torch, initial_model,
+                     load_japanese_vowels, one_thread, timed, torch_twin_fit)
 
 import attnx
 
@@ -124,5 +124,11 @@ print(f"In this run the defaults classify {verdict} test utterances correctly th
 # ---------------------------
 # ``history_`` holds the loss of every epoch; ``attnx.plot.loss_curve`` draws it
 # (matplotlib is an optional extra: ``pip install "attnx[plot]"``).
-ax = attnx.plot.loss_curve(default, title="TransformerClassifier() on JapaneseVowels")
-ax.set_ylabel("training loss (cross-entropy)")
+if have_matplotlib():
+    import matplotlib.pyplot as plt
+
+    ax = attnx.plot.loss_curve(default, title="TransformerClassifier() on JapaneseVowels")
+    ax.set_ylabel("training loss (cross-entropy)")
+    plt.show()
+else:
+    print(PLOT_NOTE)

@@ -25,7 +25,7 @@ EPYC; the script prints its own time).
 # from the index's frequency and answers with pandas objects on the next time stamps.
 import numpy as np
 
-from _common import load_co2, one_thread, timed
+from _common import PLOT_NOTE, have_matplotlib, load_co2, one_thread, timed
 
 import attnx
 from attnx.forecasting import interval_coverage, mae, mase
@@ -79,11 +79,17 @@ print("In this run the transformer's forecast is "
 # ------------
 # ``attnx.plot.forecast`` draws the history, the forecast, the band and the actual
 # values (matplotlib is an optional extra: ``pip install "attnx[plot]"``).
-recent = history.iloc[-120:]
-ax = attnx.plot.forecast(recent.to_numpy(), y_attnx, lower=lower, upper=upper,
-                         actual=y_true, coverage=0.9,
-                         index=recent.index.append(future.index),
-                         title="Mauna Loa CO2: 24 months held out")
-ax.set_ylabel("CO2 (ppm)")
-ax.figure.set_size_inches(8, 3.8)
-ax.figure.tight_layout()
+if have_matplotlib():
+    import matplotlib.pyplot as plt
+
+    recent = history.iloc[-120:]
+    ax = attnx.plot.forecast(recent.to_numpy(), y_attnx, lower=lower, upper=upper,
+                             actual=y_true, coverage=0.9,
+                             index=recent.index.append(future.index),
+                             title="Mauna Loa CO2: 24 months held out")
+    ax.set_ylabel("CO2 (ppm)")
+    ax.figure.set_size_inches(8, 3.8)
+    ax.figure.tight_layout()
+    plt.show()
+else:
+    print(PLOT_NOTE)

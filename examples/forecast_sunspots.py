@@ -28,8 +28,8 @@ test years.
 # --------
 import numpy as np
 
-from _common import (TORCH_NOTE, have_torch, initial_model, load_sunspots, one_thread, timed,
-                     torch_twin_fit)
+from _common import (PLOT_NOTE, TORCH_NOTE, have_matplotlib, have_torch, initial_model,
+                     load_sunspots, one_thread, timed, torch_twin_fit)
 
 import attnx
 from attnx.datasets import sliding_windows
@@ -119,14 +119,18 @@ print(f"In this run the defaults' test RMSE is {verdict} than the linear "
 # %%
 # The test years
 # --------------
-import matplotlib.pyplot as plt  # noqa: E402
+if have_matplotlib():
+    import matplotlib.pyplot as plt
 
-fig, ax = plt.subplots(figsize=(8, 3.5))
-ax.plot(target_year[~train], yte, color="black", lw=2, label="observed")
-ax.plot(target_year[~train], p_def, label="attnx defaults")
-ax.plot(target_year[~train], p_ar, ls="--", label="linear autoregression")
-ax.set_xlabel("year")
-ax.set_ylabel("yearly mean sunspot number")
-ax.set_title("one-year-ahead forecasts on the test years")
-ax.legend()
-fig.tight_layout()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.plot(target_year[~train], yte, color="black", lw=2, label="observed")
+    ax.plot(target_year[~train], p_def, label="attnx defaults")
+    ax.plot(target_year[~train], p_ar, ls="--", label="linear autoregression")
+    ax.set_xlabel("year")
+    ax.set_ylabel("yearly mean sunspot number")
+    ax.set_title("one-year-ahead forecasts on the test years")
+    ax.legend()
+    fig.tight_layout()
+    plt.show()
+else:
+    print(PLOT_NOTE)
