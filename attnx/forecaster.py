@@ -87,6 +87,7 @@ from ._forecaster_stats import evidence as _evidence
 from ._forecaster_stats import l1_weight as _l1_weight
 from ._forecaster_stats import level_weights as _level_weights
 from ._forecaster_stats import significantly_positive as _significantly_positive
+from ._training import progress_phase
 from .estimators import TransformerRegressor
 
 if TYPE_CHECKING:
@@ -452,7 +453,8 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
                 held, xin, tgt, seed, n_tok)
             if self.epochs is None:   # as long as the held-out check liked best
                 final.set_params(epochs=max(1, best))
-        self.regressor_ = final.fit(xin, self._repeat_levels(tgt))
+        with progress_phase("final fit"):   # verbose: the bar's name
+            self.regressor_ = final.fit(xin, self._repeat_levels(tgt))
         self.n_windows_ = len(tgt)
         # what predict() without y forecasts from: the end of each series seen
         self.history_ = [s[-self.window_:].copy() for s in series]
@@ -540,7 +542,8 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
         best, best_err, best_epochs, best_c, done = None, math.inf, total, 1.0, 0
         y_held = tgt[held]
         while done < total:
-            model.fit(x_fit, y_fit)
+            with progress_phase("held-out run"):   # calibrates the intervals
+                model.fit(x_fit, y_fit)
             done += chunk
             levels = self._levels_sorted(model.predict(x_held), len(held))
             point = levels[..., self.levels_.index(0.5)]
