@@ -73,7 +73,10 @@ if TYPE_CHECKING:
 
         def set_postfix_str(self, s: str = ..., refresh: bool = ...) -> object: ...
         def update(self, n: int = ...) -> object: ...
+        def refresh(self) -> object: ...
         def close(self) -> None: ...
+
+        total: float | None
 
 
 class TrainingDivergedError(FloatingPointError):
@@ -359,30 +362,36 @@ class InterruptGuard:
         return False
 
 
-_phase: contextvars.ContextVar[str | None] = contextvars.ContextVar("attnx_phase",
-                                                                   default=None)
-
-
 class progress_phase:
-    """Context manager: the progress bars of fits inside it are named `name` (a
-    forecaster's "held-out run" and "final fit"); outside, a fit's bar says "fit"."""
+    """Context manager: the fits inside it share one progress bar named `name` (a
+    forecaster's "held-out run", trained in several warm-started fits, and its "final
+    fit"); outside, each fit has a bar of its own named "fit"."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._token: contextvars.Token[str | None] | None = None
+        self.bar: _Bar | None = None    # made by the first fit that shows one
+        self._token: contextvars.Token[progress_phase | None] | None = None
 
     def __enter__(self) -> progress_phase:
-        self._token = _phase.set(self.name)
+        self._token = _phase.set(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self._token is not None
         _phase.reset(self._token)
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+_phase: contextvars.ContextVar[progress_phase | None] = contextvars.ContextVar(
+    "attnx_phase", default=None)
 
 
 def phase_name(default: str) -> str:
     """The enclosing progress_phase's name, else default."""
-    return _phase.get() or default
+    phase = _phase.get()
+    return phase.name if phase is not None else default
 
 
 class Progress:
@@ -410,9 +419,18 @@ class Progress:
 
     def start(self, epoch: int) -> None:
         self.epoch = epoch
-        if self.on and self.bar is None:
-            self.bar = self._tqdm(total=self.total, desc=self.phase, unit="step",
-                                  leave=True, file=sys.stderr)
+        if not self.on or self.bar is not None:
+            return
+        shared = _phase.get()
+        if shared is not None and shared.bar is not None:   # the phase's bar, extended
+            self.bar = shared.bar
+            self.bar.total = (self.bar.total or 0) + self.total
+            self.bar.refresh()
+            return
+        self.bar = self._tqdm(total=self.total, desc=self.phase, unit="step",
+                              leave=True, file=sys.stderr)
+        if shared is not None:
+            shared.bar = self.bar
 
     def step(self, running_loss: float) -> None:
         if self.bar is not None:
@@ -429,7 +447,9 @@ class Progress:
 
     def close(self) -> None:
         if self.bar is not None:
-            self.bar.close()
+            shared = _phase.get()
+            if shared is None or shared.bar is not self.bar:   # a phase closes its own
+                self.bar.close()
             self.bar = None
 
 

@@ -121,4 +121,6 @@ def test_status_lines_say_what_runs(tmp_path, capsys):
     assert main(args + ["--verbose"]) == 0
     err = capsys.readouterr().err
     assert "--verbose" not in err.splitlines()[1]
-    assert "fit" in err and "step" in err         # a named bar over optimizer steps
+    # one bar per training phase, each over its optimizer steps, left on screen
+    bars = [line.split("\r")[-1] for line in err.split("\n")[2:] if "step" in line]
+    assert [b.split(":")[0] for b in bars] == ["held-out run", "final fit"], bars
