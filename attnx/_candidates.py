@@ -168,7 +168,10 @@ def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | No
     sigma = np.where(np.isfinite(half), np.maximum(half / Z95, floor), np.nan)
     if np.isnan(sigma).any():   # no interval from the model: grow its last known scale
         sigma = np.full(h, floor) * np.sqrt(np.arange(1, h + 1))
-    found = spec if spec is not None else _spec_of(name, model)
+    try:
+        found = spec if spec is not None else _spec_of(name, model)
+    except (KeyError, IndexError, TypeError) as exc:   # a degenerate fit (a constant)
+        raise ValueError(f"{name} chose no model form: {exc!r}") from exc
     return cl.Forecast(mean, sigma), found
 
 

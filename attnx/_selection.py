@@ -23,7 +23,8 @@ For one 1-D series y of n values and horizon h:
 5. Intervals (split-conformal, normalised): the chosen candidate's scores are its
    absolute errors at the origins divided by its own error scale at that origin and
    step (attnx._classical.Forecast.sigma: the method's error growth along the
-   horizon), pooled over origins and steps. The interval at predict is the forecast
+   horizon; at least SCALE_FLOOR times the series' mean absolute step), pooled over
+   origins and steps. The interval at predict is the forecast
    plus / minus the conformal quantile of the scores (the ceil((N + 1) c)-th smallest
    of N scores, coverage c) times the final fit's scale at each step. A series with fewer
    than MIN_SCORES scores borrows those of the other series fitted with it; with
@@ -63,6 +64,8 @@ MIN_SCORES = 30
 DOMINANCE = 0.8
 #: the combination weighs this many of the best candidates
 TOP = 5
+#: every error scale is at least this fraction of the series' mean absolute step
+SCALE_FLOOR = 0.05
 #: the intervals' scores are taken at coverage c + MARGIN * (1 - c) (0.93 for 0.9)
 MARGIN = 0.3
 #: the combination's name
@@ -109,7 +112,17 @@ def _run(name: str, spec: dict[str, Any], y: F64, h: int, periods: tuple[int, ..
 
 def rerun(choice: dict[str, Any], y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
     """The chosen model (Choice.to_dict) run on another series y."""
-    return _run(str(choice["name"]), choice["spec"], np.asarray(y, np.float64), h, periods)
+    y = np.asarray(y, np.float64)
+    f = _run(str(choice["name"]), choice["spec"], y, h, periods)
+    return cl.Forecast(f.mean, np.maximum(f.sigma, scale_floor(y)))
+
+
+def scale_floor(y: F64) -> float:
+    """The smallest error scale a forecast of y gets: SCALE_FLOOR times the mean
+    absolute step of y (a flat stretch before a jump gets no near-zero scale, whose
+    scores would blow every interval up), or a tiny fraction of its level."""
+    step = float(np.mean(np.abs(np.diff(y)))) if y.shape[0] > 1 else 0.0
+    return SCALE_FLOOR * step if step > 0 else 1e-6 * (float(np.mean(np.abs(y))) + 1e-12)
 
 
 class Evaluation:
@@ -144,6 +157,7 @@ def evaluate(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None =
     truth = np.array([[y[t + j] if t + j < n else np.nan for j in steps] for t in orgs])
     final: dict[str, tuple[cl.Forecast, dict[str, Any]]] = {}
     pred: dict[str, tuple[F64, F64]] = {}
+    floor = scale_floor(y)
     for nm in names:
         if need[nm] > min(orgs, default=0) or need[nm] > n:
             continue
@@ -154,8 +168,9 @@ def evaluate(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None =
             continue
         if not cand.is_finite(f) or not all(cand.is_finite(a) for a in at):
             continue
-        final[nm] = (f, spec)
-        pred[nm] = (np.array([a.mean for a in at]), np.array([a.sigma for a in at]))
+        final[nm] = (cl.Forecast(f.mean, np.maximum(f.sigma, floor)), spec)
+        pred[nm] = (np.array([a.mean for a in at]),
+                    np.maximum(np.array([a.sigma for a in at]), floor))
     if not final:   # nothing ran (cannot happen with n >= 2): the last value
         f = cl.run("naive", y, h)
         final["naive"] = (f, {})

@@ -224,3 +224,23 @@ def test_normalised_conformal_intervals_cover_about_90_percent():
         inside += int(np.sum(np.abs(y[n:] - c.forecast.mean) <= half))
         total += h
     assert 0.82 <= inside / total <= 0.97
+
+
+def test_a_flat_stretch_before_a_jump_keeps_the_intervals_finite_and_sane():
+    # origins on the flat zeros have a near-zero error scale; the floor (a share of
+    # the mean absolute step) keeps the scores, and so the intervals, bounded
+    y = np.r_[np.zeros(30), 1000.0, np.zeros(5)]
+    c = sel.choose(y, 6, (), use_statsforecast=False)
+    half = sel.half_width(c.forecast.sigma, c.scores, 0.9)
+    assert np.all(np.isfinite(half)) and np.all(half > 0)
+    assert np.all(half < 1e3 * 1000.0)
+    assert np.all(c.forecast.sigma >= sel.scale_floor(y))
+    assert sel.scale_floor(y) == pytest.approx(sel.SCALE_FLOOR * 2000.0 / 35)
+    constant = sel.choose(np.full(20, 3.0), 4, (), use_statsforecast=False)
+    np.testing.assert_allclose(constant.forecast.mean, 3.0)
+
+
+def test_a_degenerate_statsforecast_fit_drops_out_instead_of_failing():
+    pytest.importorskip("statsforecast")
+    c = sel.choose(np.full(30, 5.0), 6, (12,))
+    np.testing.assert_allclose(c.forecast.mean, 5.0)
