@@ -1,6 +1,7 @@
 """Build the attnx Cython extensions.
 
 Environment switches:
+  ATTNX_BUILD_JOBS=N    compile N extensions at once (default: one per CPU).
   ATTNX_DEBUG_CHECKS=1  compile with Cython bounds/wraparound checks on (used once in CI).
   ATTNX_NO_OPENMP=1     build without OpenMP even when the compiler supports it.
   ATTNX_SANITIZE=1      AddressSanitizer + UndefinedBehaviorSanitizer build (GCC/Clang):
@@ -17,6 +18,7 @@ import sysconfig
 
 import numpy as np
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from Cython.Build import cythonize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -119,4 +121,15 @@ def extensions():
     return cythonize(exts, compiler_directives=directives)
 
 
-setup(ext_modules=extensions())
+class ParallelBuildExt(build_ext):
+    """build_ext compiling the extensions on every CPU unless told otherwise (-j N, or
+    ATTNX_BUILD_JOBS=N): pip's build runs it without -j, one module at a time."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            jobs = os.environ.get("ATTNX_BUILD_JOBS") or (os.cpu_count() or 1)
+            self.parallel = max(1, int(jobs))
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": ParallelBuildExt})
