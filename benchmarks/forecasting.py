@@ -105,6 +105,8 @@ Examples
   OMP_NUM_THREADS=1 python benchmarks/forecasting.py               # full panel
   python benchmarks/forecasting.py --quick                         # smoke run, seconds
   python benchmarks/forecasting.py --sets nile,sunspots --out /tmp/fc
+  OMP_NUM_THREADS=1 python benchmarks/forecasting.py --synthetic --panel-seed 1
+  OMP_NUM_THREADS=1 python benchmarks/forecasting.py --timing      # 500-point monthly fits
 """
 from __future__ import annotations
 
@@ -658,6 +660,50 @@ def targets_markdown(results):
     return lines
 
 
+# ---------------------------------------------------------------- timing (issue 39)
+def timing(out, n=500, h=18, repeats=5):
+    """Wall time of attnx_auto's fit + predict + 90% interval on `repeats` 500-point
+    monthly series (trend + yearly season + a random-walk level + noise, seeds 0..),
+    in this process after a first throw-away fit (statsforecast's import, ~2-4 s,
+    is paid once per process and reported apart)."""
+    t0 = time.perf_counter()
+    import statsforecast.models  # noqa: F401
+    imp = time.perf_counter() - t0
+    est = attnx_auto(h, 0)
+    rows = []
+    for seed in range(-1, repeats):
+        rng = np.random.default_rng(abs(seed))
+        t = np.arange(n)
+        y = (100 + 0.1 * t + 10 * np.sin(2 * np.pi * t / 12)
+             + 0.5 * np.cumsum(rng.normal(0, 1, n)) + rng.normal(0, 2, n))
+        t0 = time.perf_counter()
+        est.fit(y)
+        est.predict()
+        est.predict_interval(coverage=LEVEL / 100)
+        if seed >= 0:
+            rows.append({"seed": seed, "seconds": time.perf_counter() - t0,
+                         "method": est.method_})
+    secs = [r["seconds"] for r in rows]
+    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "python": platform.python_version(), "versions": _versions(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "statsforecast_import_seconds": imp, "n": n, "horizon": h}
+    with open(out + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    lines = ["# attnx_auto: fit + predict + 90% interval of a 500-point monthly series", "",
+             f"{meta['date']}, python {meta['python']}, statsforecast "
+             f"{meta['versions'].get('statsforecast')}, OMP_NUM_THREADS="
+             f"{meta['omp_num_threads']}; h = {h}; one process, after a throw-away fit "
+             f"(statsforecast's import took {imp:.1f} s once)", "",
+             "| seed | seconds | method_ |", "|---|---|---|"]
+    lines += [f"| {r['seed']} | {r['seconds']:.2f} | {r['method']} |" for r in rows]
+    lines += ["", f"median {np.median(secs):.2f} s, max {max(secs):.2f} s (target: 3 s)", ""]
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
 # ---------------------------------------------------------------- report
 def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
@@ -766,6 +812,9 @@ def main(argv=None):
                          "--out benchmarks/results/forecasting_synth)")
     ap.add_argument("--panel-seed", type=int, default=0,
                     help="seed of the synthetic panel's series (default 0)")
+    ap.add_argument("--timing", action="store_true",
+                    help="only time attnx_auto's fit + predict + 90%% interval on five "
+                         "500-point monthly series (--out PREFIX.md / .json)")
     ap.add_argument("--arima-long-seasons", action="store_true",
                     help="run AutoARIMA on synthetic sets with m >= 24 too (minutes a series)")
     ap.add_argument("--patchtst-steps", type=int, default=PATCHTST_STEPS,
@@ -777,6 +826,8 @@ def main(argv=None):
     set_patchtst_steps(args.patchtst_steps)
     global PANEL_SEED
     PANEL_SEED = args.panel_seed
+    if args.timing:
+        return timing(args.out or os.path.join(HERE, "results", "forecasting_dev_timing"))
     if args.origins is None:
         args.origins = 0 if args.synthetic else 3
     if args.out is None:
