@@ -13,6 +13,7 @@ import numpy as np
 from . import _sequences as seqs
 from . import _scaling, _state, _stem, _training, distributed, schedules
 from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, PPVTokens
+from ._ppv_tokens import ragged as _ragged_lengths
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
@@ -218,8 +219,9 @@ class SequenceEstimator(EstimatorParams):
             _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
         if fitted:
             tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
-        elif use_ppv:
-            tokens = PPVTokens.fit(data, p, 0, self._comm())
+        elif use_ppv:   # ragged series: windows and dilations follow each one's length
+            tokens = PPVTokens.fit(data, p, 0, self._comm(), own=_ragged_lengths(data, self._comm()),
+                                   tokens=PPV_TOKENS if cfg.patch_len is None else None)
         else:
             tokens = None
         if tokens is not None:
