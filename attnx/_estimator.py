@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _sequences as seqs
 from . import _scaling, _state, _stem, _training, distributed, schedules
-from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, PPVTokens
+from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, PPVTokens, auto_pick
 from ._ppv_tokens import ragged as _ragged_lengths
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
@@ -210,18 +210,20 @@ class SequenceEstimator(EstimatorParams):
         elif cfg.stem == "auto":
             cfg.stem = self._auto_stem(data, per_position, net)
         use_ppv = not fitted and self._use_ppv(cfg, data, per_position, net)
+        # ragged series: the PPV windows and dilations follow each one's length
+        own = use_ppv and _ragged_lengths(data, self._comm())
         if fitted:
             p = int(self.__dict__.get("patch_len_", 1))
         else:
-            p = self._choose_patch(cfg, data, per_position, net, use_ppv)
+            p = self._choose_patch(cfg, data, per_position, net, use_ppv, own)
         if nan is not None and net.head:
             stem = _stem.check_stem(self._spec.get("stem")) if fitted else cfg.stem
             _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
         if fitted:
             tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
-        elif use_ppv:   # ragged series: windows and dilations follow each one's length
-            tokens = PPVTokens.fit(data, p, 0, self._comm(), own=_ragged_lengths(data, self._comm()),
-                                   tokens=PPV_TOKENS if cfg.patch_len is None else None)
+        elif use_ppv:
+            tokens = PPVTokens.fit(data, p, 0, self._comm(), own=own,
+                                   tokens=RAGGED_TOKENS if cfg.patch_len is None else None)
         else:
             tokens = None
         if tokens is not None:
@@ -256,8 +258,10 @@ class SequenceEstimator(EstimatorParams):
                  net: Network) -> bool:
         """Whether this fit's tokens are PPV tokens (tokenizer, see the estimators'
         docstring): "ppv" as asked (ValueError where it cannot apply), "auto" for a
-        classifier whose shortest series has AUTO_MIN_LENGTH steps or more (every
-        rank's shortest), with no stem or instance_norm."""
+        classifier with no stem or instance_norm whose series (every rank's) pass
+        attnx._ppv_tokens.auto_pick: equal lengths of AUTO_MIN_LENGTH steps or more,
+        or ragged ones (their tokens then follow each series' length) whose longest
+        has that many, or AUTO_MIN_RAGGED with one channel."""
         if cfg.tokenizer == "patch":
             return False
         usable = net.head and not per_position
@@ -275,7 +279,7 @@ class SequenceEstimator(EstimatorParams):
             return True
         if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
             return False
-        return -int(self._comm().allmax(-_shortest(data))) >= AUTO_MIN_LENGTH
+        return auto_pick(data, self._comm())
 
     def _auto_stem(self, data: seqs.Data, per_position: bool,
                    net: Network) -> _stem.Stem | None:
@@ -288,12 +292,14 @@ class SequenceEstimator(EstimatorParams):
                           -int(comm.allmax(-_shortest(data))))
 
     def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
-                      net: Network, ppv: bool = False) -> int:
+                      net: Network, ppv: bool = False, own: bool = False) -> int:
         """The fit's patch length (with PPV tokens: the window of a token): 1 for the
         bare network and per-position targets (a token must stay one position) and
         with a stem (its strides make the tokens), patch_len as given, or with
         patch_len=None the automatic rule (at most 16 tokens of raw values, at most
-        PPV_TOKENS of PPV features)."""
+        PPV_TOKENS of PPV features; with own-length PPV windows, `own`, the longest
+        series' window, RAGGED_TOKENS of them). A PPV window may be longer than the
+        shortest series, which then makes one token."""
         t_min = _shortest(data)
         if cfg.stem is not None and net.head:
             _stem.check_settings(cfg.stem, cfg.patch_len, per_position, t_min)
@@ -306,8 +312,9 @@ class SequenceEstimator(EstimatorParams):
             return 1
         if cfg.patch_len is None:   # every rank: the longest sequence of any rank
             return seqs.auto_patch(int(self._comm().allmax(int(data.x.shape[1]))),
-                                   PPV_TOKENS if ppv else seqs.AUTO_TOKENS)
-        if cfg.patch_len > t_min:
+                                   (RAGGED_TOKENS if own else PPV_TOKENS) if ppv
+                                   else seqs.AUTO_TOKENS)
+        if cfg.patch_len > t_min and not ppv:
             raise ValueError(f"patch_len={cfg.patch_len} is longer than the shortest "
                              f"sequence ({t_min} steps)")
         return int(cfg.patch_len)

@@ -51,6 +51,18 @@ BIAS_SERIES = 8
 #: tokenizer="auto" picks PPV tokens for classifiers whose shortest training series
 #: has at least this many steps (shorter ones keep raw-value patches)
 AUTO_MIN_LENGTH = 64
+#: tokenizer="auto" on ragged training series (their windows and dilations then
+#: follow each series' own length, so the shortest one no longer limits them): PPV
+#: tokens when the longest has AUTO_MIN_LENGTH steps or more, or, univariate, at
+#: least AUTO_MIN_RAGGED. Set on the development sets: on the synthetic ragged sets
+#: (cylinder-bell-funnel, two patterns; lengths 15-40 and 15-150) they beat raw
+#: patches; on JapaneseVowels (12 channels, 7-29 steps) raw patches score higher
+#: and train 6x faster (benchmarks/results/accuracy_ragged_short.md)
+AUTO_MIN_RAGGED = 16
+#: patch_len=None with own-length windows (ragged series): each series makes this
+#: many tokens (fewer when shorter), windows of ceil(T / RAGGED_TOKENS) steps. 8
+#: scored above 4 on each synthetic ragged set (order matters in two patterns)
+RAGGED_TOKENS = 8
 #: patch_len=None: a series makes at most this many PPV tokens (windows of
 #: ceil(T_max / PPV_TOKENS) steps). Set on the development sets: 4 long windows
 #: scored as well as or better than 8, 12 or 16 shorter ones (ACSF1, OSULeaf,
@@ -248,12 +260,30 @@ def dilations(t_min: int, n: int = MAX_DILATIONS) -> IntArray:
     return np.unique(np.floor(2.0 ** np.linspace(0, np.log2(top), n)).astype(np.int32))
 
 
-def ragged(data: seqs.Data, dist: distributed.Local) -> bool:
-    """Whether the training sequences (of every rank) differ in length."""
+def extent(data: seqs.Data, dist: distributed.Local) -> tuple[int, int]:
+    """(shortest, longest) training sequence of every rank (the padded length when
+    dense)."""
     lengths, t = data.lengths, int(data.x.shape[1])
     empty = lengths is None or not lengths.size
     longest = int(dist.allmax(t if empty else int(lengths.max())))
-    return -int(dist.allmax(-(t if empty else int(lengths.min())))) < longest
+    return -int(dist.allmax(-(t if empty else int(lengths.min())))), longest
+
+
+def ragged(data: seqs.Data, dist: distributed.Local) -> bool:
+    """Whether the training sequences (of every rank) differ in length."""
+    shortest, longest = extent(data, dist)
+    return shortest < longest
+
+
+def auto_pick(data: seqs.Data, dist: distributed.Local) -> bool:
+    """tokenizer="auto"'s choice for a classifier that may take PPV tokens: equal
+    lengths, at least AUTO_MIN_LENGTH steps; ragged, the longest at least
+    AUTO_MIN_LENGTH, or at least AUTO_MIN_RAGGED with one channel."""
+    shortest, longest = extent(data, dist)
+    if shortest == longest:
+        return shortest >= AUTO_MIN_LENGTH
+    return longest >= AUTO_MIN_LENGTH or (int(data.x.shape[2]) == 1
+                                          and longest >= AUTO_MIN_RAGGED)
 
 
 def scaled_dilations(dil: IntArray, lengths: Any, t_ref: int) -> IntArray:

@@ -190,15 +190,21 @@ def test_estimator_fits_own_length_tokens_on_ragged_series_only(tmp_path):
     X, y = _shapes()
     est = TC(**SMALL, tokenizer="ppv").fit(X, y)
     assert est._ppv["reference_length"] == max(len(x) for x in X)
-    assert est._ppv["tokens"] == P.PPV_TOKENS
+    assert est._ppv["tokens"] == P.RAGGED_TOKENS
+    assert est.patch_len_ == -(-max(len(x) for x in X) // P.RAGGED_TOKENS)
     p = est.predict_proba(X[:5])
     for i in range(5):   # each series' tokens are its own: alone as in a batch
         np.testing.assert_allclose(est.predict_proba([X[i]])[0], p[i], atol=1e-6)
     est.save(tmp_path / "m.safetensors")
     np.testing.assert_array_equal(attnx.load(tmp_path / "m.safetensors").predict_proba(X[:5]), p)
-    # an explicit patch_len keeps its windows; the dilations still follow the lengths
-    est = TC(**SMALL, tokenizer="ppv", patch_len=8).fit(X, y)
-    assert "tokens" not in est._ppv and est._ppv["window"] == 8
+    # an explicit patch_len keeps its windows (even one longer than the shortest
+    # series, which makes one token); the dilations still follow the lengths
+    est = TC(**SMALL, tokenizer="ppv", patch_len=25).fit(X, y)
+    assert "tokens" not in est._ppv and est._ppv["window"] == 25
+    assert est._ppv["reference_length"] == max(len(x) for x in X)
+    assert min(len(x) for x in X) < 25
+    with pytest.raises(ValueError, match="longer than the shortest"):
+        TC(**SMALL, tokenizer="patch", patch_len=25).fit(X, y)
     # equal lengths: the fixed rule's state, as before
     dense = np.stack([x[:20] for x in X])
     est = TC(**SMALL, tokenizer="ppv").fit(dense, y)
@@ -212,3 +218,26 @@ def test_onnx_export_refuses_own_length_tokens(tmp_path):
     est = TC(**{**SMALL, "epochs": 1}, tokenizer="ppv").fit(X, y)
     with pytest.raises(NotImplementedError, match="no single window"):
         ax_onnx.export(est, tmp_path / "m.onnx")
+
+
+def test_auto_rule_on_ragged_and_short_series():
+    X, y = _shapes(n=24, lo=20, hi=60)          # univariate, ragged, longest < 64
+    assert max(len(x) for x in X) < P.AUTO_MIN_LENGTH
+    est = TC(**{**SMALL, "epochs": 1}).fit(X, y)
+    assert est._ppv["reference_length"] == max(len(x) for x in X)
+    # two channels, longest < 64: raw patches; the longest at 64 or more: PPV tokens
+    X2 = [np.repeat(x, 2, axis=1) for x in X]
+    assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(X2, y))
+    X2[0] = np.zeros((P.AUTO_MIN_LENGTH, 2))
+    assert "_ppv" in vars(TC(**{**SMALL, "epochs": 1}).fit(X2, y))
+    # too short even for one channel: raw patches
+    short = [x[:P.AUTO_MIN_RAGGED - 1 - i % 3] for i, x in enumerate(X)]
+    assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(short, y))
+    # equal lengths below AUTO_MIN_LENGTH: raw patches, as before
+    dense = np.stack([x[:20] for x in X])
+    assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(dense, y))
+    local = distributed.Local()
+    data = seqs.Data(np.zeros((3, 40, 1)), np.array([40, 16, 20]), np.zeros(3), None, False)
+    assert P.extent(data, local) == (16, 40) and P.auto_pick(data, local)
+    data.lengths = np.array([15, 15, 15])
+    assert not P.ragged(data, local) and not P.auto_pick(data, local)
