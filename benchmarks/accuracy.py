@@ -2,6 +2,7 @@
 
     python benchmarks/accuracy.py                       # the development panel, 3 seeds
     python benchmarks/accuracy.py --panel holdout       # every other bundled set
+    python benchmarks/accuracy.py --panel ragged_short --seeds 5   # synthetic sets
     python benchmarks/accuracy.py --sets UnitTest,Coffee --seeds 1 --quick
 
 Data (offline only, nothing is downloaded): the UCR/UEA files bundled in aeon
@@ -13,6 +14,10 @@ examples/_common.py. Each set keeps its own train/test split.
     and the README example's are the same UCI files; read once, through the example's
     loader), Coffee, PigCVP, Sunspots (the README forecasting example), and the
     regression sets Covid3Month, CardanoSentiment.
+  ragged_short panel (development sets too, tuned on): synthetic sets made here with
+    fixed seeds (SYNTHETIC): cylinder-bell-funnel (CBF) and two patterns (TwoPat), each
+    short with equal lengths (24 / 32 steps), short ragged (15-40) and ragged (15-150);
+    100 training and 300 test series.
   holdout panel (never tuned on): ArrowHead, BasicMotions, GunPoint, ItalyPowerDemand,
     PickupGestureWiimoteZ (unequal length), PLAID (unequal length), Tecator (regression).
     aeon's Covid3Month_disc is left out: it is Covid3Month's series with binned targets.
