@@ -241,3 +241,36 @@ def test_auto_rule_on_ragged_and_short_series():
     assert P.extent(data, local) == (16, 40) and P.auto_pick(data, local)
     data.lengths = np.array([15, 15, 15])
     assert not P.ragged(data, local) and not P.auto_pick(data, local)
+
+
+_LEVEL_SCRIPT = """
+import sys, numpy as np
+sys.path.insert(0, {tests!r})
+import test_ppv_ragged_short as t
+from attnx import _ppv
+x, lengths, miss = t._ragged()
+tr = t._own_state(*t._ragged(seed=1))
+out = [tr.transform(x.astype(dt), lengths, miss, nthreads=2)[0] for dt in (np.float64, np.float32)]
+np.savez({path!r}, level=_ppv.dispatch_state()[0], f64=out[0], f32=out[1])
+"""
+
+
+def test_own_length_tokens_identical_at_every_simd_level(tmp_path):
+    """Per-series dilations and windows through each SIMD level's counting pass
+    (ATTNX_SIMD caps the level at import; levels the CPU lacks are skipped)."""
+    import os
+    import subprocess
+    import sys
+    got = {}
+    for level in (0, 1, 2):
+        path = tmp_path / f"l{level}.npz"
+        code = _LEVEL_SCRIPT.format(tests=os.path.dirname(__file__), path=str(path))
+        env = {**os.environ, "ATTNX_SIMD": str(level)}
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path)
+        with np.load(path) as f:
+            if int(f["level"]) == level:
+                got[level] = (f["f64"], f["f32"])
+    assert 0 in got
+    for level, (a, b) in got.items():
+        np.testing.assert_array_equal(a, got[0][0])
+        np.testing.assert_array_equal(b, got[0][1])
