@@ -32,6 +32,7 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _sequences as seqs
 from ._ppv import ppv
@@ -111,12 +112,12 @@ class PPVTokens:
                 "follow each series' length (fitted on ragged series)")
         return self._window
 
-    def series_dilations(self, lengths: IntArray) -> IntArray:
+    def series_dilations(self, lengths: IntArray) -> npt.NDArray[np.int32]:
         """(n, D) int32: each series' dilations, d * (T - 1) // (T_ref - 1) and at
         least 1 for each fitted d (own-length state only)."""
         return scaled_dilations(self.dilations, lengths, int(self.reference_length or 1))
 
-    def series_windows(self, lengths: IntArray) -> IntArray:
+    def series_windows(self, lengths: IntArray) -> npt.NDArray[np.int32]:
         """(n,) int32: each series' steps per token (ceil(T / tokens) with own-length
         windows, else the fixed window)."""
         lengths = np.asarray(lengths, np.int64)
@@ -264,9 +265,10 @@ def extent(data: seqs.Data, dist: distributed.Local) -> tuple[int, int]:
     """(shortest, longest) training sequence of every rank (the padded length when
     dense)."""
     lengths, t = data.lengths, int(data.x.shape[1])
-    empty = lengths is None or not lengths.size
-    longest = int(dist.allmax(t if empty else int(lengths.max())))
-    return -int(dist.allmax(-(t if empty else int(lengths.min())))), longest
+    lo = hi = t
+    if lengths is not None and lengths.size:
+        lo, hi = int(lengths.min()), int(lengths.max())
+    return -int(dist.allmax(-lo)), int(dist.allmax(hi))
 
 
 def ragged(data: seqs.Data, dist: distributed.Local) -> bool:
@@ -286,7 +288,7 @@ def auto_pick(data: seqs.Data, dist: distributed.Local) -> bool:
                                           and longest >= AUTO_MIN_RAGGED)
 
 
-def scaled_dilations(dil: IntArray, lengths: Any, t_ref: int) -> IntArray:
+def scaled_dilations(dil: IntArray, lengths: Any, t_ref: int) -> npt.NDArray[np.int32]:
     """(n, D) int32: for each series of T steps each of the dilations dil (fitted at
     t_ref steps) scaled to it, d * (T - 1) // (t_ref - 1), at least 1 (integers: a
     series of t_ref steps gets dil exactly)."""
