@@ -12,8 +12,7 @@ import numpy as np
 
 from . import _sequences as seqs
 from . import _scaling, _state, _stem, _training, distributed, schedules
-from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, PPVTokens, auto_pick
-from ._ppv_tokens import ragged as _ragged_lengths
+from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, PPVTokens, auto_pick, ragged as _ragged
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
@@ -210,8 +209,7 @@ class SequenceEstimator(EstimatorParams):
         elif cfg.stem == "auto":
             cfg.stem = self._auto_stem(data, per_position, net)
         use_ppv = not fitted and self._use_ppv(cfg, data, per_position, net)
-        # ragged series: the PPV windows and dilations follow each one's length
-        own = use_ppv and _ragged_lengths(data, self._comm())
+        own = use_ppv and _ragged(data, self._comm())   # PPV windows follow each length
         if fitted:
             p = int(self.__dict__.get("patch_len_", 1))
         else:
@@ -259,9 +257,7 @@ class SequenceEstimator(EstimatorParams):
         """Whether this fit's tokens are PPV tokens (tokenizer, see the estimators'
         docstring): "ppv" as asked (ValueError where it cannot apply), "auto" for a
         classifier with no stem or instance_norm whose series (every rank's) pass
-        attnx._ppv_tokens.auto_pick: equal lengths of AUTO_MIN_LENGTH steps or more,
-        or ragged ones (their tokens then follow each series' length) whose longest
-        has that many, or AUTO_MIN_RAGGED with one channel."""
+        attnx._ppv_tokens.auto_pick (by their lengths and channels)."""
         if cfg.tokenizer == "patch":
             return False
         usable = net.head and not per_position
@@ -297,9 +293,8 @@ class SequenceEstimator(EstimatorParams):
         bare network and per-position targets (a token must stay one position) and
         with a stem (its strides make the tokens), patch_len as given, or with
         patch_len=None the automatic rule (at most 16 tokens of raw values, at most
-        PPV_TOKENS of PPV features; with own-length PPV windows, `own`, the longest
-        series' window, RAGGED_TOKENS of them). A PPV window may be longer than the
-        shortest series, which then makes one token."""
+        PPV_TOKENS of PPV features, RAGGED_TOKENS when they follow each series' length,
+        `own`). A PPV window may pass the shortest series, which makes one token."""
         t_min = _shortest(data)
         if cfg.stem is not None and net.head:
             _stem.check_settings(cfg.stem, cfg.patch_len, per_position, t_min)
