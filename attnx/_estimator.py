@@ -12,11 +12,12 @@ import numpy as np
 
 from . import _sequences as seqs
 from . import _model_file, _scaling, _state, _stem, _training, distributed, schedules
-from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, PPVTokens
+from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, PPVTokens, auto_pick, ragged as _ragged
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
-from ._training import Batch, EarlyStopping, Snapshot, Trainer, phase_name
+from ._progress import phase_name
+from ._training import Batch, EarlyStopping, Snapshot, Trainer
 from ._threads import hold
 from .optim import AdamW
 
@@ -209,17 +210,19 @@ class SequenceEstimator(EstimatorParams):
         elif cfg.stem == "auto":
             cfg.stem = self._auto_stem(data, per_position, net)
         use_ppv = not fitted and self._use_ppv(cfg, data, per_position, net)
+        own = use_ppv and _ragged(data, self._comm())   # PPV windows follow each length
         if fitted:
             p = int(self.__dict__.get("patch_len_", 1))
         else:
-            p = self._choose_patch(cfg, data, per_position, net, use_ppv)
+            p = self._choose_patch(cfg, data, per_position, net, use_ppv, own)
         if nan is not None and net.head:
             stem = _stem.check_stem(self._spec.get("stem")) if fitted else cfg.stem
             _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
         if fitted:
             tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
         elif use_ppv:
-            tokens = PPVTokens.fit(data, p, 0, self._comm())
+            tokens = PPVTokens.fit(data, p, 0, self._comm(), own=own,
+                                   tokens=RAGGED_TOKENS if cfg.patch_len is None else None)
         else:
             tokens = None
         if tokens is not None:
@@ -254,8 +257,8 @@ class SequenceEstimator(EstimatorParams):
                  net: Network) -> bool:
         """Whether this fit's tokens are PPV tokens (tokenizer, see the estimators'
         docstring): "ppv" as asked (ValueError where it cannot apply), "auto" for a
-        classifier whose shortest series has AUTO_MIN_LENGTH steps or more (every
-        rank's shortest), with no stem or instance_norm."""
+        classifier with no stem or instance_norm whose series (every rank's) pass
+        attnx._ppv_tokens.auto_pick (by their lengths and channels)."""
         if cfg.tokenizer == "patch":
             return False
         usable = net.head and not per_position
@@ -273,7 +276,7 @@ class SequenceEstimator(EstimatorParams):
             return True
         if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
             return False
-        return -int(self._comm().allmax(-_shortest(data))) >= AUTO_MIN_LENGTH
+        return auto_pick(data, self._comm())
 
     def _auto_stem(self, data: seqs.Data, per_position: bool,
                    net: Network) -> _stem.Stem | None:
@@ -286,12 +289,13 @@ class SequenceEstimator(EstimatorParams):
                           -int(comm.allmax(-_shortest(data))))
 
     def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
-                      net: Network, ppv: bool = False) -> int:
+                      net: Network, ppv: bool = False, own: bool = False) -> int:
         """The fit's patch length (with PPV tokens: the window of a token): 1 for the
         bare network and per-position targets (a token must stay one position) and
         with a stem (its strides make the tokens), patch_len as given, or with
         patch_len=None the automatic rule (at most 16 tokens of raw values, at most
-        PPV_TOKENS of PPV features)."""
+        PPV_TOKENS of PPV features, RAGGED_TOKENS when they follow each series' length,
+        `own`). A PPV window may pass the shortest series, which makes one token."""
         t_min = _shortest(data)
         if cfg.stem is not None and net.head:
             _stem.check_settings(cfg.stem, cfg.patch_len, per_position, t_min)
@@ -304,8 +308,9 @@ class SequenceEstimator(EstimatorParams):
             return 1
         if cfg.patch_len is None:   # every rank: the longest sequence of any rank
             return seqs.auto_patch(int(self._comm().allmax(int(data.x.shape[1]))),
-                                   PPV_TOKENS if ppv else seqs.AUTO_TOKENS)
-        if cfg.patch_len > t_min:
+                                   (RAGGED_TOKENS if own else PPV_TOKENS) if ppv
+                                   else seqs.AUTO_TOKENS)
+        if cfg.patch_len > t_min and not ppv:
             raise ValueError(f"patch_len={cfg.patch_len} is longer than the shortest "
                              f"sequence ({t_min} steps)")
         return int(cfg.patch_len)

@@ -11,6 +11,12 @@ feature (dilation, channel, kernel, bias q) is the fraction of the window's vali
 steps (neither past the end nor missing) where out(t) > bias[dil, channel, kernel, q];
 a window without a valid step gives zeros.
 
+The dilations and the window may be one for every series (dilations (D,), window an
+int) or each series' own (dilations (B, D), window (B,)): the tokens of a ragged
+batch can follow each series' length. Either way a series' tokens depend on that
+series alone (and the counting pass, csrc/attnx_ppv.h, is the same at every SIMD
+level), so neither the batch, the thread count nor the level changes them.
+
 Buffers as in attnx._embed: C-contiguous, one float dtype per call; the series run
 in parallel (prange over the batch), each writing only its own rows.
 """
@@ -46,7 +52,7 @@ def dispatch_state():
 
 
 cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
-                      const uint8_t[:, ::1] miss, const int32_t[::1] dil,
+                      const uint8_t[:, ::1] miss, const int32_t* dil, Py_ssize_t nd,
                       const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
                       Py_ssize_t p, floating[:, :, ::1] out, double* scratch,
                       int64_t* counts, Py_ssize_t pad) noexcept nogil:
@@ -57,8 +63,9 @@ cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
     the steps; for each kernel: one pass over the steps (attnx_ppv_counts) counts,
     per window, the outputs above each bias. The arithmetic is the one stated in
     the module docstring, in double. counts: this thread's int64 scratch (the
-    valid steps per window, then the hits per window and bias)."""
-    cdef Py_ssize_t c = x.shape[2], nd = dil.shape[0], nk = comb.shape[0]
+    valid steps per window, then the hits per window and bias). dil: this series'
+    nd dilations; p: its window."""
+    cdef Py_ssize_t c = x.shape[2], nk = comb.shape[0]
     cdef Py_ssize_t nq = bias.shape[3], ntok = out.shape[1]
     cdef Py_ssize_t g = nk * nq
     cdef Py_ssize_t di, j, t, k, m, q, tok, col, d, o0, cnt
@@ -115,55 +122,78 @@ cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
 
 
 cdef void _ppv(const floating[:, :, ::1] x, const int32_t[::1] lengths,
-               const uint8_t[:, ::1] miss, const int32_t[::1] dil,
+               const uint8_t[:, ::1] miss, const int32_t[:, ::1] dil,
                const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
-               Py_ssize_t p, floating[:, :, ::1] out, double[:, ::1] scratch,
+               const int32_t[::1] p, floating[:, :, ::1] out, double[:, ::1] scratch,
                int64_t[:, ::1] counts, Py_ssize_t pad, int nth) noexcept:
-    """Series in parallel; thread i uses row i of each scratch."""
-    cdef Py_ssize_t b
+    """Series in parallel; thread i uses row i of each scratch; series b's dilations
+    are row b of dil (row 0 when dil has one row), its window p[b] (p[0] likewise)."""
+    cdef Py_ssize_t b, nd = dil.shape[1]
+    cdef Py_ssize_t rd = 1 if dil.shape[0] > 1 else 0, rp = 1 if p.shape[0] > 1 else 0
     cdef int tid
+    cdef const int32_t* dp
     with nogil:
         for b in prange(x.shape[0], schedule="dynamic", num_threads=nth, use_threads_if=nth > 1):
             tid = threadid()
-            _ppv_series(x, b, lengths[b], miss, dil, comb, bias, p, out, &scratch[tid, 0],
-                        &counts[tid, 0], pad)
+            dp = &dil[b * rd, 0] if nd else NULL
+            _ppv_series(x, b, lengths[b], miss, dp, nd, comb, bias, p[b * rp],
+                        out, &scratch[tid, 0], &counts[tid, 0], pad)
 
 
-def ppv(x, lengths, missing, dilations, comb, bias, Py_ssize_t window, out,
-        int nthreads=1):
-    """PPV tokens of x (B, T, C) into out (B, ceil(T / window), D * C * K * Q).
+def ppv(x, lengths, missing, dilations, comb, bias, window, out, int nthreads=1):
+    """PPV tokens of x (B, T, C) into out (B, N, D * C * K * Q).
 
     lengths (B,) int32: each series' steps (<= T); missing (B, T) uint8 or None: steps
-    left out of the fractions (they must read 0 in x); dilations (D,) int32 >= 1; comb
-    (K, 3) int32 in [0, 9): the taps of weight 2; bias (D, C, K, Q) in x's dtype."""
+    left out of the fractions (they must read 0 in x); dilations (D,) int32 >= 1, or
+    (B, D) (each series' own); comb (K, 3) int32 in [0, 9): the taps of weight 2; bias
+    (D, C, K, Q) in x's dtype; window an int >= 1 (then N = ceil(T / window)) or (B,)
+    int32 >= 1, each series' own (then N >= every ceil(lengths[b] / window[b]); the
+    tokens past a series' windows read 0)."""
     what = "ppv"
     require_simd()
     dt, (nb, t, c) = _batch(what, "x", x, nthreads)
-    if window < 1:
-        raise ValueError(f"{what}: window must be >= 1, got {window}")
     _check(what, "lengths", lengths, np.int32, (nb,))
     _check(what, "missing", missing, np.uint8, (nb, t), optional=True)
-    _check(what, "dilations", dilations, np.int32, (-1,))
+    own = isinstance(window, np.ndarray)
+    if own:
+        _check(what, "window", window, np.int32, (nb,))
+        if nb and window.min() < 1:
+            raise ValueError(f"{what}: windows must be >= 1")
+        wins = window
+    else:
+        if window < 1:
+            raise ValueError(f"{what}: window must be >= 1, got {window}")
+        wins = np.full(1, window, np.int32)
+    if isinstance(dilations, np.ndarray) and dilations.ndim == 2:
+        _check(what, "dilations", dilations, np.int32, (nb, -1))
+        dil = dilations
+    else:
+        _check(what, "dilations", dilations, np.int32, (-1,))
+        dil = dilations.reshape(1, -1)
     _check(what, "comb", comb, np.int32, (-1, 3))
-    nd, nk = dilations.shape[0], comb.shape[0]
+    nd, nk = dil.shape[1], comb.shape[0]
     _check(what, "bias", bias, dt, (nd, c, nk, -1))
     nq = bias.shape[3]
-    _check(what, "out", out, dt, (nb, -(-t // window), nd * c * nk * nq), out=True)
     if nb and (lengths.min() < 0 or lengths.max() > t):
         raise ValueError(f"{what}: lengths must lie in [0, {t}]")
-    if nd and dilations.min() < 1:
+    ntok = -(-t // window) if not own else -1
+    _check(what, "out", out, dt, (nb, ntok, nd * c * nk * nq), out=True)
+    if own and nb and out.shape[1] < int((-(-lengths // window)).max()):
+        raise ValueError(f"{what}: out must have at least ceil(lengths / window) tokens "
+                         f"per series, got {out.shape[1]}")
+    if nd and dil.size and dil.min() < 1:
         raise ValueError(f"{what}: dilations must be >= 1")
     if nk and (comb.min() < 0 or comb.max() > 8):
         raise ValueError(f"{what}: comb entries must lie in [0, 8]")
     # per-thread scratch: the padded channel, the missing mask, the tap sums and a
     # kernel's biases; the valid steps and hits per window (one row per thread)
-    pad = 4 * int(dilations.max()) if nd else 0
+    pad = 4 * int(dil.max()) if nd and dil.size else 0
     scratch = np.empty((nthreads, max(2 * pad + 3 * t + nq, 1)), np.float64)
     ntok = out.shape[1]
     counts = np.empty((nthreads, max(ntok * (nq + 1), 1)), np.int64)
     if dt == np.float32:
-        _ppv[float](x, lengths, missing, dilations, comb, bias, window, out, scratch, counts,
+        _ppv[float](x, lengths, missing, dil, comb, bias, wins, out, scratch, counts,
                     pad, nthreads)
     else:
-        _ppv[double](x, lengths, missing, dilations, comb, bias, window, out, scratch, counts,
+        _ppv[double](x, lengths, missing, dil, comb, bias, wins, out, scratch, counts,
                      pad, nthreads)

@@ -87,7 +87,7 @@ from ._forecaster_stats import evidence as _evidence
 from ._forecaster_stats import l1_weight as _l1_weight
 from ._forecaster_stats import level_weights as _level_weights
 from ._forecaster_stats import significantly_positive as _significantly_positive
-from ._training import progress_phase
+from ._progress import progress_phase
 from .estimators import TransformerRegressor
 
 if TYPE_CHECKING:

@@ -2,6 +2,7 @@
 
     python benchmarks/accuracy.py                       # the development panel, 3 seeds
     python benchmarks/accuracy.py --panel holdout       # every other bundled set
+    python benchmarks/accuracy.py --panel ragged_short --seeds 5   # synthetic sets
     python benchmarks/accuracy.py --sets UnitTest,Coffee --seeds 1 --quick
 
 Data (offline only, nothing is downloaded): the UCR/UEA files bundled in aeon
@@ -13,6 +14,10 @@ examples/_common.py. Each set keeps its own train/test split.
     and the README example's are the same UCI files; read once, through the example's
     loader), Coffee, PigCVP, Sunspots (the README forecasting example), and the
     regression sets Covid3Month, CardanoSentiment.
+  ragged_short panel (development sets too, tuned on): synthetic sets made here with
+    fixed seeds (SYNTHETIC): cylinder-bell-funnel (CBF) and two patterns (TwoPat), each
+    short with equal lengths (24 / 32 steps), short ragged (15-40) and ragged (15-150);
+    100 training and 300 test series.
   holdout panel (never tuned on): ArrowHead, BasicMotions, GunPoint, ItalyPowerDemand,
     PickupGestureWiimoteZ (unequal length), PLAID (unequal length), Tecator (regression).
     aeon's Covid3Month_disc is left out: it is Covid3Month's series with binned targets.
@@ -185,6 +190,61 @@ def _load_sunspots():
                 list(X[train]), y[train], list(X[~train]), y[~train])
 
 
+# ---- synthetic ragged and short sets (issue 40): own generators, fixed seeds --------
+def _cbf(rng, t):
+    """Cylinder (0), bell (1) or funnel (2): an event of amplitude 6 + N(0, 1) on
+    [a, b) (a in [T/8, T/4], b - a in [T/4, 3T/4]) over N(0, 1) noise; the bell
+    rises across the event, the funnel falls."""
+    import numpy as np
+    k = int(rng.integers(3))
+    a = int(rng.integers(t // 8, t // 4 + 1))
+    b = min(t, a + int(rng.integers(max(t // 4, 2), max(3 * t // 4, 3) + 1)))
+    x = rng.standard_normal(t)
+    ramp = np.arange(b - a) / max(b - a - 1, 1)
+    shape = (np.ones(b - a), ramp, 1 - ramp)[k]
+    x[a:b] += (6 + rng.standard_normal()) * shape
+    return x, k
+
+
+def _two_patterns(rng, t):
+    """Four classes: which of an up step (-4 then +4) or a down step (+4 then -4),
+    each of max(4, T // 8) steps, comes in the first half and which in the second,
+    at random places over N(0, 1) noise."""
+    import numpy as np
+    k = int(rng.integers(4))
+    w = max(4, t // 8)
+    x = rng.standard_normal(t)
+    for j, start in enumerate((int(rng.integers(0, t // 2 - w + 1)),
+                               int(rng.integers(t // 2, t - w + 1)))):
+        up = (k >> (1 - j)) & 1
+        step = np.where(np.arange(w) < w // 2, -4.0, 4.0)
+        x[start:start + w] += step if up else -step
+    return x, k
+
+
+def _synthetic(name, gen, lo, hi, seed, n_train=100, n_test=300):
+    """n_train / n_test series of gen with lengths drawn in [lo, hi] (seed fixed)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    xs, ys = [], []
+    for _ in range(n_train + n_test):
+        x, k = gen(rng, int(rng.integers(lo, hi + 1)))
+        xs.append(x[:, None])
+        ys.append(k)
+    ys = np.array(ys)
+    return Data(name, "classify", f"synthetic, seed {seed}", xs[:n_train], ys[:n_train],
+                xs[n_train:], ys[n_train:])
+
+
+SYNTHETIC = {   # name: (generator, shortest, longest, seed)
+    "CBF-short": (_cbf, 24, 24, 4001), "CBF-short-ragged": (_cbf, 15, 40, 4002),
+    "CBF-ragged": (_cbf, 15, 150, 4003), "TwoPat-short": (_two_patterns, 32, 32, 4004),
+    "TwoPat-short-ragged": (_two_patterns, 15, 40, 4005),
+    "TwoPat-ragged": (_two_patterns, 15, 150, 4006)}
+#: --panel ragged_short: the synthetic sets (development sets: tuned on)
+RAGGED_SHORT = list(SYNTHETIC)
+
+
 LOADERS = {
     "ACSF1": lambda: _load_ts("aeon", "ACSF1", "classify"),
     "OSULeaf": lambda: _load_ts("aeon", "OSULeaf", "classify"),
@@ -202,6 +262,7 @@ LOADERS = {
     "PickupGestureWiimoteZ": lambda: _load_ts("aeon", "PickupGestureWiimoteZ", "classify"),
     "PLAID": lambda: _load_ts("sktime", "PLAID", "classify"),
     "Tecator": lambda: _load_ts("sktime", "Tecator", "regress"),
+    **{k: (lambda k=k, v=v: _synthetic(k, *v)) for k, v in SYNTHETIC.items()},
 }
 
 
@@ -653,7 +714,8 @@ def merge(result, paths, sets):
 
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--panel", choices=["dev", "holdout", "all"], default="dev")
+    ap.add_argument("--panel", choices=["dev", "holdout", "ragged_short", "all"],
+                    default="dev")
     ap.add_argument("--sets", help="comma-separated set names (overrides --panel)")
     ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
     ap.add_argument("--seeds", type=int, default=3, help="random states 0..N-1 (default 3)")
@@ -687,7 +749,8 @@ def main(argv=None):
         extra = json.loads(text)
         cfg = {**cfg, **extra, "params": {**BEST["params"], **extra.get("params", {})}}
     sets = (args.sets.split(",") if args.sets else
-            {"dev": DEV, "holdout": HOLDOUT, "all": DEV + HOLDOUT}[args.panel])
+            {"dev": DEV, "holdout": HOLDOUT, "ragged_short": RAGGED_SHORT,
+              "all": DEV + RAGGED_SHORT + HOLDOUT}[args.panel])
     unknown = [s for s in sets if s not in LOADERS]
     models = args.models.split(",") if args.models else MODELS
     unknown += [m for m in models if m not in MODELS]
