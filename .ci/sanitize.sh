@@ -47,6 +47,7 @@ run() {
     fi
 }
 export PYTHONMALLOC=malloc
+export ATTNX_SANITIZED=1   # tests that measure memory skip (ASan's shadow memory)
 export PYTHONPATH="$WORK"
 export ATTNX_REQUIRE_TORCH=${ATTNX_REQUIRE_TORCH:-1}
 # run from the build folder: `python -m` puts the working directory first on sys.path,
