@@ -28,7 +28,7 @@ def _is_method(name):
 def test_short_series_always_get_a_forecast_and_an_interval(h):
     rng = np.random.default_rng(h)
     fell_back = 0
-    for n in range(h + 2, 41, 3 if h < 12 else 2):
+    for n in range(h + 2, 41):
         y = _seasonal(n, seed=n) + np.cumsum(rng.normal(0, 0.2, n))
         for method in ("network", "auto"):
             f = attnx.TransformerForecaster(h, method=method, **TINY)
