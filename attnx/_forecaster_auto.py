@@ -11,8 +11,10 @@ Fitted attributes (besides the network path's season_, k_, was_list_, time_index
   method_       what forecasts: "network", the chosen candidate's name (one for
                 every channel of every series), or "per-series" when they differ
   methods_      the chosen candidate of each series' each channel (series-major)
-  periods_      the seasonal periods the candidates use (season_ and a longer one
-                that the data show, attnx._season.longer_periods)
+  periods_      the seasonal periods the candidates use: season_; when the data
+                show none, a weaker peak that leaves three cycles in the median
+                series (attnx._season.detect with relaxed=True); and a longer one
+                the data show (longer_periods)
   choices_      per channel: the chosen candidate's name, its spec (the model its
                 search chose), every candidate's rolling-origin mean absolute error
   point_, scale_  per series: the forecast (horizon, k) and its error scale
@@ -71,6 +73,13 @@ class ClassicalPath:
             warnings.warn("TransformerForecaster: the classical methods ignore X, X_future "
                           "and static", UserWarning, stacklevel=3)
         periods = [self.season_] if self.season_ > 1 else []
+        if getattr(self, "season", None) is None and not self.time_index_ and not periods:
+            # no season found from the data: a weaker peak that leaves three cycles
+            # in the median series (candidates test it per series)
+            weak = _season.detect(series, relaxed=True)
+            med = float(np.median([s.shape[0] for s in series]))
+            periods += [weak] if 1 < weak and 3 * weak <= med else []
+        periods = sorted(periods)
         periods += _season.longer_periods(series, self.season_)
         self.periods_ = [int(p) for p in periods]
         names = None if self.method in METHODS else [str(self.method)]

@@ -19,7 +19,11 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
    the highest one (a cycle also peaks at its multiples, about as high). A long
    period's broad peak may be found a lag off when the series holds few cycles.
 
-6. A second, longer period (``longer_periods``): a multiple of the season whose
+6. ``detect(relaxed=True)`` drops the PEAK_LEVEL floor of point 4 (only the
+   3 / sqrt(N_m) significance level stays): a panel that mixes seasonal series with
+   random walks dilutes the season's peak below PEAK_LEVEL (the classical path
+   offers that period to its candidates, which test it per series).
+7. A second, longer period (``longer_periods``): a multiple of the season whose
    autocorrelation stands out from its neighbouring multiples (the week of
    half-hourly data whose season is the day: 336 = 7 x 48).
 
@@ -90,12 +94,17 @@ def _mean_acf(series: list[F64]) -> tuple[F64, F64] | None:
     return r, level
 
 
-def detect(series: list[F64]) -> int:
-    """The seasonal period of 2-D (T_i, k) series by the module's rule (1: none)."""
+def detect(series: list[F64], *, relaxed: bool = False) -> int:
+    """The seasonal period of 2-D (T_i, k) series by the module's rule (1: none);
+    relaxed: a peak need not reach PEAK_LEVEL, only 3 / sqrt(N_m) (a season that a
+    panel of mixed series dilutes: the classical candidates' extra period)."""
     found = _mean_acf(series)
     if found is None:
         return 1
     r, level = found
+    if relaxed:
+        den_level = np.where(level > PEAK_LEVEL, level, 0.0)
+        level = den_level
     reach = r.shape[0] - 1
     peaks = [m for m in range(2, reach)
              if r[m] >= r[m - 1] and r[m] >= r[m + 1] and r[m] > level[m]

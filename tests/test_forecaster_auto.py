@@ -196,3 +196,24 @@ def test_the_fallback_with_covariates_says_that_it_ignores_them():
     assert f.method_ != "network"
     p = f.predict(X=X)
     assert p.shape == (12,) and np.all(np.isfinite(p))
+
+
+def test_a_season_diluted_by_a_mixed_panel_is_still_offered():
+    # half seasonal quarterly series, half random walks: the mean autocorrelation's
+    # peak at 4 stays under PEAK_LEVEL, so the network's season is 1, but the
+    # classical candidates get the period 4 (and use it on the seasonal series)
+    rng = np.random.default_rng(11)
+    series = []
+    for i in range(40):
+        n = int(rng.integers(16, 30))
+        t = np.arange(n)
+        if i % 2:
+            series.append(50 + np.cumsum(rng.normal(0, 3, n)))
+        else:
+            series.append(50 + 3 * np.sin(2 * np.pi * t / 4) + rng.normal(0, 1.5, n))
+    f = attnx.TransformerForecaster(4, method="auto").fit(series)
+    from attnx import _season
+    assert _season.detect([s[:, None] for s in series]) == 1
+    assert f.season_ == 1 and f.periods_ == [4]
+    g = attnx.TransformerForecaster(4, method="auto", season=1).fit(series)
+    assert g.periods_ == []                     # a season given is kept as it is
