@@ -243,11 +243,9 @@ _COMMON_DOC = """
         patch_len rule makes; with patch_len=None at most 4 windows, of
         ceil(T_max / 4) steps). Fitted once at fit, not trained; the transformer
         learns from the tokens. "auto" (TransformerClassifier's default): "ppv" for a
-        classifier with no stem and no instance_norm whose training series have at
-        least 64 steps, or, when their lengths differ, whose longest has at least 64
-        (16 with one channel), else "patch". When the lengths differ, each series'
-        windows and dilations follow its own length (8 windows of ceil(T_i / 8)
-        steps with patch_len=None; a series shorter than a window makes one token). Not with a stem or per-position
+        classifier with no stem and no instance_norm whose series have 64+ steps (the
+        longest, when lengths differ: then 16+ with one channel, and each series'
+        windows and dilations follow its length), else "patch". Not with a stem or per-position
         targets; not exported to ONNX.
     layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
         (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays

@@ -220,7 +220,7 @@ def test_type_only_cycles_do_not_grow():
 
 MAX_MODULE_LINES = 600
 #: modules over the limit today, with the most lines each may keep until it is split
-OVERSIZE = {"onnx.py": 915, "forecaster.py": 860, "_estimator.py": 812,
+OVERSIZE = {"forecaster.py": 860, "_estimator.py": 812,
             "_training.py": 640, "sequence.py": 650, "estimators.py": 615}
 
 
