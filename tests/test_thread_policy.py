@@ -183,24 +183,26 @@ def test_estimator_fit_of_small_sequences_uses_one_thread(automatic, monkeypatch
     assert _threads.guard_depth() == 0
 
 
-def _child(code, **env):
+def _child(code, cwd, **env):
     full = {k: v for k, v in os.environ.items()
             if k not in ("OMP_NUM_THREADS", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
                          "MV2_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")}
     full.update(env)
+    # from another folder: the checkout's attnx/ (unbuilt sources) must not shadow
+    # the attnx under test
     out = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                         text=True, check=True)
+                         text=True, check=True, cwd=cwd)
     return out.stdout.split()
 
 
-def test_environment_of_a_fresh_process():
+def test_environment_of_a_fresh_process(tmp_path):
     """What a process started by a launcher gets: OMP_NUM_THREADS caps every call, MPI
     ranks on one node share its CPUs."""
     code = ("from attnx import _threads, _cpus; "
             "print(_threads.num_threads(), _threads._USABLE, len(_cpus.affinity()))")
-    n, usable, cpus = map(int, _child(code, OMP_NUM_THREADS="1"))
+    n, usable, cpus = map(int, _child(code, tmp_path, OMP_NUM_THREADS="1"))
     assert n == 1
-    n, usable, cpus = map(int, _child(code, MPI_LOCALNRANKS=str(max(2, cpus))))
+    n, usable, cpus = map(int, _child(code, tmp_path, MPI_LOCALNRANKS=str(max(2, cpus))))
     assert usable == 1 and n == 1
 
 
