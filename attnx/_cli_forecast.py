@@ -48,6 +48,10 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--intervals", choices=("conformal", "quantile"), default="conformal",
                    help="conformal: calibrated errors of the point forecast; quantile: the "
                         "network learns quantile levels (pinball loss), calibrated")
+    f.add_argument("--method", choices=("network", "auto"), default="network",
+                   help="network: the transformer (series too short for its windows fall "
+                        "back to auto); auto: classical candidates chosen per series on "
+                        "rolling origins (seconds per series, no network)")
     f.add_argument("--season", type=int, default=None,
                    help="seasonal period (12 for monthly data with a yearly cycle; "
                         "default: from the time column's frequency, else from the data)")
@@ -130,13 +134,13 @@ def run(args: argparse.Namespace) -> int:
     f = TransformerForecaster(args.horizon, season=args.season, window=args.window,
                               d_model=args.d_model, steps=args.steps, epochs=args.epochs,
                               random_state=args.seed, intervals=args.intervals,
-                              verbose=int(args.verbose))
+                              verbose=int(args.verbose), method=args.method)
     lengths = [len(s) for s in series]
     span = f"{min(lengths)}" + (f"-{max(lengths)}" if max(lengths) != min(lengths) else "")
     _say(f"training one forecaster on {len(series)} series of {span} steps, horizon "
          f"{args.horizon}" + ("" if args.verbose else " (--verbose shows its progress)"))
     f.fit(series)
-    _say("forecasting")
+    _say(f"forecasting with {f.method_}")
     points = f.predict()
     bounds = f.predict_interval(coverage=args.coverage)
     parts = []

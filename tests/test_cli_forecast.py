@@ -124,3 +124,24 @@ def test_status_lines_say_what_runs(tmp_path, capsys):
     # one bar per training phase, each over its optimizer steps, left on screen
     bars = [line.split("\r")[-1] for line in err.split("\n")[2:] if "step" in line]
     assert [b.split(":")[0] for b in bars] == ["held-out run", "final fit"], bars
+
+
+def test_method_auto_matches_the_api(tmp_path, capsys):
+    """--method auto: the classical candidates, as TransformerForecaster(method="auto")."""
+    df = _long()
+    src = tmp_path / "data.csv"
+    df.to_csv(src, index=False)
+    dst = tmp_path / "f.csv"
+    assert main(["forecast", str(src), "--horizon", "3", "--time-col", "date", "--target",
+                 "y", "--id-col", "store", "--out", str(dst), "--method", "auto",
+                 "--seed", "0"]) == 0
+    out = _check_output(dst, df, 3)
+    # the series as the command reads them back from the file (a choice among near-tied
+    # candidates may follow the CSV's last digits)
+    from attnx._cli_forecast import series_of
+    _, series = series_of(pd.read_csv(src), "date", "y", "store", 3)
+    f = attnx.TransformerForecaster(3, method="auto", random_state=0).fit(series)
+    assert f.method_ != "network"
+    assert f"forecasting with {f.method_}" in capsys.readouterr().err
+    want = np.concatenate([p.to_numpy() for p in f.predict()])
+    np.testing.assert_allclose(out["forecast"].to_numpy(), want, rtol=1e-12)
