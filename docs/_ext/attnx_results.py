@@ -192,6 +192,13 @@ class _ResultsDirective(Directive):
         raise NotImplementedError
 
 
+class _JsonTable(_ResultsDirective):
+    """A table built from one JSON results file (default_file): no argument, no option."""
+
+    optional_arguments = 0
+    option_spec = {}
+
+
 def _names(option):
     """Comma-separated names; commas inside parentheses belong to the name."""
     if not option:
@@ -505,11 +512,8 @@ class ResultsCeiling(_ResultsDirective):
         return _table(header, rows, "benchmarks/results/ceiling.json")
 
 
-class ResultsLongSeq(_ResultsDirective):
+class ResultsLongSeq(_JsonTable):
     default_file = "long_seq.json"
-    required_arguments = 0
-    optional_arguments = 0
-    option_spec = {}
 
     def build(self):
         data = _json("long_seq.json")
@@ -527,11 +531,8 @@ class ResultsLongSeq(_ResultsDirective):
         return _table(header, rows, "benchmarks/results/long_seq.json")
 
 
-class ResultsMpi(_ResultsDirective):
+class ResultsMpi(_JsonTable):
     default_file = "mpi_epoch.json"
-    required_arguments = 0
-    optional_arguments = 0
-    option_spec = {}
 
     def build(self):
         data = _json("mpi_epoch.json")
