@@ -76,6 +76,9 @@ class AdamW:
         # per buffer: whether every run fits one thread (one kernel call over the runs)
         self._small = [all(z - a < 1 << 17 for a, z, _ in r) for r in self._runs]
         self.m = [np.zeros_like(b) for b in self._bufs]
+        # the thread policy's measure of a step (memory-bound: ~32 multiply-adds of a
+        # product per value), fixed with the buffers
+        self._step_macs = 32.0 * sum(b.size for b in self._bufs)
         self.v = [np.zeros_like(b) for b in self._bufs]
         self.t = 0
         self._checked: ParamDict | None = None   # the model's grads, once checked
@@ -90,6 +93,8 @@ class AdamW:
         self._checked = None
         if "_small" not in state:   # pickled before the per-buffer flag existed
             self._small = [all(z - a < 1 << 17 for a, z, _ in r) for r in self._runs]
+        if "_step_macs" not in state:   # pickled before the thread policy measured steps
+            self._step_macs = 32.0 * sum(b.size for b in self._bufs)
 
     def _grad_buffers(self, grads: Mapping[str, Any]) -> list[FloatArray]:
         if grads is self._checked:   # a ParamDict's keys and flat buffer are fixed
@@ -119,8 +124,7 @@ class AdamW:
                                          "(the parameters are unchanged)")
         self.t += 1
         b1, b2 = self.betas
-        # an update is memory-bound: worth ~32 multiply-adds of a product per value
-        nthreads = threads_for(32.0 * sum(p.size for p in self._bufs))
+        nthreads = threads_for(self._step_macs)
         for p, g, m, v, runs, table, small in zip(self._bufs, gbufs, self.m, self.v,
                                                   self._runs, self._run_tables, self._small):
             if nthreads == 1 or small:
