@@ -25,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MODULES = ["_blas", "_ops", "_attnargs", "_attention", "_mlp", "_seq", "_flash", "_optim",
            "_embed", "_revin", "_ppv", "_blocks", "_model_pass", "_testing"]
 # a change to a C helper or a .pxd must rebuild every extension that includes it
-HEADERS = sorted(glob.glob(os.path.join("csrc", "*.h")) + glob.glob(os.path.join("attnx", "*.pxd")))
+HEADERS = sorted(glob.glob(os.path.join("csrc", "*.h"))
+                 + glob.glob(os.path.join("attnx", "kernels", "*.pxd")))
 
 
 def _openmp_flags():
@@ -75,7 +76,7 @@ def _gcc_param_flags(*params):
 # constant arguments within a budget of ipa-cp-unit-growth percent of the translation
 # unit, and clones round differently (FMA contraction after constant propagation).
 # The budget scales with the whole _flash.c, Cython glue included: when the entry
-# points moved to attnx._attnargs, the smaller glue changed which tiles were cloned and
+# points moved to attnx.kernels._attnargs, the smaller glue changed which tiles were cloned and
 # the float32 AVX2 / AVX-512 backward's last bits. 12 (GCC's default is 10) gives the
 # same clones, so the same bits, as before (checked against a build of 436e7ba at
 # every SIMD level); a change of this file's glue must check them again. The register-
@@ -99,8 +100,8 @@ def extensions():
         extra_l = san
     exts = [
         Extension(
-            f"attnx.{m}",
-            [os.path.join("attnx", f"{m}.pyx")],
+            f"attnx.kernels.{m}",
+            [os.path.join("attnx", "kernels", f"{m}.pyx")],
             include_dirs=[os.path.join(HERE, "csrc"), np.get_include()],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION"),
                            ("ATTNX_OMP_SIMD", "1")],

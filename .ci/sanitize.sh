@@ -23,7 +23,7 @@ trap 'rm -rf "$WORK"' EXIT
 echo "== sanitized build (ASan + UBSan, -O1 -g, OpenMP) in $WORK"
 cp -r attnx csrc setup.py "$WORK"/
 [ -f pyproject.toml ] && cp pyproject.toml "$WORK"/
-rm -f "$WORK"/attnx/*.so "$WORK"/attnx/*.c
+rm -f "$WORK"/attnx/kernels/*.so "$WORK"/attnx/kernels/*.c
 (cd "$WORK" && ATTNX_SANITIZE=1 $PY setup.py build_ext --inplace --force -j 2 >build.log 2>&1) \
     || { tail -30 "$WORK/build.log"; exit 1; }
 CC=$($PY -c "import sysconfig; print((sysconfig.get_config_var('CC') or 'gcc').split()[0])")

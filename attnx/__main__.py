@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import _cli_forecast
+from .forecasting import _cli_forecast
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-    from ._typing import AnyArray
-    from .estimators import AttentionRegressor
+    from .runtime._typing import AnyArray
+    from .estimators._classes import AttentionRegressor
 
 DEMO = dict(samples=4096, test_samples=1024, seq_len=10, d_model=8, n_heads=2, epochs=200,
             batch_size=32, lr=0.01, seed=0)
@@ -210,8 +210,8 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---- demo ------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    from .estimators import AttentionRegressor
-    from ._metrics import mae_per_output, r2_per_output
+    from .estimators._classes import AttentionRegressor
+    from .estimators._metrics import mae_per_output, r2_per_output
     from .datasets import max_position_task
 
     if args.plot:
@@ -287,8 +287,8 @@ def _load_arrays(path: str, keys: Sequence[str], optional: Sequence[str] = ()
 
 def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     from . import distributed
-    from .estimators import AttentionRegressor, TransformerRegressor
-    from ._hyper import LEGACY_DEFAULTS
+    from .estimators._classes import AttentionRegressor, TransformerRegressor
+    from .estimators._hyper import LEGACY_DEFAULTS
 
     dist = distributed.wrap(comm)
     with dist.together():  # a rank that cannot read the file stops every rank
@@ -341,7 +341,7 @@ def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     from .io import load
-    from ._metrics import r2_score
+    from .estimators._metrics import r2_score
 
     est = load(args.model)
     (X,), (Y_true,) = _load_arrays(args.data, (args.x_key,), optional=(args.y_key,))

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 
-from ._params import check_dtype, check_positive_int
+from .runtime._params import check_dtype, check_positive_int
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ._typing import FloatArray, RandomStateLike
+    from .runtime._typing import FloatArray, RandomStateLike
 
 
 def max_position_task(n_samples: int, seq_len: int = 8, d_model: int = 8,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from matplotlib.axes import Axes
 
-    from ._typing import AnyArray
+    from .runtime._typing import AnyArray
 
     F64Array = npt.NDArray[np.float64]
 

@@ -80,7 +80,7 @@ sys.path.insert(0, str(ROOT / "examples"))  # _common: the examples' loaders and
 #   tokens       "auto": on a classification set whose shortest series has at least
 #                64 steps, windows of ceil(T_max / ppv_tokens) steps become the PPV
 #                tokens the estimators' default
-#                tokenizer makes (attnx._ppv_tokens, fitted on the training split),
+#                tokenizer makes (attnx.estimators._ppv_tokens, fitted on the training split),
 #                so that "attnx best" and the twin train the defaults' kind of tokens
 #                (each token feature then standardised with the training tokens'
 #                statistics)
@@ -328,9 +328,10 @@ def preprocess(d, cfg):
 
 def _ppv_split(Xtr, Xte, window):
     """(Xtr, Xte) as lists of (ceil(T_i / window), F) PPV tokens, the transform
-    fitted on Xtr as the estimators fit it (attnx._ppv_tokens)."""
+    fitted on Xtr as the estimators fit it (attnx.estimators._ppv_tokens)."""
     import numpy as np
-    from attnx import _ppv_tokens, _sequences as seqs, distributed
+    from attnx.estimators import _ppv_tokens, _sequences as seqs
+    from attnx import distributed
 
     def dense(X):
         lengths = np.array([len(x) for x in X])
@@ -460,7 +461,7 @@ def run_torch_twin(d, seed, quick, cfg):
     epochs = p["epochs"]
     if epochs is None:   # attnx best's held-out choice of the epochs, made by the twin too
         from _common import torch_twin_select_epochs
-        from attnx import _training
+        from attnx.estimators import _training
         epochs, t_select = _timed(torch_twin_select_epochs, init, xtr, target,
                                   budget=schedule(cfg, len(Xtr))[0],
                                   split_seed=_training.seeds(seed)[2], **kw)

@@ -127,7 +127,7 @@ def attention_flops(B, T, d, layers, train):
 
 def time_products(shapes, rounds):
     """Best seconds of each distinct product through attnx's shim; total of the list."""
-    from attnx._testing import gemm_into
+    from attnx.kernels._testing import gemm_into
     rng = np.random.default_rng(0)
     best = {}
     for s in sorted(set(shapes)):
@@ -174,7 +174,7 @@ def main(argv=None):
     ap.add_argument("--txt")
     args = ap.parse_args(argv)
     import threadpoolctl
-    from attnx import _ops
+    from attnx.kernels import _ops
     level = _ops.simd_level()
     if level < 1:
         sys.exit("ceiling.py needs an x86-64 CPU with AVX2 (the FMA peak loop)")

@@ -318,7 +318,7 @@ def patchtst(y, h, m):
     from neuralforecast import NeuralForecast
     from neuralforecast.models import PatchTST
 
-    from attnx._windows import default_window
+    from attnx.forecasting._windows import default_window
 
     logging.disable(logging.WARNING)   # lightning's banners
     torch.set_num_threads(1)

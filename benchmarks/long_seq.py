@@ -94,7 +94,7 @@ def worker(impl, t, causal, steps, threads):
             from threadpoolctl import threadpool_info
             out["cpu"] = _cpu_name()
             out["blas"] = _blas_by_impl(threadpool_info(), attnx, None)["attnx"]
-            out["simd"] = attnx._ops.simd_level_name()
+            out["simd"] = attnx.kernels._ops.simd_level_name()
     return out
 
 

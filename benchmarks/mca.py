@@ -1,6 +1,6 @@
 """Predicted throughput of the fused attention kernels' hot loops (llvm-mca).
 
-Compiles attnx/_flash.c, the extension that includes csrc/attnx_flash_impl.h, to
+Compiles attnx/kernels/_flash.c, the extension that includes csrc/attnx_flash_impl.h, to
 assembly with the exact compiler and flags setup.py builds it with (read from
 setup.py's own extensions(), plus the interpreter's CFLAGS as setuptools adds
 them), so the loops analysed are the shipped code's. Each SIMD level is a set of
@@ -67,7 +67,7 @@ def flash_compile_command(asm_path, csrc_dir=None):
     finally:
         setuptools.setup = saved_setup
         os.chdir(cwd)
-    ext = next(e for e in exts if e.name == "attnx._flash")
+    ext = next(e for e in exts if e.name == "attnx.kernels._flash")
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
     cflags = shlex.split(sysconfig.get_config_var("CFLAGS") or "")
     ccshared = shlex.split(sysconfig.get_config_var("CCSHARED") or "")
@@ -291,7 +291,7 @@ def main():
                     help="print this loop's body and llvm-mca's full report")
     ap.add_argument("--cmd", action="store_true", help="print the compile command")
     ap.add_argument("--rev", help="analyse the csrc/ headers of this git revision (e.g. "
-                    "the commit before a kernel change) with the checkout's attnx/_flash.c")
+                    "the commit before a kernel change) with the checkout's attnx/kernels/_flash.c")
     ap.add_argument("--same-as", metavar="REV",
                     help="list, per SIMD level, the fused kernels' functions whose assembly "
                     "differs between REV's csrc/ headers and the checkout's (nothing else)")

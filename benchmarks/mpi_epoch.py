@@ -42,7 +42,7 @@ MODELS = {
 
 def _make(name, dtype, mode):
     import attnx
-    from attnx._hyper import LEGACY_DEFAULTS
+    from attnx.estimators._hyper import LEGACY_DEFAULTS
 
     kind, h, layers, hidden, _, _, bs = MODELS[name]
     common = dict(batch_size=bs, lr=1e-3, random_state=0, dtype=dtype, distributed=mode)

@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import attnx
-from attnx import _ops
+from attnx.kernels import _ops
 
 
 def main(argv=None):

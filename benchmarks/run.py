@@ -427,8 +427,8 @@ def run_worker(args):
     n = args.threads = args.thread_list[0]
     for var in THREAD_VARS:           # before numpy/scipy/torch load their thread pools
         os.environ[var] = str(n)
-    if os.path.isdir(os.path.join(REPO, "attnx")) and any(
-            f.endswith((".so", ".pyd")) for f in os.listdir(os.path.join(REPO, "attnx"))):
+    if os.path.isdir(os.path.join(REPO, "attnx", "kernels")) and any(
+            f.endswith((".so", ".pyd")) for f in os.listdir(os.path.join(REPO, "attnx", "kernels"))):
         sys.path.insert(0, REPO)      # attnx built in place in this checkout
     sys.path.insert(0, HERE)
 
@@ -457,7 +457,7 @@ def run_worker(args):
     limiter = threadpoolctl.threadpool_limits(limits=n)  # noqa: F841  (kept for the run)
 
     info = threadpoolctl.threadpool_info()
-    check = {"attnx_omp": attnx._ops.max_threads()}
+    check = {"attnx_omp": attnx.kernels._ops.max_threads()}
     for lib in info:
         check[f"{lib['internal_api']}:{os.path.basename(lib['filepath']).split('.')[0]}"] = \
             lib["num_threads"]
@@ -471,7 +471,7 @@ def run_worker(args):
         "torch": torch.__version__ if torch is not None else None,
         "threadpoolctl": threadpoolctl.__version__,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "(not set)"),
-        "attnx_simd": attnx._ops.simd_level_name(),
+        "attnx_simd": attnx.kernels._ops.simd_level_name(),
         "cpu_caps_env": {v: os.environ[v] for v in CPU_CAP_VARS if v in os.environ},
         "thread_vars": {v: os.environ.get(v) for v in THREAD_VARS},
     }
@@ -573,7 +573,7 @@ def _blas_by_impl(info, attnx, torch):
                         f"(arch {lib.get('architecture')}, {os.path.basename(lib['filepath'])})")
         return "unknown"
     scipy_blas = describe(lambda p: "scipy.libs" in p or "scipy_openblas32" in p)
-    path = getattr(attnx._threads, "BLAS_PATH", None)
+    path = getattr(attnx.runtime._threads, "BLAS_PATH", None)
     if path:
         scipy_blas = describe(lambda p: p == path)
     out = {"attnx": "scipy.linalg.cython_blas -> " + scipy_blas,

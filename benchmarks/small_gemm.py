@@ -1,5 +1,5 @@
 """Small float32 products on attnx's AVX2 register tiles against scipy's OpenBLAS, in
-one process (the SIMD level of attnx._blas switched between turns), on the products
+one process (the SIMD level of attnx.kernels._blas switched between turns), on the products
 and on whole estimator fits.
 
     python benchmarks/small_gemm.py                       # products, then the fits
@@ -15,7 +15,7 @@ Fits: the development panel's sets with the estimators' defaults (random_state 0
 turns alternating tiles / BLAS, CPU time of the process; the ratio is paired per
 round. The tiles only run at SIMD level 1 (AVX2): on a CPU without AVX2 or with
 ATTNX_SIMD=0 both sides are BLAS, and at level 2 (AVX-512) attnx keeps BLAS
-(attnx._blas is switched to level 1 here, so this measures the tiles there too).
+(attnx.kernels._blas is switched to level 1 here, so this measures the tiles there too).
 Run it on an idle machine, one thread: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1.
 """
 import argparse
@@ -52,8 +52,8 @@ def _time_calls(fn, calls):
 
 
 def products(rounds):
-    from attnx import _blas
-    from attnx._testing import gemm_into
+    from attnx.kernels import _blas
+    from attnx.kernels._testing import gemm_into
     rng = np.random.default_rng(0)
     rows = []
     for ta, tb, m, n, k, what in PRODUCTS:
@@ -80,14 +80,15 @@ def products(rounds):
 
 
 def _level():
-    from attnx import _ops
+    from attnx.kernels import _ops
     return _ops.simd_level()
 
 
 def fits(sets, rounds):
     sys.path[:0] = [os.fspath(HERE), os.fspath(HERE.parent / "examples")]
     import accuracy
-    from attnx import TransformerClassifier, TransformerRegressor, _blas
+    from attnx import TransformerClassifier, TransformerRegressor
+    from attnx.kernels import _blas
     rows = []
     for name in sets:
         d = accuracy.LOADERS[name]()
@@ -119,7 +120,7 @@ def main(argv=None):
     ap.add_argument("--no-fits", action="store_true")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
-    from attnx import _ops
+    from attnx.kernels import _ops
     import threadpoolctl
     info = {"cpu": platform.processor() or platform.machine(),
             "simd_level": _ops.simd_level_name(),

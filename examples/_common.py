@@ -197,7 +197,7 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     else values (n,) or (n, k)). Returns a predict function (X -> numpy output).
 
     The estimators' recipe in PyTorch's own pieces: lr_schedule / warmup as attnx's
-    (LambdaLR over attnx.schedules.estimator_schedule's factors, stepped per batch),
+    (LambdaLR over attnx.layers.schedules.estimator_schedule's factors, stepped per batch),
     max_grad_norm by torch.nn.utils.clip_grad_norm_, decay="matrices" as two AdamW
     parameter groups (twin_optimizer). after_epoch(predict) is called after every
     epoch (dropout off meanwhile); True stops training."""
@@ -205,7 +205,7 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     _tests_on_path()
     from seq_torch_twin import SeqTwin
 
-    from attnx.schedules import estimator_schedule
+    from attnx.layers.schedules import estimator_schedule
 
     twin = SeqTwin(model)
     dtype = np.float32 if model.dtype == np.float32 else np.float64
@@ -245,7 +245,7 @@ def torch_twin_select_epochs(model, X, y, *, budget, split_seed, **fit_kw):
     rest over the recipe of a `budget`-epoch fit and scored on them (MSE) after every
     epoch; the whole budget once that loss falls to half the loss of predicting the
     training mean, else the best epoch (30 epochs of patience, at least 5)."""
-    from attnx import _training as tr
+    from attnx.estimators import _training as tr
     y = np.asarray(y, np.float64).reshape(len(X), -1)
     n = len(X)
     perm = np.random.default_rng(split_seed).permutation(n)

@@ -1,5 +1,5 @@
 """The estimators' constructor defaults of the previous release, for tests written against them."""
-from attnx._hyper import LEGACY_DEFAULTS
+from attnx.estimators._hyper import LEGACY_DEFAULTS
 
 #: everything except n_heads (tests pass it)
 OLD = {k: v for k, v in LEGACY_DEFAULTS.items() if k not in ("n_heads", "label_smoothing")}

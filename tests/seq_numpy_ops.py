@@ -1,4 +1,4 @@
-"""NumPy versions of the kernels in attnx._seq (same signatures; nthreads ignored):
+"""NumPy versions of the kernels in attnx.kernels._seq (same signatures; nthreads ignored):
 the reference the Cython kernels are tested and timed against. A SequenceModel
 runs on them after `model._k = seq_numpy_ops`."""
 import numpy as np

@@ -282,7 +282,8 @@ def test_blas_small_gemm_reads_the_openblas_architecture():
     answered False, sending every small-head float32 layer to the fused path)."""
     from threadpoolctl import threadpool_info
 
-    from attnx import _threads, attention
+    from attnx.runtime import _threads
+    from attnx.layers import attention
     attention._blas_small_gemm.cache_clear()
     try:
         got = attention._blas_small_gemm()

@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from attnx._testing import gemm_into
+from attnx.kernels._testing import gemm_into
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -61,7 +61,7 @@ def test_time_products_sums_the_list():
 
 
 def _needs_peak_loop():
-    from attnx import _ops
+    from attnx.kernels import _ops
     if platform.machine() not in ("x86_64", "AMD64") or shutil.which("gcc") is None:
         pytest.skip("needs gcc on x86-64")
     if _ops.simd_level() < 1:

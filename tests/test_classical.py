@@ -1,11 +1,11 @@
-"""attnx's own classical methods (attnx._classical), the candidates (attnx._candidates)
-and their rolling-origin choice and conformal intervals (attnx._selection)."""
+"""attnx's own classical methods (attnx.forecasting._classical), the candidates (attnx.forecasting._candidates)
+and their rolling-origin choice and conformal intervals (attnx.forecasting._selection)."""
 import numpy as np
 import pytest
 
-from attnx import _candidates as cand
-from attnx import _classical as cl
-from attnx import _selection as sel
+from attnx.forecasting import _candidates as cand
+from attnx.forecasting import _classical as cl
+from attnx.forecasting import _selection as sel
 
 
 def _seasonal(n, period=12, seed=0, level=10.0, amp=3.0, noise=0.3, trend=0.0):

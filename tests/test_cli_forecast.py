@@ -138,7 +138,7 @@ def test_method_auto_matches_the_api(tmp_path, capsys):
     out = _check_output(dst, df, 3)
     # the series as the command reads them back from the file (a choice among near-tied
     # candidates may follow the CSV's last digits)
-    from attnx._cli_forecast import series_of
+    from attnx.forecasting._cli_forecast import series_of
     _, series = series_of(pd.read_csv(src), "date", "y", "store", 3)
     f = attnx.TransformerForecaster(3, method="auto", random_state=0).fit(series)
     assert f.method_ != "network"

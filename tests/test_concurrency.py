@@ -13,7 +13,7 @@ import scipy.linalg
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import attnx
-from attnx import _threads
+from attnx.runtime import _threads
 
 
 def _scipy_blas_threads():

@@ -32,7 +32,7 @@ def _require(name):
 def _threads_in_worker():
     """Run inside a worker: the thread pools attnx would use there."""
     import attnx
-    from attnx._threads import num_threads
+    from attnx.runtime._threads import num_threads
     from threadpoolctl import threadpool_info
 
     pools = [(p["internal_api"], p["num_threads"]) for p in threadpool_info()]

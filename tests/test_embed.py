@@ -1,13 +1,13 @@
-"""attnx._embed and attnx._revin (time-series layer kernels): every forward and gradient against float64
+"""attnx.kernels._embed and attnx.kernels._revin (time-series layer kernels): every forward and gradient against float64
 central finite differences and against PyTorch on identical inputs and weights
 (float64 1e-10, float32 1e-4); masked and unmasked, ragged masks with interior holes,
 padded steps holding NaN; bad input; thread-count determinism."""
 import numpy as np
 import pytest
 
-from attnx import _embed as E
-from attnx import _revin as R
-from attnx import _seq
+from attnx.kernels import _embed as E
+from attnx.kernels import _revin as R
+from attnx.kernels import _seq
 from conftest import rel_err
 from gradcheck import check_grads
 

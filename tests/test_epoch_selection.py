@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _training
-from attnx._sequences import Data
+from attnx.estimators import _training
+from attnx.estimators._sequences import Data
 from attnx.distributed import Local
 
 SMALL = dict(n_heads=2, d_model=8, n_layers=1, d_hidden=16, batch_size=16, random_state=0,

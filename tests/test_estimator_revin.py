@@ -9,8 +9,8 @@ import pytest
 from sklearn.base import clone
 
 import attnx
-import attnx.onnx as aonnx
-from attnx import _state
+import attnx.io.onnx as aonnx
+from attnx.estimators import _state
 from conftest import rel_err
 
 TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
@@ -154,7 +154,7 @@ def test_onnx_matches_predict(dtype, mode, affine, t, extra, tmp_path):
 
 
 def test_same_units_rule():
-    from attnx._scaling import same_units
+    from attnx.estimators._scaling import same_units
     X, y = _forecast(n=60)
     valid = np.ones(X.shape[:2], bool)
     assert same_units(X, valid, y)                       # the next values of the series

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _scaling, _state
+from attnx.estimators import _scaling, _state
 
 TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
 SMALL = dict(n_heads=2, n_layers=1, d_model=8, batch_size=8, random_state=0)
@@ -162,7 +162,7 @@ def test_a_file_without_stem_loads_as_stem_none():
     (1, 1, ((1, 1), (1, 1))),
 ])
 def test_auto_stem_rule(t_max, t_min, want):
-    from attnx import _stem
+    from attnx.layers import _stem
     got = _stem.auto(t_max, t_min)
     assert got == want
     n = _stem.lengths(got, t_max)[-1]
@@ -182,7 +182,7 @@ def test_auto_stem_is_resolved_at_fit():
     assert est.model_.stem == ((8, 4), (3, 1))
     ragged = _ragged(12, 1, lo=5, hi=40)
     est = TC(**SMALL, epochs=1, stem="auto").fit(ragged, np.arange(12) % 2)
-    assert est.model_.stem == attnx._stem.auto(max(map(len, ragged)), min(map(len, ragged)))
+    assert est.model_.stem == attnx.layers._stem.auto(max(map(len, ragged)), min(map(len, ragged)))
     # per-position targets and the bare network get no stem
     assert TR(**SMALL, epochs=1, stem="auto").fit(X, X[..., :1]).model_.stem is None
 

@@ -18,7 +18,7 @@ from typing_extensions import assert_type
 
 from attnx import (AttentionClassifier, AttentionRegressor, TransformerClassifier,
                    TransformerRegressor)
-from attnx._typing import AnyArray, FloatArray
+from attnx.runtime._typing import AnyArray, FloatArray
 
 X = np.zeros((4, 3, 2))
 y = np.zeros(4)

@@ -13,8 +13,8 @@ from threadpoolctl import threadpool_limits
 
 from legacy_defaults import OLD, OLD_CLS  # noqa: F401
 import attnx
-import attnx._estimator as base_mod
-import attnx.losses as losses_mod
+import attnx.estimators._estimator as base_mod
+import attnx.layers.losses as losses_mod
 from attnx.datasets import max_position_task, mixing_task
 from attnx.estimators import NotFittedError, TrainingDivergedError
 
@@ -363,7 +363,7 @@ def test_verbose_zero_prints_nothing_and_one_shows_one_bar_per_phase(task, capsy
 
 def test_progress_phase_names_the_bar(task, capsys):
     """A forecaster names its fits' phases; the name is gone after its block."""
-    from attnx._progress import progress_phase
+    from attnx.runtime._progress import progress_phase
     X, Y, _, _ = task
     with progress_phase("held-out run"):
         small(epochs=1, verbose=1).fit(X, Y)

@@ -1,4 +1,4 @@
-"""The fused small-head attention kernels (attnx._flash, csrc/attnx_flash*.h).
+"""The fused small-head attention kernels (attnx.kernels._flash, csrc/attnx_flash*.h).
 
 Against PyTorch autograd on identical weights (forward and every gradient),
 against the dense path, against central finite differences, at every SIMD
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _attnargs, _flash, _ops, _testing
-from attnx.attention import FUSED_MAX_D_HEAD
+from attnx.kernels import _attnargs, _flash, _ops, _testing
+from attnx.layers.attention import FUSED_MAX_D_HEAD
 from conftest import rel_err
 from gradcheck import check_grads
 from reference import mha_torch
@@ -156,7 +156,7 @@ def test_auto_rule(monkeypatch, small_gemm):
     """The documented rule: fused from 128 x 128 scores at any d_head (64 x 64 for
     inference); below that, fused for d_head <= FUSED_MAX_D_HEAD when BLAS has no
     small-matrix kernels, in float64, or at d_head <= 8; else dense."""
-    from attnx import attention
+    from attnx.layers import attention
     monkeypatch.setattr(attention, "_blas_small_gemm", lambda: small_gemm)
     for d, h, dtype, t, want in [
             (64, 8, np.float32, 64, "fused"),                     # d_head 8
@@ -246,7 +246,7 @@ import json, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 import attnx
-from attnx import _flash
+from attnx.kernels import _flash
 from reference import mha_numpy
 errs = {}
 rng = np.random.default_rng(0)
@@ -319,7 +319,7 @@ SPLIT_SHAPES = [(1, 300, 300, 16, 1), (1, 140, 520, 24, 2), (2, 260, 140, 8, 1)]
 def test_key_split_backward_matches_torch(torch, dtype, opts, shape, rng):
     """The backward with heads split into key ranges (dQ shares summed afterwards)
     against PyTorch autograd, forward and every gradient."""
-    from attnx._threads import fixed_threads
+    from attnx.runtime._threads import fixed_threads
     nb, tq, tk, d, h = shape
     tk_eff = tk if opts.get("cross") else tq
     split = _attnargs.AttnShape("fused", nb, tq, tk_eff, d, h, bool(opts.get("cross")),
@@ -338,7 +338,7 @@ def test_threads_agree():
     bit from run to run."""
     code = r"""
 import sys, numpy as np
-from attnx._threads import fixed_threads
+from attnx.runtime._threads import fixed_threads
 import attnx
 rng = np.random.default_rng(0)
 x = rng.normal(size=(1, 300, 32)).astype(np.float32)
@@ -356,7 +356,7 @@ for n in (1, 2, 2, 1):
     outs[n] = out
 a, b = outs[1], outs[2]
 assert np.abs(a[0] - b[0]).max() <= 1e-6 * np.abs(a[0]).max()
-from attnx import _attnargs
+from attnx.kernels import _attnargs
 assert _attnargs.AttnShape("fused", 1, 300, 300, 32, 2, False, True, True, 2,
                            np.float32).n_dq_parts > 0   # two threads split the heads
 for u, v in zip(a[1:], b[1:]):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attnx.losses import huber_loss, mae_loss, pinball_loss
+from attnx.layers.losses import huber_loss, mae_loss, pinball_loss
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 
@@ -96,7 +96,7 @@ def test_regression_batch_loss_matches_torch(torch, kind, weighted, dtype, rng):
     """(loss, weight) and dL/dY of a batch of 6 rows whose last 2 are padding (m=4,
     or weight 0): the (weighted) mean over samples of the mean over the 3 outputs;
     pinball with one level per output column."""
-    from attnx.losses import regression_batch_loss
+    from attnx.estimators._batch_losses import regression_batch_loss
     y = rng.normal(size=(6, 3)).astype(dtype) * 2
     t = rng.normal(size=(6, 3)).astype(dtype) * 2
     w = np.r_[rng.uniform(0.5, 2.0, 4), 0.0, 0.0] if weighted else None
@@ -123,7 +123,7 @@ def test_regression_batch_loss_matches_torch(torch, kind, weighted, dtype, rng):
 
 def test_regression_batch_loss_finite_differences(rng):
     """Float64 finite differences of every loss at points away from its kinks."""
-    from attnx.losses import regression_batch_loss
+    from attnx.estimators._batch_losses import regression_batch_loss
     y = rng.normal(size=(5, 2))
     t = y + rng.choice([-1, 1], size=y.shape) * rng.uniform(0.2, 3.0, size=y.shape)
     w = rng.uniform(0.5, 2.0, 5)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _candidates as cand
+from attnx.forecasting import _candidates as cand
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
 NAMES = ("naive", "drift", "ses", "theta", "drift_log", "ses_log", "theta_log", "ets",
@@ -153,7 +153,7 @@ def test_onnx_export_of_a_classical_forecaster_says_why_not(tmp_path):
     with pytest.raises(ValueError, match="ONNX export does not cover"):
         f.export_spec()
     pytest.importorskip("onnx")
-    import attnx.onnx as aonnx
+    import attnx.io.onnx as aonnx
     with pytest.raises(ValueError, match="method='network'"):
         aonnx.export(f, tmp_path / "f.onnx")
     assert not (tmp_path / "f.onnx").exists()
@@ -212,7 +212,7 @@ def test_a_season_diluted_by_a_mixed_panel_is_still_offered():
         else:
             series.append(50 + 3 * np.sin(2 * np.pi * t / 4) + rng.normal(0, 1.5, n))
     f = attnx.TransformerForecaster(4, method="auto").fit(series)
-    from attnx import _season
+    from attnx.forecasting import _season
     assert _season.detect([s[:, None] for s in series]) == 1
     assert f.season_ == 1 and f.periods_ == [4]
     g = attnx.TransformerForecaster(4, method="auto", season=1).fit(series)

@@ -1,14 +1,14 @@
 """TransformerForecaster's baselines and the network's weight on top of them: the seasonal
-profile (attnx._season.profile), the choice of baseline="auto" on the held-out windows,
+profile (attnx.forecasting._season.profile), the choice of baseline="auto" on the held-out windows,
 the blend weight that reaches 0 (the baseline alone), the significance rule that keeps
 the default baseline, and the too-few-windows rule."""
 import numpy as np
 import pytest
 
 import attnx
-from attnx import _season
-from attnx import _windows as win
-from attnx import forecaster as fmod
+from attnx.forecasting import _season
+from attnx.forecasting import _windows as win
+from attnx.forecasting import forecaster as fmod
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=60, random_state=0, dtype=np.float64)
 

@@ -115,8 +115,8 @@ def test_damaged_forecaster_file_is_refused(fitted, tmp_path):
 def test_altered_state_is_refused(fitted):
     """A state whose pieces do not fit (as a hand-edited file would give) is a
     StateError naming the piece, never a forecaster with missing parts."""
-    from attnx import _forecaster_state as fs
-    from attnx._state import StateError
+    from attnx.forecasting import _forecaster_state as fs
+    from attnx.estimators._state import StateError
 
     f, *_ = fitted
     arrays, config = fs.get_state(f, portable=True)

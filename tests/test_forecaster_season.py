@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _forecaster_state as fs
-from attnx import _season
+from attnx.forecasting import _forecaster_state as fs
+from attnx.forecasting import _season
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0)
 

@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 import pytest
-from attnx._threads import fixed_threads
+from attnx.runtime._threads import fixed_threads
 
 import attnx
-from attnx import _attnargs, _ops, _testing
+from attnx.kernels import _attnargs, _ops, _testing
 from conftest import rel_err
 from reference import mha_numpy
 
@@ -47,7 +47,7 @@ def test_lower_simd_levels_match_reference(level, opts, tmp_path):
 import numpy as np, attnx, sys
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 from reference import mha_numpy
-from attnx import _ops, _testing
+from attnx.kernels import _ops, _testing
 assert _ops.cpu_level() <= {level}
 x = np.linspace(-87, 10, 100003).astype(np.float32)
 e = np.abs(_testing.exp_f32(x) / np.exp(x.astype(np.float64)) - 1).max()
@@ -74,7 +74,7 @@ print("ok", err)
 _CHECKS_SCRIPT = r"""
 import hashlib, json
 import numpy as np
-from attnx import _ops
+from attnx.kernels import _ops
 rng = np.random.default_rng(0)
 out = {"level": _ops.cpu_level()}
 for dt in (np.float32, np.float64):
@@ -167,7 +167,7 @@ def test_blas_int_limit_is_a_clear_error():
     """BLAS takes 32-bit ints: a GEMM dimension or leading dimension beyond 2**31 - 1
     is a ValueError naming it, raised before any allocation or work (checked with
     sizes only, nothing this large is allocated)."""
-    from attnx import _blas
+    from attnx.kernels import _blas
     _blas.check_blas_int("x", m=2**31 - 1, n=5)          # the largest that fits
     with pytest.raises(ValueError, match=r"m = 2147483648 exceeds 2147483647"):
         _blas.check_blas_int("x", m=2**31)
@@ -223,7 +223,7 @@ def _kernel_call(path="dense", nb=2, t=40, d=8, h=2, store=True, threads=1, bias
 
 
 def _kernels(shape):
-    from attnx import _attention, _flash
+    from attnx.kernels import _attention, _flash
     return _flash if shape.path == _attnargs.FUSED else _attention
 
 
@@ -278,7 +278,7 @@ def test_kernels_check_every_argument_before_work(path):
     with pytest.raises(ValueError, match="dx must be writeable"):
         k.attention_backward(shape, bufs, params, x, None, None, None, y, ro, None, 0, 1)
     # the other family's entry refuses this shape
-    from attnx import _attention, _flash
+    from attnx.kernels import _attention, _flash
     wrong = _attention if k is _flash else _flash
     with pytest.raises(ValueError, match="fused"):
         wrong.attention_forward(shape, bufs, params, x, None, None, None, None, y, 1)
@@ -351,7 +351,7 @@ def test_size_table_is_what_is_allocated(path, store, cross):
 
 
 def test_mlp_kernel_checks_shapes():
-    from attnx import _mlp
+    from attnx.kernels import _mlp
     f = np.float32
     z = np.ones((4, 8), f)
     w1, w2 = np.ones((8, 16), f), np.ones((16, 8), f)
@@ -368,7 +368,7 @@ def test_mlp_kernel_checks_shapes():
 def test_mlp_forward_without_sigmoid_is_the_same(dtype, rng):
     """Inference passes sg=None: the same H, S and output, sigmoid(H) not written
     (33 columns: the vector loops and their scalar tails)."""
-    from attnx import _mlp
+    from attnx.kernels import _mlp
     z = rng.normal(size=(5, 8)).astype(dtype)
     w1, w2 = rng.normal(size=(8, 33)).astype(dtype), rng.normal(size=(33, 8)).astype(dtype)
     b1, b2 = rng.normal(size=33).astype(dtype), rng.normal(size=8).astype(dtype)

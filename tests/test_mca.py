@@ -1,6 +1,6 @@
 """benchmarks/mca.py: its loop extraction, and the property of the shipped float32
 AVX-512 wide tile it was written to check (no vector register copies in the k loop,
-16 FMAs on 16 independent accumulators). Compiles attnx/_flash.c with setup.py's
+16 FMAs on 16 independent accumulators). Compiles attnx/kernels/_flash.c with setup.py's
 flags (~20 s); skipped without gcc on x86-64 or Cython (setup.py imports it), the
 llvm-mca part without llvm-mca-14."""
 import platform
@@ -42,8 +42,8 @@ def test_innermost_loops_synthetic():
 def rows():
     if platform.machine() not in ("x86_64", "AMD64") or shutil.which("gcc") is None:
         pytest.skip("needs gcc on x86-64")
-    if not (ROOT / "attnx" / "_flash.c").exists():
-        pytest.skip("needs the in-place build's attnx/_flash.c")
+    if not (ROOT / "attnx" / "kernels" / "_flash.c").exists():
+        pytest.skip("needs the in-place build's attnx/kernels/_flash.c")
     pytest.importorskip("Cython", reason="mca.py reads setup.py's flags, which imports Cython")
     return mca.collect("f32")[0]
 
@@ -78,8 +78,8 @@ def test_same_as_finds_no_change_against_the_checkouts_own_headers(capsys):
     other run-to-run noise as a change)."""
     if platform.machine() not in ("x86_64", "AMD64") or shutil.which("gcc") is None:
         pytest.skip("needs gcc on x86-64")
-    if not (ROOT / "attnx" / "_flash.c").exists() or not (ROOT / ".git").exists():
-        pytest.skip("needs the in-place build's attnx/_flash.c and the git checkout")
+    if not (ROOT / "attnx" / "kernels" / "_flash.c").exists() or not (ROOT / ".git").exists():
+        pytest.skip("needs the in-place build's attnx/kernels/_flash.c and the git checkout")
     pytest.importorskip("Cython", reason="mca.py reads setup.py's flags, which imports Cython")
     import subprocess
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "csrc"],

@@ -107,7 +107,7 @@ def test_interior_nan_is_the_explicitly_masked_forward(arch):
         filled = np.where(np.isnan(Xn), 1e3 * np.random.default_rng(seed).standard_normal(
             X.shape), Xn)
         raw = clf.model_.forward(filled, key_padding_mask=mask, grad=False)
-        assert rel_err(proba, np.exp(attnx.losses.log_softmax(raw))) < 1e-12
+        assert rel_err(proba, np.exp(attnx.layers.losses.log_softmax(raw))) < 1e-12
     # unmasked, those values would change the prediction: the mask is doing the work
     assert rel_err(proba, clf.predict_proba(np.nan_to_num(Xn))) > 1e-6
 
@@ -251,7 +251,7 @@ def test_bad_input_errors_name_the_argument():
 def test_onnx_graph_masks_nan_steps_as_predict(arch, dtype, tmp_path):
     pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
-    from attnx import onnx as aonnx
+    from attnx.io import onnx as aonnx
 
     X, y = _data(t=12)
     Xn, _ = _interior(X)

@@ -311,7 +311,7 @@ def test_the_ranks_parts_make_up_each_global_batch(rng, shuffle):
 
 
 def _trainer(dist, rng, bs, shuffle=True):
-    from attnx._training import Trainer
+    from attnx.estimators._training import Trainer
     return Trainer(None, None, rng, None, None, dist, batch_size=bs, shuffle=shuffle,
                    verbose=0)
 
@@ -352,7 +352,7 @@ def test_balanced_plans_use_each_shard_row_once_in_equal_step_counts(ragged):
                 assert not np.array_equal(orders[0], orders[1])  # independent shuffles
         # one rank: the plan of one process (batch_plan with the shared generator itself)
         if size == 1:
-            from attnx._training import batch_plan
+            from attnx.estimators._training import batch_plan
             o1, p1, _ = _trainer(ranks[0], np.random.default_rng(3), bs).epoch_plan(
                 SimpleNamespace(n=counts[0], lengths=lengths[0]), bs)
             o2, p2 = batch_plan(counts[0], bs, np.random.default_rng(3), lengths[0])
@@ -365,12 +365,12 @@ def test_distributed_mode_is_checked():
     with pytest.raises(ValueError, match="distributed must be 'balanced'.*or 'exact'.*got 'fast'"):
         attnx.AttentionRegressor(epochs=1, distributed="fast").fit(X, X)
     assert attnx.TransformerRegressor().distributed == "balanced"
-    from attnx._hyper import LEGACY_DEFAULTS
+    from attnx.estimators._hyper import LEGACY_DEFAULTS
     assert LEGACY_DEFAULTS["distributed"] == "exact"
 
 
 def test_model_files_from_before_the_parameter_load_as_exact():
-    from attnx import _state
+    from attnx.estimators import _state
     from attnx.estimators import ESTIMATORS
     X, Y = attnx.datasets.max_position_task(8, 3, 2, random_state=0)
     est = attnx.AttentionRegressor(epochs=1, random_state=0).fit(X, Y)

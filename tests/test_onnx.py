@@ -11,7 +11,7 @@ import pytest
 
 from legacy_defaults import OLD  # noqa: F401
 import attnx
-import attnx.onnx as aonnx
+import attnx.io.onnx as aonnx
 from conftest import rel_err
 
 TOL = {np.float32: 1e-5, np.float64: 1e-10}
@@ -274,9 +274,9 @@ def test_export_refuses_bad_input(tmp_path):
 
 
 def test_export_never_imports_torch(tmp_path):
-    code = ("import sys, attnx, attnx.onnx\n"
+    code = ("import sys, attnx, attnx.io.onnx\n"
             "m = attnx.SequenceModel(3, 4, 2, 1, 2, norm='pre', pooling='mean')\n"
-            "attnx.onnx.export(m, 'm.onnx')\n"
+            "attnx.io.onnx.export(m, 'm.onnx')\n"
             "print('torch' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                        text=True)
@@ -319,7 +319,7 @@ def test_models_fitted_before_the_fill_rule_keep_zero_filled_patches(tmp_path):
     old = est.predict_proba(X)
     assert rel_err(old, new) > 1e-6
     xp, mask = _right_padded(X)
-    from attnx import _sequences as seqs
+    from attnx.estimators import _sequences as seqs
     zeros, _ = seqs.patch(xp, np.array([len(s) for s in X]), 3, fill="zero")
     assert not zeros[0, 2, 3:].any()   # 7 steps: the last patch's two fill steps are 0
     est.save(tmp_path / "legacy.safetensors")

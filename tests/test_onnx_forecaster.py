@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 import attnx
-import attnx.onnx as aonnx
+import attnx.io.onnx as aonnx
 
 FAST = dict(d_model=16, n_heads=2, n_layers=1, steps=200, random_state=0)
 

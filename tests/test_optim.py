@@ -1,4 +1,4 @@
-"""The vectorised AdamW kernel (attnx._optim) that attnx.AdamW runs over its flat buffer."""
+"""The vectorised AdamW kernel (attnx.kernels._optim) that attnx.AdamW runs over its flat buffer."""
 import json
 import os
 import subprocess
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _ops, _optim, _testing
+from attnx.kernels import _ops, _optim, _testing
 
 TOL = {np.float32: 2e-6, np.float64: 1e-14}
 HYPER = (1e-2, 0.9, 0.999, 1e-8, 0.05)   # lr, beta1, beta2, eps, weight_decay
@@ -37,7 +37,7 @@ def _state(n, dtype, seed=0):
 @pytest.mark.parametrize("n", [1, 7, 16, 17, 1000, 200003])
 def test_matches_float64_formula(dtype, n):
     """Five steps from one state against the formula in float64, and against the
-    plain loop of attnx._testing, on lengths that leave vector tails and several slabs."""
+    plain loop of attnx.kernels._testing, on lengths that leave vector tails and several slabs."""
     p, m, v, rng = _state(n, dtype)
     p2, m2, v2 = p.copy(), m.copy(), v.copy()
     for t in range(1, 6):
@@ -143,7 +143,7 @@ def test_adamw_class_uses_the_kernel():
 _LEVEL_SCRIPT = r"""
 import json, sys
 import numpy as np
-from attnx import _optim
+from attnx.kernels import _optim
 sys.path.insert(0, sys.argv[1])
 from test_optim import _adamw_numpy, _state, HYPER
 errs = {}

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _ppv_tokens as P
-from attnx import _sequences as seqs
+from attnx.estimators import _ppv_tokens as P
+from attnx.estimators import _sequences as seqs
 from attnx import distributed
-from attnx._ppv import ppv
+from attnx.kernels._ppv import ppv
 
 TC = attnx.TransformerClassifier
 SMALL = dict(n_heads=2, n_layers=1, d_model=16, batch_size=8, epochs=15, random_state=0)
@@ -213,7 +213,7 @@ def test_estimator_fits_own_length_tokens_on_ragged_series_only(tmp_path):
 
 def test_onnx_export_refuses_own_length_tokens(tmp_path):
     pytest.importorskip("onnx")
-    from attnx import onnx as ax_onnx
+    from attnx.io import onnx as ax_onnx
     X, y = _shapes(n=16)
     est = TC(**{**SMALL, "epochs": 1}, tokenizer="ppv").fit(X, y)
     with pytest.raises(NotImplementedError, match="no single window"):
@@ -247,7 +247,7 @@ _LEVEL_SCRIPT = """
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 import test_ppv_ragged_short as t
-from attnx import _ppv
+from attnx.kernels import _ppv
 x, lengths, miss = t._ragged()
 tr = t._own_state(*t._ragged(seed=1))
 out = [tr.transform(x.astype(dt), lengths, miss, nthreads=2)[0] for dt in (np.float64, np.float32)]

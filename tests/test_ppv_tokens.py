@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _ppv_tokens as P
-from attnx import _sequences as seqs
+from attnx.estimators import _ppv_tokens as P
+from attnx.estimators import _sequences as seqs
 from attnx import distributed
-from attnx._ppv import ppv
+from attnx.kernels._ppv import ppv
 
 TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
 SMALL = dict(n_heads=2, n_layers=1, d_model=16, batch_size=8, epochs=15, random_state=0)
@@ -238,7 +238,7 @@ def test_bad_input():
 def test_onnx_graph_makes_the_tokens_as_predict(dtype, case, tmp_path):
     pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
-    from attnx import onnx as ax_onnx
+    from attnx.io import onnx as ax_onnx
     X, y = _shifted_shape(n=24, t=100)
     Xt = _shifted_shape(n=8, t=100, seed=5)[0]
     kw = {**SMALL, "epochs": 3, "dtype": dtype}

@@ -4,7 +4,7 @@ import pytest
 
 from legacy_defaults import OLD, OLD_CLS  # noqa: F401
 import attnx
-from attnx._training import PAD_MULTIPLE, WINDOW_BATCHES, batch_plan
+from attnx.estimators._training import PAD_MULTIPLE, WINDOW_BATCHES, batch_plan
 
 
 def ragged(n, f=3, lo=2, hi=15, seed=0, dtype=np.float64):
@@ -157,7 +157,7 @@ def test_ragged_input_errors_name_the_argument():
 
 
 def test_patches_repeat_a_sequences_last_step_to_the_end_of_its_patch():
-    from attnx import _sequences as seqs
+    from attnx.estimators import _sequences as seqs
     x = np.arange(2 * 5 * 2, dtype=np.float64).reshape(2, 5, 2) + 1
     x[1, 3:] = 0   # the second sequence has 3 steps
     out, plen = seqs.patch(x, np.array([5, 3]), 2)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _scaling, schedules
+from attnx.estimators import _scaling
+from attnx.layers import schedules
 from legacy_defaults import OLD_CLS
 
 
@@ -158,7 +159,7 @@ def test_patches_as_tokens_dense_ragged_and_rules():
 def test_patched_standardized_estimator_exports_to_onnx(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from attnx import onnx as ax
+    from attnx.io import onnx as ax
     X, y = _cls_data(n=24, t=19)
     X = X.astype(np.float32)
     est = clf(dtype=np.float32, patch_len=4,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _training
+from attnx.estimators import _training
 
 SMALL = dict(d_model=16, n_heads=2, n_layers=1, epochs=40, random_state=0)
 
@@ -48,8 +48,8 @@ def test_held_out_reference_uses_the_loss():
     predicting the training targets' mean."""
     rng = np.random.default_rng(1)
     y_tr, y_va = rng.normal(size=(40, 2)), rng.normal(size=(10, 2)) + 1.0
-    train = attnx._sequences.Data(np.zeros((40, 1, 1)), None, y_tr, None, False, None)
-    val = attnx._sequences.Data(np.zeros((10, 1, 1)), None, y_va, None, False, None)
+    train = attnx.estimators._sequences.Data(np.zeros((40, 1, 1)), None, y_tr, None, False, None)
+    val = attnx.estimators._sequences.Data(np.zeros((10, 1, 1)), None, y_va, None, False, None)
     dist = attnx.distributed.Local()
     mean = y_tr.mean(axis=0)
     assert _training.mean_baseline_loss(train, val, dist) == pytest.approx(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import schedules
+from attnx.layers import schedules
 
 
 def _opt(lr=1e-3):

@@ -1,4 +1,4 @@
-"""attnx._blocks / attnx._model_pass / attnx._sequence_blocks: a SequenceModel's blocks,
+"""attnx.kernels._blocks / attnx.kernels._model_pass / attnx.layers._sequence_blocks: a SequenceModel's blocks,
 and where it applies the whole model, as one compiled call each way give the
 per-layer path's values bit for bit (outputs, dL/dX, every gradient, attention
 weights) on every attention path, norm, dropout, mask, stem, class token, pooling,
@@ -8,11 +8,12 @@ import itertools
 
 import numpy as np
 import pytest
-from attnx._threads import fixed_threads
+from attnx.runtime._threads import fixed_threads
 
-from attnx import SequenceModel, _sequence_blocks
-from attnx._blocks import BlockStack
-from attnx._model_pass import ModelPass
+from attnx import SequenceModel
+from attnx.layers import _sequence_blocks
+from attnx.kernels._blocks import BlockStack
+from attnx.kernels._model_pass import ModelPass
 
 CASES = list(itertools.product([None, "pre"], [0.0, 0.3], [False, True],
                                [np.float32, np.float64]))
@@ -208,7 +209,8 @@ def test_training_step_allocates_no_buffers(rng):
     objects: less than one (B*T, d_model) activation buffer (64 KiB here)."""
     import tracemalloc
 
-    from attnx import AdamW, TransformerClassifier, _training
+    from attnx import AdamW, TransformerClassifier
+    from attnx.estimators import _training
     m = SequenceModel(4, 32, 4, 2, 3, pooling="mean", norm="pre", dropout=0.1,
                       positional="sinusoidal", random_state=0)
     x = rng.normal(size=(8, 64, 4)).astype(np.float32)

@@ -351,7 +351,7 @@ def test_errors(rng):
 @pytest.mark.parametrize("nthreads", [1, 2])
 def test_kernels_match_numpy_reference(dtype, nthreads, rng):
     import seq_numpy_ops as ref
-    from attnx import _seq
+    from attnx.kernels import _seq
     tol = TOL[dtype]
     nb, t, d, f = 4, 9, 12, 5
     rows = nb * t
@@ -416,7 +416,7 @@ def test_random_bits_from_one_draw_of_the_generator():
     """The dropout masks' bits: one 64-bit draw of the generator keys the stream, so a
     seeded generator gives the same bits, the generator advances by exactly one draw,
     and the bits look uniform (each of the 32 bit positions set half of the time)."""
-    from attnx import _seq
+    from attnx.kernels import _seq
     g1, g2 = np.random.default_rng(7), np.random.default_rng(7)
     a, b = np.zeros(100_001, np.uint32), np.zeros(100_001, np.uint32)
     _seq.random_bits(g1.bit_generator, a)
@@ -439,7 +439,7 @@ def test_random_bits_from_one_draw_of_the_generator():
 def test_dropout_masks_in_one_call(dtype):
     """dropout_masks: random_bits, then each mask from its slice of the bits, in order;
     the same values as the two kernels called one by one."""
-    from attnx import _seq
+    from attnx.kernels import _seq
     outs = [np.empty(s, dtype) for s in ((7, 5), (3, 4), (0, 4), (9, 1))]
     want = [np.empty_like(o) for o in outs]
     bits, ref = np.zeros(60, np.uint32), np.zeros(60, np.uint32)
@@ -460,7 +460,7 @@ def test_dropout_masks_in_one_call(dtype):
 
 
 def test_dropout_mask_kernel(rng):
-    from attnx import _seq
+    from attnx.kernels import _seq
     bits = rng.integers(0, 2**32, size=50_007, dtype=np.uint32)
     bits[:4] = [0, 2**30 - 1, 2**30, 2**32 - 1]   # p = 0.25: the cut is 2**30
     want = np.where(bits[:50_000].reshape(1000, 50) >= 2**30, 1 / 0.75, 0.0)
@@ -717,7 +717,7 @@ def test_three_adamw_steps_regression_match_torch(torch, dtype, pool, rng):
 
 def test_kernels_reject_mismatched_buffers():
     """The private kernels check their buffers before touching memory."""
-    from attnx import _seq
+    from attnx.kernels import _seq
     f = np.float64
     x, w, b = np.zeros((6, 3)), np.zeros((3, 4)), np.zeros(4)
     with pytest.raises(ValueError, match="y must be"):

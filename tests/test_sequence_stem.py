@@ -6,7 +6,8 @@ import pickle
 import numpy as np
 import pytest
 
-from attnx import SequenceModel, _mlp
+from attnx import SequenceModel
+from attnx.kernels import _mlp
 from conftest import rel_err
 from test_sequence_model import check_grads_vs, fd_check, ragged_mask
 

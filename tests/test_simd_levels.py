@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx import _attention, _flash, _mlp, _ops, _optim, _testing
+from attnx.kernels import _attention, _flash, _mlp, _ops, _optim, _testing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAMES = {0: "portable", 1: "avx2", 2: "avx512"}
@@ -47,7 +47,7 @@ CHILD = f"GEMM_SHAPES = {GEMM_SHAPES!r}\n" + r"""
 import json, sys
 import numpy as np
 import attnx
-from attnx import _ops, _testing
+from attnx.kernels import _ops, _testing
 
 out = {}
 rng = np.random.default_rng(7)
@@ -95,7 +95,7 @@ for dt in (np.float32, np.float64):
 
 # the PPV tokens' counting pass: ragged lengths, missing steps, a short last window,
 # two biases (the fused path) and three (the general one), both dtypes
-from attnx import _ppv
+from attnx.kernels import _ppv
 for dt in (np.float32, np.float64):
     x = rng.normal(size=(3, 61, 2)).astype(dt)
     lengths = np.array([61, 40, 7], np.int32)
@@ -110,7 +110,7 @@ for dt in (np.float32, np.float64):
         out[f"ppv_{np.dtype(dt).name}_{nq}"] = o
 
 # SiLU's backward pass (the MLP's elementwise step) on rows that leave vector tails
-from attnx import _mlp
+from attnx.kernels import _mlp
 for dt in (np.float32, np.float64):
     h = (rng.normal(size=(5, 37)) * 4).astype(dt)
     sg = (1 / (1 + np.exp(-h.astype(np.float64)))).astype(dt)
@@ -121,14 +121,14 @@ for dt in (np.float32, np.float64):
     out[f"silubwd_{np.dtype(dt).name}_in"] = np.stack([h, sg, ds])
 
 # the dropout masks' random bits (SplitMix64 stream), lengths that leave tails
-from attnx import _seq
+from attnx.kernels import _seq
 for n in (1, 2, 17, 1001):
     bits = np.zeros(n, np.uint32)
     _seq.random_bits(np.random.PCG64(11), bits)
     out[f"splitmix_{n}"] = bits
 
 # small float32 products (csrc/attnx_gemm_small.h's tiles at level 1, BLAS elsewhere)
-from attnx._testing import gemm_into
+from attnx.kernels._testing import gemm_into
 for i, (ta, tb, m, n, k) in enumerate(GEMM_SHAPES):
     a = rng.normal(size=(k, m) if ta else (m, k)).astype(np.float32)
     b = rng.normal(size=(n, k) if tb else (k, n)).astype(np.float32)
@@ -158,7 +158,7 @@ print(json.dumps({"level": _ops.simd_level(), "name": _ops.simd_level_name(),
 """
 
 # Every compiled attnx module that includes attnx_math.h exposes dispatch_state()
-# (see attnx/_ops.pxd); new kernel modules are found here without editing this file.
+# (see attnx/kernels/_ops.pxd); new kernel modules are found here without editing this file.
 DISCOVER = r"""
 import importlib, importlib.machinery, os
 import attnx

@@ -182,7 +182,7 @@ def test_without_sklearn_not_fitted_error_is_attnxs_own(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "raised attnx._base"
+    assert r.stdout.strip() == "raised attnx.estimators._base"
 
 
 @pytest.mark.parametrize("cls", ALL)

@@ -1,4 +1,4 @@
-"""attnx.sktime.AttnxForecaster: sktime's own checks, evaluate() (with and without
+"""attnx.forecasting.sktime.AttnxForecaster: sktime's own checks, evaluate() (with and without
 exogenous X), and the same numbers as TransformerForecaster."""
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import pandas as pd  # noqa: E402
 from sktime.datasets import load_airline  # noqa: E402
 
 import attnx  # noqa: E402
-from attnx.sktime import AttnxForecaster  # noqa: E402
+from attnx.forecasting.sktime import AttnxForecaster  # noqa: E402
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
 

@@ -1,4 +1,4 @@
-"""The thread policy's decisions (attnx._threads, attnx._cpus): the count chosen per
+"""The thread policy's decisions (attnx.runtime._threads, attnx.runtime._cpus): the count chosen per
 shape, per environment (OpenMP limits, CPU quota, MPI ranks, joblib workers, other
 Python threads in attnx, other processes' load) and under the explicit override. No
 timings: each test checks what the policy decides from what it is shown."""
@@ -12,7 +12,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import attnx
-from attnx import _cpus, _threads
+from attnx.runtime import _cpus, _threads
 
 
 @pytest.fixture
@@ -173,7 +173,7 @@ def test_estimator_fit_of_small_sequences_uses_one_thread(automatic, monkeypatch
         chosen.append(real(macs))
         return chosen[-1]
 
-    from attnx import sequence
+    from attnx.layers import sequence
     monkeypatch.setattr(sequence, "threads_for", spy)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(64, 8, 8)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""The training loop's parts (attnx._training): early stopping, snapshots."""
+"""The training loop's parts (attnx.estimators._training): early stopping, snapshots."""
 import warnings
 
 import numpy as np
@@ -64,7 +64,7 @@ def test_trainer_hooks_schedule_the_lr_and_transform_the_gradient(rng, monkeypat
     """lr_schedule(step) sets the lr of each step (a constant one changes nothing);
     grad_transform sees the global gradient before the step (zeroing it leaves
     only AdamW's weight decay)."""
-    from attnx import _estimator
+    from attnx.estimators import _estimator
 
     X, Y = _data(rng)
     kw = dict(n_heads=2, epochs=2, batch_size=8, random_state=0, dtype=np.float64)

@@ -26,12 +26,12 @@ def _run_on_tested_attnx(args):
 
 
 def test_every_compiled_module_has_a_stub_matching_it():
-    pyx = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "attnx", "*.pyx")))
-    missing = [m for m in pyx if not os.path.exists(os.path.join(ROOT, "attnx", m + ".pyi"))]
+    pyx = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "attnx", "kernels", "*.pyx")))
+    missing = [m for m in pyx if not os.path.exists(os.path.join(ROOT, "attnx", "kernels", m + ".pyi"))]
     assert not missing, f"compiled modules without a .pyi stub: {missing}"
     assert os.path.exists(os.path.join(ROOT, "attnx", "py.typed"))
     r = _run_on_tested_attnx(["mypy.stubtest", "--ignore-missing-stub"]
-                             + [f"attnx.{m}" for m in pyx])
+                             + [f"attnx.kernels.{m}" for m in pyx])
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -41,5 +41,5 @@ def test_mypy_strict_on_the_whole_package():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no issues found in" in r.stdout, r.stdout
     n_files = int(r.stdout.split("no issues found in")[1].split()[0])
-    n_modules = len(glob.glob(os.path.join(ROOT, "attnx", "*.py")))
+    n_modules = len(glob.glob(os.path.join(ROOT, "attnx", "**", "*.py"), recursive=True))
     assert n_files >= n_modules, f"mypy checked {n_files} files, the package has {n_modules}"

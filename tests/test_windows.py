@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from attnx import _windows as win
+from attnx.forecasting import _windows as win
 
 
 def test_series_list_forms_and_errors():

@@ -2,7 +2,7 @@
 import threading
 import time
 
-from attnx._workspace import _MAX_ENTRIES, KEEP_OTHER_BYTES, WorkspaceCache
+from attnx.runtime._workspace import _MAX_ENTRIES, KEEP_OTHER_BYTES, WorkspaceCache
 
 
 def test_least_recently_used_entry_is_evicted_not_every_entry():

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fit_equal import COMM, P, RANK, Watching, digest, rel, shards  # noqa: E402
 
 import attnx  # noqa: E402
-import attnx._training as training  # noqa: E402
+import attnx.estimators._training as training  # noqa: E402
 
 #: the first value of every sequence loaded into a training batch, per epoch
 SEEN = []

@@ -28,7 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 import attnx
-import attnx.losses
+import attnx.layers.losses
 
 COMM = MPI.COMM_WORLD
 RANK, P = COMM.Get_rank(), COMM.Get_size()
@@ -51,7 +51,7 @@ def main(mode):
         elif mode == "diverge":
             Y *= 1e160  # finite, but its squared error overflows
         elif mode == "step_error":
-            real, calls = attnx.losses.mse_loss, [0]
+            real, calls = attnx.layers.losses.mse_loss, [0]
 
             def failing(*a, **k):
                 calls[0] += 1
@@ -59,9 +59,9 @@ def main(mode):
                     raise MemoryError("simulated failure inside the loss")
                 return real(*a, **k)
 
-            attnx.losses.mse_loss = failing
+            attnx.layers.losses.mse_loss = failing
         elif mode in ("kill", "interrupt"):  # 20 steps into the fit
-            real, calls = attnx.losses.mse_loss, [0]
+            real, calls = attnx.layers.losses.mse_loss, [0]
             sig = signal.SIGKILL if mode == "kill" else signal.SIGINT
 
             def signalled(*a, **k):
@@ -70,9 +70,9 @@ def main(mode):
                     os.kill(os.getpid(), sig)
                 return real(*a, **k)
 
-            attnx.losses.mse_loss = signalled
+            attnx.layers.losses.mse_loss = signalled
         elif mode == "interrupt2":
-            real, calls = attnx.losses.mse_loss, [0]
+            real, calls = attnx.layers.losses.mse_loss, [0]
 
             def twice(*a, **k):
                 calls[0] += 1
@@ -81,9 +81,9 @@ def main(mode):
                     os.kill(os.getpid(), signal.SIGINT)  # raises KeyboardInterrupt here
                 return real(*a, **k)
 
-            attnx.losses.mse_loss = twice
+            attnx.layers.losses.mse_loss = twice
         elif mode == "hang":
-            real, calls = attnx.losses.mse_loss, [0]
+            real, calls = attnx.layers.losses.mse_loss, [0]
 
             def hanging(*a, **k):
                 calls[0] += 1
@@ -91,7 +91,7 @@ def main(mode):
                     time.sleep(10**6)
                 return real(*a, **k)
 
-            attnx.losses.mse_loss = hanging
+            attnx.layers.losses.mse_loss = hanging
     est = attnx.AttentionRegressor(2, **params)
     if mode == "classifier_bad_input":
         est = attnx.AttentionClassifier(2, class_weight="balanced", **params)

@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 import attnx
-from attnx._hyper import LEGACY_DEFAULTS  # noqa: E402
+from attnx.estimators._hyper import LEGACY_DEFAULTS  # noqa: E402
 
 
 def _transformer_0_2(*args, **kw):

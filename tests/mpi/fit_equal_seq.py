@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fit_equal import COMM, P, RANK, Watching, digest, rel, shards  # noqa: E402
 
 import attnx  # noqa: E402
-from attnx._hyper import LEGACY_DEFAULTS  # noqa: E402
+from attnx.estimators._hyper import LEGACY_DEFAULTS  # noqa: E402
 
 
 def _transformer_0_2(*args, **kw):

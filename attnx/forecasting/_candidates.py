@@ -1,0 +1,198 @@
+"""The classical candidates a forecaster chooses from (attnx.forecasting._selection).
+
+A candidate is a name and a spec (a JSON-able dict): ``fit(name, y, h, periods)``
+runs it on a 1-D series and returns its Forecast (attnx.forecasting._classical) and the spec
+that reproduces the model it chose; ``refit(name, spec, y, h, periods)`` runs that
+same model on other data (the rolling origins' training parts, or the series
+predict(y=...) is given) without choosing again.
+
+attnx's own methods (always there): naive, drift, ses, theta and seasonal naive
+(one per seasonal period); with ``_log`` the same on the log of a positive series
+whose seasonal spread grows with its level (attnx.forecasting._classical.multiplicative).
+statsforecast's, when it is installed (the optional ``forecast`` extra):
+  ets      AutoETS (error, trend, damping and season chosen by AICc; the origins
+           reuse the chosen form)
+  atheta   AutoTheta (the chosen theta model and decomposition)
+  arima    AutoARIMA (the chosen orders and constant; a narrower, approximate search
+           than its defaults: ARIMA_SEARCH), only for series short enough that its
+           search is cheap (ARIMA_MAX_COST); ``arima1`` the non-seasonal search
+           when only that is
+  mstl     MSTL over every seasonal period with an AutoETS trend, only with two or
+           more periods
+Their error scale is their own 90% interval's half-width over z(0.95).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _classical as cl
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    F64 = npt.NDArray[np.float64]
+
+__all__ = ["available", "fit", "refit", "min_length", "is_candidate", "have_statsforecast"]
+
+Spec = dict[str, Any]
+Z95 = 1.6448536269514722
+#: AutoARIMA runs when len(y) * max(period, 1) is at most this (its search grows with
+#: both, and varies: 1-14 s for 150-220 monthly values on one core)
+ARIMA_MAX_COST = 1200
+#: AutoARIMA's search: approximate (CSS) likelihoods, small orders, at most 30 models
+ARIMA_SEARCH = {"approximation": True, "max_p": 3, "max_q": 3, "max_P": 1, "max_Q": 1,
+                "nmodels": 30}
+#: statsforecast's models need this many values (AutoETS refuses fewer)
+SF_MIN_LENGTH = 8
+_SF = ("ets", "atheta", "arima", "arima1", "mstl")
+
+
+def have_statsforecast() -> bool:
+    try:
+        _statsforecast_models()
+    except ImportError:
+        return False
+    return True
+
+
+def _statsforecast_models() -> Any:
+    """statsforecast.models (an optional dependency, imported when first used)."""
+    return importlib.import_module("statsforecast.models")
+
+
+def available(y: F64, periods: tuple[int, ...], *, use_statsforecast: bool = True
+              ) -> list[str]:
+    """The candidates worth trying on the 1-D series y with these seasonal periods."""
+    names = ["naive", "drift", "ses", "theta"]
+    names += [f"seasonal_naive{p}" for p in sorted(set(periods)) if 1 < p < y.shape[0]]
+    main = min(periods) if periods else 1
+    if cl.multiplicative(y, main):
+        names += ["drift_log", "ses_log", "theta_log"]
+    if use_statsforecast and have_statsforecast():
+        names += ["ets", "atheta"]
+        if y.shape[0] <= ARIMA_MAX_COST:   # a seasonal search only when it is cheap
+            names.append("arima" if y.shape[0] * max(main, 1) <= ARIMA_MAX_COST
+                         else "arima1")
+        if len([p for p in periods if p > 1]) >= 2:
+            names.append("mstl")
+    return names
+
+
+def is_candidate(name: str) -> bool:
+    """Whether `name` is a candidate's name (seasonal naive with its period)."""
+    base = name.removesuffix("_log")
+    if base.startswith("seasonal_naive"):
+        return base[len("seasonal_naive"):].isdigit() and int(base[14:]) >= 1
+    return name in _SF or base in cl.METHODS
+
+
+def min_length(name: str, periods: tuple[int, ...]) -> int:
+    """The fewest values candidate `name` runs on."""
+    if name in _SF:
+        return SF_MIN_LENGTH
+    base = name.removesuffix("_log")
+    if base.startswith("seasonal_naive"):
+        return int(base[len("seasonal_naive"):]) + 1
+    return cl.MIN_LENGTH[base]
+
+
+def fit(name: str, y: F64, h: int, periods: tuple[int, ...]) -> tuple[cl.Forecast, Spec]:
+    """Candidate `name` chosen and run on y: (its forecast, its spec)."""
+    if name in _SF:
+        return _sf_fit(name, y, h, periods, None)
+    return _own(name, {}, y, h, periods), {}
+
+
+def refit(name: str, spec: Spec, y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
+    """Candidate `name` with the model `spec` (from fit) run on y; a statsforecast
+    model whose chosen form cannot be fitted to y (a seasonal form on too few
+    values) searches again."""
+    if name in _SF:
+        try:
+            return _sf_fit(name, y, h, periods, spec)[0]
+        except ValueError:   # the chosen form does not fit these data: search again
+            return _sf_fit(name, y, h, periods, None)[0]
+    return _own(name, spec, y, h, periods)
+
+
+def _own(name: str, spec: Spec, y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
+    log = name.endswith("_log")
+    base = name.removesuffix("_log")
+    if base.startswith("seasonal_naive"):
+        return cl.run("seasonal_naive", y, h, (int(base[len("seasonal_naive"):]),), log=log)
+    return cl.run(base, y, h, periods, log=log)
+
+
+def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | None
+            ) -> tuple[cl.Forecast, Spec]:
+    sfm = _statsforecast_models()
+    main = min(periods) if periods else 1
+    if name == "ets":
+        if spec is None:
+            model: Any = sfm.AutoETS(season_length=main)
+        else:
+            model = sfm.AutoETS(season_length=main, model=spec["model"],
+                                damped=spec["damped"])
+    elif name == "atheta":
+        model = sfm.AutoTheta(season_length=main, **(spec or {}))
+    elif name in ("arima", "arima1"):
+        m = main if name == "arima" else 1
+        model = (sfm.AutoARIMA(season_length=m, **ARIMA_SEARCH) if spec is None else
+                 sfm.ARIMA(order=tuple(spec["order"]), season_length=spec["m"],
+                           seasonal_order=tuple(spec["seasonal_order"]),
+                           include_mean=spec["mean"], include_drift=spec["drift"]))
+    elif name == "mstl":
+        model = sfm.MSTL(season_length=sorted(set(p for p in periods if p > 1)),
+                         trend_forecaster=sfm.AutoETS(model="ZZN"))
+    else:
+        raise ValueError(f"unknown candidate {name!r}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            try:
+                model.fit(np.ascontiguousarray(y, dtype=np.float64))
+                out = model.predict(h=h, level=[90])
+            except Exception as exc:   # statsforecast raises bare Exceptions too
+                raise ValueError(f"{name} failed: {exc}") from exc
+    mean = np.asarray(out["mean"], dtype=np.float64)
+    half = 0.5 * (np.asarray(out["hi-90"], dtype=np.float64)
+                  - np.asarray(out["lo-90"], dtype=np.float64))
+    if mean.shape != (h,) or not np.all(np.isfinite(mean)):
+        raise ValueError(f"{name} gave no finite forecast")
+    floor = 1e-6 * (float(np.mean(np.abs(y))) + 1e-12)
+    sigma = np.where(np.isfinite(half), np.maximum(half / Z95, floor), np.nan)
+    if np.isnan(sigma).any():   # no interval from the model: grow its last known scale
+        sigma = np.full(h, floor) * np.sqrt(np.arange(1, h + 1))
+    try:
+        found = spec if spec is not None else _spec_of(name, model)
+    except (KeyError, IndexError, TypeError) as exc:   # a degenerate fit (a constant)
+        raise ValueError(f"{name} chose no model form: {exc!r}") from exc
+    return cl.Forecast(mean, sigma), found
+
+
+def _spec_of(name: str, model: Any) -> Spec:
+    """The spec that refits the model an Auto* search chose."""
+    fitted = model.model_
+    if name == "ets":
+        parts = str(fitted["method"])[4:-1].split(",")   # "ETS(A,Ad,M)"
+        return {"model": parts[0] + parts[1][0] + parts[2], "damped": parts[1].endswith("d")}
+    if name == "atheta":
+        return {"model": str(fitted["modeltype"]),
+                "decomposition_type": str(fitted.get("decomposition_type",
+                                                     "multiplicative"))}
+    if name in ("arima", "arima1"):
+        p, q, sp, sq, m, d, sd = (int(v) for v in fitted["arma"])
+        coef = fitted["coef"]
+        return {"order": [p, d, q], "seasonal_order": [sp, sd, sq], "m": max(m, 1),
+                "mean": "intercept" in coef, "drift": "drift" in coef}
+    return {}
+
+
+def is_finite(f: cl.Forecast) -> bool:
+    return bool(np.all(np.isfinite(f.mean)) and np.all(np.isfinite(f.sigma))
+                and not math.isnan(float(np.sum(f.sigma))))

@@ -1,0 +1,245 @@
+"""Choosing a classical candidate by rolling-origin cross-validation, and calibrating
+its intervals on the same origins (the forecaster's method="auto").
+
+For one 1-D series y of n values and horizon h:
+
+1. Origins (``origins``): up to N_ORIGINS forecast origins t (train on y[:t], score
+   y[t:t + h]), the last one h before the end and the others `step` apart
+   (step = h // 2, less when the series is short, at least 1), each leaving at least
+   `min_train` values to train on. A short series with fewer than MIN_FULL such
+   origins adds origins after n - h whose horizon is only partly observed (the
+   steps past the end are not scored), so a series of h + 2 values still has a few.
+2. Every candidate (attnx.forecasting._candidates) is chosen and run once on the whole series
+   (its spec: the model its search picked) and run with that spec at every origin;
+   a candidate that fails anywhere, or needs more values than an origin has, drops out.
+3. The choice: the candidate with the smallest mean absolute error over every scored
+   (origin, step), when that error is below DOMINANCE times the second best's; else
+   the combination of the TOP best, each weighted by 1 / its error squared (scored
+   on the same origins; no extra fits). A clear winner keeps its exactness (a count
+   series that stopped at zeros), a close race hedges the choice the few origins
+   cannot make (tuned on the development and synthetic panels of
+   benchmarks/forecasting.py).
+4. The chosen candidate, or the combination's parts, are run on the whole series.
+5. Intervals (split-conformal, normalised): the chosen candidate's scores are its
+   absolute errors at the origins divided by its own error scale at that origin and
+   step (attnx.forecasting._classical.Forecast.sigma: the method's error growth along the
+   horizon; at least SCALE_FLOOR times the series' mean absolute step), pooled over
+   origins and steps. The interval at predict is the forecast
+   plus / minus the conformal quantile of the scores (the ceil((N + 1) c)-th smallest
+   of N scores, coverage c) times the final fit's scale at each step. A series with fewer
+   than MIN_SCORES scores borrows those of the other series fitted with it; with
+   too few for the level, the largest score or the normal quantile, whichever is
+   larger. The quantile is taken at c + MARGIN (1 - c) (0.93 for c = 0.9): the
+   rolling origins understate the final origin's errors on series whose level
+   drifts or jumps (on the development and synthetic panels 0.9 itself covered
+   0.83-0.86 of the held-out values).
+"""
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _candidates as cand
+from . import _classical as cl
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    F64 = npt.NDArray[np.float64]
+
+__all__ = ["origins", "evaluate", "pick", "choose", "Choice", "half_width", "N_ORIGINS",
+           "TOP"]
+
+#: how many rolling origins score the candidates (at most)
+N_ORIGINS = 5
+#: a short series adds partly observed origins while it has fewer full ones than this
+MIN_FULL = 3
+#: a series with fewer conformal scores than this borrows the other series' scores
+MIN_SCORES = 30
+#: the best candidate forecasts alone when its error is below this fraction of the
+#: second best's; else the TOP best are combined
+DOMINANCE = 0.8
+#: the combination weighs this many of the best candidates
+TOP = 5
+#: every error scale is at least this fraction of the series' mean absolute step
+SCALE_FLOOR = 0.05
+#: the intervals' scores are taken at coverage c + MARGIN * (1 - c) (0.93 for 0.9)
+MARGIN = 0.3
+#: the combination's name
+COMBO = "combination"
+
+
+def origins(n: int, h: int, min_train: int, k: int = N_ORIGINS) -> list[int]:
+    """The forecast origins (descending) for a series of n values (module point 1)."""
+    room = n - h - min_train
+    out: list[int] = []
+    if room >= 0:
+        step = max(1, min(h // 2 if h > 1 else 1, room // max(k - 1, 1) if k > 1 else 1))
+        out = [n - h - i * step for i in range(k) if n - h - i * step >= min_train]
+    if len(out) < MIN_FULL:
+        first = max(n - h + 1, min_train)
+        extra = [t for t in range(first, n) if t not in out][:k - len(out)]
+        out = sorted(set(out) | set(extra), reverse=True)
+    return out
+
+
+class Choice:
+    """A chosen candidate for one series: its name and spec (a combination: its
+    parts' names and specs), the final forecast and error scale (h,), the
+    conformal scores and the cross-validated mean absolute error of every candidate."""
+
+    def __init__(self, name: str, spec: dict[str, Any], forecast: cl.Forecast,
+                 scores: F64, errors: dict[str, float]) -> None:
+        self.name, self.spec, self.forecast = name, spec, forecast
+        self.scores, self.errors = scores, errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "spec": self.spec,
+                "errors": {k: float(v) for k, v in self.errors.items()}}
+
+
+def _run(name: str, spec: dict[str, Any], y: F64, h: int, periods: tuple[int, ...]
+         ) -> cl.Forecast:
+    if name == COMBO:
+        parts = [_pair(cand.refit(p, s, y, h, periods)) for p, s, _ in spec["parts"]]
+        w = np.array([float(x) for _, _, x in spec["parts"]])
+        return cl.Forecast(*_weighted(parts, w))
+    return cand.refit(name, spec, y, h, periods)
+
+
+def rerun(choice: dict[str, Any], y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
+    """The chosen model (Choice.to_dict) run on another series y."""
+    y = np.asarray(y, np.float64)
+    f = _run(str(choice["name"]), choice["spec"], y, h, periods)
+    return cl.Forecast(f.mean, np.maximum(f.sigma, scale_floor(y)))
+
+
+def scale_floor(y: F64) -> float:
+    """The smallest error scale a forecast of y gets: SCALE_FLOOR times the mean
+    absolute step of y (a flat stretch before a jump gets no near-zero scale, whose
+    scores would blow every interval up), or a tiny fraction of its level."""
+    step = float(np.mean(np.abs(np.diff(y)))) if y.shape[0] > 1 else 0.0
+    return SCALE_FLOOR * step if step > 0 else 1e-6 * (float(np.mean(np.abs(y))) + 1e-12)
+
+
+class Evaluation:
+    """Every candidate that ran on a series: its final forecast and spec, its
+    forecasts and error scales at the origins (o, h), and the origins' truth and
+    which (origin, step) pairs are observed."""
+
+    def __init__(self, final: dict[str, tuple[cl.Forecast, dict[str, Any]]],
+                 pred: dict[str, tuple[F64, F64]], truth: F64,
+                 obs: npt.NDArray[np.bool_]) -> None:
+        self.final, self.pred, self.truth, self.obs = final, pred, truth, obs
+
+    def error(self, mean: F64) -> float:
+        """The mean absolute error of origin forecasts (o, h) over the observed pairs."""
+        return float(np.mean(np.abs(mean - self.truth)[self.obs]))
+
+
+def evaluate(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None = None,
+             *, use_statsforecast: bool = True) -> Evaluation:
+    """Run every candidate on y and at its rolling origins (module points 1-2)."""
+    y = np.asarray(y, dtype=np.float64)
+    n = y.shape[0]
+    if names is None:
+        names = cand.available(y, periods, use_statsforecast=use_statsforecast)
+    need = {nm: cand.min_length(nm, periods) for nm in names}
+    # the origins leave the statsforecast models their values when the series allows
+    pref = max(need.values())
+    min_train = pref if n - pref >= MIN_FULL else max(2, min(need.values()))
+    orgs = origins(n, h, min_train)
+    steps = np.arange(h)
+    obs = np.array([[t + j < n for j in steps] for t in orgs])                 # (o, h)
+    truth = np.array([[y[t + j] if t + j < n else np.nan for j in steps] for t in orgs])
+    final: dict[str, tuple[cl.Forecast, dict[str, Any]]] = {}
+    pred: dict[str, tuple[F64, F64]] = {}
+    floor = scale_floor(y)
+    for nm in names:
+        if need[nm] > min(orgs, default=0) or need[nm] > n:
+            continue
+        try:
+            f, spec = cand.fit(nm, y, h, periods)
+            at = [cand.refit(nm, spec, y[:t], h, periods) for t in orgs]
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError, NotImplementedError):
+            continue
+        if not cand.is_finite(f) or not all(cand.is_finite(a) for a in at):
+            continue
+        final[nm] = (cl.Forecast(f.mean, np.maximum(f.sigma, floor)), spec)
+        pred[nm] = (np.array([a.mean for a in at]),
+                    np.maximum(np.array([a.sigma for a in at]), floor))
+    if not final:   # nothing ran (cannot happen with n >= 2): the last value
+        f = cl.run("naive", y, h)
+        final["naive"] = (f, {})
+        pred["naive"] = (np.full(truth.shape, y[-1]), np.ones(truth.shape))
+    return Evaluation(final, pred, truth, obs)
+
+
+def pick(ev: Evaluation) -> Choice:
+    """The best candidate when its rolling-origin error is clearly the smallest, else
+    the weighted combination of the best few (module points 3-5)."""
+    final, pred = dict(ev.final), dict(ev.pred)
+    errors = {nm: ev.error(p[0]) for nm, p in pred.items()}
+    singles = sorted(errors, key=lambda k: (errors[k], k))
+    best = singles[0]
+    if len(singles) >= 2 and not errors[best] < DOMINANCE * errors[singles[1]]:
+        top = singles[:TOP]
+        w = np.array([1.0 / max(errors[k], 1e-12) ** 2 for k in top])
+        w /= w.sum()
+        pred[COMBO] = _weighted([pred[k] for k in top], w)
+        f = _weighted([_pair(final[k][0]) for k in top], w)
+        final[COMBO] = (cl.Forecast(*f), {"parts": [[k, final[k][1], float(x)]
+                                                     for k, x in zip(top, w)]})
+        errors[COMBO] = ev.error(pred[COMBO][0])
+        best = COMBO
+    mean, sigma = pred[best]
+    scores = (np.abs(mean - ev.truth) / sigma)[ev.obs]
+    f, spec = final[best]
+    return Choice(best, spec, f, scores[np.isfinite(scores)], errors)
+
+
+def _pair(f: cl.Forecast) -> tuple[F64, F64]:
+    return f.mean, f.sigma
+
+
+def _weighted(items: list[tuple[F64, F64]], w: F64) -> tuple[F64, F64]:
+    """The weighted means of (forecasts, error scales) pairs."""
+    mean: F64 = sum((x * m for x, (m, _) in zip(w, items)), np.zeros_like(items[0][0]))
+    sigma: F64 = sum((x * s for x, (_, s) in zip(w, items)), np.zeros_like(items[0][1]))
+    return mean, sigma
+
+
+def choose(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None = None,
+           *, use_statsforecast: bool = True) -> Choice:
+    """The candidate with the smallest rolling-origin error on y (module docstring)."""
+    return pick(evaluate(y, h, periods, names, use_statsforecast=use_statsforecast))
+
+
+def quantile(scores: F64, coverage: float) -> float:
+    """The conformal quantile of normalised scores for `coverage` (module point 5;
+    the caller adds the margin)."""
+    z = NormalDist().inv_cdf(0.5 + coverage / 2.0)
+    n = scores.shape[0]
+    if n == 0:
+        return z
+    rank = math.ceil((n + 1) * coverage)   # the rank-th smallest score
+    if rank > n:
+        return max(float(scores.max()), z)
+    return float(np.partition(scores, rank - 1)[rank - 1])
+
+
+def half_width(sigma: F64, scores: F64, coverage: float) -> F64:
+    """The interval's half-width at each step: the scores' conformal quantile at
+    coverage + MARGIN (1 - coverage) times the forecast's error scale."""
+    out: F64 = quantile(scores, coverage + MARGIN * (1.0 - coverage)) * sigma
+    return out
+
+
+def borrow(scores: list[F64]) -> list[F64]:
+    """Each series' scores; those of every series together for a series with fewer
+    than MIN_SCORES (module point 5)."""
+    pooled = np.concatenate(scores) if scores else np.zeros(0)
+    return [s if s.shape[0] >= MIN_SCORES else pooled for s in scores]

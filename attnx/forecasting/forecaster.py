@@ -1,0 +1,859 @@
+"""TransformerForecaster: the next `horizon` values of one series or of many (one global
+model), with conformal prediction intervals.
+
+method="auto" forecasts with classical candidates chosen per series on rolling
+origins instead (attnx.forecasting._forecaster_auto), and the network falls back to them, with a
+UserWarning, on series too short for its windows: ``method_`` says what forecasts.
+
+How a forecast is made (PatchTST's recipe, on attnx's transformer):
+1. Each forecast origin t of each series gives a training window: the last `window`
+   values before t (the context) and the `horizon` values from t on (the target).
+2. The window is scaled by its own context's mean and standard deviation (instance
+   normalisation), so one model serves series of every level and scale; forecasts are
+   scaled back with the same two numbers.
+3. The context is cut into patches of `patch_len` steps every `patch_stride` steps; a
+   patch is one token of the transformer (its projection is the patch embedding). The
+   tokens run from the most recent patch backwards, so position 0 is always the patch
+   that ends at the origin, and a short series' missing old patches are masked padding.
+4. A transformer encoder (pre-norm blocks, sinusoidal positions, mean pooling) maps the
+   tokens to all `horizon` values at once (direct multi-horizon; no recursion).
+5. The season (``season=None``): the frequency of a pandas time index when y has one,
+   else the highest clear peak of the detrended series' autocorrelation (attnx.forecasting._season).
+6. The network forecasts the residual from a baseline in the window's scaled units:
+   the seasonal naive forecast taken from the context (``baseline="seasonal_naive"``;
+   the last value for season 1), the context's seasonal profile (``"seasonal_mean"``:
+   each phase's mean over the context's real steps; the context's mean for season 1)
+   the mean of those two (``"combined"``) or the context's mean (``"none"``, i.e. 0).
+   ``"auto"`` (default) keeps a default baseline unless the other of the two has
+   a significantly smaller mean absolute error (the error MASE scores) on the
+   held-out, most recent windows: its mean advantage, one paired difference per
+   window, exceeds SIGNIFICANCE = 2 standard errors, counting the held-out
+   windows' independent forecasts (``evidence_``, below; a Diebold-Mariano-style
+   test). With a season the default is seasonal naive: a profile averages the few
+   cycles a window holds and lags a change of level or pattern by several cycles
+   (a count series that falls to zeros), seasonal naive by one; the profile must
+   show that the pattern held still. Without a season it is the context's mean,
+   which averages every value of the window (seasonal naive carries one
+   observation's noise into every forecast); the last value must show that the
+   level wanders. A network that outputs zeros forecasts exactly the baseline.
+   The network's output is scaled by a weight in [0, 1] fitted on the held-out
+   windows (``blend_``; 1 without intervals): the weight with the smallest
+   absolute error there (0, the baseline alone, exactly, when the baseline is
+   exact on most held-out windows or the network's output does not correlate
+   positively with the baseline's held-out errors).
+   Overlapping windows of one series are about one independent forecast per
+   `horizon` origins: when the held-out windows' targets cover fewer than
+   MIN_EVIDENCE = 2 horizons of distinct time steps (summed over the series;
+   ``evidence_``), they can neither choose a baseline nor weigh the network
+   (a day of half-hourly data, one horizon of 48 steps, is one forecast): "auto"
+   then takes the combined baseline (a forecast combination hedges the choice it
+   cannot make), blend_ is 0 and the network is not consulted (it is still trained,
+   so the model's file and export are as usual), and the intervals come from the
+   baseline's own held-out errors.
+7. Multivariate y is channel-independent by default: each channel is its own series
+   through the same model (PatchTST), which serves k channels with one set of weights.
+8. Intervals are split-conformal: a first model is trained without the last
+   `calibration` origins of each series; its scaled absolute errors there, per horizon
+   step (their conformal quantile, then the running maximum along the horizon), give
+   the interval's half-widths; the final model is then trained on every window.
+   With ``intervals="quantile"`` the network learns several quantile levels of each
+   future value at once (the pinball loss over all of them; the outputs are sorted
+   at every value, so they never cross), and the held-out windows calibrate the
+   interval between two levels instead (conformalized quantile regression: the
+   conformal quantile of how far the values fall outside it widens or narrows it).
+   predict_quantiles sorts its levels, so they never cross either.
+
+Covariates: X (past-observed, aligned with y) are standardised with their fit-time
+statistics and join the context's channels; X_future (known for the future, aligned with
+y at fit; the next `horizon` rows at predict) and static (per series) features are
+appended to every token.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+import numpy as np
+
+from . import _forecaster_state, _pandas, _season
+from ..estimators import _model_file
+from . import _windows as win
+from ..estimators._base import EstimatorParams
+from ._candidates import is_candidate as _is_candidate
+from ._forecaster_auto import METHODS, ClassicalPath, TooFewWindows
+from ._forecaster_stats import MIN_EVIDENCE, SIGNIFICANCE
+from ._forecaster_stats import col_stats as _col_stats
+from ._forecaster_stats import evidence as _evidence
+from ._forecaster_stats import l1_weight as _l1_weight
+from ._forecaster_stats import level_weights as _level_weights
+from ._forecaster_stats import significantly_positive as _significantly_positive
+from ..runtime._progress import progress_phase
+from ..estimators._classes import TransformerRegressor
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ..runtime._typing import RandomStateLike
+
+    F64 = npt.NDArray[np.float64]
+
+__all__ = ["TransformerForecaster", "FORECASTERS"]
+
+# what the network path's fallback to the classical one keeps of the network's fit
+_KEEP = ("time_index_", "was_list_", "k_", "k_out_", "season_", "horizon_", "levels_")
+
+_INTERVALS = ("conformal", "quantile", None)
+#: intervals="quantile": the levels the network learns unless quantile_levels says
+QUANTILE_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
+_BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
+# how many times the calibration fit checks its held-out error
+_CHECKS = 10
+
+
+class ForecastSpec(NamedTuple):
+    """What an exporter (attnx.io.onnx) needs to reproduce predict from the last `window`
+    steps of each series: the network (the regressor's ExportSpec), the sizes, the
+    baseline and its weight, the patches, the covariates' standardisation and the
+    intervals: the network's outputs per forecast value are n_levels quantile
+    levels (1 unless intervals="quantile"), sorted ascending; `point` weighs them
+    into the point forecast (n_levels,), and `interval(coverage)` gives (lower
+    weights, upper weights, half-width (1, horizon, k_out) in scaled units): an
+    interval end is the weighted sorted outputs times blend, plus the baseline,
+    minus (lower) / plus (upper) the half-width, scaled back (None without
+    intervals)."""
+
+    network: Any
+    horizon: int
+    window: int
+    k: int
+    k_out: int
+    channel_independent: bool
+    period: int
+    baseline: str
+    blend: float
+    patch_len: int
+    patch_stride: int
+    cov_mean: Any
+    cov_std: Any
+    fut_mean: Any
+    fut_std: Any
+    n_static: int | None
+    std_floor: float
+    n_levels: int
+    point: Any
+    interval: Callable[[float], tuple[Any, Any, Any]] | None
+
+
+class TransformerForecaster(ClassicalPath, EstimatorParams):
+    """Multi-horizon forecaster over one series or many (one global model).
+
+    Parameters
+    ----------
+    horizon : how many steps ahead to forecast (all at once).
+    window : context length; None chooses it from the data
+        (``min(max(3*horizon, 4*season, 16), median length - horizon)``, at least
+        ``max(2*horizon, 8)``).
+    patch_len, patch_stride : patch size and step; None: ``clip(window // 8, 1, 16)`` and
+        half of it (half-overlapping patches, about 16 tokens).
+    season : seasonal period of the data (12 for monthly with a yearly cycle; 1 none);
+        None (default): from the frequency of a pandas DatetimeIndex / PeriodIndex
+        when y carries one (attnx.forecasting._pandas.season: 12 monthly, 4 quarterly, 48 for
+        half-hours, ...; used when the median series holds two cycles), else from
+        the data (attnx.forecasting._season: the highest clear peak of the autocorrelation of the
+        detrended series). Sets the default window and the baseline; the fitted
+        value is ``season_``.
+    baseline : what the network forecasts the residual from, in the window's scaled
+        units. "seasonal_naive": the seasonal naive forecast (each horizon step's
+        value one season before, taken from the context), so a network that outputs
+        zeros forecasts exactly seasonal naive (naive, the last value, with season 1
+        or when the window is shorter than the season); "seasonal_mean": the
+        context's seasonal profile (each phase's mean over the context's real
+        steps; the context's mean with season 1); "none": the context's mean
+        (the network forecasts the scaled values themselves, as model files from
+        before this parameter do); "combined": the mean of seasonal naive and the
+        profile; "auto" (default): seasonal naive for a seasonal series and the
+        context's mean ("seasonal_mean" with season 1) without a season, unless
+        the other has a significantly smaller mean absolute error on the held-out
+        calibration windows (on every window with intervals=None); "combined"
+        when the held-out windows are too few to tell (module docstring, point 6).
+        The choice is ``baseline_``; the network's weight on top of it (0: the
+        baseline alone) is ``blend_``.
+    d_model, n_heads, n_layers, d_hidden, dropout : the transformer's sizes.
+    channel_independent : multivariate y as separate series through one model.
+    intervals : "conformal" (split-conformal calibration of the point forecast's
+        errors, one extra fit), "quantile" (the network learns quantile_levels of
+        each future value with the pinball loss; its intervals are calibrated
+        conformally on the same held-out windows, CQR) or None.
+    quantile_levels : with intervals="quantile": the levels the network learns
+        (0.5 is added when missing: the point forecast is the median);
+        predict_interval(coverage) needs (1 - coverage) / 2 within them (levels in
+        between are interpolated linearly).
+    calibration : origins per series kept for calibration; None: enough for about 200
+        calibration windows in all, between 1 and a quarter of each series' windows.
+    steps : optimizer steps to train for (epochs = steps / batches per epoch, clipped to
+        [20, 300]) when epochs is None.
+    epochs, batch_size, lr, weight_decay : training; AdamW at a constant learning rate
+        (the calibration run is resumed in chunks to check its held-out error),
+        weight decay on the weight matrices only, gradient clipping at norm 1.
+    random_state, verbose, dtype : as the other estimators.
+    method : "network" (default): the transformer above; series too short for its
+        training and calibration windows fall back to "auto" with a UserWarning.
+        "auto": classical candidates (attnx's own naive, seasonal naive, drift, SES
+        and Theta; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
+        installed) chosen per series on rolling-origin errors, intervals calibrated
+        conformally on the same origins (attnx.forecasting._selection); or one candidate's name.
+        The fitted ``method_`` says what forecasts (attnx.forecasting._forecaster_auto). The
+        classical path always has intervals (``intervals`` and the network's sizes
+        and training settings do not apply to it) and ignores X, X_future, static.
+    """
+
+    horizon: int
+    window: int | None
+    patch_len: int | None
+    patch_stride: int | None
+    season: int | None
+    baseline: str
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_hidden: int | None
+    dropout: float
+    channel_independent: bool
+    intervals: str | None
+    quantile_levels: Any
+    calibration: int | None
+    steps: int
+    epochs: int | None
+    batch_size: int
+    lr: float
+    weight_decay: float
+    random_state: RandomStateLike
+    verbose: int
+    dtype: npt.DTypeLike
+    method: str
+
+    def __init__(self, horizon: int = 1, *, window: int | None = None,
+                 patch_len: int | None = None, patch_stride: int | None = None,
+                 season: int | None = None, baseline: str = "auto",
+                 d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
+                 d_hidden: int | None = None, dropout: float = 0.1,
+                 channel_independent: bool = True, intervals: str | None = "conformal",
+                 quantile_levels: Any = QUANTILE_LEVELS, calibration: int | None = None,
+                 steps: int = 1500,
+                 epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
+                 weight_decay: float = 0.01, random_state: RandomStateLike = None,
+                 verbose: int = 0, dtype: npt.DTypeLike = np.float32,
+                 method: str = "network") -> None:
+        for k, v in list(locals().items()):
+            if k != "self":
+                setattr(self, k, v)
+
+    # ---- configuration ---------------------------------------------------
+    def _check(self) -> None:
+        self.horizon_ = win.check_int("horizon", self.horizon, 1)
+        if self.season is not None:
+            win.check_int("season", self.season, 1)
+        if self.baseline not in _BASELINES:
+            raise ValueError(f"baseline must be one of {_BASELINES}, got {self.baseline!r}")
+        if self.intervals not in _INTERVALS:
+            raise ValueError(f"intervals must be one of {_INTERVALS}, got {self.intervals!r}")
+        if self.intervals == "quantile":
+            levels = win.check_quantiles(self.quantile_levels, "quantile_levels")
+            self.levels_ = tuple(sorted(set(levels) | {0.5}))
+        else:
+            self.levels_ = (0.5,)
+        for name in ("window", "patch_len", "patch_stride", "calibration", "epochs"):
+            v = getattr(self, name)
+            if v is not None:
+                win.check_int(name, v, 1)
+        win.check_int("steps", self.steps, 1)
+        if not isinstance(self.method, str) or (
+                self.method not in METHODS and not _is_candidate(self.method)):
+            raise ValueError(f"method must be one of {METHODS} or a candidate's name, "
+                             f"got {self.method!r}")
+
+    def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
+                   ) -> TransformerRegressor:
+        """The network: n_targets = horizon * k_out values per window, each learned
+        as len(levels_) quantiles with intervals="quantile" (the pinball loss; the
+        columns run value-major, levels fastest), else with the squared error."""
+        bs = win.check_int("batch_size", self.batch_size, 1)
+        pinball = len(self.levels_) > 1
+        if self.epochs is None:
+            per_epoch = math.ceil(n_windows / bs)
+            epochs = int(np.clip(round(self.steps / per_epoch), 20, 300))
+        else:
+            epochs = int(self.epochs)
+        return TransformerRegressor(
+            n_heads=self.n_heads, n_layers=self.n_layers, d_hidden=self.d_hidden,
+            d_model=self.d_model, positional="sinusoidal", norm="pre", pooling="mean",
+            dropout=self.dropout, max_len=n_tokens, epochs=epochs, batch_size=bs, lr=self.lr,
+            weight_decay=self.weight_decay, random_state=seed, verbose=self.verbose,
+            dtype=self.dtype,
+            # the windows are scaled and patched here; a constant rate, as the
+            # calibration fit is resumed in chunks to check its held-out error
+            standardize=False, patch_len=1, lr_schedule="constant", instance_norm=None,
+            loss="pinball" if pinball else "squared_error",
+            quantiles=self.levels_ * n_targets if pinball else None)
+
+    # ---- data ------------------------------------------------------------
+    def _targets(self, series: list[F64]) -> list[F64]:
+        """The model's series: each channel alone when channel-independent."""
+        if self.channel_independent and self.k_ > 1:
+            return [s[:, j:j + 1] for s in series for j in range(self.k_)]
+        return series
+
+    def _per_target(self, items: list[F64] | None) -> list[F64] | None:
+        if items is None or not (self.channel_independent and self.k_ > 1):
+            return items
+        return [a for a in items for _ in range(self.k_)]
+
+    def _tokens(self, context: F64, mask: npt.NDArray[np.bool_], extra: F64 | None
+                ) -> tuple[F64, F64, F64, F64, list[F64] | F64]:
+        """Scaled, patched, newest-first tokens of windows (n, W, c) -> the scale
+        (mu, sd), the baseline forecast in scaled units (n, horizon, k_out), and the
+        model input (a dense (n, N, F) array, or a list of (N_i, F) arrays when some
+        are padded)."""
+        ko = self.k_out_
+        mu, sd = win.scale_stats(context, mask, ko)
+        x = context.copy()
+        x[:, :, :ko] = (x[:, :, :ko] - mu) / sd
+        base = self._baseline(self.baseline_, x[:, :, :ko], mask)
+        if x.shape[2] > ko:   # past covariates: fit-time standardisation
+            x[:, :, ko:] = (x[:, :, ko:] - self.cov_mean_) / self.cov_std_
+        p, pm = win.patchify(x, mask, self.patch_len_, self.patch_stride_)
+        p, pm = p[:, ::-1], pm[:, ::-1]
+        if extra is not None:
+            p = np.concatenate([p, np.broadcast_to(extra[:, None, :], p.shape[:2]
+                                                   + extra.shape[1:])], axis=2)
+        p = np.ascontiguousarray(p)
+        if pm.any():
+            n_valid = (~pm).sum(axis=1)
+            return mu, sd, base, p, [p[i, :max(int(v), 1)] for i, v in enumerate(n_valid)]
+        return mu, sd, base, p, p
+
+    def _baseline(self, name: str, x: F64, mask: npt.NDArray[np.bool_]) -> F64:
+        """The baseline forecast `name` (n, horizon, k_out) from scaled contexts x."""
+        if name == "seasonal_naive":
+            return win.seasonal_naive(x, self.horizon_, self._base_period())
+        if name == "seasonal_mean":
+            return _season.profile(x, mask, self.horizon_, self._base_period())
+        if name == "combined":
+            return 0.5 * (self._baseline("seasonal_naive", x, mask)
+                          + self._baseline("seasonal_mean", x, mask))
+        return np.zeros((x.shape[0], self.horizon_, x.shape[2]))
+
+    def _extra(self, static: list[F64] | None, future: list[F64] | None,
+               index: npt.NDArray[np.intp], origins: npt.NDArray[np.intp] | None) -> F64 | None:
+        parts = []
+        if static is not None:
+            parts.append(np.stack([static[i] for i in index]))
+        if future is not None:
+            h = self.horizon_
+            rows = []
+            for i, t in zip(index, origins if origins is not None else [None] * len(index)):
+                f = future[i] if t is None else future[i][t:t + h]
+                rows.append(((f - self.fut_mean_) / self.fut_std_).reshape(-1))
+            parts.append(np.stack(rows))
+        return np.concatenate(parts, axis=1) if parts else None
+
+    # ---- fit / predict ---------------------------------------------------
+    def fit(self, y: Any, X: Any = None, *, X_future: Any = None, static: Any = None,
+            sample_weight: Any = None) -> TransformerForecaster:
+        """Train on y: one series (T,) / (T, k) or a list of series (a global model).
+
+        X: past-observed covariates aligned with y ((T_i, c) per series); X_future:
+        covariates known in advance, aligned with y ((T_i, c_f) per series; predict then
+        needs the next horizon rows); static: per-series features ((s,) per series, or an
+        (n_series, s) array). sample_weight is not supported yet (must be None).
+        """
+        for k in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, k)   # a refit forgets the previous fit, whichever path it took
+        self._check()
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by TransformerForecaster yet; "
+                             "pass None")
+        h = self.horizon_
+        y, self.time_index_ = _pandas.unwrap("y", y)
+        series, self.was_list_ = win.series_list("y", y, min_len=h + 2)
+        self.k_ = series[0].shape[1]
+        self.k_out_ = 1 if self.channel_independent else self.k_
+        self.season_ = self._season(series)
+        given = X is not None or X_future is not None or static is not None
+        if self.method != "network":
+            self._fit_classical(series, None, given)
+            return self
+        try:
+            return self._fit_network(series, X, X_future, static)
+        except TooFewWindows as exc:
+            for k in [k for k in vars(self) if k.endswith("_") and k not in _KEEP]:
+                delattr(self, k)
+            self._fit_classical(series, str(exc), given)
+            return self
+
+    def _fit_network(self, series: list[F64], X: Any, X_future: Any, static: Any
+                     ) -> TransformerForecaster:
+        h = self.horizon_
+        self.method_ = "network"
+        self.baseline_ = "seasonal_naive" if self.baseline == "auto" else self.baseline
+        self.blend_ = 1.0
+        cov = self._aligned("X", X, series)
+        fut = self._aligned("X_future", X_future, series)
+        stat = self._static(static, len(series))
+        lengths = [s.shape[0] for s in series]
+        self.window_ = (win.check_int("window", self.window, 2) if self.window is not None
+                        else win.default_window(lengths, h, self.season_))
+        if self.patch_len is None:
+            self.patch_len_, self.patch_stride_ = win.default_patch(self.window_)
+        else:
+            self.patch_len_ = win.check_int("patch_len", self.patch_len, 1)
+            self.patch_stride_ = (self.patch_len_ if self.patch_stride is None
+                                  else win.check_int("patch_stride", self.patch_stride, 1))
+        n_tok = win.n_patches(self.window_, self.patch_len_, self.patch_stride_)
+        min_len = min(lengths)
+        if min_len < self.patch_len_ + h:
+            raise TooFewWindows(f"every series needs at least patch_len + horizon = "
+                             f"{self.patch_len_ + h} time steps; the shortest has {min_len}")
+        self.cov_mean_, self.cov_std_ = _col_stats(cov)
+        self.fut_mean_, self.fut_std_ = _col_stats(fut)
+        targets = self._targets(series)
+        cov_t, fut_t, stat_t = self._per_target(cov), self._per_target(fut), \
+            self._per_target(stat)
+        if max(lengths) < self._min_context() + h:
+            raise TooFewWindows(f"no training window: the longest series has {max(lengths)} "
+                                f"time steps, {self._min_context() + h} are needed")
+        w = win.cut(targets, self.window_, h, min_context=self._min_context(), covariates=cov_t)
+        if len(w.origin) < 2:
+            raise TooFewWindows(f"the series give {len(w.origin)} training window(s) of "
+                                f"window={self.window_} and horizon={h}")
+        extra = self._extra(stat_t, fut_t, w.series, w.origin)
+        mu, sd, base, _, xin = self._tokens(w.context, w.mask, extra)
+        scaled = (w.target - mu) / sd
+        held = self._held_out(w) if self.intervals is not None else None
+        recent = held if held is not None else np.ones(len(w.origin), bool)
+        self.evidence_ = _evidence(w, recent, h)
+        if self.baseline == "auto":
+            # the default baseline (seasonal naive; the context's mean without a
+            # season), unless the other has a significantly smaller absolute error
+            # on the held-out (most recent) windows: the error MASE scores; both
+            # averaged when the held-out windows are too few to tell
+            x = (w.context[:, :, :self.k_out_] - mu) / sd
+            self.baseline_ = self._auto_baseline(scaled[recent], x[recent], w.mask[recent])
+            base = self._baseline(self.baseline_, x, w.mask)
+        tgt = (scaled - base).reshape(len(w.target), -1)
+        seed = int(np.random.default_rng(self.random_state).integers(2 ** 31 - 1))
+        self.calibration_scores_ = None
+        final = self._regressor(len(tgt), n_tok, seed, tgt.shape[1])
+        if held is not None and self.evidence_ < MIN_EVIDENCE:
+            # too few held-out forecasts to trust the network's gain there: the
+            # baseline alone, calibrated on its own held-out errors
+            self.calibration_scores_, self.blend_ = self._scores(tgt[held], None, 0.0), 0.0
+        elif held is not None:
+            self.calibration_scores_, best, self.blend_ = self._calibrate(
+                held, xin, tgt, seed, n_tok)
+            if self.epochs is None:   # as long as the held-out check liked best
+                final.set_params(epochs=max(1, best))
+        with progress_phase("final fit"):   # verbose: the bar's name
+            self.regressor_ = final.fit(xin, self._repeat_levels(tgt))
+        self.n_windows_ = len(tgt)
+        # what predict() without y forecasts from: the end of each series seen
+        self.history_ = [s[-self.window_:].copy() for s in series]
+        self.history_cov_ = None if cov is None else [c[-self.window_:].copy() for c in cov]
+        self.static_ = stat
+        self.n_series_ = len(series)
+        return self
+
+    def _season(self, series: list[F64]) -> int:
+        """The season: as given, else the index frequency's, else the data's."""
+        if self.season is not None:
+            return int(self.season)
+        med = int(np.median([s.shape[0] for s in series]))
+        metas = self.time_index_ or []
+        found = {_pandas.season(m) for m in metas}
+        if len(found) == 1:
+            m = found.pop()
+            if m is not None and med >= 2 * m:
+                return m
+        return _season.detect(series)
+
+    def _auto_baseline(self, scaled: F64, x: F64, mask: npt.NDArray[np.bool_]) -> str:
+        """baseline="auto"'s choice from the held-out windows' scaled targets and
+        contexts: "combined" on too little evidence, else the default baseline unless
+        the other one has a significantly smaller absolute error there."""
+        if self.evidence_ < MIN_EVIDENCE:
+            return "combined"
+        default, other = (("seasonal_naive", "seasonal_mean") if self._base_period() > 1
+                          else ("seasonal_mean", "seasonal_naive"))
+        err = {name: np.mean(np.abs(scaled - self._baseline(name, x, mask)), axis=(1, 2))
+               for name in (default, other)}
+        return other if _significantly_positive(err[default] - err[other],
+                                                self.evidence_) else default
+
+    def _base_period(self) -> int:
+        """The baseline's period: the season when the window holds one, else 1."""
+        return self.season_ if self.season_ <= self.window_ else 1
+
+    def _min_context(self) -> int:
+        """Real steps a training window's context needs: a scale estimated from fewer
+        steps than this is too noisy to train on (its targets blow up)."""
+        return int(min(self.window_, max(self.patch_len_, self.horizon_, 4)))
+
+    def _held_out(self, w: win.Windows) -> npt.NDArray[np.bool_]:
+        """Which training windows the calibration fit holds out: the last origins of
+        each series (``calibration`` of them, at most a quarter of its windows)."""
+        order = np.lexsort((w.origin, w.series))
+        per = np.bincount(w.series[order])
+        if self.calibration is not None:
+            n_cal = int(self.calibration)
+        else:
+            n_cal = max(1, math.ceil(200 / max(int((per > 0).sum()), 1)))
+        cal = np.zeros(len(w.origin), bool)
+        start = 0
+        for cnt in per:
+            take = min(n_cal, max(cnt // 4, 1)) if cnt > 1 else 0
+            cal[order[start + cnt - take:start + cnt]] = True
+            start += cnt
+        if not cal.any() or cal.all():
+            raise TooFewWindows("too few training windows to hold some out for the "
+                                "conformal calibration")
+        return cal
+
+    def _calibrate(self, cal: npt.NDArray[np.bool_], xin: list[F64] | F64, tgt: F64,
+                   seed: int, n_tok: int) -> tuple[F64, int, float]:
+        """Train without the held-out windows `cal`, checking the error on them every
+        few epochs: (scaled absolute errors (n_cal, horizon * k_out) of the best check,
+        the epochs it had trained, the network's weight there).
+
+        The weight shrinks the network's output towards the baseline: at each check,
+        the factor c in [0, 1] with the smallest held-out absolute error (the error
+        MASE scores; the network trains on squared error) of c times the network's
+        outputs against the residual targets (c = 0, the baseline alone, exactly,
+        when the baseline is exact on most of them or the outputs do not correlate
+        positively with them); the best check has the smallest absolute error."""
+        pick, held = np.flatnonzero(~cal), np.flatnonzero(cal)
+
+        def sub(ix: npt.NDArray[np.intp]) -> list[F64] | F64:
+            return [xin[i] for i in ix] if isinstance(xin, list) else xin[ix]
+        model = self._regressor(len(pick), n_tok, seed, tgt.shape[1])
+        total = model.epochs
+        chunk = max(1, total // _CHECKS)
+        model.set_params(epochs=chunk, warm_start=True)
+        x_fit, x_held, y_fit = sub(pick), sub(held), self._repeat_levels(tgt[pick])
+        best, best_err, best_epochs, best_c, done = None, math.inf, total, 1.0, 0
+        y_held = tgt[held]
+        with progress_phase("held-out run"):   # one bar over its warm-started fits
+            while done < total:
+                model.fit(x_fit, y_fit)
+                done += chunk
+                levels = self._levels_sorted(model.predict(x_held), len(held))
+                point = levels[..., self.levels_.index(0.5)]
+                c = _l1_weight(point, y_held)
+                score = float(np.mean(np.abs(c * point - y_held)))
+                if score < best_err:
+                    best, best_err, best_epochs, best_c = levels, score, done, c
+        assert best is not None
+        return self._scores(y_held, best, best_c), best_epochs, best_c
+
+    def _repeat_levels(self, tgt: F64) -> F64:
+        """Targets (n, horizon * k_out) as the network's columns: each once per level."""
+        return np.repeat(tgt, len(self.levels_), axis=1) if len(self.levels_) > 1 else tgt
+
+    def _levels_sorted(self, out: Any, n: int) -> F64:
+        """The network's outputs for n windows as (n, horizon * k_out, n_levels), the
+        levels sorted ascending at every value (the rearrangement that keeps
+        quantiles from crossing; it never increases the pinball loss)."""
+        a = np.asarray(out, dtype=np.float64).reshape(n, -1, len(self.levels_))
+        return np.sort(a, axis=-1)
+
+    def _scores(self, y: F64, levels: F64 | None, c: float) -> F64:
+        """The calibration scores of held-out residual targets y (n, horizon * k_out)
+        against c times the sorted network outputs `levels` (None: zeros, the
+        baseline alone): "conformal", the absolute errors of the point forecast
+        (n, horizon * k_out); "quantile", the signed residuals of every level
+        (n, horizon * k_out, n_levels), from which an interval's conformity scores
+        are made (_half_width)."""
+        if levels is None:
+            levels = np.zeros(y.shape + (len(self.levels_),))
+        if self.intervals == "quantile":
+            out: F64 = y[..., None] - c * levels
+            return out
+        return np.abs(y - c * levels[..., 0])
+
+    def _aligned(self, name: str, X: Any, series: list[F64]) -> list[F64] | None:
+        if X is None:
+            return None
+        items, _ = win.series_list(name, X if isinstance(X, (list, tuple)) or len(series) == 1
+                                   else list(X))
+        if len(items) != len(series):
+            raise ValueError(f"{name} must give one array per series ({len(series)}), "
+                             f"got {len(items)}")
+        for i, (a, s) in enumerate(zip(items, series)):
+            if a.shape[0] != s.shape[0]:
+                raise ValueError(f"{name} for series {i} must have {s.shape[0]} rows (the "
+                                 f"length of y), got {a.shape[0]}")
+        return items
+
+    def _static(self, static: Any, n: int) -> list[F64] | None:
+        if static is None:
+            return None
+        a = np.asarray(static, dtype=np.float64)
+        if a.ndim == 1 and n == 1:
+            a = a[None]
+        if a.ndim != 2 or a.shape[0] != n or not np.all(np.isfinite(a)):
+            raise ValueError(f"static must be finite per-series features (n_series={n}, s), "
+                             f"got shape {np.shape(static)}")
+        return list(a)
+
+    # ---- persistence ---------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the forecaster (hyper-parameters, the wrapped regressor's weights,
+        optimizer and RNG state, and the fitted window, scaling statistics, conformal
+        scores and series ends) to exactly `path`, a safetensors file (see attnx.io);
+        attnx.load(path) reads it back and predicts the same values bit for bit."""
+        _model_file.check_saveable(self)
+        _model_file.write(path, *_forecaster_state.get_state(self, portable=True))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the same state as a model file (attnx.forecasting._forecaster_state)
+        return {"attnx_state": _forecaster_state.get_state(self, portable=False)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        _forecaster_state.set_state(self, *state["attnx_state"])
+
+    def _classical(self) -> bool:
+        """Whether the fitted forecaster forecasts with a classical method."""
+        self._fitted()
+        return getattr(self, "method_", "network") != "network"
+
+    def _fitted(self) -> None:
+        if not hasattr(self, "method_") and not hasattr(self, "regressor_"):
+            from ..estimators._base import sklearn_class
+            raise sklearn_class("NotFittedError")(
+                "this TransformerForecaster is not fitted yet: call fit first")
+
+    def _forecast(self, y: Any, X: Any, X_future: Any
+                  ) -> tuple[F64, F64, F64, bool, list[dict[str, Any]] | None]:
+        """The forecasts of every level in the windows' scaled units (n_targets,
+        horizon, k_out, n_levels: blend_ times the network's sorted outputs plus the
+        baseline), the scales mu and sd (n_targets, 1, k_out), whether the series came
+        as a list, and their pandas index records (or None)."""
+        self._fitted()
+        h = self.horizon_
+        if y is None:
+            series, was_list = self.history_, self.was_list_
+            index = self.time_index_
+            cov = self.history_cov_
+            if X is not None:   # the past covariates up to the end of the fit's series
+                items, _ = win.series_list("X", X if isinstance(X, (list, tuple))
+                                           or len(series) == 1 else list(X))
+                if len(items) != len(series) or any(
+                        a.shape[0] < s.shape[0] for a, s in zip(items, series)):
+                    raise ValueError(f"X must give the past covariates of each series "
+                                     f"({len(series)}), at least its last "
+                                     f"{series[0].shape[0]} rows")
+                cov = [a[-s.shape[0]:] for a, s in zip(items, series)]
+        else:
+            y, index = _pandas.unwrap("y", y)
+            series, was_list = win.series_list("y", y, min_len=self.patch_len_)
+            if series[0].shape[1] != self.k_:
+                raise ValueError(f"y must have {self.k_} channel(s) as at fit, got "
+                                 f"{series[0].shape[1]}")
+            cov = self._aligned("X", X, series)
+        if (cov is None) != (self.cov_mean_ is None):
+            raise ValueError("X (past covariates) must be given at predict exactly when it "
+                             "was given at fit")
+        fut = None
+        if self.fut_mean_ is not None:
+            if X_future is None:
+                raise ValueError(f"X_future must give the next {h} rows of the future "
+                                 f"covariates for each series")
+            fut, _ = win.series_list("X_future", X_future)
+            if len(fut) != len(series) or any(f.shape[0] != h for f in fut):
+                raise ValueError(f"X_future must give {h} rows per series "
+                                 f"({len(series)} series)")
+        elif X_future is not None:
+            raise ValueError("X_future was not given at fit, so it cannot be used at predict")
+        stat = self.static_
+        if stat is not None and len(stat) != len(series):
+            raise ValueError("static features were given at fit for a different number of "
+                             "series; predict(y=...) needs the same series")
+        targets = self._targets(series)
+        ctx, msk = [], []
+        covs = self._per_target(cov)
+        for i, s in enumerate(targets):
+            feats = s if covs is None else np.concatenate([s, covs[i]], axis=1)
+            c = feats[-self.window_:]
+            pad = self.window_ - c.shape[0]
+            m = np.zeros(self.window_, bool)
+            m[:pad] = True
+            if pad:
+                c = np.concatenate([np.repeat(c[:1], pad, axis=0), c], axis=0)
+            ctx.append(c)
+            msk.append(m)
+        rows = np.arange(len(targets), dtype=np.intp)
+        extra = self._extra(self._per_target(stat), self._per_target(fut), rows, None)
+        mu, sd, base, _, xin = self._tokens(np.stack(ctx), np.stack(msk), extra)
+        raw = self._levels_sorted(self.regressor_.predict(xin), len(targets))
+        raw = raw.reshape(len(targets), h, self.k_out_, len(self.levels_))
+        return self.blend_ * raw + base[..., None], mu, sd, was_list, index
+
+    def _point(self, q: F64) -> F64:
+        """The point forecasts (the median level) of _forecast's scaled levels."""
+        out: F64 = q[..., self.levels_.index(0.5)]
+        return out
+
+    def _ends(self, q: F64, coverage: float) -> tuple[F64, F64]:
+        """The interval's scaled ends (n_targets, horizon, k_out) from _forecast's
+        levels q: the interpolated levels (1 -+ coverage) / 2 (the point forecast
+        with intervals="conformal") widened by the conformal half-width, each end
+        kept on its side of the point forecast."""
+        w_lo, w_hi, half = self._interval(coverage)
+        point = self._point(q)
+        lower = np.minimum(q @ w_lo - half, point)
+        upper = np.maximum(q @ w_hi + half, point)
+        return lower, upper
+
+    def _merge(self, a: F64) -> F64:
+        """(n_targets, h, k_out) -> (n_series, h, k)."""
+        if self.channel_independent and self.k_ > 1:
+            n = a.shape[0] // self.k_
+            return a.reshape(n, self.k_, a.shape[1]).transpose(0, 2, 1).copy()
+        return a
+
+    def _shape(self, a: F64, was_list: bool) -> Any:
+        out = [s if self.k_ > 1 else s[:, 0] for s in a]
+        return out if was_list else out[0]
+
+    @staticmethod
+    def _one_or_list(out: list[Any], was_list: bool) -> Any:
+        return out if was_list else out[0]
+
+    def export_spec(self) -> ForecastSpec:
+        """The fitted pipeline as values (see ForecastSpec); what attnx.io.onnx.export reads
+        from a forecaster."""
+        if self._classical():
+            raise ValueError(f"this forecaster forecasts with the classical method "
+                             f"{self.method_!r}, which ONNX export does not cover (the "
+                             f"network only): fit with method='network' and series long "
+                             f"enough for its windows")
+        stat = self.static_
+        n_q = len(self.levels_)
+        point = np.zeros(n_q)
+        point[self.levels_.index(0.5)] = 1.0
+
+        def interval(coverage: float) -> tuple[F64, F64, F64]:
+            return self._interval(coverage)
+        return ForecastSpec(
+            self.regressor_.export_spec(), self.horizon_, self.window_, self.k_, self.k_out_,
+            bool(self.channel_independent and self.k_ > 1), self._base_period(),
+            self.baseline_, float(self.blend_), self.patch_len_, self.patch_stride_,
+            self.cov_mean_, self.cov_std_, self.fut_mean_, self.fut_std_,
+            None if stat is None else int(np.asarray(stat[0]).shape[0]), win.STD_FLOOR,
+            n_q, point, interval if self.calibration_scores_ is not None else None)
+
+    def predict(self, y: Any = None, X: Any = None, *, X_future: Any = None) -> Any:
+        """The next `horizon` values after the end of each series: (horizon,) or
+        (horizon, k), a list of those for a list of series. Without y, after the
+        series seen at fit; with y (and X), after the series given. Series given as
+        pandas give pandas: a Series / DataFrame on the next `horizon` time stamps."""
+        if self._classical():
+            return self._classical_predict(y)
+        q, mu, sd, was_list, index = self._forecast(y, X, X_future)
+        point = self._merge(self._point(q) * sd + mu)
+        if index is None:
+            return self._shape(point, was_list)
+        return self._one_or_list([_pandas.point(m, a) for m, a in
+                                  zip(index, self._shape(point, True))], was_list)
+
+    def predict_interval(self, y: Any = None, X: Any = None, *, X_future: Any = None,
+                         coverage: float = 0.9) -> Any:
+        """(lower, upper) of intervals that cover each future value with probability
+        about `coverage` (conformally calibrated), each shaped as predict's result for
+        one series; for a list of series, a list of such (lower, upper) pairs."""
+        if self._classical():
+            return self._classical_interval(y, coverage)
+        self._interval(coverage)   # the checks, before the forecast's work
+        q, mu, sd, was_list, index = self._forecast(y, X, X_future)
+        lo, hi = self._ends(q, float(coverage))
+        lower = self._shape(self._merge(lo * sd + mu), True)
+        upper = self._shape(self._merge(hi * sd + mu), True)
+        if index is not None:
+            return self._one_or_list([_pandas.interval(m, a, b) for m, a, b in
+                                      zip(index, lower, upper)], was_list)
+        return self._one_or_list(list(zip(lower, upper)), was_list)
+
+    def _interval(self, coverage: float) -> tuple[F64, F64, F64]:
+        """(weights of the sorted levels for the lower end (n_levels,), for the upper
+        end, the conformal half-width (1, horizon, k_out) in scaled units) of the
+        central `coverage` interval (ValueError: a bad coverage, no intervals, levels
+        outside the learned ones)."""
+        a, b = win.interval_levels(coverage)
+        if self.calibration_scores_ is None:
+            raise ValueError("this forecaster was fitted with intervals=None: no intervals")
+        if len(self.levels_) == 1:
+            w_lo = w_hi = np.ones(1)
+        else:
+            w_lo, w_hi = self._level_weights(a, coverage), self._level_weights(b, coverage)
+        return w_lo, w_hi, self._half_width(float(coverage), w_lo, w_hi)
+
+    def _level_weights(self, p: float, coverage: float) -> F64:
+        """Weights of the sorted learned levels that interpolate level p linearly."""
+        return _level_weights(self.levels_, p, coverage)
+
+    def _half_width(self, coverage: float, w_lo: F64, w_hi: F64) -> F64:
+        """Per horizon step (and k_out channel): the conformal quantile of the
+        calibration windows' conformity scores, level ceil((n + 1) * coverage) / n of
+        the n windows, made non-decreasing along the horizon (its running maximum: an
+        error further ahead is not expected to be smaller, and the running maximum
+        steadies the quantiles of a few, overlapping calibration windows);
+        (1, horizon, k_out). The scores: "conformal", the absolute errors of the point
+        forecast; "quantile", how far the value lies outside the interval of the
+        learned levels (w_lo, w_hi), max(lower - y, y - upper), negative inside it
+        (conformalized quantile regression, Romano et al. 2019)."""
+        s = self.calibration_scores_
+        assert s is not None
+        e = s if s.ndim == 2 else np.maximum(-(s @ w_lo), s @ w_hi)
+        n = e.shape[0]
+        level = min(1.0, math.ceil((n + 1) * coverage) / n)
+        q = np.quantile(e, level, axis=0, method="higher")
+        out: F64 = np.maximum.accumulate(q.reshape(1, self.horizon_, self.k_out_), axis=1)
+        return out
+
+    def predict_quantiles(self, y: Any = None, X: Any = None, *, X_future: Any = None,
+                          quantiles: Any = (0.1, 0.5, 0.9)) -> Any:
+        """Forecast quantiles, shape predict's result + (n_quantiles,), levels sorted:
+        level q is the lower end of the central (1 - 2q) interval for q < 0.5, the
+        upper end of the central (2q - 1) interval for q > 0.5, the point forecast
+        at 0.5; sorted along the levels (so quantiles never cross). For pandas series:
+        a DataFrame per series on the future time stamps, one column per level (per
+        column of a DataFrame: (column, level))."""
+        qs = win.check_quantiles(quantiles)
+        if self._classical():
+            return self._classical_quantiles(y, qs)
+        for lv in qs:   # the checks, before the forecast's work
+            if lv != 0.5:
+                self._interval(abs(2.0 * lv - 1.0))
+        if self.calibration_scores_ is None:
+            raise ValueError("this forecaster was fitted with intervals=None: no quantiles")
+        q, mu, sd, was_list, index = self._forecast(y, X, X_future)
+        cols = []
+        for lv in qs:
+            if lv == 0.5:
+                cols.append(self._point(q))
+            else:
+                lo, hi = self._ends(q, abs(2.0 * lv - 1.0))
+                cols.append(lo if lv < 0.5 else hi)
+        scaled = np.sort(np.stack(cols, axis=-1), axis=-1)
+        stacked = np.stack([self._merge(scaled[..., j] * sd + mu) for j in range(len(qs))],
+                           axis=-1)
+        if index is not None:
+            return self._one_or_list([_pandas.quantiles(m, a, qs) for m, a in
+                                      zip(index, self._shape(stacked, True))], was_list)
+        return self._shape(stacked, was_list)
+
+
+#: the forecaster classes a model file may name: attnx.io looks them up here
+FORECASTERS: dict[str, type[TransformerForecaster]] = {
+    TransformerForecaster.__name__: TransformerForecaster}
+_model_file.register(*FORECASTERS.values())

@@ -1,0 +1,129 @@
+"""A SequenceModel's transformer blocks, and where it applies its whole pass, as one
+compiled call each way.
+
+attnx.kernels._blocks.BlockStack runs every block's forward (or backward) on pointers
+it checked once; attnx.kernels._model_pass.ModelPass runs the embedding, that stack, the
+final norm, the pooling and the head (models without a stem or class token,
+pooled by "mean", "last" or not at all: `whole_applies`). `stack_for` builds
+both per signature of a set of buffers (the blocks' key padding mask, training
+or inference, dropout, thread counts, the attention layers' paths) and keeps
+them on those buffers, so a training step spends no Python between the
+kernels. The per-layer path (SequenceModel._block_forward / _block_backward and
+the ends around it) stays for kernels a test swaps in and for the other
+configurations; both run the same kernels in the same order.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..kernels import _attnargs, _seq
+from ..kernels._blocks import BlockStack
+from ..kernels._model_pass import ModelPass
+from .attention import _Last as _AttentionLast
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from ._sequence_buffers import _Buffers
+    from ._sequence_view import SequenceView
+
+    _U8Array = npt.NDArray[np.uint8]
+
+# LayerNorm's epsilon (as torch's default)
+LN_EPS = 1e-5
+
+
+class _Compiled(NamedTuple):
+    stack: BlockStack
+    lasts: list[_AttentionLast]   # each attention layer's state after a training forward
+    whole: ModelPass | None       # the whole pass (None where whole_applies is False)
+
+
+def applies(m: SequenceView, b: _Buffers, km: _U8Array | None) -> bool:
+    """Whether the compiled stack runs these blocks: the model's own kernels, and a
+    key padding mask that is one of the buffers' own (stable arrays)."""
+    return m._k is _seq and (km is None or km is b.mask or km is b.cmask
+                             or any(km is s for s in b.smask))
+
+
+def whole_applies(m: SequenceView, b: _Buffers, km: _U8Array | None) -> bool:
+    """Whether ModelPass runs the whole model: applies(), no stem, no class token,
+    and pooling "mean", "last" or None."""
+    return (not m.stem and b.emb is None and m.pooling in (None, "mean", "last")
+            and applies(m, b, km))
+
+
+def stack_for(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
+              drop: bool, threads: int, nth: int) -> _Compiled:
+    """The compiled blocks over the buffers b (built on first use, then kept on b)."""
+    t = b.tt
+    paths = tuple(a._path(t, t, grad) for a in m.attn)
+    key = (grad, drop, None if km is None else id(km), threads, nth, paths,
+           _attnargs.block_sizes() if "blocked" in paths else None)
+    got: _Compiled | None = b.stacks.get(key)
+    if got is None:
+        got = b.stacks[key] = _build(m, b, km, nb, grad, drop, threads, nth)
+    return got
+
+
+def _build(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
+           drop: bool, threads: int, nth: int) -> _Compiled:
+    t, w, g, pre = b.tt, m._w, m._g, m.norm == "pre"
+    if grad:
+        b.for_backward(m)
+    layers: list[dict[str, Any]] = []
+    lasts = []
+    for i, att in enumerate(m.attn):
+        ws, _ = att._workspace(nb, t, t, False, grad, threads)
+        run = threads if ws.parallel else 1
+        rope = att._rope_tables(t) if att.rope else None
+        ain = b.u1[i] if pre else b.hs[i]
+        p = f"layers.{i}."
+        lay: dict[str, Any] = {
+            "ws": ws, "threads": run, "mask": km, "rope": rope, "eps": LN_EPS,
+            "h": b.hs[i], "h_out": b.hs[i + 1], "zt": b.zt[i],
+            "u1": b.u1[i] if pre else None, "u2": b.u2[i] if pre else None,
+            "st1": b.st1[i] if pre else None, "st2": b.st2[i] if pre else None,
+            "hid": b.hid[i], "s": b.s[i], "sg": b.sg[i] if grad else None,
+            "m1": b.m1[i] if drop else None, "m2": b.m2[i] if drop else None}
+        for name in ("W1", "b1", "W2", "b2"):
+            lay[name] = w.get(p + name)
+            lay["d" + name] = g.get(p + name)
+        for ln in ("ln1", "ln2"):
+            for part in ("g", "b"):
+                lay[f"{ln}.{part}"] = w.get(f"{p}{ln}.{part}")
+                lay[f"{ln}.d{part}"] = g.get(f"{p}{ln}.{part}")
+        layers.append(lay)
+        rc, rs = rope if rope is not None else (None, None)
+        lasts.append(_AttentionLast(ain, None, nb, t, t, ws, threads, rc, rs, km))
+    shared = {"branch": b.branch, "mlp_threads": threads}
+    if grad:
+        shared.update(dcur=b.da if b.stf is not None else b.dhf, db=b.db, dzt=b.dzt,
+                      dbr=b.dbr, dhid=b.dhid, part=b.part)
+    stack = BlockStack(layers, shared, pre, drop, grad, nth)
+    whole = _whole(m, b, km, nb, grad, nth, stack) if whole_applies(m, b, km) else None
+    return _Compiled(stack, lasts, whole)
+
+
+def _whole(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
+           nth: int, stack: BlockStack) -> ModelPass:
+    t, w, g = b.tt, m._w, m._g
+    ends: dict[str, Any] = {
+        "nb": nb, "t": t, "n_features": m.n_features, "n_outputs": m.n_outputs, "nth": nth,
+        "pooling": m.pooling, "final_norm": b.stf is not None,
+        "x": b.x if b.xn is None else b.xn, "h0": b.hs[0], "pos": m._positions(t),
+        "h_top": b.hs[-1], "hf": b.hf, "km": km, "pooled": b.pooled,
+        "st": b.stf, "part": b.part if grad else None, "eps": LN_EPS,
+        # revin de-normalises the head's output (b.yn) and runs its gradient first
+        "dy": (b.dy if b.rdy is None else b.rdy) if grad else None,
+        "zero_padded": b.yn is None, "dpooled": b.dpooled if grad else None,
+        "dhf": b.dhf if grad else None,
+        "dcur": (b.da if b.stf is not None else b.dhf) if grad else None}
+    for name in ("embed.W", "embed.b", "head.W", "head.b", "norm.g", "norm.b"):
+        ends[name] = w.get(name)
+    for name in ("embed.W", "embed.b", "head.W", "head.b", "norm.g", "norm.b"):
+        head, _, part = name.rpartition(".")
+        ends[f"{head}.d{part}"] = g.get(name)
+    ends["pos.dP"] = g["pos.P"] if grad and m.positional == "learned" else None
+    return ModelPass(stack, ends)

@@ -1,0 +1,134 @@
+"""SequenceModel's weights: the one table of parameter sizes, their allocation in one
+flat buffer (with the gradients beside), their initialisation and the order of the
+`params` mapping."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from . import _instance_norm, _stem
+from ..runtime._params import FlatAllocator, ParamDict
+from .attention import MultiHeadAttention
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..runtime._typing import FloatArray, RandomStateLike
+    from ._sequence_view import SequenceView
+
+
+class _Built(NamedTuple):
+    """What build() makes for a model."""
+
+    attn: list[MultiHeadAttention]
+    dropout_rng: np.random.Generator
+    w: dict[str, FloatArray]
+    g: dict[str, FloatArray]
+    params: ParamDict
+    grads: ParamDict
+
+
+def param_layout(config: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+    """SequenceModel.param_layout: (name, shape) of every weight, in the flat buffer's
+    order."""
+    f, d, k = int(config["n_features"]), int(config["d_model"]), int(config["n_outputs"])
+    dh = 4 * d if config["d_hidden"] is None else int(config["d_hidden"])
+    bias, pre = bool(config["bias"]), config["norm"] == "pre"
+    stem = _stem.check_stem(config.get("stem"))
+    # configurations written before instance normalisation existed have none
+    out = _instance_norm.param_layout(config.get("instance_norm"),
+                                      bool(config.get("instance_affine", False)),
+                                      f // int(config.get("instance_steps", 1)))
+    out += _stem.param_layout(stem, f, d)
+    out += [("embed.W", (d if stem else f, d)), ("embed.b", (d,))]
+    if config["positional"] == "learned":
+        out.append(("pos.P", (int(config["max_len"]), d)))
+    if config["pooling"] == "cls":
+        out.append(("cls", (d,)))
+    for i in range(int(config["n_layers"])):
+        out += [(f"layers.{i}.attn", (MultiHeadAttention.n_params(d, bias),)),
+                (f"layers.{i}.W1", (d, dh)), (f"layers.{i}.W2", (dh, d))]
+        if bias:
+            out += [(f"layers.{i}.b1", (dh,)), (f"layers.{i}.b2", (d,))]
+        if pre:
+            out += [(f"layers.{i}.{n}", (d,)) for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b")]
+    if pre:
+        out += [("norm.g", (d,)), ("norm.b", (d,))]
+    return out + [("head.W", (d, k)), ("head.b", (k,))]
+
+
+def build(m: SequenceView, random_state: RandomStateLike) -> _Built:
+    """The weights of m (its configuration set), initialised as SequenceModel's
+    docstring says, and its attention layers on views of them."""
+    d, dh, L, k = m.d_model, m.d_hidden, m.n_layers, m.n_outputs
+    pre = m.norm == "pre"
+    a = FlatAllocator()
+    spans: dict[str, tuple[int, tuple[int, ...]]] = {}
+    att_start = []
+    for name, shape in param_layout(m.get_config()):
+        start = a.reserve(int(np.prod(shape)))
+        if name.endswith(".attn"):
+            att_start.append(start)
+        else:
+            spans[name] = (start, shape)
+    max_len = m.max_len   # an int with positional="learned" (checked in __init__)
+    theta = np.zeros(a.size, m.dtype)
+    grad = np.zeros(a.size, m.dtype)
+
+    def view(flat: FloatArray, name: str) -> FloatArray:
+        st, shape = spans[name]
+        return flat[st:st + int(np.prod(shape))].reshape(shape)
+
+    w = {n: view(theta, n) for n in spans}
+    g = {n: view(grad, n) for n in spans}
+    rng = np.random.default_rng(random_state)
+    fe = w["embed.W"].shape[0]
+    w["embed.W"][...] = rng.uniform(-1 / np.sqrt(fe), 1 / np.sqrt(fe), size=(fe, d))
+    attn: list[MultiHeadAttention] = []
+    for i in range(L):
+        att = MultiHeadAttention(d, m.n_heads, causal=m.causal, bias=m.bias,
+                                 rope=m.positional == "rope", dtype=m.dtype,
+                                 random_state=rng, attention="auto",
+                                 _storage=(theta, grad, att_start[i]))
+        attn.append(att)
+        for n, v in att.params.items():
+            w[f"layers.{i}.{n}"] = v
+            g[f"layers.{i}.{n}"] = att.grads[n]
+        w[f"layers.{i}.W1"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, dh))
+        w[f"layers.{i}.W2"][...] = rng.uniform(-1 / np.sqrt(dh), 1 / np.sqrt(dh), size=(dh, d))
+        if pre:
+            w[f"layers.{i}.ln1.g"][...] = 1
+            w[f"layers.{i}.ln2.g"][...] = 1
+    if pre:
+        w["norm.g"][...] = 1
+    if m.positional == "learned" and max_len is not None:
+        w["pos.P"][...] = rng.normal(0.0, 0.02, size=(max_len, d))
+    w["head.W"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, k))
+    _stem.init(m.stem, w, rng)
+    _instance_norm.init(w)
+    if m.pooling == "cls":
+        w["cls"][...] = rng.normal(0.0, 0.02, size=d)
+    # dropout masks come from their own stream, seeded from the same random_state
+    dropout_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+    names = order(m)
+    return _Built(attn, dropout_rng, w, g, ParamDict(theta, {n: w[n] for n in names}),
+                  ParamDict(grad, {n: g[n] for n in names}))
+
+
+def order(m: SequenceView) -> list[str]:
+    """The names of `params`, in order."""
+    names = [n for n, _ in _instance_norm.param_layout(m.instance_norm, m.instance_affine, 1)]
+    names += [n for n, _ in _stem.param_layout(m.stem, 1, 1)] + ["embed.W", "embed.b"]
+    names += (["pos.P"] if m.positional == "learned" else [])
+    names += ["cls"] if m.pooling == "cls" else []
+    per = ["Wq", "Wk", "Wv", "Wo", "W1", "W2"]
+    if m.bias:
+        per += ["bq", "bk", "bv", "bo", "b1", "b2"]
+    if m.norm == "pre":
+        per += ["ln1.g", "ln1.b", "ln2.g", "ln2.b"]
+    for i in range(m.n_layers):
+        names += [f"layers.{i}.{n}" for n in per]
+    if m.norm == "pre":
+        names += ["norm.g", "norm.b"]
+    return names + ["head.W", "head.b"]

@@ -1,0 +1,267 @@
+"""SequenceModel's convolutional stem, forward beside backward: layers ((kernel, stride),
+...) in front of the embedding, each a 1-D convolution over time with 'same'-style zero
+padding, a bias and SiLU.
+
+Layer i reads A_i (B, T_i, C_i) (A_0 = X, C_0 = n_features; C_i = d_model after) and
+writes A_{i+1} (B, T_{i+1}, d_model), T_{i+1} = ceil(T_i / stride_i):
+
+    U_i = windows of A_i (attnx.kernels._embed.Windows(kernel, stride, pad_left, pad_right),
+          pad_left = (kernel - 1) // 2, pad_right = kernel - 1 - pad_left, zeros)
+    A_{i+1} = silu(U_i stem.{i}.W + stem.{i}.b)       one GEMM over all B * T_{i+1} rows
+
+stem.{i}.W is (kernel * C_i, d_model) with W[l * C_i + c, o] = torch's Conv1d
+weight[o, c, l]; the padding is torch's padding='same' for stride 1 and, for larger
+strides, that of F.pad(x, (pad_left, pad_right)) before a Conv1d(stride=stride).
+
+Key padding: padded steps read as zero; token n of a layer's output is padded when
+it lies past the ceil(t_b / stride) tokens of the sequence's valid length t_b, or when
+every step it covers is padded (attnx.kernels._embed.Windows.mask). A right-padded sequence of
+length t_b thus gives the tokens it gives alone.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from ..kernels import _mlp
+from ..kernels._embed import Windows, same_padding
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ..runtime._typing import AnyArray, BoolArray, FloatArray, IntArray
+    from ._sequence_view import SequenceView
+
+    _U8Array = npt.NDArray[np.uint8]
+
+    class StemBuffers(Protocol):
+        """What the stem reads and writes of a SequenceModel's buffers
+        (attnx.layers._sequence_buffers._Buffers)."""
+
+        @property
+        def x(self) -> FloatArray: ...
+        @property
+        def xn(self) -> FloatArray | None: ...
+        @property
+        def su(self) -> list[FloatArray]: ...
+        @property
+        def sz(self) -> list[FloatArray]: ...
+        @property
+        def ss(self) -> list[FloatArray]: ...
+        @property
+        def ssg(self) -> list[FloatArray]: ...
+        @property
+        def dss(self) -> list[FloatArray]: ...
+        @property
+        def dsu(self) -> list[FloatArray]: ...
+        @property
+        def smask(self) -> list[AnyArray]: ...
+
+Stem = tuple[tuple[int, int], ...]
+
+
+#: stem="auto": the tokens the rule aims at (at most), and the first layer's kernel
+AUTO_TOKENS, AUTO_KERNEL, AUTO_STRIDE = 16, 8, 4
+
+
+def auto(t_max: int, t_min: int) -> Stem:
+    """The stem of stem="auto" for sequences of t_min..t_max steps: two layers,
+    (k1, s1) then (k2, s2), that leave at most AUTO_TOKENS (16) tokens.
+
+    s1 = 4 when t_max >= 32, else 1; k1 = min(8, t_min);
+    s2 = ceil(t_max / s1 / 16); k2 = min(max(2 * s2, 3), ceil(t_min / s1))
+
+    (the second layer is an overlapping patch embedding of the first layer's local
+    features: windows twice as long as their stride). Kernels never exceed the shortest
+    sequence, so ragged data down to one step is accepted.
+    """
+    s1 = AUTO_STRIDE if t_max >= 8 * AUTO_STRIDE else 1
+    s2 = max(1, -(-t_max // (s1 * AUTO_TOKENS)))
+    k1 = max(1, min(AUTO_KERNEL, t_min))
+    k2 = max(1, min(max(2 * s2, 3), -(-t_min // s1)))
+    return ((k1, s1), (k2, s2))
+
+
+def check_stem(stem: object) -> Stem | None:
+    """stem as a tuple of (kernel, stride) int pairs >= 1, or None; TypeError or
+    ValueError naming `stem` otherwise."""
+    if stem is None:
+        return None
+    if isinstance(stem, (str, bytes)) or not isinstance(stem, Sequence):
+        raise TypeError("stem must be None or a sequence of (kernel, stride) pairs, "
+                        f"got {type(stem).__name__}")
+    if len(stem) == 0:
+        raise ValueError("stem must hold at least one (kernel, stride) layer (None: no "
+                         "stem), got an empty sequence")
+    out = []
+    for i, layer in enumerate(stem):
+        if (isinstance(layer, (str, bytes)) or not isinstance(layer, Sequence)
+                or len(layer) != 2):
+            raise TypeError(f"stem[{i}] must be a (kernel, stride) pair, got {layer!r}")
+        for what, v in zip(("kernel", "stride"), layer):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"stem[{i}] {what} must be an int, got "
+                                f"{type(v).__name__} {v!r}")
+            if v < 1:
+                raise ValueError(f"stem[{i}] {what} must be >= 1, got {v}")
+        out.append((int(layer[0]), int(layer[1])))
+    return tuple(out)
+
+
+def check_settings(stem: Stem, patch_len: int | None, per_position: bool,
+                   t_min: int) -> None:
+    """ValueError unless an estimator's stem fits its other settings and the shortest
+    sequence of the data (t_min steps)."""
+    if patch_len not in (None, 1):
+        raise ValueError(f"patch_len={patch_len} and stem={stem} both make the tokens: "
+                         "give one of them (patch_len=None or 1 with a stem)")
+    if per_position and any(s > 1 for _, s in stem):
+        raise ValueError(f"stem={stem} has strides > 1, which need one target per "
+                         "sequence (per-position targets keep one token per time step)")
+    try:
+        lengths(stem, t_min)
+    except ValueError as exc:
+        raise ValueError(f"stem={stem} does not fit the shortest sequence ({t_min} "
+                         f"steps): {exc}") from None
+
+
+def check_missing(stem: Stem | None, mask: BoolArray | None, name: str = "X") -> None:
+    """ValueError naming the sequence when the stem leaves it no valid token: mask (n,
+    T) is True at padded and missing (missing="mask") steps, and every window of the
+    last layer is masked (Windows.mask), which missing steps can cause where a
+    kernel shorter than its stride skips the steps between windows."""
+    if stem is None or mask is None:
+        return
+    lengths(stem, mask.shape[1])   # ValueError for a kernel longer than the input
+    km = mask.astype(np.uint8)
+    for win in windows(stem):
+        out = np.empty((km.shape[0], win.count(km.shape[1])), np.uint8)
+        win.mask(km, out)
+        km = out
+    empty = km.all(axis=1)
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise ValueError(f"{name}[{i}] has no token left after stem={stem}: every window of "
+                         f"its last layer reads missing (NaN) or padded steps only (a kernel "
+                         f"shorter than its stride skips the steps between windows)")
+
+
+def param_layout(stem: Stem | None, n_features: int,
+                 d: int) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of the stem's weights: stem.{i}.W (kernel * C_i, d), stem.{i}.b (d,)."""
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for i, (k, _) in enumerate(stem or ()):
+        c = n_features if i == 0 else d
+        out += [(f"stem.{i}.W", (k * c, d)), (f"stem.{i}.b", (d,))]
+    return out
+
+
+def init(stem: Stem | None, w: dict[str, FloatArray], rng: np.random.Generator) -> None:
+    """stem.{i}.W uniform in +-1/sqrt(kernel * C_i) (torch Conv1d's bound), biases 0."""
+    for i in range(len(stem or ())):
+        wi = w[f"stem.{i}.W"]
+        bound = 1 / np.sqrt(wi.shape[0])
+        wi[...] = rng.uniform(-bound, bound, size=wi.shape)
+
+
+def windows(stem: Stem | None) -> list[Windows]:
+    """The layers' window geometry: N = ceil(T / stride) windows over T steps."""
+    return [Windows(k, s, *same_padding(k)) for k, s in stem or ()]
+
+
+def lengths(stem: Stem | None, t: int) -> list[int]:
+    """[T_0 = t, T_1, ..., T_L]: the steps each stem layer reads, then the tokens
+    (ceil division by each stride). ValueError when a kernel is longer than its
+    layer's input."""
+    out = [t]
+    for i, (k, s) in enumerate(stem or ()):
+        if k > out[-1]:
+            raise ValueError(f"stem layer {i} has kernel {k}, longer than its input of "
+                             f"{out[-1]} steps (x has T={t}); use shorter kernels or "
+                             "longer sequences")
+        out.append(-(-out[-1] // s))
+    return out
+
+
+def min_length(stem: Stem | None) -> int:
+    """The fewest steps an input may have so that every kernel fits its layer's input."""
+    need = 1
+    for k, s in reversed(stem or ()):
+        need = max(k, (need - 1) * s + 1)
+    return need
+
+
+def pad_short(stem: Stem | None, x: FloatArray, lengths: IntArray | None
+              ) -> tuple[FloatArray, IntArray | None]:
+    """x (n, T, C) right-padded with zero steps to min_length(stem) when T is shorter,
+    the added steps marked as padding in the returned lengths; x, lengths unchanged
+    otherwise. A padded step reads as zero, as the 'same' padding, and tokens past
+    a sequence's length are masked, so each sequence's pooled output is the one
+    the stem would give it alone."""
+    need = min_length(stem)
+    n, t = x.shape[:2]
+    if t >= need:
+        return x, lengths
+    out = np.zeros((n, need) + x.shape[2:], dtype=x.dtype)
+    out[:, :t] = x
+    return out, (np.full(n, t, dtype=np.intp) if lengths is None else lengths)
+
+
+def buffer_shapes(m: SequenceView, nb: int, lens: list[int],
+                  store: bool) -> tuple[dict[str, list[tuple[int, ...]]],
+                                        dict[str, list[tuple[int, ...]]]]:
+    """Forward and backward buffers of the stem, per layer i: su (windows), sz (before
+    SiLU), ss (after SiLU), ssg (sigmoid, training only); dss (dL/d ss, then dL/d sz in
+    place) and dsu (dL/d su)."""
+    stem, d = m.stem or (), m.d_model
+    su: list[tuple[int, ...]] = [(nb * lens[i + 1], k * (m.n_features if i == 0 else d))
+                                 for i, (k, _) in enumerate(stem)]
+    rows: list[tuple[int, ...]] = [(nb * lens[i + 1], d) for i in range(len(stem))]
+    forward = {"su": su, "sz": rows, "ss": rows, "ssg": rows if store else []}
+    return forward, {"dss": rows, "dsu": su}
+
+
+def token_masks(m: SequenceView, b: StemBuffers, km: _U8Array | None, nb: int,
+                lens: list[int]) -> list[_U8Array | None]:
+    """[km_0 = km, km_1, ..., km_L]: the key padding mask each layer reads, then the
+    tokens' (all None without a mask)."""
+    out = [km]
+    for i, win in enumerate(m._windows):
+        cur = out[-1]
+        if cur is None:
+            out.append(None)
+        else:
+            win.mask(cur, b.smask[i])
+            out.append(b.smask[i])
+    return out
+
+
+def forward(m: SequenceView, b: StemBuffers, x: FloatArray, kms: list[_U8Array | None],
+            nb: int, lens: list[int], grad: bool, nth: int) -> FloatArray:
+    """Run the stem on x (b.x, or the instance-normalised b.xn); returns its output
+    A_L (B * T_L, d_model)."""
+    k, w, a = m._k, m._w, x
+    for i, win in enumerate(m._windows):
+        n = lens[i + 1]
+        win.forward(a.reshape(nb, lens[i], -1), kms[i], b.su[i].reshape(nb, n, -1), nth)
+        k.linear_forward(b.su[i], w[f"stem.{i}.W"], w[f"stem.{i}.b"], b.sz[i], nth)
+        _mlp.silu_forward(b.sz[i], b.ss[i], b.ssg[i] if grad else None, nth)
+        a = b.ss[i]
+    return a
+
+
+def backward(m: SequenceView, b: StemBuffers, kms: list[_U8Array | None], nb: int,
+             lens: list[int], nth: int, dx2: FloatArray | None) -> None:
+    """Fill the stem's gradients from b.dss[-1] = dL/dA_L; dx2 (B * T, n_features)
+    receives dL/dX (skipped when None)."""
+    k, w, g = m._k, m._w, m._g
+    for i in reversed(range(len(m._windows))):
+        _mlp.silu_backward(b.dss[i], b.sz[i], b.ssg[i], b.dss[i], nth)
+        target = b.dss[i - 1] if i > 0 else dx2
+        k.linear_backward(b.dss[i], b.su[i], w[f"stem.{i}.W"], g[f"stem.{i}.W"],
+                          g[f"stem.{i}.b"], None if target is None else b.dsu[i], nth)
+        if target is not None:
+            m._windows[i].backward(b.dsu[i].reshape(nb, lens[i + 1], -1), kms[i],
+                                   target.reshape(nb, lens[i], -1), nth)
