@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
     from .runtime._typing import AnyArray
-    from .estimators._classes import AttentionRegressor
+    from .estimators.regressors import AttentionRegressor
 
 DEMO = dict(samples=4096, test_samples=1024, seq_len=10, d_model=8, n_heads=2, epochs=200,
             batch_size=32, lr=0.01, seed=0)
@@ -210,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---- demo ------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    from .estimators._classes import AttentionRegressor
+    from .estimators.regressors import AttentionRegressor
     from .estimators._metrics import mae_per_output, r2_per_output
     from .datasets import max_position_task
 
@@ -287,7 +287,7 @@ def _load_arrays(path: str, keys: Sequence[str], optional: Sequence[str] = ()
 
 def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     from . import distributed
-    from .estimators._classes import AttentionRegressor, TransformerRegressor
+    from .estimators.regressors import AttentionRegressor, TransformerRegressor
     from .estimators._hyper import LEGACY_DEFAULTS
 
     dist = distributed.wrap(comm)

@@ -14,7 +14,7 @@ _TorchRegressor stands in for the attnx.TransformerRegressor the forecaster buil
 - torch.optim.AdamW with its lr, betas, eps, weight_decay and decay (two parameter
   groups for decay="matrices"), clip_grad_norm_ at max_grad_norm, its lr_schedule and
   warmup over each fit's steps (the forecaster asks for "constant");
-- the batches of attnx's own plan (attnx.estimators._training.batch_plan with the shuffling
+- the batches of attnx's own plan (attnx.estimators._batches.batch_plan with the shuffling
   generator seeded as attnx seeds it: dense windows a permutation cut into batches;
   padded ones sorted by length within windows of 16 batches, the batches shuffled),
   the MSE averaged over every target value of the batch (a short last batch: over
@@ -52,7 +52,8 @@ from _common import initial_model, twin_optimizer, twin_predictor, twin_step  # 
 from seq_torch_twin import SeqTwin  # noqa: E402
 
 import attnx  # noqa: E402
-from attnx.estimators._training import batch_plan, seeds  # noqa: E402
+from attnx.estimators._batches import batch_plan  # noqa: E402
+from attnx.estimators._training import seeds  # noqa: E402
 from attnx.layers.schedules import estimator_schedule  # noqa: E402
 
 __all__ = ["TorchForecaster"]

@@ -257,19 +257,15 @@ def test_no_type_only_import_cycle():
 
 
 MAX_MODULE_LINES = 600
-#: modules over the limit today, with the most lines each may keep until it is split
-OVERSIZE = {"forecasting/forecaster.py": 860, "estimators/_estimator.py": 814,
-            "estimators/_training.py": 640, "layers/sequence.py": 651,
-            "estimators/_classes.py": 615}
 
 
 def test_modules_stay_under_the_size_limit():
     sizes = {str(p.relative_to(PKG)): len(p.read_text().splitlines()) for p in _modules()}
     sizes.update({str(p.relative_to(SRC)): len(p.read_text().splitlines())
                   for p in sorted(SRC.rglob("*.pyx"))})
-    over = {n: k for n, k in sizes.items() if k > OVERSIZE.get(n, MAX_MODULE_LINES)}
-    assert not over, f"over {MAX_MODULE_LINES} lines (or past their listed size): {over}"
-    assert set(OVERSIZE) <= set(sizes), "a listed module is gone: drop it from OVERSIZE"
+    assert len(sizes) > 80 and "layers/sequence.py" in sizes   # every module is measured
+    over = {n: k for n, k in sizes.items() if k > MAX_MODULE_LINES}
+    assert not over, f"over {MAX_MODULE_LINES} lines: {over}"
 
 
 MAX_KERNEL_ARGS = 12

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx.estimators import _training
+from attnx.estimators import _snapshots, _training
 from attnx.estimators._sequences import Data
 from attnx.distributed import Local
 
@@ -26,13 +26,13 @@ def test_weak_signal_trains_the_best_held_out_epochs_on_every_sample():
     sel = est.epoch_selection_
     budget = _training.auto_epochs(len(X), 16)
     assert sel["budget"] == budget and not sel["strong"]
-    assert sel["held_out_r2"] < _training.SELECT_R2
+    assert sel["held_out_r2"] < _snapshots.SELECT_R2
     # the run stopped SELECT_PATIENCE epochs after its best (or at the budget)
-    assert sel["held_out_epochs"] == min(sel["best_epoch"] + _training.SELECT_PATIENCE,
+    assert sel["held_out_epochs"] == min(sel["best_epoch"] + _snapshots.SELECT_PATIENCE,
                                          budget)
     assert len(sel["held_out_loss"]) == sel["held_out_epochs"]
     assert int(np.argmin(sel["held_out_loss"])) + 1 == sel["best_epoch"]
-    assert sel["epochs"] == max(sel["best_epoch"], _training.SELECT_MIN_EPOCHS) < budget
+    assert sel["epochs"] == max(sel["best_epoch"], _snapshots.SELECT_MIN_EPOCHS) < budget
     # the final network: trained on every sample for those epochs from the same start
     assert est.n_iter_ == sel["epochs"] and len(est.loss_curve_) == sel["epochs"]
     assert "validation_loss_curve_" not in vars(est)
@@ -46,7 +46,7 @@ def test_strong_signal_stops_the_held_out_run_early_and_trains_the_budget():
     est = attnx.TransformerRegressor(**SMALL, lr=3e-3).fit(X, y)
     sel = est.epoch_selection_
     budget = _training.auto_epochs(len(X), 16)
-    assert sel["strong"] and sel["held_out_r2"] >= _training.SELECT_R2
+    assert sel["strong"] and sel["held_out_r2"] >= _snapshots.SELECT_R2
     assert sel["epochs"] == budget == est.n_iter_
     assert sel["held_out_epochs"] < budget   # stopped as soon as the signal showed
     ref = attnx.TransformerRegressor(**SMALL, lr=3e-3, epochs=budget).fit(X, y)
@@ -82,8 +82,8 @@ def test_not_applied_to_classifiers_warm_starts_tiny_sets_and_per_position_targe
     first = warm.n_iter_
     warm.fit(X, y)   # goes on for the whole budget, no held-out run
     assert "epoch_selection_" not in vars(warm) or warm.n_iter_ > first
-    tiny = attnx.TransformerRegressor(**SMALL).fit(X[:_training.SELECT_MIN_SAMPLES - 1],
-                                                 y[:_training.SELECT_MIN_SAMPLES - 1])
+    tiny = attnx.TransformerRegressor(**SMALL).fit(X[:_snapshots.SELECT_MIN_SAMPLES - 1],
+                                                 y[:_snapshots.SELECT_MIN_SAMPLES - 1])
     assert "epoch_selection_" not in vars(tiny)
     seq = attnx.TransformerRegressor(**SMALL).fit(X, np.cumsum(X[:, :, :1], axis=1))
     assert "epoch_selection_" not in vars(seq)
@@ -98,9 +98,9 @@ def test_mean_baseline_loss_is_the_weighted_mse_of_the_training_mean():
     val = Data(x[7:], None, y_va, w_va, False)
     mean = (w_tr[:, None] * y_tr).sum(0) / w_tr.sum()
     want = float((w_va * ((y_va - mean) ** 2).mean(1)).sum() / w_va.sum())
-    assert _training.mean_baseline_loss(train, val, Local()) == pytest.approx(want, rel=1e-12)
+    assert _snapshots.mean_baseline_loss(train, val, Local()) == pytest.approx(want, rel=1e-12)
     # unweighted: the plain mean
-    got = _training.mean_baseline_loss(Data(x[:7], None, y_tr, None, False),
+    got = _snapshots.mean_baseline_loss(Data(x[:7], None, y_tr, None, False),
                                        Data(x[7:], None, y_va, None, False), Local())
     assert got == pytest.approx(float(((y_va - y_tr.mean(0)) ** 2).mean()), rel=1e-12)
 

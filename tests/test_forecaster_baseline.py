@@ -8,7 +8,7 @@ import pytest
 import attnx
 from attnx.forecasting import _season
 from attnx.forecasting import _windows as win
-from attnx.forecasting import forecaster as fmod
+from attnx.forecasting import _forecaster_stats as fstats
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=60, random_state=0, dtype=np.float64)
 
@@ -57,7 +57,7 @@ def test_blend_zero_means_the_baseline_alone():
     t = np.arange(200)
     y = 5.0 + np.sin(2 * np.pi * t / 12) + 0.4 * rng.normal(size=200)
     f = attnx.TransformerForecaster(6, **TINY).fit(y)
-    assert f.evidence_ >= fmod.MIN_EVIDENCE
+    assert f.evidence_ >= fstats.MIN_EVIDENCE
     assert 0.0 <= f.blend_ <= 1.0
     p = f.predict()
     f.blend_ = 0.0
@@ -77,7 +77,7 @@ def test_few_held_out_windows_average_the_baselines_without_the_network():
     y = 3.0 + 2.0 * np.sin(2 * np.pi * t / 12) + 0.3 * rng.normal(size=110)
     h = 24
     f = attnx.TransformerForecaster(h, season=12, **TINY).fit(y)
-    assert f.evidence_ < fmod.MIN_EVIDENCE
+    assert f.evidence_ < fstats.MIN_EVIDENCE
     assert f.baseline_ == "combined" and f.blend_ == 0.0
     ctx = y[-f.window_:]
     sn = ctx[f.window_ - 12 + np.arange(h) % 12]
@@ -89,7 +89,7 @@ def test_few_held_out_windows_average_the_baselines_without_the_network():
     assert np.all(hi > lo)
     # with enough history the same data gets a choice and the network
     g = attnx.TransformerForecaster(6, season=12, **TINY).fit(y)
-    assert g.evidence_ >= fmod.MIN_EVIDENCE and g.baseline_ in ("seasonal_naive",
+    assert g.evidence_ >= fstats.MIN_EVIDENCE and g.baseline_ in ("seasonal_naive",
                                                                 "seasonal_mean")
 
 
@@ -128,26 +128,26 @@ def test_l1_weight_minimises_the_absolute_error_on_0_1():
     for scale in (0.4, -0.5, 3.0):   # inside, below (clipped to 0), above (clipped to 1)
         p = rng.normal(size=(40, 6))
         t = scale * p + 0.5 * rng.laplace(size=(40, 6))
-        c = fmod._l1_weight(p, t)
+        c = fstats.l1_weight(p, t)
         brute = grid[np.argmin([np.abs(t - g * p).sum() for g in grid])]
         assert 0.0 <= c <= 1.0 and abs(c - brute) <= 1e-3
         # no grid point does better than the weight found
         assert np.abs(t - c * p).sum() <= min(np.abs(t - g * p).sum() for g in grid) + 1e-9
-    assert fmod._l1_weight(np.zeros((3, 2)), np.ones((3, 2))) == 0.0
+    assert fstats.l1_weight(np.zeros((3, 2)), np.ones((3, 2))) == 0.0
     # targets the baseline hits exactly on most entries: weight exactly 0
     p = rng.normal(size=(30, 4))
     t = np.zeros((30, 4))
     t[:5] = p[:5]
-    assert fmod._l1_weight(p, t) == 0.0
+    assert fstats.l1_weight(p, t) == 0.0
 
 
 def test_significance_counts_the_independent_forecasts():
     d = np.array([0.3, -0.1, 0.2, 0.0, 0.25, -0.05, 0.15, 0.1])   # mean 0.106, sd 0.14
-    assert not fmod._significantly_positive(d, 2.0)     # 2 forecasts: could be chance
-    assert fmod._significantly_positive(d, 50.0)        # the same gap over 50: not chance
-    assert not fmod._significantly_positive(-d, 50.0)
-    assert fmod._significantly_positive(np.full(4, 0.01), 2.0)     # constant: its sign
-    assert not fmod._significantly_positive(np.zeros(4), 100.0)
+    assert not fstats.significantly_positive(d, 2.0)     # 2 forecasts: could be chance
+    assert fstats.significantly_positive(d, 50.0)        # the same gap over 50: not chance
+    assert not fstats.significantly_positive(-d, 50.0)
+    assert fstats.significantly_positive(np.full(4, 0.01), 2.0)     # constant: its sign
+    assert not fstats.significantly_positive(np.zeros(4), 100.0)
 
 
 def _chooser(season: int, h: int = 6, window: int = 48, evidence: float = 3.0):
@@ -183,7 +183,7 @@ def test_auto_keeps_the_default_unless_the_other_is_significantly_better(season)
     assert f._auto_baseline(target, x, mask) == default
     f.evidence_ = 400.0
     assert f._auto_baseline(target, x, mask) == other
-    f.evidence_ = fmod.MIN_EVIDENCE / 2         # too little evidence: the combination
+    f.evidence_ = fstats.MIN_EVIDENCE / 2         # too little evidence: the combination
     assert f._auto_baseline(target, x, mask) == "combined"
 
 

@@ -352,7 +352,7 @@ def test_balanced_plans_use_each_shard_row_once_in_equal_step_counts(ragged):
                 assert not np.array_equal(orders[0], orders[1])  # independent shuffles
         # one rank: the plan of one process (batch_plan with the shared generator itself)
         if size == 1:
-            from attnx.estimators._training import batch_plan
+            from attnx.estimators._batches import batch_plan
             o1, p1, _ = _trainer(ranks[0], np.random.default_rng(3), bs).epoch_plan(
                 SimpleNamespace(n=counts[0], lengths=lengths[0]), bs)
             o2, p2 = batch_plan(counts[0], bs, np.random.default_rng(3), lengths[0])

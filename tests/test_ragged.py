@@ -4,7 +4,7 @@ import pytest
 
 from legacy_defaults import OLD, OLD_CLS  # noqa: F401
 import attnx
-from attnx.estimators._training import PAD_MULTIPLE, WINDOW_BATCHES, batch_plan
+from attnx.estimators._batches import PAD_MULTIPLE, WINDOW_BATCHES, batch_plan
 
 
 def ragged(n, f=3, lo=2, hi=15, seed=0, dtype=np.float64):

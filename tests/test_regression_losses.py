@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx.estimators import _training
+from attnx.estimators import _snapshots, _training
 
 SMALL = dict(d_model=16, n_heads=2, n_layers=1, epochs=40, random_state=0)
 
@@ -52,13 +52,13 @@ def test_held_out_reference_uses_the_loss():
     val = attnx.estimators._sequences.Data(np.zeros((10, 1, 1)), None, y_va, None, False, None)
     dist = attnx.distributed.Local()
     mean = y_tr.mean(axis=0)
-    assert _training.mean_baseline_loss(train, val, dist) == pytest.approx(
+    assert _snapshots.mean_baseline_loss(train, val, dist) == pytest.approx(
         np.mean((y_va - mean) ** 2))
-    assert _training.mean_baseline_loss(train, val, dist, "absolute_error") == pytest.approx(
+    assert _snapshots.mean_baseline_loss(train, val, dist, "absolute_error") == pytest.approx(
         np.mean(np.abs(y_va - mean)))
     q = np.array([0.2, 0.7])
     e = y_va - mean
-    assert _training.mean_baseline_loss(train, val, dist, "pinball", q) == pytest.approx(
+    assert _snapshots.mean_baseline_loss(train, val, dist, "pinball", q) == pytest.approx(
         np.mean(np.maximum(q * e, (q - 1) * e)))
     X, yy = _data(120)
     est = attnx.TransformerRegressor(d_model=16, n_heads=2, n_layers=1, random_state=0,

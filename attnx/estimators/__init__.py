@@ -3,8 +3,11 @@ networks they train, the Trainer, classifiers, regressors and ensembles."""
 from typing import Any
 
 from ._base import sklearn_class
-from ._classes import (ESTIMATORS, AttentionClassifier, AttentionRegressor, ExportSpec,
-                       TrainingDivergedError, TransformerClassifier, TransformerRegressor)
+from ._inference import ExportSpec
+from ._registry import ESTIMATORS
+from ._training import TrainingDivergedError
+from .classifiers import AttentionClassifier, TransformerClassifier
+from .regressors import AttentionRegressor, TransformerRegressor
 from .ensemble import EnsembleClassifier, EnsembleRegressor
 
 __all__ = ["AttentionRegressor", "TransformerRegressor", "AttentionClassifier",

@@ -12,7 +12,7 @@ from ..layers.losses import elementwise, mse_loss
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ._training import Batch
+    from ._batches import Batch
 
     F64Array = npt.NDArray[np.float64]
 

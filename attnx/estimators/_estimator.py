@@ -6,7 +6,7 @@ are attnx.estimators._networks."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -14,13 +14,17 @@ from . import _sequences as seqs
 from . import _model_file, _scaling, _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
-from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, PPVTokens, auto_pick, ragged as _ragged
+from ._ppv_tokens import RAGGED_TOKENS, PPVTokens, ragged as _ragged
 from ._base import EstimatorParams, sklearn_class
+from ._auto_choices import AutoChoices
+from ._inference import Inference
 from ._hyper import Config, validate
 from ._networks import Network, SequenceNetwork, network_of
 from ..runtime._progress import phase_name
-from ._training import Batch, EarlyStopping, Snapshot, Trainer
-from ..runtime._threads import hold
+from . import _snapshots
+from ._batches import Batch
+from ._snapshots import EarlyStopping, Snapshot
+from ._training import Trainer
 from ..layers.optim import AdamW
 
 if TYPE_CHECKING:
@@ -33,37 +37,17 @@ if TYPE_CHECKING:
 
     from ._hyper import Constraint, Norm, Pooling, Positional
     from ._networks import BareClass, Model
-    from ..runtime._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
+    from ..runtime._typing import AnyArray, FloatArray, IntArray, RandomStateLike
 
     F64Array = NDArray[np.float64]
     #: (data, per_position, k) of the targets
     Prepared = tuple[seqs.Data, bool, Union[int, None]]
 
-# predict and attention_weights run this many rows (samples x positions) per
-# forward: bounded memory for any n, and no relation to the training batch_size
-_PREDICT_ROWS = 8192
-
 # scratch space, rebuilt on demand and never pickled or saved
 _SCRATCH = ("_batches", "_snapshot", "_dist")  # _dist: the comm of the running fit
 
 
-class ExportSpec(NamedTuple):
-    """What an exporter (attnx.io.onnx) needs to reproduce predict: the fitted network,
-    how its raw output becomes predict's output ("y": as it is; "squeeze": drop the
-    single output column; "probabilities": softmax over the classes) and the class
-    labels (classifiers; None otherwise), the patch length and the `missing` rule
-    ("mask": the graph masks the time steps that hold NaN), and how a partial last
-    patch is filled (attnx.estimators._sequences.patch)."""
-
-    model: Any
-    output: str
-    classes: Any = None
-    patch_len: int = 1
-    missing: str = "error"
-    patch_fill: str = "last"
-
-
-class SequenceEstimator(EstimatorParams):
+class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     """fit, partial_fit's training (each kind has its own partial_fit signature),
     inference and save, shared by the four estimators.
 
@@ -243,81 +227,6 @@ class SequenceEstimator(EstimatorParams):
         self._channels_now = int(data.x.shape[2])
         return prepared, net
 
-    def _auto_instance_norm(self, cfg: Config, data: seqs.Data, per_position: bool,
-                            net: Network) -> str | None:
-        """instance_norm="auto": "revin" for a regressor with targets per sequence in
-        the units of X's series (attnx.estimators._scaling.same_units; rank 0 decides with
-        comm), else None."""
-        if not (self._scales_targets() and net.head and not per_position) \
-                or cfg.tokenizer == "ppv":   # PPV tokens are not series
-            return None
-        valid = seqs.key_mask(data.lengths, data.missing, slice(None), data.x.shape[1])
-        valid = np.ones(data.x.shape[:2], bool) if valid is None else ~valid
-        y = data.y.reshape(data.y.shape[0], -1)
-        return "revin" if self._comm().same(_scaling.same_units(data.x, valid, y)) else None
-
-    def _use_ppv(self, cfg: Config, data: seqs.Data, per_position: bool,
-                 net: Network) -> bool:
-        """Whether this fit's tokens are PPV tokens (tokenizer, see the estimators'
-        docstring): "ppv" as asked (ValueError where it cannot apply), "auto" for a
-        classifier with no stem or instance_norm whose series (every rank's) pass
-        attnx.estimators._ppv_tokens.auto_pick (by their lengths and channels)."""
-        if cfg.tokenizer == "patch":
-            return False
-        usable = net.head and not per_position
-        if cfg.tokenizer == "ppv":
-            if not usable:
-                raise ValueError("tokenizer='ppv' needs one target per sequence (per-position "
-                                 "targets and the bare X -> Y model keep one token per step)")
-            if cfg.stem is not None:
-                raise ValueError(f"tokenizer='ppv' cannot be combined with a stem (both make "
-                                 f"the tokens), got stem={cfg.stem!r}")
-            if cfg.instance_norm is not None:
-                raise ValueError(f"tokenizer='ppv' cannot be combined with instance "
-                                 f"normalisation (the tokens are proportions, not the "
-                                 f"series), got instance_norm={cfg.instance_norm!r}")
-            return True
-        if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
-            return False
-        return auto_pick(data, self._comm())
-
-    def _auto_stem(self, data: seqs.Data, per_position: bool,
-                   net: Network) -> _stem.Stem | None:
-        """stem="auto": attnx.layers._stem.auto over every rank's longest and shortest
-        sequence; no stem for per-position targets and the bare network."""
-        if per_position or not net.head:
-            return None
-        comm = self._comm()
-        return _stem.auto(int(comm.allmax(int(data.x.shape[1]))),
-                          -int(comm.allmax(-_shortest(data))))
-
-    def _choose_patch(self, cfg: Config, data: seqs.Data, per_position: bool,
-                      net: Network, ppv: bool = False, own: bool = False) -> int:
-        """The fit's patch length (with PPV tokens: the window of a token): 1 for the
-        bare network and per-position targets (a token must stay one position) and
-        with a stem (its strides make the tokens), patch_len as given, or with
-        patch_len=None the automatic rule (at most 16 tokens of raw values, at most
-        PPV_TOKENS of PPV features, RAGGED_TOKENS when they follow each series' length,
-        `own`). A PPV window may pass the shortest series, which makes one token."""
-        t_min = _shortest(data)
-        if cfg.stem is not None and net.head:
-            _stem.check_settings(cfg.stem, cfg.patch_len, per_position, t_min)
-            return 1
-        if not net.head or per_position:
-            if cfg.patch_len not in (None, 1):
-                raise ValueError(f"patch_len={cfg.patch_len} needs one target per sequence "
-                                 f"(per-position targets and the bare X -> Y model keep one "
-                                 f"token per time step)")
-            return 1
-        if cfg.patch_len is None:   # every rank: the longest sequence of any rank
-            return seqs.auto_patch(int(self._comm().allmax(int(data.x.shape[1]))),
-                                   (RAGGED_TOKENS if own else PPV_TOKENS) if ppv
-                                   else seqs.AUTO_TOKENS)
-        if cfg.patch_len > t_min and not ppv:
-            raise ValueError(f"patch_len={cfg.patch_len} is longer than the shortest "
-                             f"sequence ({t_min} steps)")
-        return int(cfg.patch_len)
-
     def _check_target(self, per_position: bool, k: int | None) -> None:
         tgt = self._target
         if per_position != tgt["per_position"]:
@@ -399,7 +308,7 @@ class SequenceEstimator(EstimatorParams):
         warm start, targets per sequence and SELECT_MIN_SAMPLES samples or more."""
         return (self._epoch_selection and cfg.epochs is None and val is None
                 and not warm and not cfg.early_stopping and not data.per_position
-                and self._comm().n >= _training.SELECT_MIN_SAMPLES)
+                and self._comm().n >= _snapshots.SELECT_MIN_SAMPLES)
 
     def _select_epochs(self, prepared: Prepared, net: Network, cfg: Config,
                        split_seed: int, budget: int) -> int | None:
@@ -417,16 +326,16 @@ class SequenceEstimator(EstimatorParams):
         and the fit trains on every sample. Records epoch_selection_. Returns the
         epochs, or None after Ctrl-C in the held-out run (its network is kept)."""
         dist = self._comm()
-        train, val = _training.split(prepared[0], _training.SELECT_FRACTION, split_seed, dist)
+        train, val = _training.split(prepared[0], _snapshots.SELECT_FRACTION, split_seed, dist)
         assert val is not None
         train = _training.setup(dist, train)
-        reference = _training.mean_baseline_loss(train, val, dist, cfg.loss, cfg.quantiles)
-        probe = _training.EpochProbe(cfg.tol, reference, self.model_, self.optimizer_)
+        reference = _snapshots.mean_baseline_loss(train, val, dist, cfg.loss, cfg.quantiles)
+        probe = _snapshots.EpochProbe(cfg.tol, reference, self.model_, self.optimizer_)
         self.validation_loss_curve_, self.best_validation_loss_ = [], math.inf
         self._trainer(cfg, budget, True).run(self, train, val, budget, self._snapshot_for(),
                                              probe)
         epochs = min(budget if probe.strong else max(probe.best_epoch,
-                                                     _training.SELECT_MIN_EPOCHS), budget)
+                                                     _snapshots.SELECT_MIN_EPOCHS), budget)
         selection = {"epochs": int(epochs), "budget": int(budget),
                      "held_out_epochs": int(probe.epoch), "best_epoch": int(probe.best_epoch),
                      "held_out_r2": float(probe.r2), "strong": bool(probe.strong),
@@ -602,157 +511,6 @@ class SequenceEstimator(EstimatorParams):
         """The running fit's distributed hooks (identities without comm)."""
         return self.__dict__.get("_dist") or distributed.Local()
 
-    # ---- inference -----------------------------------------------------
-    def _fitted_model(self) -> Model:
-        if "model_" not in self.__dict__:
-            raise sklearn_class("NotFittedError")(
-                f"this {type(self).__name__} is not fitted yet: call fit or partial_fit first")
-        return self.model_
-
-    def _layout(self) -> str:
-        """The `layout` X arrives in (models fitted before it existed: "ntc")."""
-        return str(self.__dict__.get("layout", "ntc"))
-
-    def _missing(self) -> str:
-        """The `missing` rule for NaN in X (models fitted before it existed: "error")."""
-        return str(self.__dict__.get("missing", "error"))
-
-    def _inputs(self, X: ArrayLike, allow_empty: bool = False
-                ) -> tuple[FloatArray, IntArray | None, BoolArray | None]:
-        """X validated for the fitted model as at fit and cut into its patches: (x,
-        lengths or None, the tokens' missing mask or None)."""
-        model = self._fitted_model()
-        x, lengths, _, nan = seqs.sequences("X", X, model.dtype, self.n_features_in_,
-                                            allow_empty=allow_empty, layout=self._layout(),
-                                            missing=self._missing())
-        self._check_missing(nan)
-        if nan is not None:
-            _stem.check_missing(_stem.check_stem(self._spec.get("stem")),
-                                seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
-        tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
-        if tokens is not None:
-            return tokens.transform(x, lengths, nan)
-        p = int(self.__dict__.get("patch_len_", 1))
-        x, plen = seqs.patch(x, lengths, p, nan, self._fill_rule())
-        return x, plen, seqs.patch_missing(nan, lengths, p)
-
-    def _fill_rule(self) -> str:
-        """How the fitted model's partial last patches are filled: "last" since that
-        rule, "zero" for a model fitted (and saved or pickled) before it."""
-        return str(self.__dict__.get("_patch_fill", "zero"))
-
-    def _check_missing(self, nan: BoolArray | None) -> None:
-        """ValueError when X has missing steps (nan) that the fitted model cannot mask."""
-        if nan is not None and self._target["per_position"]:
-            raise ValueError("X holds NaN steps, which missing='mask' masks for a model with "
-                             "one output per sequence only; this one was fitted with "
-                             "targets per position")
-
-    def _forward_all(self, X: ArrayLike, allow_empty: bool = True
-                     ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
-        """(raw model outputs, lengths or None): an array (n, ...) for dense X, and for
-        ragged X an array of pooled rows or a list of (T_i, ...) arrays. BLAS is held
-        at one thread once for all the chunks (attnx.runtime._threads.hold)."""
-        with hold():
-            return self._forward_chunks(X, allow_empty)
-
-    def _forward_chunks(self, X: ArrayLike, allow_empty: bool
-                        ) -> tuple[FloatArray | list[FloatArray], IntArray | None]:
-        model = self._fitted_model()
-        x, lengths, nan = self._inputs(X, allow_empty)
-        t_floor = 1   # a batch's fewest steps
-        stem = getattr(model, "stem", None)
-        if stem and len(model.output_shape(1, x.shape[1])) != 3:
-            t0 = x.shape[1]
-            x, lengths = _stem.pad_short(stem, x, lengths)   # shorter than a kernel
-            t_floor = _stem.min_length(stem)
-            if nan is not None and x.shape[1] > t0:   # the added steps are padding
-                nan = np.pad(nan, ((0, 0), (0, x.shape[1] - t0)))
-        self._network().check_length(self._spec, x.shape[1])
-        n, t = x.shape[:2]
-        shape = model.output_shape(n, t)
-        per_position = len(shape) == 3
-        tail = shape[2:] if per_position else shape[1:]
-        if lengths is None:  # dense X
-            out = np.empty(shape, dtype=model.dtype)
-            step = max(1, _PREDICT_ROWS // max(t, 1))
-            for s in range(0, n, step):
-                rows = slice(s, s + step)
-                if nan is None:
-                    model.forward(x[rows], grad=False, out=out[rows])
-                else:   # NaN steps: masked keys (a sequence model: _inputs checked)
-                    cast("Any", model).forward(x[rows], key_padding_mask=nan[rows],
-                                               grad=False, out=out[rows])
-            return out, None
-        order = np.argsort(lengths, kind="stable")
-        pooled = np.empty((n,) + tail, dtype=model.dtype) if not per_position else None
-        parts: list[FloatArray | None] = [None] * n
-        step = max(1, _PREDICT_ROWS // t)
-        for s in range(0, n, step):
-            idx = order[s:s + step]
-            tb = max(int(lengths[idx].max()), t_floor)
-            mask = seqs.key_mask(lengths, nan, idx, tb)
-            y = model.forward(x[idx, :tb], key_padding_mask=mask, grad=False)
-            if per_position:
-                for j, i in enumerate(idx):
-                    parts[i] = y[j, :int(lengths[i])].copy()
-            else:
-                assert pooled is not None  # allocated above when not per_position
-                pooled[idx] = y
-        if per_position:
-            return cast("list[FloatArray]", parts), lengths  # order covers every sample
-        assert pooled is not None
-        return pooled, lengths
-
-    def attention_weights(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
-        """Attention probabilities of the fitted model on X, at inference (no dropout).
-
-        The bare X -> Y models: (n, n_heads, T, T), a list of one per layer for a
-        Transformer. Sequence models: a list with one (n, n_heads, T', T') array per
-        layer, T' the tokens (T, or ceil(T / patch_len_) with patches; key position j
-        covers steps [j * patch_len_, (j + 1) * patch_len_)). With a stem the tokens
-        are its last layer's outputs (token j of a layer of stride s and kernel k
-        covers steps j*s - (k-1)//2 .. j*s + k//2 of that layer's input, so with one
-        layer T' = ceil(T / s)); with pooling="cls" token 0 is the class token and
-        token j + 1 is data token j. For ragged X the arrays
-        are padded to the longest sequence, padded keys weigh 0 and padded queries'
-        rows are 0; with missing="mask" the masked (NaN) tokens alike.
-        attnx.plot.attention_over_series draws one sample's over its series.
-        """
-        model = self._fitted_model()
-        net = self._network()
-        if not net.head:
-            return net.attention_weights(model, lambda: self._inputs(X)[0], _PREDICT_ROWS)
-        x, lengths, nan = self._inputs(X)
-        n, t = x.shape[:2]
-        step = max(1, _PREDICT_ROWS // max(t, 1))
-        parts: list[list[FloatArray]] = []
-        seq = cast("Any", model)
-        dropout, seq.dropout = seq.dropout, 0.0   # inference weights: no dropout masks
-        try:
-            for s in range(0, n, step):
-                mask = seqs.key_mask(lengths, nan, slice(s, s + step), t)
-                seq.forward(x[s:s + step], key_padding_mask=mask, grad=True)
-                w = [np.array(a) for a in seq.attention_weights()]
-                km = seq._last.km   # the tokens' padding (stem, class token)
-                mask = None if km is None else km.astype(bool)
-                if mask is not None:
-                    for a in w:
-                        a[mask[:, None, :, None].repeat(a.shape[1], axis=1)
-                          .repeat(a.shape[3], axis=3)] = 0
-                parts.append(w)
-        finally:
-            seq.dropout = dropout
-        return [np.concatenate(p, axis=0) for p in zip(*parts)]
-
-    def export_spec(self) -> ExportSpec:
-        """The fitted network and how predict turns its output into predictions (see
-        ExportSpec); what attnx.io.onnx.export reads from an estimator."""
-        model = self._fitted_model()
-        return ExportSpec(model, "squeeze" if self._target["k"] is None else "y",
-                          patch_len=int(self.__dict__.get("patch_len_", 1)),
-                          missing=self._missing(), patch_fill=self._fill_rule())
-
     # ---- persistence ---------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write configuration, weights, optimizer and RNG state to exactly `path`, a
@@ -791,12 +549,6 @@ class SequenceEstimator(EstimatorParams):
 
     def __setstate__(self, state: Mapping[str, Any]) -> None:
         _state.set_state(self, *state["attnx_state"])
-
-
-def _shortest(data: seqs.Data) -> int:
-    """The shortest sequence of this process's data (its padded length when dense)."""
-    return int(data.x.shape[1] if data.lengths is None or not data.lengths.size
-               else data.lengths.min())
 
 
 def store(est: SequenceEstimator, args: Mapping[str, Any]) -> None:

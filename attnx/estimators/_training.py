@@ -9,13 +9,13 @@ import numbers
 import signal
 import threading
 import warnings
-from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, NoReturn, Protocol,
+from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, NoReturn, Protocol,
                     Union, cast)
 
 import numpy as np
 
-from ..layers import losses
-from ._sequences import key_mask
+from ._batches import Batch, batch_plan
+from ._snapshots import EarlyStopping, Snapshot
 from ..runtime._progress import Progress
 from ..runtime._threads import hold
 from ..runtime._validate import finite
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
     from ..runtime._params import ParamDict
     from ._sequences import Data
-    from ..runtime._typing import AnyArray, BoolArray, FloatArray, IntArray, RandomStateLike
-    from ..distributed import Local, Part, PlanEntry
+    from ..runtime._typing import FloatArray, IntArray, RandomStateLike
+    from ..distributed import Local, Part
     from ..layers.optim import AdamW
 
     F64Array = npt.NDArray[np.float64]
@@ -72,25 +72,10 @@ class TrainingDivergedError(FloatingPointError):
     end of the last good epoch."""
 
 
-# ragged data: batches are cut from windows of this many batches, sorted by length
-WINDOW_BATCHES = 16
-# a ragged batch is padded to a multiple of this many positions (fewer distinct shapes,
-# so the model's workspaces are reused more often), never beyond the longest sequence
-PAD_MULTIPLE = 8
-
-
 #: early stopping's patience when n_iter_no_change is None
 DEFAULT_PATIENCE = 10
 #: epochs=None: about this many optimizer steps, within [MIN_EPOCHS, MAX_EPOCHS] epochs
 AUTO_STEPS, MIN_EPOCHS, MAX_EPOCHS = 1500, 30, 300
-
-
-#: epochs=None for a regressor (SequenceEstimator._select_epochs): the share of the
-#: samples held out, the patience of the held-out run, the share of the held-out
-#: variance above which the network trains the whole budget, the fewest epochs of the
-#: final fit, and the fewest samples the rule needs (fewer: the whole budget)
-SELECT_FRACTION, SELECT_PATIENCE, SELECT_R2 = 0.2, 30, 0.5
-SELECT_MIN_EPOCHS, SELECT_MIN_SAMPLES = 5, 10
 
 
 def auto_epochs(n: int, batch_size: int) -> int:
@@ -99,225 +84,6 @@ def auto_epochs(n: int, batch_size: int) -> int:
     MAX_EPOCHS]: round(1500 / ceil(n / batch_size))."""
     per_epoch = -(-max(int(n), 1) // max(min(batch_size, max(int(n), 1)), 1))
     return int(min(max(round(AUTO_STEPS / per_epoch), MIN_EPOCHS), MAX_EPOCHS))
-
-
-class Batch:
-    """One mini-batch of a fixed shape, reused every step.
-
-    x (bs, T, n_features); mask (bs, T) bool, True = padding or a missing step (None
-    for dense data without missing steps);
-    y_true (bs, *target_tail) in target_dtype; w (bs,) or (bs, T) loss weights (None
-    when every sample weighs the same); y, dy (bs, *out_tail) model output and dL/dY.
-    A short batch fills the first m rows; the others get zero inputs and zero weight
-    (and one valid position, so pooling never divides by zero), adding exactly nothing
-    to the gradients while the model keeps seeing one batch shape.
-    """
-
-    def __init__(self, bs: int, t: int, f: int, target_tail: tuple[int, ...],
-                 target_dtype: npt.DTypeLike, out_tail: tuple[int, ...], dtype: npt.DTypeLike,
-                 masked: bool, weight_ndim: int | None) -> None:
-        self.shape = (bs, t, f)
-        self.key = (bs, t, f, tuple(target_tail), np.dtype(target_dtype), tuple(out_tail),
-                    np.dtype(dtype), bool(masked), weight_ndim)
-        self.dtype = dtype
-        self.x: FloatArray = np.zeros((bs, t, f), dtype)
-        self.mask: BoolArray | None = np.zeros((bs, t), bool) if masked else None
-        self.y_true: AnyArray = np.zeros((bs,) + tuple(target_tail), target_dtype)
-        self.w: F64Array | None = (None if weight_ndim is None else
-                                   np.zeros((bs,) if weight_ndim == 1 else (bs, t), np.float64))
-        self.y: FloatArray = np.zeros((bs,) + tuple(out_tail), dtype)
-        self.dy: FloatArray = np.zeros((bs,) + tuple(out_tail), dtype)
-
-    def load(self, data: Data, order: IntArray | None, start: int, m: int) -> None:
-        """Copy samples start..start+m of `order` (in order when None) into the batch."""
-        t = self.shape[1]
-        idx: slice | IntArray
-        if order is None:
-            idx = slice(start, start + m)
-            np.copyto(self.x[:m], data.x[idx, :t] if data.x.shape[1] != t else data.x[idx])
-            np.copyto(self.y_true[:m], data.y[idx] if not data.per_position or
-                      data.y.shape[1] == t else data.y[idx, :t])
-        else:
-            idx = order[start:start + m]
-            # mode="clip": numpy buffers `out` in the default mode="raise"
-            if data.x.shape[1] == t:
-                np.take(data.x, idx, axis=0, out=self.x[:m], mode="clip")
-            else:
-                np.copyto(self.x[:m], data.x[idx, :t])
-            if not data.per_position or data.y.shape[1] == t:
-                np.take(data.y, idx, axis=0, out=self.y_true[:m], mode="clip")
-            else:
-                np.copyto(self.y_true[:m], data.y[idx, :t])
-        if self.mask is not None:   # ragged data, or missing steps (missing="mask")
-            mask = key_mask(data.lengths, data.missing, idx, t)
-            assert mask is not None  # masked batches are built for such data only
-            self.mask[:m] = mask
-            self.mask[m:] = True
-            self.mask[m:, 0] = False
-        if self.w is not None:
-            if data.w is None:
-                self.w[:m] = 1.0
-            elif self.w.ndim == 1 or data.w.shape[1] == t:
-                self.w[:m] = data.w[idx]
-            else:
-                self.w[:m] = data.w[idx, :t]
-            self.w[m:] = 0.0
-        if m < self.shape[0]:
-            self.x[m:] = 0
-
-
-def batch_plan(n: int, bs: int, rng: np.random.Generator | None,
-               lengths: IntArray | None) -> tuple[IntArray | None, list[PlanEntry]]:
-    """Batches of one epoch as (index array, length to pad to) pairs.
-
-    Dense data (lengths None): a permutation drawn from rng (or the data's order when
-    rng is None) cut into consecutive batches. Ragged data: the permutation is cut into
-    windows of WINDOW_BATCHES * bs samples, each window sorted by length (stable) and
-    cut into batches, so a batch holds sequences of similar lengths and little padding;
-    then the batches are shuffled (one more draw from rng), so that training does not
-    see a short-to-long curriculum inside each window.
-    """
-    order = rng.permutation(n) if rng is not None else None
-    if lengths is None:
-        return order, [(start, min(bs, n - start), None) for start in range(0, n, bs)]
-    if order is None:
-        order = np.arange(n)
-    win = WINDOW_BATCHES * bs
-    parts: list[IntArray] = []
-    for s in range(0, n, win):
-        w = order[s:s + win]
-        parts.append(w[np.argsort(lengths[w], kind="stable")])
-    order = np.concatenate(parts)
-    tmax = int(lengths.max())
-    plan: list[PlanEntry] = []
-    for start in range(0, n, bs):
-        m = min(bs, n - start)
-        longest = int(lengths[order[start:start + m]].max())
-        plan.append((start, m, min(tmax, -(-longest // PAD_MULTIPLE) * PAD_MULTIPLE)))
-    if rng is not None:
-        plan = [plan[i] for i in rng.permutation(len(plan))]
-    return order, plan
-
-
-class Snapshot:
-    """Copies of the weights, the optimizer state and the shuffling RNG state."""
-
-    def __init__(self, model: _Model, optimizer: AdamW) -> None:
-        self.params = np.empty_like(model.params.flat)
-        self.m = [np.empty_like(a) for a in optimizer.m]
-        self.v = [np.empty_like(a) for a in optimizer.v]
-        self.t = 0
-        self.rng_state: Mapping[str, Any] | None = None
-
-    def fits(self, model: _Model, optimizer: AdamW) -> bool:
-        return (self.params.shape == model.params.flat.shape
-                and self.params.dtype == model.params.flat.dtype
-                and len(self.m) == len(optimizer.m))
-
-    def save(self, model: _Model, optimizer: AdamW,
-             rng: np.random.Generator | None = None) -> None:
-        np.copyto(self.params, model.params.flat)
-        for dst, src in zip(self.m + self.v, optimizer.m + optimizer.v):
-            np.copyto(dst, src)
-        self.t = optimizer.t
-        self.rng_state = None if rng is None else rng.bit_generator.state
-
-    def restore(self, model: _Model, optimizer: AdamW,
-                rng: np.random.Generator | None = None) -> None:
-        """Put back what save() copied (the RNG state only when both were given one)."""
-        np.copyto(model.params.flat, self.params)
-        for dst, src in zip(optimizer.m + optimizer.v, self.m + self.v):
-            np.copyto(dst, src)
-        optimizer.t = self.t
-        if rng is not None:
-            assert self.rng_state is not None  # restore(rng) always follows a save(rng)
-            rng.bit_generator.state = self.rng_state
-
-
-class EarlyStopping:
-    """scikit-learn's rule: an epoch improves only when its loss is below best - tol;
-    stop after n_iter_no_change epochs without improvement. With keep_best, the
-    weights and the optimizer state (moments and step count) of the best epoch are
-    kept and restore_best() puts them back, so that training that goes on (warm
-    start, partial_fit) continues from the best epoch as a whole."""
-
-    def __init__(self, tol: float, n_iter_no_change: int, model: _Model, optimizer: AdamW,
-                 keep_best: bool) -> None:
-        self.tol, self.patience = tol, n_iter_no_change
-        self.best: float = math.inf
-        self.stall = 0
-        self.model, self.optimizer = model, optimizer
-        self.best_state = Snapshot(model, optimizer) if keep_best else None
-
-    def update(self, loss: float) -> bool:
-        """Record one epoch's loss; True when training should stop."""
-        self.stall = self.stall + 1 if loss > self.best - self.tol else 0
-        if loss < self.best:
-            self.best = loss
-            if self.best_state is not None:
-                self.best_state.save(self.model, self.optimizer)
-        return self.stall >= self.patience
-
-    def restore_best(self) -> None:
-        if self.best_state is not None:
-            self.best_state.restore(self.model, self.optimizer)
-
-
-class EpochProbe(EarlyStopping):
-    """The held-out run of a regressor's epochs=None (SequenceEstimator._select_epochs):
-    early stopping on the held-out loss (patience SELECT_PATIENCE) that remembers the
-    best epoch, and stops at once when the held-out loss falls to (1 - SELECT_R2) times
-    `reference` (the loss of predicting the training targets' mean): then the network
-    has shown a strong signal (`strong`) and trains the whole budget."""
-
-    def __init__(self, tol: float, reference: float, model: _Model, optimizer: AdamW) -> None:
-        super().__init__(tol, SELECT_PATIENCE, model, optimizer, keep_best=False)
-        self.reference = reference
-        self.epoch = self.best_epoch = 0
-        self.strong = False
-
-    def update(self, loss: float) -> bool:
-        self.epoch += 1
-        if loss < self.best:
-            self.best_epoch = self.epoch
-        stop = super().update(loss)
-        if loss <= (1.0 - SELECT_R2) * self.reference:
-            self.strong = True
-            return True
-        return stop
-
-    @property
-    def r2(self) -> float:
-        """1 - best held-out loss / reference (0 when the reference is 0)."""
-        return 1.0 - self.best / self.reference if self.reference > 0 else 0.0
-
-
-def mean_baseline_loss(train: Data, val: Data, dist: Local, loss: str = "squared_error",
-                       quantiles: Any = None) -> float:
-    """The held-out loss `loss` (attnx.layers.losses.REGRESSION_LOSSES; as Trainer.mean_loss
-    scores it: the weighted mean over samples of the mean over outputs) of
-    predicting the training targets' weighted mean; per-sequence float targets,
-    summed over every rank's samples."""
-    def weights(d: Data) -> F64Array:
-        return np.ones(d.n) if d.w is None else np.asarray(d.w, np.float64)
-
-    def targets(d: Data) -> F64Array:   # (n, outputs); a rank may hold no sample
-        y = np.asarray(d.y, np.float64)
-        return y.reshape(d.n, int(np.prod(y.shape[1:], dtype=np.int64)))
-
-    y_tr = targets(train)
-    w_tr = weights(train)
-    sums = dist.allsum(np.concatenate([[w_tr.sum()], w_tr @ y_tr]))
-    mean = sums[1:] / sums[0] if sums[0] > 0 else np.zeros(y_tr.shape[1])
-    y_va = targets(val)
-    w_va = weights(val)
-    if y_va.size:
-        elem, _ = losses.elementwise(loss, mean - y_va, quantiles)
-        err = np.mean(elem, axis=1)
-    else:
-        err = np.zeros(val.n)
-    total = dist.allsum(np.array([float(w_va @ err), float(w_va.sum())]))
-    return float(total[0] / total[1]) if total[1] > 0 else 0.0
 
 
 class InterruptGuard:

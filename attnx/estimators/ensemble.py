@@ -19,7 +19,8 @@ import numpy as np
 
 from ._base import ClassifierParams, EstimatorParams, sklearn_class
 from ._metrics import r2_score
-from ._classes import TransformerClassifier, TransformerRegressor
+from .classifiers import TransformerClassifier
+from .regressors import TransformerRegressor
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike

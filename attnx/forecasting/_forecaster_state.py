@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..estimators import _state
-from ..estimators._classes import ESTIMATORS
+from ..estimators._registry import ESTIMATORS
 
 __all__ = ["get_state", "set_state", "new_from_state"]
 

@@ -204,3 +204,31 @@ def interval_levels(coverage: float) -> tuple[float, float]:
         raise ValueError(f"coverage must be in (0, 1), got {coverage!r}")
     a = (1.0 - float(coverage)) / 2.0
     return a, 1.0 - a
+
+
+def aligned(name: str, X: Any, series: list[F64]) -> list[F64] | None:
+    """X (or X_future) as one array per series, each with its series' rows."""
+    if X is None:
+        return None
+    items, _ = series_list(name, X if isinstance(X, (list, tuple)) or len(series) == 1
+                               else list(X))
+    if len(items) != len(series):
+        raise ValueError(f"{name} must give one array per series ({len(series)}), "
+                         f"got {len(items)}")
+    for i, (a, s) in enumerate(zip(items, series)):
+        if a.shape[0] != s.shape[0]:
+            raise ValueError(f"{name} for series {i} must have {s.shape[0]} rows (the "
+                             f"length of y), got {a.shape[0]}")
+    return items
+
+def static_features(static: Any, n: int) -> list[F64] | None:
+    """static as one finite feature vector per series (n of them), or None."""
+    if static is None:
+        return None
+    a = np.asarray(static, dtype=np.float64)
+    if a.ndim == 1 and n == 1:
+        a = a[None]
+    if a.ndim != 2 or a.shape[0] != n or not np.all(np.isfinite(a)):
+        raise ValueError(f"static must be finite per-series features (n_series={n}, s), "
+                         f"got shape {np.shape(static)}")
+    return list(a)

@@ -4,69 +4,11 @@ model), with conformal prediction intervals.
 method="auto" forecasts with classical candidates chosen per series on rolling
 origins instead (attnx.forecasting._forecaster_auto), and the network falls back to them, with a
 UserWarning, on series too short for its windows: ``method_`` says what forecasts.
-
-How a forecast is made (PatchTST's recipe, on attnx's transformer):
-1. Each forecast origin t of each series gives a training window: the last `window`
-   values before t (the context) and the `horizon` values from t on (the target).
-2. The window is scaled by its own context's mean and standard deviation (instance
-   normalisation), so one model serves series of every level and scale; forecasts are
-   scaled back with the same two numbers.
-3. The context is cut into patches of `patch_len` steps every `patch_stride` steps; a
-   patch is one token of the transformer (its projection is the patch embedding). The
-   tokens run from the most recent patch backwards, so position 0 is always the patch
-   that ends at the origin, and a short series' missing old patches are masked padding.
-4. A transformer encoder (pre-norm blocks, sinusoidal positions, mean pooling) maps the
-   tokens to all `horizon` values at once (direct multi-horizon; no recursion).
-5. The season (``season=None``): the frequency of a pandas time index when y has one,
-   else the highest clear peak of the detrended series' autocorrelation (attnx.forecasting._season).
-6. The network forecasts the residual from a baseline in the window's scaled units:
-   the seasonal naive forecast taken from the context (``baseline="seasonal_naive"``;
-   the last value for season 1), the context's seasonal profile (``"seasonal_mean"``:
-   each phase's mean over the context's real steps; the context's mean for season 1)
-   the mean of those two (``"combined"``) or the context's mean (``"none"``, i.e. 0).
-   ``"auto"`` (default) keeps a default baseline unless the other of the two has
-   a significantly smaller mean absolute error (the error MASE scores) on the
-   held-out, most recent windows: its mean advantage, one paired difference per
-   window, exceeds SIGNIFICANCE = 2 standard errors, counting the held-out
-   windows' independent forecasts (``evidence_``, below; a Diebold-Mariano-style
-   test). With a season the default is seasonal naive: a profile averages the few
-   cycles a window holds and lags a change of level or pattern by several cycles
-   (a count series that falls to zeros), seasonal naive by one; the profile must
-   show that the pattern held still. Without a season it is the context's mean,
-   which averages every value of the window (seasonal naive carries one
-   observation's noise into every forecast); the last value must show that the
-   level wanders. A network that outputs zeros forecasts exactly the baseline.
-   The network's output is scaled by a weight in [0, 1] fitted on the held-out
-   windows (``blend_``; 1 without intervals): the weight with the smallest
-   absolute error there (0, the baseline alone, exactly, when the baseline is
-   exact on most held-out windows or the network's output does not correlate
-   positively with the baseline's held-out errors).
-   Overlapping windows of one series are about one independent forecast per
-   `horizon` origins: when the held-out windows' targets cover fewer than
-   MIN_EVIDENCE = 2 horizons of distinct time steps (summed over the series;
-   ``evidence_``), they can neither choose a baseline nor weigh the network
-   (a day of half-hourly data, one horizon of 48 steps, is one forecast): "auto"
-   then takes the combined baseline (a forecast combination hedges the choice it
-   cannot make), blend_ is 0 and the network is not consulted (it is still trained,
-   so the model's file and export are as usual), and the intervals come from the
-   baseline's own held-out errors.
-7. Multivariate y is channel-independent by default: each channel is its own series
-   through the same model (PatchTST), which serves k channels with one set of weights.
-8. Intervals are split-conformal: a first model is trained without the last
-   `calibration` origins of each series; its scaled absolute errors there, per horizon
-   step (their conformal quantile, then the running maximum along the horizon), give
-   the interval's half-widths; the final model is then trained on every window.
-   With ``intervals="quantile"`` the network learns several quantile levels of each
-   future value at once (the pinball loss over all of them; the outputs are sorted
-   at every value, so they never cross), and the held-out windows calibrate the
-   interval between two levels instead (conformalized quantile regression: the
-   conformal quantile of how far the values fall outside it widens or narrows it).
-   predict_quantiles sorts its levels, so they never cross either.
-
-Covariates: X (past-observed, aligned with y) are standardised with their fit-time
-statistics and join the context's channels; X_future (known for the future, aligned with
-y at fit; the next `horizon` rows at predict) and static (per series) features are
-appended to every token.
+The network path, step by step (windows, instance scaling, patches, the baseline and
+its weight, channel independence, split-conformal intervals, covariates), is written
+out in the user guide (docs/guide/forecasting.rst, "How the network forecasts"); its
+parts: _forecaster_inputs (targets, tokens, baselines, season),
+_forecaster_calibration (calibration and intervals), _forecaster_stats.
 """
 from __future__ import annotations
 
@@ -76,20 +18,19 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _forecaster_state, _pandas, _season
+from . import _forecaster_state, _pandas
 from ..estimators import _model_file
 from . import _windows as win
 from ..estimators._base import EstimatorParams
 from ._candidates import is_candidate as _is_candidate
 from ._forecaster_auto import METHODS, ClassicalPath, TooFewWindows
-from ._forecaster_stats import MIN_EVIDENCE, SIGNIFICANCE
+from ._forecaster_calibration import ConformalIntervals
+from ._forecaster_inputs import NetworkInputs
+from ._forecaster_stats import MIN_EVIDENCE
 from ._forecaster_stats import col_stats as _col_stats
 from ._forecaster_stats import evidence as _evidence
-from ._forecaster_stats import l1_weight as _l1_weight
-from ._forecaster_stats import level_weights as _level_weights
-from ._forecaster_stats import significantly_positive as _significantly_positive
 from ..runtime._progress import progress_phase
-from ..estimators._classes import TransformerRegressor
+from ..estimators.regressors import TransformerRegressor
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -107,8 +48,6 @@ _INTERVALS = ("conformal", "quantile", None)
 #: intervals="quantile": the levels the network learns unless quantile_levels says
 QUANTILE_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 _BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
-# how many times the calibration fit checks its held-out error
-_CHECKS = 10
 
 
 class ForecastSpec(NamedTuple):
@@ -145,7 +84,7 @@ class ForecastSpec(NamedTuple):
     interval: Callable[[float], tuple[Any, Any, Any]] | None
 
 
-class TransformerForecaster(ClassicalPath, EstimatorParams):
+class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, EstimatorParams):
     """Multi-horizon forecaster over one series or many (one global model).
 
     Parameters
@@ -297,67 +236,6 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
             loss="pinball" if pinball else "squared_error",
             quantiles=self.levels_ * n_targets if pinball else None)
 
-    # ---- data ------------------------------------------------------------
-    def _targets(self, series: list[F64]) -> list[F64]:
-        """The model's series: each channel alone when channel-independent."""
-        if self.channel_independent and self.k_ > 1:
-            return [s[:, j:j + 1] for s in series for j in range(self.k_)]
-        return series
-
-    def _per_target(self, items: list[F64] | None) -> list[F64] | None:
-        if items is None or not (self.channel_independent and self.k_ > 1):
-            return items
-        return [a for a in items for _ in range(self.k_)]
-
-    def _tokens(self, context: F64, mask: npt.NDArray[np.bool_], extra: F64 | None
-                ) -> tuple[F64, F64, F64, F64, list[F64] | F64]:
-        """Scaled, patched, newest-first tokens of windows (n, W, c) -> the scale
-        (mu, sd), the baseline forecast in scaled units (n, horizon, k_out), and the
-        model input (a dense (n, N, F) array, or a list of (N_i, F) arrays when some
-        are padded)."""
-        ko = self.k_out_
-        mu, sd = win.scale_stats(context, mask, ko)
-        x = context.copy()
-        x[:, :, :ko] = (x[:, :, :ko] - mu) / sd
-        base = self._baseline(self.baseline_, x[:, :, :ko], mask)
-        if x.shape[2] > ko:   # past covariates: fit-time standardisation
-            x[:, :, ko:] = (x[:, :, ko:] - self.cov_mean_) / self.cov_std_
-        p, pm = win.patchify(x, mask, self.patch_len_, self.patch_stride_)
-        p, pm = p[:, ::-1], pm[:, ::-1]
-        if extra is not None:
-            p = np.concatenate([p, np.broadcast_to(extra[:, None, :], p.shape[:2]
-                                                   + extra.shape[1:])], axis=2)
-        p = np.ascontiguousarray(p)
-        if pm.any():
-            n_valid = (~pm).sum(axis=1)
-            return mu, sd, base, p, [p[i, :max(int(v), 1)] for i, v in enumerate(n_valid)]
-        return mu, sd, base, p, p
-
-    def _baseline(self, name: str, x: F64, mask: npt.NDArray[np.bool_]) -> F64:
-        """The baseline forecast `name` (n, horizon, k_out) from scaled contexts x."""
-        if name == "seasonal_naive":
-            return win.seasonal_naive(x, self.horizon_, self._base_period())
-        if name == "seasonal_mean":
-            return _season.profile(x, mask, self.horizon_, self._base_period())
-        if name == "combined":
-            return 0.5 * (self._baseline("seasonal_naive", x, mask)
-                          + self._baseline("seasonal_mean", x, mask))
-        return np.zeros((x.shape[0], self.horizon_, x.shape[2]))
-
-    def _extra(self, static: list[F64] | None, future: list[F64] | None,
-               index: npt.NDArray[np.intp], origins: npt.NDArray[np.intp] | None) -> F64 | None:
-        parts = []
-        if static is not None:
-            parts.append(np.stack([static[i] for i in index]))
-        if future is not None:
-            h = self.horizon_
-            rows = []
-            for i, t in zip(index, origins if origins is not None else [None] * len(index)):
-                f = future[i] if t is None else future[i][t:t + h]
-                rows.append(((f - self.fut_mean_) / self.fut_std_).reshape(-1))
-            parts.append(np.stack(rows))
-        return np.concatenate(parts, axis=1) if parts else None
-
     # ---- fit / predict ---------------------------------------------------
     def fit(self, y: Any, X: Any = None, *, X_future: Any = None, static: Any = None,
             sample_weight: Any = None) -> TransformerForecaster:
@@ -398,9 +276,9 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
         self.method_ = "network"
         self.baseline_ = "seasonal_naive" if self.baseline == "auto" else self.baseline
         self.blend_ = 1.0
-        cov = self._aligned("X", X, series)
-        fut = self._aligned("X_future", X_future, series)
-        stat = self._static(static, len(series))
+        cov = win.aligned("X", X, series)
+        fut = win.aligned("X_future", X_future, series)
+        stat = win.static_features(static, len(series))
         lengths = [s.shape[0] for s in series]
         self.window_ = (win.check_int("window", self.window, 2) if self.window is not None
                         else win.default_window(lengths, h, self.season_))
@@ -464,147 +342,6 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
         self.n_series_ = len(series)
         return self
 
-    def _season(self, series: list[F64]) -> int:
-        """The season: as given, else the index frequency's, else the data's."""
-        if self.season is not None:
-            return int(self.season)
-        med = int(np.median([s.shape[0] for s in series]))
-        metas = self.time_index_ or []
-        found = {_pandas.season(m) for m in metas}
-        if len(found) == 1:
-            m = found.pop()
-            if m is not None and med >= 2 * m:
-                return m
-        return _season.detect(series)
-
-    def _auto_baseline(self, scaled: F64, x: F64, mask: npt.NDArray[np.bool_]) -> str:
-        """baseline="auto"'s choice from the held-out windows' scaled targets and
-        contexts: "combined" on too little evidence, else the default baseline unless
-        the other one has a significantly smaller absolute error there."""
-        if self.evidence_ < MIN_EVIDENCE:
-            return "combined"
-        default, other = (("seasonal_naive", "seasonal_mean") if self._base_period() > 1
-                          else ("seasonal_mean", "seasonal_naive"))
-        err = {name: np.mean(np.abs(scaled - self._baseline(name, x, mask)), axis=(1, 2))
-               for name in (default, other)}
-        return other if _significantly_positive(err[default] - err[other],
-                                                self.evidence_) else default
-
-    def _base_period(self) -> int:
-        """The baseline's period: the season when the window holds one, else 1."""
-        return self.season_ if self.season_ <= self.window_ else 1
-
-    def _min_context(self) -> int:
-        """Real steps a training window's context needs: a scale estimated from fewer
-        steps than this is too noisy to train on (its targets blow up)."""
-        return int(min(self.window_, max(self.patch_len_, self.horizon_, 4)))
-
-    def _held_out(self, w: win.Windows) -> npt.NDArray[np.bool_]:
-        """Which training windows the calibration fit holds out: the last origins of
-        each series (``calibration`` of them, at most a quarter of its windows)."""
-        order = np.lexsort((w.origin, w.series))
-        per = np.bincount(w.series[order])
-        if self.calibration is not None:
-            n_cal = int(self.calibration)
-        else:
-            n_cal = max(1, math.ceil(200 / max(int((per > 0).sum()), 1)))
-        cal = np.zeros(len(w.origin), bool)
-        start = 0
-        for cnt in per:
-            take = min(n_cal, max(cnt // 4, 1)) if cnt > 1 else 0
-            cal[order[start + cnt - take:start + cnt]] = True
-            start += cnt
-        if not cal.any() or cal.all():
-            raise TooFewWindows("too few training windows to hold some out for the "
-                                "conformal calibration")
-        return cal
-
-    def _calibrate(self, cal: npt.NDArray[np.bool_], xin: list[F64] | F64, tgt: F64,
-                   seed: int, n_tok: int) -> tuple[F64, int, float]:
-        """Train without the held-out windows `cal`, checking the error on them every
-        few epochs: (scaled absolute errors (n_cal, horizon * k_out) of the best check,
-        the epochs it had trained, the network's weight there).
-
-        The weight shrinks the network's output towards the baseline: at each check,
-        the factor c in [0, 1] with the smallest held-out absolute error (the error
-        MASE scores; the network trains on squared error) of c times the network's
-        outputs against the residual targets (c = 0, the baseline alone, exactly,
-        when the baseline is exact on most of them or the outputs do not correlate
-        positively with them); the best check has the smallest absolute error."""
-        pick, held = np.flatnonzero(~cal), np.flatnonzero(cal)
-
-        def sub(ix: npt.NDArray[np.intp]) -> list[F64] | F64:
-            return [xin[i] for i in ix] if isinstance(xin, list) else xin[ix]
-        model = self._regressor(len(pick), n_tok, seed, tgt.shape[1])
-        total = model.epochs
-        chunk = max(1, total // _CHECKS)
-        model.set_params(epochs=chunk, warm_start=True)
-        x_fit, x_held, y_fit = sub(pick), sub(held), self._repeat_levels(tgt[pick])
-        best, best_err, best_epochs, best_c, done = None, math.inf, total, 1.0, 0
-        y_held = tgt[held]
-        with progress_phase("held-out run"):   # one bar over its warm-started fits
-            while done < total:
-                model.fit(x_fit, y_fit)
-                done += chunk
-                levels = self._levels_sorted(model.predict(x_held), len(held))
-                point = levels[..., self.levels_.index(0.5)]
-                c = _l1_weight(point, y_held)
-                score = float(np.mean(np.abs(c * point - y_held)))
-                if score < best_err:
-                    best, best_err, best_epochs, best_c = levels, score, done, c
-        assert best is not None
-        return self._scores(y_held, best, best_c), best_epochs, best_c
-
-    def _repeat_levels(self, tgt: F64) -> F64:
-        """Targets (n, horizon * k_out) as the network's columns: each once per level."""
-        return np.repeat(tgt, len(self.levels_), axis=1) if len(self.levels_) > 1 else tgt
-
-    def _levels_sorted(self, out: Any, n: int) -> F64:
-        """The network's outputs for n windows as (n, horizon * k_out, n_levels), the
-        levels sorted ascending at every value (the rearrangement that keeps
-        quantiles from crossing; it never increases the pinball loss)."""
-        a = np.asarray(out, dtype=np.float64).reshape(n, -1, len(self.levels_))
-        return np.sort(a, axis=-1)
-
-    def _scores(self, y: F64, levels: F64 | None, c: float) -> F64:
-        """The calibration scores of held-out residual targets y (n, horizon * k_out)
-        against c times the sorted network outputs `levels` (None: zeros, the
-        baseline alone): "conformal", the absolute errors of the point forecast
-        (n, horizon * k_out); "quantile", the signed residuals of every level
-        (n, horizon * k_out, n_levels), from which an interval's conformity scores
-        are made (_half_width)."""
-        if levels is None:
-            levels = np.zeros(y.shape + (len(self.levels_),))
-        if self.intervals == "quantile":
-            out: F64 = y[..., None] - c * levels
-            return out
-        return np.abs(y - c * levels[..., 0])
-
-    def _aligned(self, name: str, X: Any, series: list[F64]) -> list[F64] | None:
-        if X is None:
-            return None
-        items, _ = win.series_list(name, X if isinstance(X, (list, tuple)) or len(series) == 1
-                                   else list(X))
-        if len(items) != len(series):
-            raise ValueError(f"{name} must give one array per series ({len(series)}), "
-                             f"got {len(items)}")
-        for i, (a, s) in enumerate(zip(items, series)):
-            if a.shape[0] != s.shape[0]:
-                raise ValueError(f"{name} for series {i} must have {s.shape[0]} rows (the "
-                                 f"length of y), got {a.shape[0]}")
-        return items
-
-    def _static(self, static: Any, n: int) -> list[F64] | None:
-        if static is None:
-            return None
-        a = np.asarray(static, dtype=np.float64)
-        if a.ndim == 1 and n == 1:
-            a = a[None]
-        if a.ndim != 2 or a.shape[0] != n or not np.all(np.isfinite(a)):
-            raise ValueError(f"static must be finite per-series features (n_series={n}, s), "
-                             f"got shape {np.shape(static)}")
-        return list(a)
-
     # ---- persistence ---------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the forecaster (hyper-parameters, the wrapped regressor's weights,
@@ -659,7 +396,7 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
             if series[0].shape[1] != self.k_:
                 raise ValueError(f"y must have {self.k_} channel(s) as at fit, got "
                                  f"{series[0].shape[1]}")
-            cov = self._aligned("X", X, series)
+            cov = win.aligned("X", X, series)
         if (cov is None) != (self.cov_mean_ is None):
             raise ValueError("X (past covariates) must be given at predict exactly when it "
                              "was given at fit")
@@ -697,22 +434,6 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
         raw = self._levels_sorted(self.regressor_.predict(xin), len(targets))
         raw = raw.reshape(len(targets), h, self.k_out_, len(self.levels_))
         return self.blend_ * raw + base[..., None], mu, sd, was_list, index
-
-    def _point(self, q: F64) -> F64:
-        """The point forecasts (the median level) of _forecast's scaled levels."""
-        out: F64 = q[..., self.levels_.index(0.5)]
-        return out
-
-    def _ends(self, q: F64, coverage: float) -> tuple[F64, F64]:
-        """The interval's scaled ends (n_targets, horizon, k_out) from _forecast's
-        levels q: the interpolated levels (1 -+ coverage) / 2 (the point forecast
-        with intervals="conformal") widened by the conformal half-width, each end
-        kept on its side of the point forecast."""
-        w_lo, w_hi, half = self._interval(coverage)
-        point = self._point(q)
-        lower = np.minimum(q @ w_lo - half, point)
-        upper = np.maximum(q @ w_hi + half, point)
-        return lower, upper
 
     def _merge(self, a: F64) -> F64:
         """(n_targets, h, k_out) -> (n_series, h, k)."""
@@ -782,43 +503,6 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
             return self._one_or_list([_pandas.interval(m, a, b) for m, a, b in
                                       zip(index, lower, upper)], was_list)
         return self._one_or_list(list(zip(lower, upper)), was_list)
-
-    def _interval(self, coverage: float) -> tuple[F64, F64, F64]:
-        """(weights of the sorted levels for the lower end (n_levels,), for the upper
-        end, the conformal half-width (1, horizon, k_out) in scaled units) of the
-        central `coverage` interval (ValueError: a bad coverage, no intervals, levels
-        outside the learned ones)."""
-        a, b = win.interval_levels(coverage)
-        if self.calibration_scores_ is None:
-            raise ValueError("this forecaster was fitted with intervals=None: no intervals")
-        if len(self.levels_) == 1:
-            w_lo = w_hi = np.ones(1)
-        else:
-            w_lo, w_hi = self._level_weights(a, coverage), self._level_weights(b, coverage)
-        return w_lo, w_hi, self._half_width(float(coverage), w_lo, w_hi)
-
-    def _level_weights(self, p: float, coverage: float) -> F64:
-        """Weights of the sorted learned levels that interpolate level p linearly."""
-        return _level_weights(self.levels_, p, coverage)
-
-    def _half_width(self, coverage: float, w_lo: F64, w_hi: F64) -> F64:
-        """Per horizon step (and k_out channel): the conformal quantile of the
-        calibration windows' conformity scores, level ceil((n + 1) * coverage) / n of
-        the n windows, made non-decreasing along the horizon (its running maximum: an
-        error further ahead is not expected to be smaller, and the running maximum
-        steadies the quantiles of a few, overlapping calibration windows);
-        (1, horizon, k_out). The scores: "conformal", the absolute errors of the point
-        forecast; "quantile", how far the value lies outside the interval of the
-        learned levels (w_lo, w_hi), max(lower - y, y - upper), negative inside it
-        (conformalized quantile regression, Romano et al. 2019)."""
-        s = self.calibration_scores_
-        assert s is not None
-        e = s if s.ndim == 2 else np.maximum(-(s @ w_lo), s @ w_hi)
-        n = e.shape[0]
-        level = min(1.0, math.ceil((n + 1) * coverage) / n)
-        q = np.quantile(e, level, axis=0, method="higher")
-        out: F64 = np.maximum.accumulate(q.reshape(1, self.horizon_, self.k_out_), axis=1)
-        return out
 
     def predict_quantiles(self, y: Any = None, X: Any = None, *, X_future: Any = None,
                           quantiles: Any = (0.1, 0.5, 0.9)) -> Any:

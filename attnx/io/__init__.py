@@ -30,7 +30,7 @@ from typing import Any
 from ..forecasting import _forecaster_state
 from ..estimators import _state
 from ..estimators._model_file import FORMAT, FORMAT_VERSION, _checksum, check_saveable, read, write
-from ..estimators._classes import ESTIMATORS
+from ..estimators._registry import ESTIMATORS
 from ..forecasting.forecaster import FORECASTERS
 
 __all__ = ["save", "load", "FORMAT", "FORMAT_VERSION"]

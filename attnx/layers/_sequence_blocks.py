@@ -8,7 +8,7 @@ pooled by "mean", "last" or not at all: `whole_applies`). `stack_for` builds
 both per signature of a set of buffers (the blocks' key padding mask, training
 or inference, dropout, thread counts, the attention layers' paths) and keeps
 them on those buffers, so a training step spends no Python between the
-kernels. The per-layer path (SequenceModel._block_forward / _block_backward and
+kernels. The per-layer path (block_forward / block_backward below and
 the ends around it) stays for kernels a test swaps in and for the other
 configurations; both run the same kernels in the same order.
 """
@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..kernels import _attnargs, _seq
+import numpy as np
+
+from ..kernels import _attnargs, _mlp, _seq
 from ..kernels._blocks import BlockStack
 from ..kernels._model_pass import ModelPass
 from .attention import _Last as _AttentionLast
 
 if TYPE_CHECKING:
-    import numpy as np
     import numpy.typing as npt
 
+    from ..runtime._typing import FloatArray
     from ._sequence_buffers import _Buffers
     from ._sequence_view import SequenceView
 
@@ -127,3 +129,80 @@ def _whole(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
         ends[f"{head}.d{part}"] = g.get(name)
     ends["pos.dP"] = g["pos.P"] if grad and m.positional == "learned" else None
     return ModelPass(stack, ends)
+
+
+# ---- the per-layer path, forward beside backward --------------------------------
+def block_forward(m: SequenceView, i: int, b: _Buffers, km: _U8Array | None, nb: int, t: int,
+                   grad: bool, drop: bool, threads: int, nth: int) -> None:
+    """Block i of the per-layer path: H_{i+1} from H_i (b.hs[i]); the formulas are
+    SequenceModel's docstring's."""
+    k, w, p = m._k, m._w, f"layers.{i}."
+    att = m.attn[i]
+    ws, _ = att._workspace(nb, t, t, False, grad, threads)
+    hi, zt = b.hs[i], b.zt[i]
+    if m.norm == "pre":
+        k.layernorm_forward(hi, w[p + "ln1.g"], w[p + "ln1.b"], b.u1[i], b.st1[i],
+                            LN_EPS, nth)
+        ain = b.u1[i]
+    else:
+        ain = hi
+    branch = b.branch if drop else None   # set whenever drop
+    if branch is not None:  # Z~ = H + mask1 * Attn(.)
+        att._forward_buffers(ain, None, km, branch, nb, grad, ws, threads)
+        k.masked_add(zt, hi, branch, None, b.m1[i], nth)
+    else:     # the attention kernel adds the residual itself
+        att._forward_buffers(ain, None, km, zt, nb, grad, ws, threads, residual=hi)
+    if m.norm == "pre":
+        k.layernorm_forward(zt, w[p + "ln2.g"], w[p + "ln2.b"], b.u2[i], b.st2[i],
+                            LN_EPS, nth)
+        u2 = b.u2[i]
+    else:
+        u2 = zt
+    # the MLP kernel returns MLP(u2) + u2 (its own residual)
+    out = branch if branch is not None else b.hs[i + 1]
+    _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
+                     b.hid[i], b.s[i], b.sg[i] if grad else None, out, nthreads=threads)
+    if branch is not None:  # H' = Z~ + mask2 * (out - u2)
+        k.masked_add(b.hs[i + 1], zt, branch, u2, b.m2[i], nth)
+    elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
+        k.add_sub(b.hs[i + 1], zt, u2, nth)
+
+
+def block_backward(m: SequenceView, i: int, b: _Buffers, dcur: FloatArray, drop: bool, threads: int,
+                    nth: int) -> None:
+    """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
+    k, w, g, p = m._k, m._w, m._g, f"layers.{i}."
+    pre = m.norm == "pre"
+    u2 = b.u2[i] if pre else b.zt[i]
+    # MLP branch: dbr = dL/d(branch output); the kernel returns dL/du2 + dbr in db
+    drop_buf = b.dbr if drop else None   # set whenever drop
+    if drop_buf is not None:
+        k.masked_add(drop_buf, None, dcur, None, b.m2[i], nth)
+        dbr = drop_buf
+    else:
+        dbr = dcur
+    _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
+                      b.dhid, (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
+                      b.db, nthreads=threads)
+    if pre:   # dZ~ = LN2'(db - dbr) + dcur
+        k.add_sub(b.db, None, dbr, nth)
+        k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
+                             g[p + "ln2.b"], b.dzt, dcur, b.part, nth)
+    elif drop:  # dZ~ = (db - dbr) + dcur
+        np.copyto(b.dzt, b.db)
+        k.add_sub(b.dzt, dcur, dbr, nth)
+    else:       # the kernel's residual already is dcur
+        b.dzt, b.db = b.db, b.dzt
+    # attention branch: datt = dL/d(attention output)
+    if drop_buf is not None:
+        k.masked_add(drop_buf, None, b.dzt, None, b.m1[i], nth)
+        datt = drop_buf
+    else:
+        datt = b.dzt
+    if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
+        m.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
+        k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], b.st1[i], g[p + "ln1.g"],
+                             g[p + "ln1.b"], dcur, b.dzt, b.part, nth)
+    else:     # dH = dZ~ + attention'(datt)
+        np.copyto(dcur, b.dzt)
+        m.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _instance_norm, _pooling, _sequence_blocks, _sequence_params, _stem
-from ..kernels import _mlp, _seq
+from ..kernels import _seq
 from ..kernels._embed import cls_backward, cls_forward
 from ..kernels._blas import check_blas_int
 from ..runtime._threads import blas_single, threads_for
@@ -369,7 +369,7 @@ class SequenceModel(_AttentionStack):
                     att._last = last
         else:
             for i in range(self.n_layers):
-                self._block_forward(i, b, km, nb, t, grad, drop, threads, nth)
+                _sequence_blocks.block_forward(self, i, b, km, nb, t, grad, drop, threads, nth)
         if b.stf is not None:  # pre-norm: the final LayerNorm
             k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
@@ -385,40 +385,6 @@ class SequenceModel(_AttentionStack):
     def _nth(self, rows: int, threads: int) -> int:
         """Threads for the elementwise kernels: one for small work."""
         return threads if rows * self.d_model >= 16384 else 1
-
-    def _block_forward(self, i: int, b: _Buffers, km: _U8Array | None, nb: int, t: int,
-                       grad: bool, drop: bool, threads: int, nth: int) -> None:
-        """H_{i+1} from H_i (b.hs[i]); see the class docstring for the formulas."""
-        k, w, p = self._k, self._w, f"layers.{i}."
-        att = self.attn[i]
-        ws, _ = att._workspace(nb, t, t, False, grad, threads)
-        hi, zt = b.hs[i], b.zt[i]
-        if self.norm == "pre":
-            k.layernorm_forward(hi, w[p + "ln1.g"], w[p + "ln1.b"], b.u1[i], b.st1[i],
-                                LN_EPS, nth)
-            ain = b.u1[i]
-        else:
-            ain = hi
-        branch = b.branch if drop else None   # set whenever drop
-        if branch is not None:  # Z~ = H + mask1 * Attn(.)
-            att._forward_buffers(ain, None, km, branch, nb, grad, ws, threads)
-            k.masked_add(zt, hi, branch, None, b.m1[i], nth)
-        else:     # the attention kernel adds the residual itself
-            att._forward_buffers(ain, None, km, zt, nb, grad, ws, threads, residual=hi)
-        if self.norm == "pre":
-            k.layernorm_forward(zt, w[p + "ln2.g"], w[p + "ln2.b"], b.u2[i], b.st2[i],
-                                LN_EPS, nth)
-            u2 = b.u2[i]
-        else:
-            u2 = zt
-        # the MLP kernel returns MLP(u2) + u2 (its own residual)
-        out = branch if branch is not None else b.hs[i + 1]
-        _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                         b.hid[i], b.s[i], b.sg[i] if grad else None, out, nthreads=threads)
-        if branch is not None:  # H' = Z~ + mask2 * (out - u2)
-            k.masked_add(b.hs[i + 1], zt, branch, u2, b.m2[i], nth)
-        elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
-            k.add_sub(b.hs[i + 1], zt, u2, nth)
 
     def backward(self, dy: npt.ArrayLike, *,
                  out: FloatArray | None = None) -> FloatArray | None:
@@ -482,7 +448,7 @@ class SequenceModel(_AttentionStack):
                                        ).stack.backward()
         else:
             for i in reversed(range(self.n_layers)):
-                self._block_backward(i, b, dcur, drop, threads, nth)
+                _sequence_blocks.block_backward(self, i, b, dcur, drop, threads, nth)
         if b.demb is not None:   # the class token's rows
             cls_backward(dcur.reshape(nb, t, -1), b.demb.reshape(nb, n, -1), g["cls"],
                          nthreads=nth)
@@ -499,45 +465,6 @@ class SequenceModel(_AttentionStack):
             _stem.backward(self, b, kms, nb, b.lens, nth, dxi)
         if inorm and dxi is not None:
             _instance_norm.backward(self, b, kin, nb, nth, dx2)
-
-    def _block_backward(self, i: int, b: _Buffers, dcur: FloatArray, drop: bool, threads: int,
-                        nth: int) -> None:
-        """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
-        k, w, g, p = self._k, self._w, self._g, f"layers.{i}."
-        pre = self.norm == "pre"
-        u2 = b.u2[i] if pre else b.zt[i]
-        # MLP branch: dbr = dL/d(branch output); the kernel returns dL/du2 + dbr in db
-        drop_buf = b.dbr if drop else None   # set whenever drop
-        if drop_buf is not None:
-            k.masked_add(drop_buf, None, dcur, None, b.m2[i], nth)
-            dbr = drop_buf
-        else:
-            dbr = dcur
-        _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
-                          b.dhid, (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
-                          b.db, nthreads=threads)
-        if pre:   # dZ~ = LN2'(db - dbr) + dcur
-            k.add_sub(b.db, None, dbr, nth)
-            k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
-                                 g[p + "ln2.b"], b.dzt, dcur, b.part, nth)
-        elif drop:  # dZ~ = (db - dbr) + dcur
-            np.copyto(b.dzt, b.db)
-            k.add_sub(b.dzt, dcur, dbr, nth)
-        else:       # the kernel's residual already is dcur
-            b.dzt, b.db = b.db, b.dzt
-        # attention branch: datt = dL/d(attention output)
-        if drop_buf is not None:
-            k.masked_add(drop_buf, None, b.dzt, None, b.m1[i], nth)
-            datt = drop_buf
-        else:
-            datt = b.dzt
-        if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
-            self.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
-            k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], b.st1[i], g[p + "ln1.g"],
-                                 g[p + "ln1.b"], dcur, b.dzt, b.part, nth)
-        else:     # dH = dZ~ + attention'(datt)
-            np.copyto(dcur, b.dzt)
-            self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
 
     def _check_weights_kept(self) -> None:
         if self._last is None:

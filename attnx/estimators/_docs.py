@@ -1,0 +1,143 @@
+"""The estimators' parameter documentation, written once: the regressors and the
+classifiers build their docstrings' Parameters sections from it."""
+
+_COMMON_DOC = """
+    d_model : None or int. The model's width. None: the number of features of X;
+        with y of X's own shape (and no positional / norm / dropout / max_len) this
+        trains the bare attention model mapping X to Y directly, as attnx always did.
+    positional : "none", "sinusoidal", "learned" (a learned table of max_len rows)
+        or "rope" (rotary, in every attention layer; rope=True is the same).
+    norm : None (post-residual blocks) or "pre" (pre-LayerNorm blocks and a final
+        LayerNorm).
+    pooling : how one output per sequence is made (valid positions only):
+        "mean", "last", "max" (per feature, the maximum over the positions) or
+        "cls" (a learned class token put before the positions; the head reads its
+        final row; not with causal=True); per-position targets are not pooled.
+    stem : None, "auto", or a convolutional stem ((kernel, stride), ...) before
+        the embedding. "auto" picks two layers from the data at fit, at most 16
+        tokens: (min(8, T_min), s1) with s1 = 4 for T_max >= 32 (else 1), then
+        windows of 2 s2 every s2 = ceil(T_max / s1 / 16) steps (attnx.layers._stem.auto;
+        none for per-position targets). Per layer a 1-D convolution over time to
+        d_model channels ('same' zero padding, left (kernel-1)//2), a bias and
+        SiLU; the blocks then
+        see ceil(T / stride) tokens per layer, e.g. stem=((5, 1), (3, 2)) halves
+        the length. Token j of a layer of stride s covers steps j*s - (kernel-1)//2
+        to j*s + kernel//2 of its input. Every kernel must fit the shortest sequence
+        at its layer. Replaces patches: patch_len must be None (off with a stem) or
+        1. Per-position targets need strides of 1. With standardize=True the input
+        is scaled but not centred (the convolution's zero padding stays zero).
+    instance_norm : None, "input", "revin" (RevIN, Kim et al. 2022) or "auto"
+        (TransformerRegressor's default): "revin" for a regressor whose targets
+        (one per sequence) are in the units of X's series (one target and one
+        channel, or one per channel; each target's 5-95% range inside its channel's
+        1-99% range widened by a tenth, its std within a factor 2 of the
+        channel's: the next values of a series cut into windows), else None. "input":
+        each input series (sample, channel) is centred on its mean over its valid
+        steps and divided by sqrt(var + 1e-5) (in X's units) before the network,
+        so the network sees every series at one level and scale. "revin" (the
+        regressors only): the outputs are also mapped back, y_j = out_j * std_c +
+        mean_c of the sample's own series, output j by channel j when there are as
+        many outputs as channels, or every output by the one channel of univariate
+        X (ValueError otherwise): for targets in the units of X's channels, such as
+        forecasts. Instance normalisation replaces the input standardisation of
+        standardize=True (input_mean_ 0, input_scale_ 1); with "revin" y is not
+        standardised either (the de-normalisation puts the outputs at each
+        series' own level and scale), with "input" it is as usual. With patches
+        the statistics run over every step of a patch (the steps that fill a
+        sequence's partial last patch count as its last step, which they repeat).
+    instance_affine : RevIN's learnable per-channel gain and bias after the
+        normalisation (inverted before the de-normalisation); needs instance_norm
+        (with "auto": when it picks "revin").
+    tokenizer : what a token holds (one output per sequence only). "patch": the raw
+        values of its window (patch_len steps). "ppv": a description of the
+        window's local shapes: the 84 fixed length-9 kernels with weights -1 and 2
+        convolved with each channel (centred and scaled by its training mean and
+        std) at up to 8 dilations from 1 to (T_min - 1) / 8, and per kernel the
+        fractions of the window's valid steps where the output exceeds each of two
+        biases (its 0.2 and 0.8 quantiles on up to 8 training series): D * C * 168
+        features per token (attnx.estimators._ppv_tokens; the windows are the patches the
+        patch_len rule makes; with patch_len=None at most 4 windows, of
+        ceil(T_max / 4) steps). Fitted once at fit, not trained; the transformer
+        learns from the tokens. "auto" (TransformerClassifier's default): "ppv" for a
+        classifier with no stem and no instance_norm whose series have 64+ steps (the
+        longest, when lengths differ: then 16+ with one channel, and each series'
+        windows and dilations follow its length), else "patch". Not with a stem or per-position
+        targets; not exported to ONNX.
+    layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
+        (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays
+        for unequal lengths; "nct" aeon's and sktime's (n_cases, n_channels,
+        n_timepoints), or a list of (n_channels, n_timepoints_i) arrays. Explicit, never
+        guessed from the shapes. Targets per position keep (n, seq_len[, k]); the ONNX
+        graph takes (n, seq_len, n_features).
+    missing : what NaN in X means, in fit, predict, score and attention_weights:
+        "error" (a ValueError) or "mask": a time step with NaN in any channel is
+        missing as a whole and treated exactly as padding: a masked key in every
+        attention layer, left out of the pooling ("mean", "last", "max"; "cls"
+        reads the class token, which never attends to it), of the input
+        standardisation's statistics and of attention_weights, its values read as 0
+        (X itself is never modified). With patches (patch_len) a patch is masked
+        when all its steps are missing, else its missing steps read 0 (those after
+        the last observed step repeat it, as the steps filling a partial last patch
+        do: see patch_len); a stem's window reads them as 0 and is masked
+        when every step it covers is, as with padding. Masking keeps the positions
+        of the later steps: trailing NaN steps give the predictions of the shorter
+        sequence. Needs targets per sequence. Infinity stays a ValueError, as does a
+        sequence whose every step holds NaN, and NaN in y. The ONNX graph does the
+        same masking inside (attnx.io.onnx.export).
+    d_hidden : MLP width (None: 4 * d_model).
+    dropout : on the attention probabilities and the residual branches in training.
+    max_len : longest sequence for positional="learned" (None: the longest
+        training sequence); longer sequences are refused at predict.
+    n_heads, causal, bias, rope : attention options (see MultiHeadAttention).
+    epochs (alias max_iter) : passes over the data in fit. None (the Transformer
+        estimators' default): a budget of about 1500 AdamW steps, round(1500 /
+        batches per epoch) clipped to [30, 300]; a regressor first holds out 20% of
+        the samples (10 or more) and trains on the rest, scored on them every epoch:
+        once the network explains half of their variance (a strong signal) the fit
+        trains the whole budget, otherwise as many epochs as that run's best one
+        (30 epochs of patience, at least 5): on a weak signal a longer fit learns the
+        noise of a small set. The fit then trains on every sample from the same
+        initial weights; epoch_selection_ records the choice (without
+        validation_fraction, early_stopping or warm_start only).
+    batch_size : samples per AdamW step (a short last batch is padded with
+        zero-weighted rows, so every step sees one batch shape). Ragged input is
+        batched by length: the shuffled samples are cut into windows of 16 batches,
+        each window is sorted by length and cut into batches (padding stays small),
+        and the batches are shuffled.
+    lr (alias learning_rate_init), betas, eps, weight_decay : AdamW settings.
+    shuffle : reshuffle the samples every epoch (a numpy Generator seeded from
+        random_state; its state is saved with the model).
+    validation_fraction : part of the samples fit holds out for
+        validation_loss_curve_ (0 = none).
+    early_stopping, n_iter_no_change, tol : with early_stopping=True fit stops when
+        the validation loss (or the training loss without validation) has not
+        improved by tol for n_iter_no_change epochs, keeping the best weights; with
+        early_stopping=False a plateau of the training loss stops fit with a
+        ConvergenceWarning.
+    warm_start : fit continues from the fitted model instead of starting over.
+    random_state : None, an int, a numpy Generator or RandomState: initial
+        weights, shuffling and the validation split.
+    verbose : 0 prints nothing; 1 shows a progress bar per epoch (tqdm, on
+        stderr) with the running loss.
+    dtype : float32 or float64 for the weights and the computation.
+    distributed : with comm (MPI), "balanced": each rank shuffles its own shard and
+        takes ceil(batch_size / P) rows of it per step (reproducible for a given
+        seed and number of ranks P); "exact": the global batches of one process,
+        split over the ranks (the fit equals the single-process one to rounding,
+        but ranks pad to their largest share; no dropout). Without comm both are
+        the plain fit.
+"""
+
+_LOSS_DOC = """    loss : the training loss (elementwise, averaged over the outputs and the
+        samples): "squared_error" (MSE), "absolute_error" (MAE: a median
+        forecast), "huber" (quadratic within 1 of the target, linear beyond; in the
+        units the network is trained in, i.e. standardised targets unless
+        instance_norm="revin") or "pinball" (quantile regression: output column j
+        is trained as the quantiles[j] quantile of its target; to learn several
+        levels of one target, give y that column once per level). The
+        validation loss and epochs=None's held-out run score with the same loss
+        (that run's reference is the loss of predicting the training targets'
+        mean); score() stays R^2.
+    quantiles : with loss="pinball" only: one level in (0, 1) per output column
+        of y (the last axis).
+"""
