@@ -55,7 +55,9 @@ MOVED = {"attention": "layers.attention", "transformer": "layers.transformer",
          "sequence": "layers.sequence", "losses": "layers.losses", "optim": "layers.optim",
          "schedules": "layers.schedules", "ensemble": "estimators.ensemble",
          "forecaster": "forecasting.forecaster", "sktime": "forecasting.sktime",
-         "onnx": "io.onnx"}
+         "onnx": "io.onnx",
+         # pickles of MultiHeadAttention and Transformer name its rebuild function
+         "_params": "runtime._params"}
 
 
 class _MovedFinder(_abc.MetaPathFinder, _abc.Loader):
