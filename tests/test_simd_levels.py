@@ -161,15 +161,15 @@ print(json.dumps({"level": _ops.simd_level(), "name": _ops.simd_level_name(),
 # (see attnx/kernels/_ops.pxd); new kernel modules are found here without editing this file.
 DISCOVER = r"""
 import importlib, importlib.machinery, os
-import attnx
+import attnx.kernels
 
 def dispatching_modules():
     found = {}
-    folder = os.path.dirname(attnx.__file__)
+    folder = os.path.dirname(attnx.kernels.__file__)
     for fn in sorted(os.listdir(folder)):
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             if fn.endswith(suffix):
-                mod = importlib.import_module("attnx." + fn[:-len(suffix)])
+                mod = importlib.import_module("attnx.kernels." + fn[:-len(suffix)])
                 if hasattr(mod, "dispatch_state"):
                     found[mod.__name__.split(".")[-1]] = list(mod.dispatch_state())
                 break

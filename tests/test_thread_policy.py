@@ -198,7 +198,7 @@ def _child(code, cwd, **env):
 def test_environment_of_a_fresh_process(tmp_path):
     """What a process started by a launcher gets: OMP_NUM_THREADS caps every call, MPI
     ranks on one node share its CPUs."""
-    code = ("from attnx import _threads, _cpus; "
+    code = ("from attnx.runtime import _threads, _cpus; "
             "print(_threads.num_threads(), _threads._USABLE, len(_cpus.affinity()))")
     n, usable, cpus = map(int, _child(code, tmp_path, OMP_NUM_THREADS="1"))
     assert n == 1

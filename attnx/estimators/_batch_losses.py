@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..kernels._seq import cross_entropy_rows
-from ..layers.losses import elementwise, mse_loss
+from ..layers import losses
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -27,9 +27,9 @@ def regression_batch_loss(batch: Batch, m: int, loss: str = "squared_error",
     pinball loss with level quantiles[j] for output column j (the last axis of y)."""
     if loss == "squared_error" and batch.w is None:
         if m == batch.shape[0]:
-            value, _ = mse_loss(batch.y, batch.y_true, out=batch.dy)
+            value, _ = losses.mse_loss(batch.y, batch.y_true, out=batch.dy)
         else:
-            value, _ = mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
+            value, _ = losses.mse_loss(batch.y[:m], batch.y_true[:m], out=batch.dy[:m])
             batch.dy[m:] = 0  # padding rows contribute nothing to the gradients
         return value, m
     if batch.w is None:
@@ -43,7 +43,7 @@ def regression_batch_loss(batch: Batch, m: int, loss: str = "squared_error",
         batch.dy[...] = 0
         return 0.0, 0.0
     diff = batch.y.astype(np.float64) - batch.y_true
-    elem, grad = elementwise(loss, diff, quantiles)
+    elem, grad = losses.elementwise(loss, diff, quantiles)
     scale = per_weight * total
     value = float((wb * elem).sum()) / scale
     np.multiply(wb * grad, 1.0 / scale, out=batch.dy, casting="unsafe")
