@@ -54,7 +54,7 @@ export ATTNX_REQUIRE_TORCH=${ATTNX_REQUIRE_TORCH:-1}
 # and the checkout's own attnx/ must not shadow the sanitized one
 cd "$WORK"
 $PY -c "import attnx, sys; assert attnx.__file__.startswith('$WORK'), attnx.__file__; \
-from attnx import _ops; print('sanitized attnx from', attnx.__file__, '- SIMD', _ops.simd_level_name())"
+from attnx.kernels import _ops; print('sanitized attnx from', attnx.__file__, '- SIMD', _ops.simd_level_name())"
 
 T="$ROOT/tests"
 SUBSET="$T/test_kernels.py $T/test_blas.py $T/test_blocked.py $T/test_attention.py

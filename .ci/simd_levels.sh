@@ -35,7 +35,7 @@ names=(portable avx2 avx512)
 ran=()
 for level in $(seq 0 "$max"); do
     echo "== SIMD level $level (${names[$level]}): kernel-level tests"
-    got=$(ATTNX_SIMD=$level $PY -c "from attnx import _ops; print(_ops.simd_level())")
+    got=$(ATTNX_SIMD=$level $PY -c "from attnx.kernels import _ops; print(_ops.simd_level())")
     if [[ "$got" != "$level" ]]; then
         echo "ATTNX_SIMD=$level asked, but attnx dispatches to level $got on a CPU that has it" >&2
         exit 1

@@ -186,7 +186,7 @@ def machine() -> dict[str, object]:
             cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    code = ("import json, attnx, threadpoolctl; from attnx import _ops; print(json.dumps("
+    code = ("import json, attnx, threadpoolctl; from attnx.kernels import _ops; print(json.dumps("
             "[_ops.simd_level_name(), [{k: i.get(k) for k in ('internal_api', 'version', "
             "'architecture', 'num_threads', 'filepath')} for i in threadpoolctl.threadpool_info()]]))")
     level, pools = json.loads(subprocess.run([sys.executable, "-c", code], env=_env({}),
