@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 
 from legacy_defaults import OLD, OLD_CLS  # noqa: F401
 import attnx
-import attnx.estimators._estimator as base_mod
+import attnx.estimators._inference as inference_mod
 import attnx.layers.losses as losses_mod
 from attnx.datasets import max_position_task, mixing_task
 from attnx.estimators import NotFittedError, TrainingDivergedError
@@ -195,7 +195,7 @@ def test_predict_in_odd_chunks_matches_one_forward(cls, task, monkeypatch):
     X, Y, Xt, _ = task
     est = small(cls, epochs=1).fit(X, Y)
     whole = est.model_.forward(Xt[:53], grad=False).copy()
-    monkeypatch.setattr(base_mod, "_PREDICT_ROWS", 7 * 6)  # chunks of 7 samples
+    monkeypatch.setattr(inference_mod, "_PREDICT_ROWS", 7 * 6)  # chunks of 7 samples
     for n in (1, 7, 13, 53):
         p = est.predict(Xt[:n])
         assert p.shape == (n, 6, 4) and p.dtype == np.float32

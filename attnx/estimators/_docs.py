@@ -105,6 +105,22 @@ _COMMON_DOC = """
         each window is sorted by length and cut into batches (padding stays small),
         and the batches are shuffled.
     lr (alias learning_rate_init), betas, eps, weight_decay : AdamW settings.
+    lr_schedule, warmup : the learning rate over the fit's steps. "constant";
+        "warmup_cosine": a linear warm-up over the first `warmup` fraction of the
+        steps, then a cosine decay to 0; "one_cycle": up to lr over the warm-up, then
+        down to lr / 1e4.
+    max_grad_norm : clip the gradient to this global L2 norm before each AdamW step
+        (None: no clipping).
+    decay : which parameters weight_decay applies to: "all", or "matrices" (weight
+        matrices only, not biases, norms or position tables).
+    standardize : scale each input channel (and a regressor's targets) by the
+        training data's mean and a power-of-two scale, folded into the first and last
+        layers after the fit: predict, saved files and ONNX graphs take raw units.
+    patch_len : steps per token (one output per sequence only). None: ceil(T_max /
+        16) raw-value tokens (with PPV tokens a window of ceil(T_max / 4), or one that
+        follows each series' length for ragged sets); 1: one token per step. A
+        sequence that ends inside a patch repeats its last step to the patch's end;
+        per-position targets always use 1.
     shuffle : reshuffle the samples every epoch (a numpy Generator seeded from
         random_state; its state is saved with the model).
     validation_fraction : part of the samples fit holds out for

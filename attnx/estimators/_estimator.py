@@ -551,13 +551,6 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         _state.set_state(self, *state["attnx_state"])
 
 
-def store(est: SequenceEstimator, args: Mapping[str, Any]) -> None:
-    """Keep every constructor argument unchanged, as scikit-learn requires."""
-    for name, value in args.items():
-        if name not in ("self", "__class__"):
-            setattr(est, name, value)
-
-
 def _check_comm_options(dist: distributed.Local, cfg: Config) -> None:
     dist.configure(cfg.distributed)  # "balanced" or "exact" batches
     if dist.distributed and dist.exact and cfg.dropout > 0:

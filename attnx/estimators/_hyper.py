@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypedDict, cast
 
 import numpy as np
 
@@ -22,10 +22,17 @@ from ..runtime._params import check_dtype, check_positive_int
 from ..layers.losses import REGRESSION_LOSSES
 from ..layers.optim import _check_hyper
 
+from collections.abc import Mapping
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Literal, Union
 
+    from numpy.typing import DTypeLike
+
+    from ..runtime._typing import RandomStateLike
+
+    #: class_weight: None, "balanced" or a dict label -> weight.
+    ClassWeight = Union[None, Literal["balanced"], Mapping[Any, float]]
     Positional = Literal["none", "sinusoidal", "learned", "rope"]
     Norm = Union[None, Literal["pre"]]
     Pooling = Literal["mean", "last", "max", "cls"]
@@ -199,80 +206,214 @@ class Unchecked(Constraint):
         return value
 
 
-#: the constraints every estimator shares, in the order they are checked
-COMMON: dict[str, Constraint] = {
-    "n_heads": PositiveInt(),
-    "causal": Bool(), "bias": Bool(), "rope": Bool(), "shuffle": Bool(),
-    "early_stopping": Bool(), "warm_start": Bool(),
-    "epochs": Alias("max_iter", 100, PositiveInt(optional=True)),
-    "batch_size": PositiveInt(),
-    "lr": Alias("learning_rate_init", 1e-3),
-    "betas": Unchecked(), "eps": Unchecked(), "weight_decay": Unchecked(),
-    "validation_fraction": Real(0.0, 1.0, "in [0, 1)"),
-    "n_iter_no_change": PositiveInt(optional=True),
-    "tol": Real(0.0, math.inf, ">= 0"),
-    "verbose": Verbose(),
-    "dtype": Dtype(),
-    "d_model": PositiveInt(optional=True),
-    "d_hidden": PositiveInt(optional=True),
-    "positional": OneOf(POSITIONAL, "positional must be one of {options}, got {value!r}"),
-    "norm": OneOf((None, "pre"), "norm must be None or 'pre', got {value!r}"),
-    "pooling": OneOf(("mean", "last", "max", "cls"),
-                     "pooling must be one of {options} (how one output per sequence is "
-                     "made; per-position targets use no pooling), got {value!r}"),
-    "dropout": Real(0.0, 1.0, "in [0, 1)"),
-    "max_len": PositiveInt(optional=True),
-    "max_iter": Unchecked(), "learning_rate_init": Unchecked(),
-    "random_state": Unchecked(),
-    "lr_schedule": OneOf(("constant", "warmup_cosine", "one_cycle"),
-                         "lr_schedule must be one of {options}, got {value!r}"),
-    "warmup": Real(0.0, 1.0, "in [0, 1) (a fraction of the fit's steps)"),
-    "max_grad_norm": PositiveReal(optional=True),
-    "decay": OneOf(("all", "matrices"), "decay must be one of {options} (which parameters "
-                   "weight_decay applies to), got {value!r}"),
-    "standardize": Bool(),
-    "patch_len": PatchLen(),
-    "distributed": OneOf(("balanced", "exact"),
-                         "distributed must be 'balanced' (each rank batches its own shard) or "
-                         "'exact' (the global batches of one process, split over the ranks), "
-                         "got {value!r}"),
-    "stem": Stem(),
-    "instance_norm": OneOf((None, "input", "revin", "auto"),
-                           "instance_norm must be one of {options} (None: off; 'input': each "
-                           "input series normalised by its own mean and std; 'revin': and "
-                           "the outputs de-normalised; 'auto': 'revin' for a regressor whose "
-                           "targets are in the units of X's series, else None), "
-                           "got {value!r}"),
-    "instance_affine": Bool(),
-    "tokenizer": OneOf(("auto", "patch", "ppv"),
-                       "tokenizer must be one of {options} ('patch': a token holds its "
-                       "window's raw values; 'ppv': fixed dilated convolutions' proportions "
-                       "of positive values over the window; 'auto': 'ppv' for classifiers "
-                       "whose shortest training series has at least 64 steps), got {value!r}"),
-    "layout": OneOf(LAYOUTS, "layout must be one of {options} ('ntc': X is (n_samples, "
-                    "seq_len, n_features); 'nct': aeon's (n_cases, n_channels, "
-                    "n_timepoints)), got {value!r}"),
-    "missing": OneOf(MISSING, "missing must be one of {options} ('error': NaN in X is a "
-                     "ValueError; 'mask': a time step with NaN in any channel is masked as "
-                     "padding is), got {value!r}"),
+class HyperParameters(TypedDict, total=False):
+    """The types of the estimators' hyper-parameters, keyed by name: what a type checker
+    checks a constructor's keyword arguments against (every estimator takes those of
+    PARAMETERS whose `only` admits it), and the annotations of the signatures."""
+
+    n_heads: int
+    n_layers: int
+    d_hidden: int | None
+    d_model: int | None
+    positional: Positional
+    norm: Norm
+    pooling: Pooling
+    dropout: float
+    max_len: int | None
+    causal: bool
+    bias: bool
+    rope: bool
+    epochs: int | None
+    batch_size: int
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    shuffle: bool
+    validation_fraction: float
+    early_stopping: bool
+    n_iter_no_change: int | None
+    tol: float
+    warm_start: bool
+    max_iter: int | None
+    learning_rate_init: float | None
+    random_state: RandomStateLike
+    verbose: int
+    dtype: DTypeLike
+    lr_schedule: str
+    warmup: float
+    max_grad_norm: float | None
+    decay: str
+    standardize: bool
+    patch_len: int | None
+    distributed: str
+    stem: _stem.Stem | str | None
+    layout: str
+    missing: str
+    instance_norm: InstanceNorm
+    instance_affine: bool
+    tokenizer: str
+    loss: str
+    quantiles: Any
+    class_weight: ClassWeight
+    label_smoothing: float
+
+
+class Param(NamedTuple):
+    """One hyper-parameter of the estimators (its type: HyperParameters): its rule, its default in AttentionRegressor /
+    AttentionClassifier (`attention`) and in TransformerRegressor /
+    TransformerClassifier (`transformer`), the estimators that have it (`only`:
+    "layers" for the Transformer ones, "regressors", "classifiers"; "" all) and
+    defaults of single classes that differ from their family's (`defaults`)."""
+
+    rule: Constraint
+    attention: Any
+    transformer: Any
+    only: str = ""
+    defaults: Mapping[str, Any] | None = None
+
+
+def _same(rule: Constraint, default: Any) -> Param:
+    return Param(rule, default, default)
+
+
+#: THE table of the estimators' hyper-parameters, in the order of their signatures:
+#: the constructors (make_init), their validation (parameters_of, validate) and the
+#: checks of their docstrings (tests/test_parameters.py) all come from it, so a new
+#: hyper-parameter is one row here (and its paragraph in attnx.estimators._docs)
+PARAMETERS: dict[str, Param] = {
+    "n_heads": Param(PositiveInt(), 1, 4),
+    "n_layers": Param(PositiveInt(), None, 2, only="layers"),
+    "d_hidden": _same(PositiveInt(optional=True), None),
+    "d_model": Param(PositiveInt(optional=True), None, 32),
+    "positional": Param(OneOf(POSITIONAL, "positional must be one of {options}, got {value!r}"),
+                        "none", "sinusoidal"),
+    "norm": Param(OneOf((None, "pre"), "norm must be None or 'pre', got {value!r}"),
+                  None, "pre"),
+    "pooling": _same(OneOf(("mean", "last", "max", "cls"),
+                           "pooling must be one of {options} (how one output per sequence is "
+                           "made; per-position targets use no pooling), got {value!r}"),
+                     "mean"),
+    "dropout": Param(Real(0.0, 1.0, "in [0, 1)"), 0.0, 0.1),
+    "max_len": _same(PositiveInt(optional=True), None),
+    "causal": _same(Bool(), False),
+    "bias": _same(Bool(), True),
+    "rope": _same(Bool(), False),
+    "epochs": Param(Alias("max_iter", 100, PositiveInt(optional=True)), 100, None),
+    "batch_size": Param(PositiveInt(), 32, 16),
+    "lr": _same(Alias("learning_rate_init", 1e-3), 1e-3),
+    "betas": _same(Unchecked(), (0.9, 0.999)),
+    "eps": _same(Unchecked(), 1e-8),
+    "weight_decay": _same(Unchecked(), 0.01),
+    "shuffle": _same(Bool(), True),
+    "validation_fraction": _same(Real(0.0, 1.0, "in [0, 1)"), 0.0),
+    "early_stopping": _same(Bool(), False),
+    "n_iter_no_change": Param(PositiveInt(optional=True), 10, None),
+    "tol": _same(Real(0.0, math.inf, ">= 0"), 1e-4),
+    "warm_start": _same(Bool(), False),
+    "max_iter": _same(Unchecked(), None),
+    "learning_rate_init": _same(Unchecked(), None),
+    "random_state": _same(Unchecked(), None),
+    "verbose": _same(Verbose(), 0),
+    "dtype": _same(Dtype(), np.float32),
+    "lr_schedule": Param(OneOf(("constant", "warmup_cosine", "one_cycle"),
+                               "lr_schedule must be one of {options}, got {value!r}"),
+                         "constant", "warmup_cosine"),
+    "warmup": _same(Real(0.0, 1.0, "in [0, 1) (a fraction of the fit's steps)"), 0.1),
+    "max_grad_norm": Param(PositiveReal(optional=True), None, 1.0),
+    "decay": Param(OneOf(("all", "matrices"), "decay must be one of {options} (which "
+                         "parameters weight_decay applies to), got {value!r}"),
+                   "all", "matrices"),
+    "standardize": Param(Bool(), False, True),
+    "patch_len": Param(PatchLen(), 1, None),
+    "distributed": _same(OneOf(("balanced", "exact"),
+                               "distributed must be 'balanced' (each rank batches its own "
+                               "shard) or 'exact' (the global batches of one process, split "
+                               "over the ranks), got {value!r}"), "balanced"),
+    "stem": _same(Stem(), None),
+    "layout": _same(OneOf(LAYOUTS, "layout must be one of {options} ('ntc': X is (n_samples, "
+                          "seq_len, n_features); 'nct': aeon's (n_cases, n_channels, "
+                          "n_timepoints)), got {value!r}"), "ntc"),
+    "missing": _same(OneOf(MISSING, "missing must be one of {options} ('error': NaN in X is "
+                           "a ValueError; 'mask': a time step with NaN in any channel is "
+                           "masked as padding is), got {value!r}"), "error"),
+    "instance_norm": Param(OneOf((None, "input", "revin", "auto"),
+                                 "instance_norm must be one of {options} (None: off; 'input': "
+                                 "each input series normalised by its own mean and std; "
+                                 "'revin': and the outputs de-normalised; 'auto': 'revin' for "
+                                 "a regressor whose targets are in the units of X's series, "
+                                 "else None), got {value!r}"),
+                           None, None,
+                           defaults={"TransformerRegressor": "auto"}),
+    "instance_affine": _same(Bool(), False),
+    "tokenizer": Param(OneOf(("auto", "patch", "ppv"),
+                             "tokenizer must be one of {options} ('patch': a token holds its "
+                             "window's raw values; 'ppv': fixed dilated convolutions' "
+                             "proportions of positive values over the window; 'auto': 'ppv' "
+                             "for classifiers whose shortest training series has at least 64 "
+                             "steps), got {value!r}"), "patch", "patch",
+                       defaults={"TransformerClassifier": "auto"}),
+    "loss": Param(OneOf(REGRESSION_LOSSES, "loss must be one of {options}, got {value!r}"),
+                  "squared_error", "squared_error", only="regressors"),
+    "quantiles": Param(Quantiles(), None, None, only="regressors"),
+    "class_weight": Param(Unchecked(), None, None, only="classifiers"),
+    "label_smoothing": Param(Real(0.0, 1.0, "in [0, 1)"), 0.0, 0.0,
+                             only="classifiers"),
 }
 
+#: the arguments each family takes by position (the others are keyword-only)
+POSITIONAL_ARGS = {"attention": ("n_heads",), "transformer": ("n_heads", "n_layers", "d_hidden")}
+ESTIMATOR_NAMES = ("AttentionRegressor", "TransformerRegressor", "AttentionClassifier",
+                   "TransformerClassifier")
 
-def constraints(layers: bool, classes: bool) -> dict[str, Constraint]:
-    """An estimator class's table: COMMON, with n_layers (the stacks) after
-    d_model and class_weight (the classifiers)."""
-    out: dict[str, Constraint] = {}
-    for name, rule in COMMON.items():
-        out[name] = rule
-        if name == "d_model" and layers:
-            out["n_layers"] = PositiveInt()
-    if classes:
-        out["class_weight"] = Unchecked()
-        out["label_smoothing"] = Real(0.0, 1.0, "in [0, 1)")
-    else:
-        out["loss"] = OneOf(REGRESSION_LOSSES, "loss must be one of {options}, got {value!r}")
-        out["quantiles"] = Quantiles()
-    return out
+
+def _family(cls_name: str) -> tuple[str, str]:
+    if cls_name not in ESTIMATOR_NAMES:
+        raise ValueError(f"no hyper-parameter table for {cls_name!r}")
+    return (("transformer" if cls_name.startswith("Transformer") else "attention"),
+            ("classifiers" if cls_name.endswith("Classifier") else "regressors"))
+
+
+def signature_of(cls_name: str) -> list[tuple[str, Any, bool]]:
+    """(name, default, positional) of every hyper-parameter of the estimator class
+    `cls_name`, in its constructor's order: the positional ones first."""
+    family, kind = _family(cls_name)
+    out = []
+    for name, p in PARAMETERS.items():
+        if p.only not in ("", kind) and not (p.only == "layers" and family == "transformer"):
+            continue
+        default = p.attention if family == "attention" else p.transformer
+        default = (p.defaults or {}).get(cls_name, default)
+        out.append((name, default, name in POSITIONAL_ARGS[family]))
+    return sorted(out, key=lambda e: not e[2])   # stable: the table's order otherwise
+
+
+def parameters_of(cls_name: str) -> dict[str, Constraint]:
+    """name -> rule of the estimator class's hyper-parameters (its _parameter_constraints)."""
+    return {name: PARAMETERS[name].rule for name, _, _ in signature_of(cls_name)}
+
+
+def make_init(cls_name: str) -> Callable[..., None]:
+    """The constructor of the estimator class `cls_name` from PARAMETERS: a plain
+    function whose signature lists every hyper-parameter with its default (scikit-
+    learn's get_params reads it) and which stores each argument unchanged."""
+    sig = signature_of(cls_name)
+    pos = [n for n, _, positional in sig if positional]
+    kw = [n for n, _, positional in sig if not positional]
+    src = (f"def __init__(self, {', '.join(pos)}, *, {', '.join(kw)}):\n"
+           + "".join(f"    self.{n} = {n}\n" for n, _, _ in sig))
+    namespace: dict[str, Any] = {}
+    exec(src, namespace)   # a real function: inspect.signature, help() and pickle see it
+    init = cast("Callable[..., None]", namespace["__init__"])
+    defaults = dict((n, d) for n, d, _ in sig)
+    init.__defaults__ = tuple(defaults[n] for n in pos)
+    init.__kwdefaults__ = {n: defaults[n] for n in kw}
+    types = HyperParameters.__annotations__
+    init.__annotations__ = {**{n: getattr(types[n], "__forward_arg__", types[n])
+                               for n, _, _ in sig}, "return": "None"}
+    init.__qualname__ = f"{cls_name}.__init__"
+    init.__doc__ = f"Store the hyper-parameters unchanged (see {cls_name}'s docstring)."
+    return init
 
 
 class Config(SimpleNamespace):
@@ -320,11 +461,16 @@ class Config(SimpleNamespace):
     loss: str
     quantiles: tuple[float, ...] | None
     distributed: str
+    max_iter: int | None
+    learning_rate_init: float | None
+    random_state: Any
+    class_weight: Any
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:
     """Config of the validated hyper-parameters `params` (get_params()) under
-    `constraints`; n_layers is 1 where it is not a hyper-parameter."""
+    `constraints` (each rule in turn, then the settings that depend on each other);
+    n_layers is 1 where it is not a hyper-parameter."""
     c = Config(n_layers=1, label_smoothing=0.0, loss="squared_error", quantiles=None)
     for name, rule in constraints.items():
         value = params[name]
@@ -333,22 +479,21 @@ def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -
         else:
             value = rule.check(name, value)
         setattr(c, name, value)
-        if name == "weight_decay":  # the end of AdamW's group
-            c.lr, c.betas, c.eps, c.weight_decay = _check_hyper(c.lr, c.betas, c.eps,
-                                                                c.weight_decay)
-        elif name == "positional" and c.rope and c.positional == "sinusoidal":
-            c.positional = "rope"   # rope=True replaces the default sinusoidal positions
-        elif name == "instance_affine" and c.instance_affine and c.instance_norm is None:
-            raise ValueError("instance_affine=True needs instance_norm 'input' or 'revin' "
-                             "(the affine map follows the normalisation), got "
-                             "instance_norm=None")
-        elif name == "quantiles" and (c.quantiles is None) != (c.loss != "pinball"):
-            raise ValueError(f"quantiles (one level per output column) go with "
-                             f"loss='pinball' and only with it; got loss={c.loss!r} and "
-                             f"quantiles={c.quantiles!r}")
-        elif name == "positional" and c.rope and c.positional not in ("none", "rope"):
-            raise ValueError(f"rope=True is positional='rope'; it cannot be combined with "
-                             f"positional={c.positional!r}")
+    # AdamW's group
+    c.lr, c.betas, c.eps, c.weight_decay = _check_hyper(c.lr, c.betas, c.eps, c.weight_decay)
+    if c.rope and c.positional == "sinusoidal":
+        c.positional = "rope"   # rope=True replaces the default sinusoidal positions
+    elif c.rope and c.positional not in ("none", "rope"):
+        raise ValueError(f"rope=True is positional='rope'; it cannot be combined with "
+                         f"positional={c.positional!r}")
+    if c.instance_affine and c.instance_norm is None:
+        raise ValueError("instance_affine=True needs instance_norm 'input' or 'revin' "
+                         "(the affine map follows the normalisation), got "
+                         "instance_norm=None")
+    if (c.quantiles is None) != (c.loss != "pinball"):
+        raise ValueError(f"quantiles (one level per output column) go with "
+                         f"loss='pinball' and only with it; got loss={c.loss!r} and "
+                         f"quantiles={c.quantiles!r}")
     return c
 
 

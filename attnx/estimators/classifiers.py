@@ -13,9 +13,9 @@ import numpy as np
 from . import _sequences as seqs
 from . import _targets
 from ._base import ClassifierParams
-from ._estimator import SequenceEstimator, store
+from ._estimator import SequenceEstimator
 from ._inference import ExportSpec
-from ._hyper import constraints
+from ._hyper import make_init, parameters_of
 from ._batches import Batch
 from ..layers.losses import log_softmax
 from ._batch_losses import classification_batch_loss
@@ -29,10 +29,11 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._estimator import Prepared
-    from ._hyper import Config, InstanceNorm, Norm, Pooling, Positional
-    from ..layers._stem import Stem
+    from typing_extensions import Unpack
+
+    from ._hyper import Config, HyperParameters
     from ._networks import Network
-    from ..runtime._typing import AnyArray, FloatArray, IntArray, RandomStateLike
+    from ..runtime._typing import AnyArray, FloatArray, IntArray
 
     F64Array = NDArray[np.float64]
     #: class_weight: None, "balanced" or a dict label -> weight.
@@ -164,7 +165,7 @@ class _Classifier(ClassifierParams, SequenceEstimator):
 
 
 class AttentionClassifier(_Classifier):
-    """A SequenceModel with one transformer block (attention and its SiLU MLP) trained
+    __doc__ = """A SequenceModel with one transformer block (attention and its SiLU MLP) trained
     with softmax cross-entropy: labels per sequence (y (n,), pooled) or per position
     (y (n, T)). Labels may be any sortable type; classes_ holds them sorted.
 
@@ -173,67 +174,34 @@ class AttentionClassifier(_Classifier):
     class_weight : None, "balanced" (n_labels / (n_classes * count of the class),
         counted in fit's y, or in each partial_fit call's y) or a dict label -> weight
         (missing labels weigh 1); multiplies sample_weight in the loss.
+    label_smoothing : e in [0, 1): the targets are (1 - e) onehot + e / n_classes.
 
     Fitted attributes: classes_, and those of AttentionRegressor.
     """
 
-    _parameter_constraints = constraints(layers=False, classes=True)
+    _parameter_constraints = parameters_of("AttentionClassifier")
 
-    def __init__(self, n_heads: int = 1, *, d_model: int | None = None,
-                 positional: Positional = "none", norm: Norm = None, pooling: Pooling = "mean",
-                 d_hidden: int | None = None, dropout: float = 0.0, max_len: int | None = None,
-                 causal: bool = False, bias: bool = True, rope: bool = False,
-                 class_weight: ClassWeight = None, epochs: int = 100,
-                 label_smoothing: float = 0.0, batch_size: int = 32,
-                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01, shuffle: bool = True,
-                 validation_fraction: float = 0.0, early_stopping: bool = False,
-                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
-                 max_iter: int | None = None, learning_rate_init: float | None = None,
-                 random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
-                 warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False, tokenizer: str = "patch") -> None:
-        store(self, locals())
+    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
+        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
+    else:
+        __init__ = make_init("AttentionClassifier")
 
 
 class TransformerClassifier(_Classifier):
-    """A SequenceModel of n_layers transformer blocks trained with softmax
+    __doc__ = """A SequenceModel of n_layers transformer blocks trained with softmax
     cross-entropy; otherwise as AttentionClassifier.
 
     Parameters
     ----------
     n_layers : number of transformer blocks.""" + _COMMON_DOC + """
-    class_weight : as for AttentionClassifier.
+    class_weight, label_smoothing : as for AttentionClassifier.
     """
 
     n_layers: int
 
-    _parameter_constraints = constraints(layers=True, classes=True)
+    _parameter_constraints = parameters_of("TransformerClassifier")
 
-    def __init__(self, n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None, *,
-                 d_model: int | None = 32, positional: Positional = "sinusoidal",
-                 norm: Norm = "pre", pooling: Pooling = "mean", dropout: float = 0.1,
-                 max_len: int | None = None, causal: bool = False, bias: bool = True,
-                 rope: bool = False,
-                 class_weight: ClassWeight = None, epochs: int | None = None, batch_size: int = 16,
-                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01, shuffle: bool = True,
-                 validation_fraction: float = 0.0, early_stopping: bool = False,
-                 n_iter_no_change: int | None = None, tol: float = 1e-4,
-                 warm_start: bool = False, max_iter: int | None = None,
-                 learning_rate_init: float | None = None,
-                 random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32, lr_schedule: str = "warmup_cosine",
-                 warmup: float = 0.1, max_grad_norm: float | None = 1.0,
-                 decay: str = "matrices", standardize: bool = True,
-                 patch_len: int | None = None,
-                 label_smoothing: float = 0.0, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False, tokenizer: str = "auto") -> None:
-        store(self, locals())
+    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
+        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
+    else:
+        __init__ = make_init("TransformerClassifier")

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _sequences as seqs
-from ._estimator import SequenceEstimator, store
-from ._hyper import constraints
+from ._estimator import SequenceEstimator
+from ._hyper import make_init, parameters_of
 from ._networks import BareNetwork
 from ._metrics import r2_score
 from ._batches import Batch
@@ -45,10 +45,11 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._estimator import Prepared
-    from ._hyper import Config, InstanceNorm, Norm, Pooling, Positional
-    from ..layers._stem import Stem
+    from typing_extensions import Unpack
+
+    from ._hyper import Config, HyperParameters
     from ._networks import Network
-    from ..runtime._typing import FloatArray, IntArray, RandomStateLike
+    from ..runtime._typing import FloatArray, IntArray
 
     F64Array = NDArray[np.float64]
     #: class_weight: None, "balanced" or a dict label -> weight.
@@ -173,7 +174,7 @@ class _Regressor(SequenceEstimator):
 
 
 class AttentionRegressor(_Regressor):
-    """One attention layer trained as a regressor.
+    __doc__ = """One attention layer trained as a regressor.
 
     With d_model=None and y of X's shape: Y = MultiHeadAttention(X), as before. In
     every other case (sequence-level y, d_model set, a new option set): a
@@ -191,32 +192,16 @@ class AttentionRegressor(_Regressor):
     """
 
     _bare_class = MultiHeadAttention
-    _parameter_constraints = constraints(layers=False, classes=False)
+    _parameter_constraints = parameters_of("AttentionRegressor")
 
-    def __init__(self, n_heads: int = 1, *, d_model: int | None = None,
-                 positional: Positional = "none", norm: Norm = None, pooling: Pooling = "mean",
-                 d_hidden: int | None = None, dropout: float = 0.0, max_len: int | None = None,
-                 causal: bool = False, bias: bool = True, rope: bool = False, epochs: int = 100,
-                 batch_size: int = 32, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, shuffle: bool = True,
-                 validation_fraction: float = 0.0, early_stopping: bool = False,
-                 n_iter_no_change: int = 10, tol: float = 1e-4, warm_start: bool = False,
-                 max_iter: int | None = None, learning_rate_init: float | None = None,
-                 random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32, lr_schedule: str = "constant",
-                 warmup: float = 0.1, max_grad_norm: float | None = None,
-                 decay: str = "all", standardize: bool = False,
-                 patch_len: int | None = 1, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False, tokenizer: str = "patch",
-                 loss: str = "squared_error", quantiles: Any = None) -> None:
-        store(self, locals())
+    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
+        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
+    else:
+        __init__ = make_init("AttentionRegressor")
 
 
 class TransformerRegressor(_Regressor):
-    """A transformer (n_layers blocks of attention + SiLU MLP with residuals) trained
+    __doc__ = """A transformer (n_layers blocks of attention + SiLU MLP with residuals) trained
     as a regressor: the bare Transformer for y of X's shape with d_model=None, else
     a SequenceModel of n_layers blocks.
 
@@ -229,26 +214,9 @@ class TransformerRegressor(_Regressor):
     n_layers: int
 
     _bare_class = Transformer
-    _parameter_constraints = constraints(layers=True, classes=False)
+    _parameter_constraints = parameters_of("TransformerRegressor")
 
-    def __init__(self, n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None, *,
-                 d_model: int | None = 32, positional: Positional = "sinusoidal",
-                 norm: Norm = "pre", pooling: Pooling = "mean", dropout: float = 0.1,
-                 max_len: int | None = None, causal: bool = False, bias: bool = True,
-                 rope: bool = False, epochs: int | None = None, batch_size: int = 16,
-                 lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01, shuffle: bool = True,
-                 validation_fraction: float = 0.0, early_stopping: bool = False,
-                 n_iter_no_change: int | None = None, tol: float = 1e-4,
-                 warm_start: bool = False, max_iter: int | None = None,
-                 learning_rate_init: float | None = None,
-                 random_state: RandomStateLike = None, verbose: int = 0,
-                 dtype: DTypeLike = np.float32, lr_schedule: str = "warmup_cosine",
-                 warmup: float = 0.1, max_grad_norm: float | None = 1.0,
-                 decay: str = "matrices", standardize: bool = True,
-                 patch_len: int | None = None, distributed: str = "balanced",
-                 stem: Stem | str | None = None, layout: str = "ntc",
-                 missing: str = "error", instance_norm: InstanceNorm = "auto",
-                 instance_affine: bool = False, tokenizer: str = "patch",
-                 loss: str = "squared_error", quantiles: Any = None) -> None:
-        store(self, locals())
+    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
+        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
+    else:
+        __init__ = make_init("TransformerRegressor")
