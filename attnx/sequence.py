@@ -441,8 +441,8 @@ class SequenceModel(_AttentionStack):
             u2 = zt
         # the MLP kernel returns MLP(u2) + u2 (its own residual)
         out = branch if branch is not None else b.hs[i + 1]
-        _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                         b.hid[i], b.s[i], b.sg[i] if grad else None, out, nthreads=threads)
+        _mlp.mlp_forward(u2, (w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2")),
+                         (b.hid[i], b.s[i], b.sg[i] if grad else None), out, nthreads=threads)
         if branch is not None:  # H' = Z~ + mask2 * (out - u2)
             k.masked_add(b.hs[i + 1], zt, branch, u2, b.m2[i], nth)
         elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
@@ -541,8 +541,9 @@ class SequenceModel(_AttentionStack):
             dbr = drop_buf
         else:
             dbr = dcur
-        _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
-                          b.dhid, (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
+        _mlp.mlp_backward(dbr, u2, (w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2")),
+                          (b.hid[i], b.s[i], b.sg[i]), b.dhid,
+                          (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
                           b.db, nthreads=threads)
         if pre:   # dZ~ = LN2'(db - dbr) + dcur
             k.add_sub(b.db, None, dbr, nth)
