@@ -245,26 +245,43 @@ def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const flo
         norm_forward(&x[0, 0], &y[0, 0], &n)
 
 
-def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
-                       const floating[::1] g, const floating[:, ::1] st,
-                       floating[::1] dg, floating[::1] db, floating[:, ::1] dx,
-                       const floating[:, ::1] add, floating[:, ::1] part, int nthreads=1):
+cdef int _record(str what, str name, object rec, tuple fields) except -1:
+    """ValueError naming the argument unless rec is a tuple of len(fields)."""
+    if not isinstance(rec, tuple) or len(rec) != len(fields):
+        raise ValueError(f"{what}: {name} must be a tuple ({', '.join(fields)}), "
+                         f"got {type(rec).__name__}")
+    return 0
+
+
+def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x, weights, grads,
+                       work, floating[:, ::1] dx, const floating[:, ::1] add, int nthreads=1):
     """dg = sum_r dy * xhat, db = sum_r dy, and per row
     dx = rs * (dy g - mean(dy g) - xhat * mean(dy g xhat)) (+ add when given).
 
-    part: scratch (>= nthreads, 2 * d): each thread's share of dg and db over its
-    fixed slice of rows, summed afterwards in thread order.
+    weights = (g, b) as forward's (b not read); grads = (dg, db), written;
+    work = (st, part): the statistics st (2, rows) forward wrote, and a scratch part
+    (>= nthreads, 2 * d): each thread's share of dg and db over its fixed slice of
+    rows, summed afterwards in thread order.
     """
+    what = "LayerNorm backward"
+    _record(what, "weights", weights, ("g", "b"))
+    _record(what, "grads", grads, ("dg", "db"))
+    _record(what, "work", work, ("st", "part"))
+    cdef const floating[::1] g = weights[0]
+    cdef floating[::1] dg = grads[0]
+    cdef floating[::1] db = grads[1]
+    cdef const floating[:, ::1] st = work[0]
+    cdef floating[:, ::1] part = work[1]
     cdef Py_ssize_t rows = x.shape[0], d = x.shape[1]
     cdef Norm n
-    _threads("LayerNorm backward", nthreads)
-    _shape("LayerNorm backward", "dy", dy, rows, d)
-    _len("LayerNorm backward", "g", g, d)
-    _shape("LayerNorm backward", "st", st, 2, rows)
-    _len("LayerNorm backward", "dg", dg, d)
-    _len("LayerNorm backward", "db", db, d)
-    _shape("LayerNorm backward", "dx", dx, rows, d)
-    _shape("LayerNorm backward", "add", add, rows, d)
+    _threads(what, nthreads)
+    _shape(what, "dy", dy, rows, d)
+    _len(what, "g", g, d)
+    _shape(what, "st", st, 2, rows)
+    _len(what, "dg", dg, d)
+    _len(what, "db", db, d)
+    _shape(what, "dx", dx, rows, d)
+    _shape(what, "add", add, rows, d)
     if part.shape[0] < 1 or part.shape[1] < 2 * d:
         raise ValueError(f"LayerNorm backward: part must be (>= 1, >= {2 * d}), got "
                          f"({part.shape[0]}, {part.shape[1]})")

@@ -48,10 +48,11 @@ if TYPE_CHECKING:
         def layernorm_forward(self, x: FloatArray, g: FloatArray, b: FloatArray,
                               y: FloatArray, st: FloatArray, eps: float,
                               nthreads: int = 1) -> None: ...
-        def layernorm_backward(self, dy: FloatArray, x: FloatArray, g: FloatArray,
-                               st: FloatArray, dg: FloatArray, db: FloatArray, dx: FloatArray,
-                               add: FloatArray | None, part: FloatArray,
-                               nthreads: int = 1) -> None: ...
+        def layernorm_backward(self, dy: FloatArray, x: FloatArray,
+                               weights: tuple[FloatArray, FloatArray],
+                               grads: tuple[FloatArray, FloatArray],
+                               work: tuple[FloatArray, FloatArray], dx: FloatArray,
+                               add: FloatArray | None, nthreads: int = 1) -> None: ...
         def pool_forward(self, h: FloatArray, km: _U8Array | None, pooled: FloatArray,
                          nb: int, t: int, last: bool, nthreads: int = 1) -> None: ...
         def pool_backward(self, dpooled: FloatArray, km: _U8Array | None, dh: FloatArray,
@@ -500,8 +501,8 @@ class SequenceModel(_AttentionStack):
             _pooling.backward(self, b, km, nb, t, nth)
         # dcur: dL/d(block output), walking down the stack
         if b.stf is not None:   # pre-norm: the final LayerNorm
-            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], b.stf, g["norm.g"], g["norm.b"],
-                                 b.da, None, b.part, nth)
+            k.layernorm_backward(b.dhf, b.hs[-1], (w["norm.g"], w["norm.b"]),
+                                 (g["norm.g"], g["norm.b"]), (b.stf, b.part), b.da, None, nth)
             dcur = b.da
         else:
             dcur = b.dhf
@@ -547,8 +548,9 @@ class SequenceModel(_AttentionStack):
                           b.db, nthreads=threads)
         if pre:   # dZ~ = LN2'(db - dbr) + dcur
             k.add_sub(b.db, None, dbr, nth)
-            k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
-                                 g[p + "ln2.b"], b.dzt, dcur, b.part, nth)
+            k.layernorm_backward(b.db, b.zt[i], (w[p + "ln2.g"], w[p + "ln2.b"]),
+                                 (g[p + "ln2.g"], g[p + "ln2.b"]), (b.st2[i], b.part), b.dzt,
+                                 dcur, nth)
         elif drop:  # dZ~ = (db - dbr) + dcur
             np.copyto(b.dzt, b.db)
             k.add_sub(b.dzt, dcur, dbr, nth)
@@ -562,8 +564,9 @@ class SequenceModel(_AttentionStack):
             datt = b.dzt
         if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
             self.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
-            k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], b.st1[i], g[p + "ln1.g"],
-                                 g[p + "ln1.b"], dcur, b.dzt, b.part, nth)
+            k.layernorm_backward(b.db, b.hs[i], (w[p + "ln1.g"], w[p + "ln1.b"]),
+                                 (g[p + "ln1.g"], g[p + "ln1.b"]), (b.st1[i], b.part), dcur,
+                                 b.dzt, nth)
         else:     # dH = dZ~ + attention'(datt)
             np.copyto(dcur, b.dzt)
             self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)
