@@ -106,8 +106,8 @@ cdef int _record(str what, str name, object rec, tuple fields) except -1:
     """ValueError naming the argument unless rec is a tuple of len(fields) (its
     fields: an entry's weights, activations or gradients, in this order)."""
     if not isinstance(rec, tuple) or len(rec) != len(fields):
-        raise ValueError(f"{what}: {name} must be a tuple ({', '.join(fields)}), "
-                         f"got {type(rec).__name__}")
+        got = f"a tuple of {len(rec)}" if isinstance(rec, tuple) else type(rec).__name__
+        raise ValueError(f"{what}: {name} must be a tuple ({', '.join(fields)}), got {got}")
     return 0
 
 
@@ -153,15 +153,14 @@ def mlp_forward(const floating[:, ::1] z, weights, acts, floating[:, ::1] out,
 def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z, weights, acts,
                  floating[:, ::1] dh_buf, grads, floating[:, ::1] dz, int nthreads=0):
     """Fill the gradients grads = (dW1, db1, dW2, db2) (db1/db2 None without biases);
-    dz = dL/dz including the residual path. weights = (W1, b1, W2, b2) as forward's
-    (b1, b2 not read); acts = (H, S, sg) as forward left them; dh_buf: a
-    (rows, d_hidden) scratch."""
+    dz = dL/dz including the residual path. weights = (W1, W2) (the biases are not
+    read); acts = (H, S, sg) as forward left them; dh_buf: a (rows, d_hidden) scratch."""
     what = "SiLU MLP backward"
-    _record(what, "weights", weights, ("W1", "b1", "W2", "b2"))
+    _record(what, "weights", weights, ("W1", "W2"))
     _record(what, "acts", acts, ("h", "s", "sg"))
     _record(what, "grads", grads, ("dW1", "db1", "dW2", "db2"))
     cdef const floating[:, ::1] w1 = weights[0]
-    cdef const floating[:, ::1] w2 = weights[2]
+    cdef const floating[:, ::1] w2 = weights[1]
     cdef const floating[:, ::1] h = acts[0]
     cdef const floating[:, ::1] s = acts[1]
     cdef const floating[:, ::1] sg = acts[2]

@@ -67,7 +67,6 @@ cdef _threads(str what, int nthreads):
         raise ValueError(f"{what}: nthreads must be >= 1, got {nthreads}")
 
 
-
 cdef void linear_fwd(const floating *x, const floating *w, const floating *b, floating *y,
                      const floating *pos, Py_ssize_t rows, Py_ssize_t k, Py_ssize_t n,
                      Py_ssize_t t, int nthreads) noexcept nogil:
@@ -245,43 +244,28 @@ def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const flo
         norm_forward(&x[0, 0], &y[0, 0], &n)
 
 
-cdef int _record(str what, str name, object rec, tuple fields) except -1:
-    """ValueError naming the argument unless rec is a tuple of len(fields)."""
-    if not isinstance(rec, tuple) or len(rec) != len(fields):
-        raise ValueError(f"{what}: {name} must be a tuple ({', '.join(fields)}), "
-                         f"got {type(rec).__name__}")
-    return 0
-
-
-def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x, weights, grads,
-                       work, floating[:, ::1] dx, const floating[:, ::1] add, int nthreads=1):
-    """dg = sum_r dy * xhat, db = sum_r dy, and per row
-    dx = rs * (dy g - mean(dy g) - xhat * mean(dy g xhat)) (+ add when given).
-
-    weights = (g, b) as forward's (b not read); grads = (dg, db), written;
-    work = (st, part): the statistics st (2, rows) forward wrote, and a scratch part
-    (>= nthreads, 2 * d): each thread's share of dg and db over its fixed slice of
-    rows, summed afterwards in thread order.
-    """
-    what = "LayerNorm backward"
-    _record(what, "weights", weights, ("g", "b"))
-    _record(what, "grads", grads, ("dg", "db"))
-    _record(what, "work", work, ("st", "part"))
-    cdef const floating[::1] g = weights[0]
-    cdef floating[::1] dg = grads[0]
-    cdef floating[::1] db = grads[1]
+def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x, const floating[::1] g,
+                       grads, work, floating[:, ::1] dx, const floating[:, ::1] add, int nthreads=1):
+    """dg = sum_r dy * xhat, db = sum_r dy, per row dx = rs * (dy g - mean(dy g) - xhat *
+    mean(dy g xhat)) (+ add); grads = (dg, db); work = (st, part): forward's statistics
+    (2, rows), a (>= nthreads, 2 d) scratch: each thread's dg, db, summed in thread order."""
+    for name, rec in (("grads", grads), ("work", work)):
+        if not isinstance(rec, tuple) or len(rec) != 2:
+            raise ValueError(f"LayerNorm backward: {name} must be a tuple of 2 arrays, got "
+                             f"{len(rec) if isinstance(rec, tuple) else type(rec).__name__}")
+    cdef floating[::1] dg = grads[0], db = grads[1]
     cdef const floating[:, ::1] st = work[0]
     cdef floating[:, ::1] part = work[1]
     cdef Py_ssize_t rows = x.shape[0], d = x.shape[1]
     cdef Norm n
-    _threads(what, nthreads)
-    _shape(what, "dy", dy, rows, d)
-    _len(what, "g", g, d)
-    _shape(what, "st", st, 2, rows)
-    _len(what, "dg", dg, d)
-    _len(what, "db", db, d)
-    _shape(what, "dx", dx, rows, d)
-    _shape(what, "add", add, rows, d)
+    _threads("LayerNorm backward", nthreads)
+    _shape("LayerNorm backward", "dy", dy, rows, d)
+    _len("LayerNorm backward", "g", g, d)
+    _shape("LayerNorm backward", "st", st, 2, rows)
+    _len("LayerNorm backward", "dg", dg, d)
+    _len("LayerNorm backward", "db", db, d)
+    _shape("LayerNorm backward", "dx", dx, rows, d)
+    _shape("LayerNorm backward", "add", add, rows, d)
     if part.shape[0] < 1 or part.shape[1] < 2 * d:
         raise ValueError(f"LayerNorm backward: part must be (>= 1, >= {2 * d}), got "
                          f"({part.shape[0]}, {part.shape[1]})")
@@ -290,8 +274,7 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x, weig
         db[:] = 0
         return
     n.g, n.dg, n.db, n.st, n.part = &g[0], &dg[0], &db[0], <void *> &st[0, 0], &part[0, 0]
-    n.rows, n.d, n.ldpart = rows, d, part.shape[1]
-    n.nthreads = nthreads if nthreads <= part.shape[0] else <int> part.shape[0]
+    n.rows, n.d, n.ldpart, n.nthreads = rows, d, part.shape[1], min(nthreads, part.shape[0])
     with nogil:
         norm_backward(&dy[0, 0], &x[0, 0], &dx[0, 0], &add[0, 0] if add is not None else NULL,
                       &n)

@@ -48,8 +48,7 @@ if TYPE_CHECKING:
         def layernorm_forward(self, x: FloatArray, g: FloatArray, b: FloatArray,
                               y: FloatArray, st: FloatArray, eps: float,
                               nthreads: int = 1) -> None: ...
-        def layernorm_backward(self, dy: FloatArray, x: FloatArray,
-                               weights: tuple[FloatArray, FloatArray],
+        def layernorm_backward(self, dy: FloatArray, x: FloatArray, g: FloatArray,
                                grads: tuple[FloatArray, FloatArray],
                                work: tuple[FloatArray, FloatArray], dx: FloatArray,
                                add: FloatArray | None, nthreads: int = 1) -> None: ...
@@ -501,8 +500,8 @@ class SequenceModel(_AttentionStack):
             _pooling.backward(self, b, km, nb, t, nth)
         # dcur: dL/d(block output), walking down the stack
         if b.stf is not None:   # pre-norm: the final LayerNorm
-            k.layernorm_backward(b.dhf, b.hs[-1], (w["norm.g"], w["norm.b"]),
-                                 (g["norm.g"], g["norm.b"]), (b.stf, b.part), b.da, None, nth)
+            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], (g["norm.g"], g["norm.b"]),
+                                 (b.stf, b.part), b.da, None, nth)
             dcur = b.da
         else:
             dcur = b.dhf
@@ -542,15 +541,13 @@ class SequenceModel(_AttentionStack):
             dbr = drop_buf
         else:
             dbr = dcur
-        _mlp.mlp_backward(dbr, u2, (w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2")),
-                          (b.hid[i], b.s[i], b.sg[i]), b.dhid,
-                          (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
+        _mlp.mlp_backward(dbr, u2, (w[p + "W1"], w[p + "W2"]), (b.hid[i], b.s[i], b.sg[i]),
+                          b.dhid, (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
                           b.db, nthreads=threads)
         if pre:   # dZ~ = LN2'(db - dbr) + dcur
             k.add_sub(b.db, None, dbr, nth)
-            k.layernorm_backward(b.db, b.zt[i], (w[p + "ln2.g"], w[p + "ln2.b"]),
-                                 (g[p + "ln2.g"], g[p + "ln2.b"]), (b.st2[i], b.part), b.dzt,
-                                 dcur, nth)
+            k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], (g[p + "ln2.g"], g[p + "ln2.b"]),
+                                 (b.st2[i], b.part), b.dzt, dcur, nth)
         elif drop:  # dZ~ = (db - dbr) + dcur
             np.copyto(b.dzt, b.db)
             k.add_sub(b.dzt, dcur, dbr, nth)
@@ -564,9 +561,8 @@ class SequenceModel(_AttentionStack):
             datt = b.dzt
         if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
             self.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
-            k.layernorm_backward(b.db, b.hs[i], (w[p + "ln1.g"], w[p + "ln1.b"]),
-                                 (g[p + "ln1.g"], g[p + "ln1.b"]), (b.st1[i], b.part), dcur,
-                                 b.dzt, nth)
+            k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], (g[p + "ln1.g"], g[p + "ln1.b"]),
+                                 (b.st1[i], b.part), dcur, b.dzt, nth)
         else:     # dH = dZ~ + attention'(datt)
             np.copyto(dcur, b.dzt)
             self.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)

@@ -320,7 +320,7 @@ class Transformer(_AttentionStack):
         dcur = dy
         for i in reversed(range(self.n_layers)):
             mw, mg = self._mlp_w[i], self._mlp_g[i]
-            _mlp.mlp_backward(dcur, bufs.zt[i], (mw["W1"], mw["b1"], mw["W2"], mw["b2"]),
+            _mlp.mlp_backward(dcur, bufs.zt[i], (mw["W1"], mw["W2"]),
                               (bufs.h[i], bufs.s[i], bufs.sg[i]), bufs.dh,
                               (mg["W1"], mg["b1"], mg["W2"], mg["b2"]),
                               bufs.dzt, nthreads=threads)
