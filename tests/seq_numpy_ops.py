@@ -44,8 +44,10 @@ def layernorm_forward(x, g, b, y, st, eps, nthreads=1):
     y += b
 
 
-def layernorm_backward(dy, x, g, st, dg, db, dx, add, part, nthreads=1):
-    """dg, db, and dx = dL/dx (+ add when given) of layernorm_forward."""
+def layernorm_backward(dy, x, g, grads, work, dx, add, nthreads=1):
+    """dg, db, and dx = dL/dx (+ add when given) of layernorm_forward; grads = (dg, db),
+    work = (st, part) as attnx._seq's."""
+    (dg, db), (st, _) = grads, work
     mu, rs = st[0], st[1]
     xhat = (x - mu[:, None]) * rs[:, None]
     np.sum(dy * xhat, axis=0, out=dg)

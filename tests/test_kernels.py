@@ -357,11 +357,12 @@ def test_mlp_kernel_checks_shapes():
     w1, w2 = np.ones((8, 16), f), np.ones((16, 8), f)
     h, s, sg = (np.empty((4, 16), f) for _ in range(3))
     out = np.empty((4, 8), f)
-    _mlp.mlp_forward(z, w1, None, w2, None, h, s, sg, out, nthreads=1)
+    _mlp.mlp_forward(z, (w1, None, w2, None), (h, s, sg), out, nthreads=1)
     with pytest.raises(ValueError, match="sg"):
-        _mlp.mlp_forward(z, w1, None, w2, None, h, s, np.empty((3, 16), f), out, nthreads=1)
+        _mlp.mlp_forward(z, (w1, None, w2, None), (h, s, np.empty((3, 16), f)), out,
+                         nthreads=1)
     with pytest.raises(ValueError, match="nthreads"):
-        _mlp.mlp_forward(z, w1, None, w2, None, h, s, sg, out)
+        _mlp.mlp_forward(z, (w1, None, w2, None), (h, s, sg), out)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -377,7 +378,8 @@ def test_mlp_forward_without_sigmoid_is_the_same(dtype, rng):
         h, s = np.empty((5, 33), dtype), np.empty((5, 33), dtype)
         sg = np.full((5, 33), 7.0, dtype)
         out = np.empty((5, 8), dtype)
-        _mlp.mlp_forward(z, w1, b1, w2, b2, h, s, sg if keep else None, out, nthreads=1)
+        _mlp.mlp_forward(z, (w1, b1, w2, b2), (h, s, sg if keep else None), out,
+                         nthreads=1)
         outs.append((h, s, out))
         if keep:
             np.testing.assert_allclose(sg, 1 / (1 + np.exp(-h)), rtol=1e-6)

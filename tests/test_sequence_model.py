@@ -375,11 +375,11 @@ def test_kernels_match_numpy_reference(dtype, nthreads, rng):
                 y, st = np.empty_like(h), np.empty((2, rows), dtype)
                 k.layernorm_forward(h, g, bvec, y, st, 1e-5, nthreads)
                 dg, db, dx = np.empty_like(g), np.empty_like(g), np.empty_like(h)
-                k.layernorm_backward(dy, h, g, st, dg, db, dx, add, np.empty((2, 2 * d), dtype),
-                                     nthreads)
+                k.layernorm_backward(dy, h, g, (dg, db), (st, np.empty((2, 2 * d), dtype)),
+                                     dx, add, nthreads)
                 dx2 = np.empty_like(h)
-                k.layernorm_backward(dy, h, g, st, dg, db, dx2, None,
-                                     np.empty((2, 2 * d), dtype), nthreads)
+                k.layernorm_backward(dy, h, g, (dg, db), (st, np.empty((2, 2 * d), dtype)),
+                                     dx2, None, nthreads)
                 outs.append((y, st, dg, db, dx, dx2))
             elif mod_out == "pool":
                 res = []
@@ -733,8 +733,8 @@ def test_kernels_reject_mismatched_buffers():
         _seq.layernorm_forward(np.zeros((6, 4)), b, b, np.zeros((6, 4)), np.zeros((2, 5)),
                                1e-5, 1)
     with pytest.raises(ValueError, match="part must be"):
-        _seq.layernorm_backward(np.zeros((6, 4)), np.zeros((6, 4)), b, np.zeros((2, 6)),
-                                b.copy(), b.copy(), np.zeros((6, 4)), None, np.zeros((1, 7)), 1)
+        _seq.layernorm_backward(np.zeros((6, 4)), np.zeros((6, 4)), b, (b.copy(), b.copy()),
+                                (np.zeros((2, 6)), np.zeros((1, 7))), np.zeros((6, 4)), None, 1)
     with pytest.raises(ValueError, match="key mask must be"):
         _seq.pool_forward(np.zeros((6, 4)), np.zeros((2, 2), np.uint8), np.zeros((2, 4)),
                           2, 3, False, 1)

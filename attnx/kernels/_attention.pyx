@@ -15,8 +15,8 @@ from libc.math cimport exp, log, INFINITY
 from attnx.kernels._blas cimport floating, gemm, NT, TR
 from attnx.kernels._ops cimport (Dims, simd_attach, require_simd, attnx_get_level,
                          attnx_dispatched_levels)
-from attnx.kernels._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, Heads, run_forward,
-                              run_backward)
+from attnx.kernels._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, Heads, begin_run,
+                              run_forward, run_backward)
 
 cdef extern from "attnx_math.h" nogil:
     float attnx_rowmax_f32(const float *s, Py_ssize_t n)
@@ -234,16 +234,17 @@ cdef inline void mask_block(floating *s, Py_ssize_t rows, Py_ssize_t cols, Py_ss
                     s[r * cols + j] = -INFINITY
 
 
-cdef inline void block_scores(const floating *qh, Py_ssize_t ldq, const floating *kh,
-                              Py_ssize_t ldkv, Py_ssize_t i0, Py_ssize_t j0, Py_ssize_t bq,
-                              Py_ssize_t bk, Py_ssize_t d_head, floating scale, bint causal,
-                              const uint8_t *km, floating *s) noexcept nogil:
+cdef inline void block_scores(const floating *qh, const floating *kh, const uint8_t *km,
+                              floating *s, Py_ssize_t i0, Py_ssize_t j0, Py_ssize_t bq,
+                              Py_ssize_t bk, const Dims *dm) noexcept nogil:
     """s (bq, bk) = scale Q[i0:i0+bq] K[j0:j0+bk]^T of one head, -inf where masked:
-    the score block of the blocked forward, recomputed alike by its backward."""
-    gemm(NT, TR, bq, bk, d_head, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv,
-         <floating> 0, s, bk)
-    if causal or km != NULL:
-        mask_block(s, bq, bk, i0, j0, causal, km)
+    the score block of the blocked forward, recomputed alike by its backward. qh, kh:
+    the head's columns of Q and K, km: its sequence's key mask (or NULL); the head
+    width, leading dimensions, scale and causality are the call's (dm)."""
+    gemm(NT, TR, bq, bk, dm.d_head, <floating> dm.scale, qh + i0 * dm.ldq, dm.ldq,
+         kh + j0 * dm.ldkv, dm.ldkv, <floating> 0, s, bk)
+    if dm.causal or km != NULL:
+        mask_block(s, bq, bk, i0, j0, dm.causal, km)
 
 
 cdef void heads_forward_blocked(const floating *q, const floating *k, const floating *v,
@@ -254,7 +255,6 @@ cdef void heads_forward_blocked(const floating *q, const floating *k, const floa
     Z = acc / l and lse = m + log l (-inf and Z = 0 for a row with no key)."""
     cdef Py_ssize_t ldq = dm.ldq, ldkv = dm.ldkv, ldz = dm.ldz
     cdef Py_ssize_t nb = dm.nb, tq = dm.tq, tk = dm.tk, n_heads = dm.n_heads, d_head = dm.d_head
-    cdef floating scale = <floating> dm.scale
     cdef bint causal = dm.causal
     cdef int nthreads = dm.nthreads
     cdef const uint8_t *keymask = dm.keymask
@@ -296,7 +296,7 @@ cdef void heads_forward_blocked(const floating *q, const floating *k, const floa
             j0 = 0
             while j0 < jend:
                 bk = min(blk_k, jend - j0)
-                block_scores(qh, ldq, kh, ldkv, i0, j0, bq, bk, d_head, scale, causal, km, sblk)
+                block_scores(qh, kh, km, sblk, i0, j0, bq, bk, dm)
                 for r in range(bq):
                     row = sblk + r * bk
                     mold = mrow[r]
@@ -391,7 +391,7 @@ cdef void heads_backward_blocked(const floating *q, const floating *k, const flo
             j0 = 0
             while j0 < jend:
                 bk = min(blk_k, jend - j0)
-                block_scores(qh, ldq, kh, ldkv, i0, j0, bq, bk, d_head, scale, causal, km, pblk)
+                block_scores(qh, kh, km, pblk, i0, j0, bq, bk, dm)
                 for r in range(bq):
                     L = lse[bh * tq + i0 + r]
                     if L == -INFINITY:
@@ -461,8 +461,10 @@ def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x
     shape.store; the blocked path the log-sum-exp in buffers.lse.
     """
     require_simd()
-    run_forward(shape, buffers, params, x, ctx, key_padding_mask, rope, residual, y,
-                nthreads, &HEADS)
+    cdef Call c
+    begin_run(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, False,
+              &HEADS, &c)
+    run_forward(shape, &c, residual, y, &HEADS)
 
 
 def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
@@ -474,5 +476,7 @@ def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, 
     residual path, or context shared by several layers). Checked as the forward.
     """
     require_simd()
-    run_backward(shape, buffers, params, x, ctx, key_padding_mask, rope, dy, dx, dctx,
-                 accumulate, nthreads, &HEADS)
+    cdef Call c
+    begin_run(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, True,
+              &HEADS, &c)
+    run_backward(shape, &c, dy, dx, dctx, accumulate, &HEADS)

@@ -115,11 +115,13 @@ cdef struct Heads:
 cdef void layer_forward(floating *y, const Call *c, const Heads *heads) noexcept nogil
 cdef void layer_backward(const floating *dy, const Call *c, const Heads *heads) noexcept nogil
 
-# The checked call of an attention entry point: its prologue, the projections around
-# `heads` and the output (see attnx.kernels._attention.attention_forward / _backward).
-cdef int run_forward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
-                     object key_padding_mask, object rope, object residual, object y,
-                     int nthreads, const Heads *heads) except -1
-cdef int run_backward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
-                      object key_padding_mask, object rope, object dy, object dx, object dctx,
-                      int accumulate, int nthreads, const Heads *heads) except -1
+# The checked call of an attention entry point: its prologue (begin_run: the shape's
+# path, then begin_call), the projections around `heads` and the output (see
+# attnx.kernels._attention.attention_forward / _backward).
+cdef int begin_run(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
+                   object key_padding_mask, object rope, int nthreads, bint backward,
+                   const Heads *heads, Call *c) except -1
+cdef int run_forward(AttnShape s, Call *c, object residual, object y,
+                     const Heads *heads) except -1
+cdef int run_backward(AttnShape s, Call *c, object dy, object dx, object dctx, int accumulate,
+                      const Heads *heads) except -1

@@ -12,10 +12,12 @@ first, in one order:
     attention_backward(shape, buffers, params, x, ctx, key_padding_mask, rope,
                        dy, dx, dctx, accumulate, nthreads)
 
-and hand them to run_forward / run_backward with their head kernels (Heads):
-begin_call checks every per-call array (shape, dtype, layout) and fills the C
-struct Call that the kernels read without the GIL; the Q/K/V and output
-projections around the heads are the same on every path and run here.
+and hand them, with their head kernels (Heads), to begin_run, then run_forward /
+run_backward: begin_run's begin_call checks every per-call array (shape, dtype,
+layout) and fills the C struct Call (the call's sizes, Dims, and its buffers'
+pointers) that the kernels read without the GIL; run_forward / run_backward check
+their direction's own arrays into it and run. The Q/K/V and output projections
+around the heads are the same on every path and run here.
 """
 cimport numpy as cnp
 from libc.stdint cimport uint8_t
@@ -496,38 +498,41 @@ cdef int check_parts(AttnShape s, const Call *c) except -1:
     return 0
 
 
-cdef int run_forward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
-                     object key_padding_mask, object rope, object residual, object y,
-                     int nthreads, const Heads *heads) except -1:
-    """Check a forward's arguments (begin_call, then residual and y) and run it."""
-    cdef Call c
-    cdef void *ptr
+cdef int begin_run(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
+                   object key_padding_mask, object rope, int nthreads, bint backward,
+                   const Heads *heads, Call *c) except -1:
+    """The entry points' prologue: a shape of the calling module's path (heads), then
+    begin_call (the per-call arrays checked into c)."""
     check_path(s, heads)
-    begin_call(s, b, p, x, ctx, key_padding_mask, rope, nthreads, False, &c)
+    return begin_call(s, b, p, x, ctx, key_padding_mask, rope, nthreads, backward, c)
+
+
+cdef int run_forward(AttnShape s, Call *c, object residual, object y,
+                     const Heads *heads) except -1:
+    """Check a forward's own arguments (residual and y) into the Call that begin_run
+    filled, and run it."""
+    cdef void *ptr
     take("residual", residual, c.dm.rq, c.dm.d, s.type_num, False, True, &ptr)
     c.residual = ptr
     take("y", y, c.dm.rq, c.dm.d, s.type_num, True, False, &c.y)
     with nogil:
         if s.itemsize == 4:
-            layer_forward(<float *> c.y, &c, heads)
+            layer_forward(<float *> c.y, c, heads)
         else:
-            layer_forward(<double *> c.y, &c, heads)
+            layer_forward(<double *> c.y, c, heads)
     return 0
 
 
-cdef int run_backward(AttnShape s, AttnBuffers b, AttnParams p, object x, object ctx,
-                      object key_padding_mask, object rope, object dy, object dx, object dctx,
-                      int accumulate, int nthreads, const Heads *heads) except -1:
-    """Check a backward's arguments (begin_call, a store shape, the fused dQ shares,
-    dy, dx, dctx) and run it; accumulate: ACC_DX / ACC_DCTX bits."""
-    cdef Call c
+cdef int run_backward(AttnShape s, Call *c, object dy, object dx, object dctx, int accumulate,
+                      const Heads *heads) except -1:
+    """Check a backward's own arguments (a store shape, the fused dQ shares, dy, dx,
+    dctx) into the Call that begin_run filled, and run it; accumulate: ACC_DX /
+    ACC_DCTX bits."""
     cdef void *ptr
-    check_path(s, heads)
-    begin_call(s, b, p, x, ctx, key_padding_mask, rope, nthreads, True, &c)
     if not s.store:
         raise ValueError("backward needs a shape with store=True")
     if heads.fused:
-        check_parts(s, &c)
+        check_parts(s, c)
     take("dy", dy, c.dm.rq, c.dm.d, s.type_num, False, False, &ptr)
     c.dy = ptr
     take("dx", dx, c.dm.rq, c.dm.d, s.type_num, True, True, &c.dx)
@@ -536,7 +541,7 @@ cdef int run_backward(AttnShape s, AttnBuffers b, AttnParams p, object x, object
     c.dm.dctx_beta = 1 if accumulate & ACC_DCTX else 0
     with nogil:
         if s.itemsize == 4:
-            layer_backward(<const float *> c.dy, &c, heads)
+            layer_backward(<const float *> c.dy, c, heads)
         else:
-            layer_backward(<const double *> c.dy, &c, heads)
+            layer_backward(<const double *> c.dy, c, heads)
     return 0

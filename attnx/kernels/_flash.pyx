@@ -21,8 +21,8 @@ from libc.stdint cimport uint8_t
 from attnx.kernels._blas cimport floating
 from attnx.kernels._ops cimport (Dims, simd_attach, require_simd, attnx_get_level,
                          attnx_dispatched_levels)
-from attnx.kernels._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, Heads, run_forward,
-                              run_backward, backward_threads, key_splits)
+from attnx.kernels._attnargs cimport (AttnShape, AttnBuffers, AttnParams, Call, Heads, begin_run,
+                              run_forward, run_backward, backward_threads, key_splits)
 
 cdef extern from "attnx_flash.h" nogil:
     enum:
@@ -218,8 +218,10 @@ def attention_forward(AttnShape shape, AttnBuffers buffers, AttnParams params, x
     with the fused kernels: arguments and checks as attnx.kernels._attention.attention_forward
     (a shape of path "fused"); the log-sum-exp goes to buffers.lse when shape.store."""
     require_simd()
-    run_forward(shape, buffers, params, x, ctx, key_padding_mask, rope, residual, y,
-                nthreads, &HEADS)
+    cdef Call c
+    begin_run(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, False,
+              &HEADS, &c)
+    run_forward(shape, &c, residual, y, &HEADS)
 
 
 def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, x, ctx,
@@ -227,5 +229,7 @@ def attention_backward(AttnShape shape, AttnBuffers buffers, AttnParams params, 
     """The fused backward: arguments and checks as attnx.kernels._attention.attention_backward
     (the dQ shares buffer must fit the key split at this thread count)."""
     require_simd()
-    run_backward(shape, buffers, params, x, ctx, key_padding_mask, rope, dy, dx, dctx,
-                 accumulate, nthreads, &HEADS)
+    cdef Call c
+    begin_run(shape, buffers, params, x, ctx, key_padding_mask, rope, nthreads, True,
+              &HEADS, &c)
+    run_backward(shape, &c, dy, dx, dctx, accumulate, &HEADS)

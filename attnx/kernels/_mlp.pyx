@@ -102,17 +102,38 @@ cdef void mlp_bwd(const floating *dout, const floating *z, floating *dz,
           <floating> 1, dz, d, nth)
 
 
-def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const floating[::1] b1,
-                const floating[:, ::1] w2, const floating[::1] b2,
-                floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] sg,
-                floating[:, ::1] out, int nthreads=0):
-    """out = silu(z W1 + b1) W2 + b2 + z; keeps H, S = silu(H) and sigmoid(H) for backward
-    (sg None: inference, sigmoid(H) not written: a pass of rows*d_hidden stores saved).
+cdef int _record(str what, str name, object rec, tuple fields) except -1:
+    """ValueError naming the argument unless rec is a tuple of len(fields) (its
+    fields: an entry's weights, activations or gradients, in this order)."""
+    if not isinstance(rec, tuple) or len(rec) != len(fields):
+        got = f"a tuple of {len(rec)}" if isinstance(rec, tuple) else type(rec).__name__
+        raise ValueError(f"{what}: {name} must be a tuple ({', '.join(fields)}), got {got}")
+    return 0
+
+
+def mlp_forward(const floating[:, ::1] z, weights, acts, floating[:, ::1] out,
+                int nthreads=0):
+    """out = silu(z W1 + b1) W2 + b2 + z.
+
+    weights = (W1, b1, W2, b2): W1 (d, d_hidden), W2 (d_hidden, d), b1/b2 None
+    without biases. acts = (H, S, sg), each (rows, d_hidden): H = z W1 + b1, S =
+    silu(H) and sg = sigmoid(H), kept for backward (sg None: inference, sigmoid(H)
+    not written: a pass of rows*d_hidden stores saved).
     nthreads: OpenMP threads (attnx.runtime._threads.num_threads())."""
+    what = "SiLU MLP forward"
+    _record(what, "weights", weights, ("W1", "b1", "W2", "b2"))
+    _record(what, "acts", acts, ("h", "s", "sg"))
+    cdef const floating[:, ::1] w1 = weights[0]
+    cdef const floating[::1] b1 = weights[1]
+    cdef const floating[:, ::1] w2 = weights[2]
+    cdef const floating[::1] b2 = weights[3]
+    cdef floating[:, ::1] h = acts[0]
+    cdef floating[:, ::1] s = acts[1]
+    cdef floating[:, ::1] sg = acts[2]
     cdef Py_ssize_t rows = z.shape[0]
     cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
     cdef Mlp m
-    _check("SiLU MLP forward", rows, d, dh, nthreads,
+    _check(what, rows, d, dh, nthreads,
            (("h", h.shape[0], h.shape[1], dh), ("s", s.shape[0], s.shape[1], dh),
             ("out", out.shape[0], out.shape[1], d))
            + ((("sg", sg.shape[0], sg.shape[1], dh),) if sg is not None else ()))
@@ -129,15 +150,20 @@ def mlp_forward(const floating[:, ::1] z, const floating[:, ::1] w1, const float
         mlp_fwd(&z[0, 0], &out[0, 0], &m)
 
 
-def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
-                 const floating[:, ::1] w1, const floating[:, ::1] w2,
-                 const floating[:, ::1] h, const floating[:, ::1] s,
-                 const floating[:, ::1] sg, floating[:, ::1] dh_buf,
-                 grads, floating[:, ::1] dz, int nthreads=0):
+def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z, weights, acts,
+                 floating[:, ::1] dh_buf, grads, floating[:, ::1] dz, int nthreads=0):
     """Fill the gradients grads = (dW1, db1, dW2, db2) (db1/db2 None without biases);
-    dz = dL/dz including the residual path."""
-    if not isinstance(grads, tuple) or len(grads) != 4:
-        raise ValueError("grads must be a tuple (dW1, db1, dW2, db2)")
+    dz = dL/dz including the residual path. weights = (W1, W2) (the biases are not
+    read); acts = (H, S, sg) as forward left them; dh_buf: a (rows, d_hidden) scratch."""
+    what = "SiLU MLP backward"
+    _record(what, "weights", weights, ("W1", "W2"))
+    _record(what, "acts", acts, ("h", "s", "sg"))
+    _record(what, "grads", grads, ("dW1", "db1", "dW2", "db2"))
+    cdef const floating[:, ::1] w1 = weights[0]
+    cdef const floating[:, ::1] w2 = weights[1]
+    cdef const floating[:, ::1] h = acts[0]
+    cdef const floating[:, ::1] s = acts[1]
+    cdef const floating[:, ::1] sg = acts[2]
     cdef floating[:, ::1] dw1 = grads[0]
     cdef floating[::1] db1 = grads[1]
     cdef floating[:, ::1] dw2 = grads[2]
@@ -145,7 +171,7 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z,
     cdef Py_ssize_t rows = z.shape[0]
     cdef Py_ssize_t d = z.shape[1], dh = w1.shape[1]
     cdef Mlp m
-    _check("SiLU MLP backward", rows, d, dh, nthreads,
+    _check(what, rows, d, dh, nthreads,
            (("dout", dout.shape[0], dout.shape[1], d), ("h", h.shape[0], h.shape[1], dh),
             ("s", s.shape[0], s.shape[1], dh), ("sg", sg.shape[0], sg.shape[1], dh),
             ("dh_buf", dh_buf.shape[0], dh_buf.shape[1], dh),

@@ -22,6 +22,7 @@ in parallel (prange over the batch), each writing only its own rows.
 """
 import numpy as np
 
+cimport numpy as cnp
 from cython.parallel cimport prange, threadid
 from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t, int32_t, int64_t
@@ -29,6 +30,8 @@ from libc.stdint cimport uint8_t, int32_t, int64_t
 from attnx.kernels._blas cimport floating
 from attnx.kernels._ops cimport simd_attach, require_simd, attnx_get_level, attnx_dispatched_levels
 from attnx.kernels._kernel_checks import check as _check, batch as _batch
+
+cnp.import_array()
 
 
 cdef extern from "attnx_ppv.h" nogil:
@@ -51,23 +54,52 @@ def dispatch_state():
     return attnx_get_level(), attnx_dispatched_levels()
 
 
-cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
-                      const uint8_t[:, ::1] miss, const int32_t* dil, Py_ssize_t nd,
-                      const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
-                      Py_ssize_t p, floating[:, :, ::1] out, double* scratch,
-                      int64_t* counts, Py_ssize_t pad) noexcept nogil:
-    """Series b (n valid steps) into out[b]. For each channel: the channel copied
-    into a zero-padded contiguous row xs (pad zeros each side, pad >= 4 * the
-    largest dilation) and the additive mask madd (0, or -inf at a missing step, so
-    that no comparison counts it); for each dilation: the nine-tap sums a(t) over
-    the steps; for each kernel: one pass over the steps (attnx_ppv_counts) counts,
-    per window, the outputs above each bias. The arithmetic is the one stated in
-    the module docstring, in double. counts: this thread's int64 scratch (the
-    valid steps per window, then the hits per window and bias). dil: this series'
-    nd dilations; p: its window."""
-    cdef Py_ssize_t c = x.shape[2], nk = comb.shape[0]
-    cdef Py_ssize_t nq = bias.shape[3], ntok = out.shape[1]
+# A call's sizes (Shape) and buffers (Bufs, C-contiguous; x, bias and out in the float
+# type of the kernels' `tag` argument) as ppv() checked them.
+cdef struct Shape:
+    Py_ssize_t nb, t, c         # x: batch, steps, channels
+    Py_ssize_t nd, nk, nq       # dilations per series, kernels, biases per kernel
+    Py_ssize_t ntok             # tokens per series in out
+    Py_ssize_t rd, rp           # 1: each series' own row of dil and p, 0: row 0 for all
+    Py_ssize_t pad              # zeros each side of a channel, >= 4 * the largest dilation
+    Py_ssize_t ld_scratch       # a thread's row of scratch (doubles) and of counts
+    Py_ssize_t ld_counts
+    int nth                     # the threads over the series
+
+cdef struct Bufs:
+    const void *x               # (nb, t, c)
+    const int32_t *lengths      # (nb,) each series' steps
+    const uint8_t *miss         # (nb, t) missing steps, or NULL
+    const int32_t *dil          # (nb or 1, nd) dilations
+    const int32_t *comb         # (nk, 3) the taps of weight 2
+    const void *bias            # (nd, c, nk, nq)
+    const int32_t *p            # (nb or 1,) windows
+    void *out                   # (nb, ntok, nd * c * nk * nq)
+    double *scratch             # (threads, ld_scratch)
+    int64_t *counts             # (threads, ld_counts)
+
+
+cdef void _ppv_series(floating *tag, const Shape *sh, const Bufs *bf, Py_ssize_t b,
+                      double* scratch, int64_t* counts) noexcept nogil:
+    """Series b into out[b]. For each channel: the channel copied into a zero-padded
+    contiguous row xs (pad zeros each side, pad >= 4 * the largest dilation) and the
+    additive mask madd (0, or -inf at a missing step, so that no comparison counts
+    it); for each dilation: the nine-tap sums a(t) over the steps; for each kernel:
+    one pass over the steps (attnx_ppv_counts) counts, per window, the outputs above
+    each bias. The arithmetic is the one stated in the module docstring, in double.
+    scratch, counts: this thread's rows (counts: the valid steps per window, then the
+    hits per window and bias). The series' n valid steps, nd dilations and window p
+    are its entries of lengths, dil and p."""
+    cdef Py_ssize_t tx = sh.t, c = sh.c, nk = sh.nk, nd = sh.nd, pad = sh.pad
+    cdef Py_ssize_t nq = sh.nq, ntok = sh.ntok
     cdef Py_ssize_t g = nk * nq
+    cdef Py_ssize_t width = nd * c * g          # out's columns
+    cdef Py_ssize_t n = bf.lengths[b], p = bf.p[b * sh.rp]
+    cdef const int32_t* dil = bf.dil + b * sh.rd * nd if nd else NULL
+    cdef const floating* x = <const floating *> bf.x + b * tx * c
+    cdef const uint8_t* miss = bf.miss + b * tx if bf.miss != NULL else NULL
+    cdef const int32_t* comb = bf.comb
+    cdef floating* out = <floating *> bf.out + b * ntok * width
     cdef Py_ssize_t di, j, t, k, m, q, tok, col, d, o0, cnt
     cdef double* xs = scratch                  # pad + n + pad
     cdef double* madd = xs + n + 2 * pad       # n
@@ -81,7 +113,7 @@ cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
     cdef attnx_ppv_bufs bufs
     for t in range(n):
         madd[t] = 0.0
-        if miss is not None and miss[b, t]:
+        if miss != NULL and miss[t]:
             madd[t] = -INFINITY
     for tok in range(ntok):
         cnt = 0
@@ -94,11 +126,11 @@ cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
     bufs.x, bufs.a, bufs.madd, bufs.bias, bufs.hits = xc, a, madd, bq, hits
     for j in range(c):
         for t in range(n):
-            xc[t] = x[b, t, j]
+            xc[t] = x[t * c + j]
         for di in range(nd):
             d = dil[di]
             col = (di * c + j) * g
-            bp = &bias[di, j, 0, 0]
+            bp = <const floating *> bf.bias + (di * c + j) * g
             for t in range(n):
                 a[t] = 0.0
             for k in range(9):
@@ -106,38 +138,34 @@ cdef void _ppv_series(const floating[:, :, ::1] x, Py_ssize_t b, Py_ssize_t n,
                 for t in range(n):
                     a[t] = a[t] + xc[t + o0]
             for m in range(nk):
-                shape.o0 = (comb[m, 0] - 4) * d
-                shape.o1 = (comb[m, 1] - 4) * d
-                shape.o2 = (comb[m, 2] - 4) * d
+                shape.o0 = (comb[m * 3] - 4) * d
+                shape.o1 = (comb[m * 3 + 1] - 4) * d
+                shape.o2 = (comb[m * 3 + 2] - 4) * d
                 for q in range(nq):
                     bq[q] = bp[m * nq + q]
                 attnx_ppv_counts(&shape, &bufs)
                 for tok in range(ntok):
                     for q in range(nq):
                         if valid[tok] == 0:
-                            out[b, tok, col + m * nq + q] = 0
+                            out[tok * width + col + m * nq + q] = 0
                         else:
-                            out[b, tok, col + m * nq + q] = <floating> (
+                            out[tok * width + col + m * nq + q] = <floating> (
                                 <double> hits[tok * nq + q] / valid[tok])
 
 
-cdef void _ppv(const floating[:, :, ::1] x, const int32_t[::1] lengths,
-               const uint8_t[:, ::1] miss, const int32_t[:, ::1] dil,
-               const int32_t[:, ::1] comb, const floating[:, :, :, ::1] bias,
-               const int32_t[::1] p, floating[:, :, ::1] out, double[:, ::1] scratch,
-               int64_t[:, ::1] counts, Py_ssize_t pad, int nth) noexcept:
-    """Series in parallel; thread i uses row i of each scratch; series b's dilations
-    are row b of dil (row 0 when dil has one row), its window p[b] (p[0] likewise)."""
-    cdef Py_ssize_t b, nd = dil.shape[1]
-    cdef Py_ssize_t rd = 1 if dil.shape[0] > 1 else 0, rp = 1 if p.shape[0] > 1 else 0
-    cdef int tid
-    cdef const int32_t* dp
-    with nogil:
-        for b in prange(x.shape[0], schedule="dynamic", num_threads=nth, use_threads_if=nth > 1):
-            tid = threadid()
-            dp = &dil[b * rd, 0] if nd else NULL
-            _ppv_series(x, b, lengths[b], miss, dp, nd, comb, bias, p[b * rp],
-                        out, &scratch[tid, 0], &counts[tid, 0], pad)
+cdef void _ppv(floating *tag, const Shape *sh, const Bufs *bf) noexcept nogil:
+    """Series in parallel; thread i uses row i of each scratch."""
+    cdef Py_ssize_t b
+    cdef int tid, nth = sh.nth
+    for b in prange(sh.nb, schedule="dynamic", num_threads=nth, use_threads_if=nth > 1):
+        tid = threadid()
+        _ppv_series(tag, sh, bf, b, bf.scratch + tid * sh.ld_scratch,
+                    bf.counts + tid * sh.ld_counts)
+
+
+cdef const void *_data(object a):
+    """The data of a checked array, NULL for None."""
+    return cnp.PyArray_DATA(<cnp.ndarray> a) if a is not None else NULL
 
 
 def ppv(x, lengths, missing, dilations, comb, bias, window, out, int nthreads=1):
@@ -191,9 +219,20 @@ def ppv(x, lengths, missing, dilations, comb, bias, window, out, int nthreads=1)
     scratch = np.empty((nthreads, max(2 * pad + 3 * t + nq, 1)), np.float64)
     ntok = out.shape[1]
     counts = np.empty((nthreads, max(ntok * (nq + 1), 1)), np.int64)
-    if dt == np.float32:
-        _ppv[float](x, lengths, missing, dil, comb, bias, wins, out, scratch, counts,
-                    pad, nthreads)
-    else:
-        _ppv[double](x, lengths, missing, dil, comb, bias, wins, out, scratch, counts,
-                     pad, nthreads)
+    cdef Shape sh
+    cdef Bufs bf
+    sh.nb, sh.t, sh.c, sh.nd, sh.nk, sh.nq, sh.ntok = nb, t, c, nd, nk, nq, ntok
+    sh.rd, sh.rp = (1 if dil.shape[0] > 1 else 0), (1 if wins.shape[0] > 1 else 0)
+    sh.pad, sh.ld_scratch, sh.ld_counts = pad, scratch.shape[1], counts.shape[1]
+    sh.nth = nthreads
+    bf.x, bf.bias, bf.out = _data(x), _data(bias), <void *> _data(out)
+    bf.lengths, bf.p = <const int32_t *> _data(lengths), <const int32_t *> _data(wins)
+    bf.miss = <const uint8_t *> _data(missing)
+    bf.dil, bf.comb = <const int32_t *> _data(dil), <const int32_t *> _data(comb)
+    bf.scratch, bf.counts = <double *> _data(scratch), <int64_t *> _data(counts)
+    cdef bint f32 = dt == np.float32
+    with nogil:
+        if f32:
+            _ppv(<float *> NULL, &sh, &bf)
+        else:
+            _ppv(<double *> NULL, &sh, &bf)

@@ -8,154 +8,216 @@ Buffers, key padding masks, argument checks and the thread policy as in attnx.ke
 fixed order, so results do not depend on the thread count.
 """
 import numpy as np
+cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.math cimport sqrt
 from libc.stdint cimport uint8_t
+from libc.string cimport memset
 
 from attnx.kernels._blas cimport floating
 from attnx.kernels._kernel_checks import (check as _check, disjoint as _disjoint,
                                   threads as _threads, batch as _batch)
 
+cnp.import_array()
+
 
 # ---- RevIN: instance normalisation and its inverse ---------------------------------
 # stats (2, B, C): stats[0] = mean, stats[1] = std = sqrt(var + eps) of series (b, c)
 # over its valid steps (population variance); affine (2, C): gamma, beta, or None.
-cdef inline void _put_affine(floating[:, ::1] daff, Py_ssize_t j, double dg, double dbe,
-                             bint acc) noexcept nogil:
-    """Channel j's dgamma and dbeta into daffine (added when acc)."""
+# A kernel takes one call's sizes (Shape) and its buffers (Bufs): C-contiguous, in the
+# call's float type (the `tag` argument's), NULL where not given.
+cdef struct Shape:
+    Py_ssize_t nb, t, c     # batch, steps (forward, backward) or horizon (denorm), channels
+    double eps              # eps (forward) or eps2 (denorm)
+    bint acc                # add dgamma, dbeta into daffine instead of writing them
+    int nth                 # the prange threads
+
+cdef struct Bufs:
+    const void *x           # (nb, t, c) x (forward, backward) or yn (denorm)
+    const void *dout        # (nb, t, c) dxn (backward) or dy (denorm backward)
+    const uint8_t *km       # (nb, t) padding mask, or NULL
+    const void *aff         # (2, c) gamma, beta, or NULL
+    const void *st          # (2, nb, c) mean, std (read)
+    const void *dst         # (2, nb, c) backward: gradients reaching mean and std, or NULL
+    void *out               # (nb, t, c) xn, dx, y or dyn
+    void *st_out            # (2, nb, c) forward: stats; denorm backward: dstats
+    void *daff              # (2, c) dgamma, dbeta, or NULL
+
+
+cdef inline void _put_affine(floating *daff, Py_ssize_t c, Py_ssize_t j, double dg,
+                             double dbe, bint acc) noexcept nogil:
+    """Channel j's dgamma and dbeta into daffine (2, c) (added when acc)."""
     if acc:
-        daff[0, j] += <floating> dg
-        daff[1, j] += <floating> dbe
+        daff[j] += <floating> dg
+        daff[c + j] += <floating> dbe
     else:
-        daff[0, j] = <floating> dg
-        daff[1, j] = <floating> dbe
+        daff[j] = <floating> dg
+        daff[c + j] = <floating> dbe
 
 
-cdef void _rv_fwd(const floating[:, :, ::1] x, const uint8_t[:, ::1] km,
-                  const floating[:, ::1] aff, floating[:, :, ::1] xn, floating[:, :, ::1] st,
-                  double eps, int nth) noexcept:
-    cdef Py_ssize_t nb = x.shape[0], t = x.shape[1], c = x.shape[2], p, b, j, tt, cnt
-    cdef double s, mu, sd, g, be
-    with nogil:
-        for p in prange(nb * c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            b = p // c
-            j = p % c
-            s = 0
+cdef void _rv_fwd(floating *tag, const Shape *sh, const Bufs *bf) noexcept nogil:
+    cdef Py_ssize_t nb = sh.nb, t = sh.t, c = sh.c, p, b, j, tt, cnt
+    cdef double s, mu, sd, g, be, eps = sh.eps
+    cdef int nth = sh.nth
+    cdef const floating *x = <const floating *> bf.x
+    cdef const uint8_t *km = bf.km
+    cdef const floating *aff = <const floating *> bf.aff
+    cdef floating *xn = <floating *> bf.out
+    cdef floating *st = <floating *> bf.st_out
+    for p in prange(nb * c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        b = p // c
+        j = p % c
+        s = 0
+        cnt = 0
+        for tt in range(t):
+            if km == NULL or not km[b * t + tt]:
+                s = s + x[(b * t + tt) * c + j]
+                cnt = cnt + 1
+        mu = s / cnt if cnt > 0 else 0.0
+        s = 0
+        for tt in range(t):
+            if km == NULL or not km[b * t + tt]:
+                s = s + (x[(b * t + tt) * c + j] - mu) * (x[(b * t + tt) * c + j] - mu)
+        sd = sqrt((s / cnt if cnt > 0 else 0.0) + eps)
+        st[b * c + j] = <floating> mu
+        st[(nb + b) * c + j] = <floating> sd
+        mu = st[b * c + j]          # normalise with the stored values, as backward reads them
+        sd = st[(nb + b) * c + j]
+        g = aff[j] if aff != NULL else 1.0
+        be = aff[c + j] if aff != NULL else 0.0
+        for tt in range(t):
+            if km == NULL or not km[b * t + tt]:
+                xn[(b * t + tt) * c + j] = <floating> ((x[(b * t + tt) * c + j] - mu) / sd * g
+                                                       + be)
+            else:
+                xn[(b * t + tt) * c + j] = 0
+
+
+cdef void _rv_bwd(floating *tag, const Shape *sh, const Bufs *bf) noexcept nogil:
+    cdef Py_ssize_t nb = sh.nb, t = sh.t, c = sh.c, b, j, tt, cnt
+    cdef double sa, sb, mu, sd, g, xh, dg, dbe, dmu, dsd
+    cdef int nth = sh.nth
+    cdef const floating *dxn = <const floating *> bf.dout
+    cdef const floating *x = <const floating *> bf.x
+    cdef const uint8_t *km = bf.km
+    cdef const floating *aff = <const floating *> bf.aff
+    cdef const floating *st = <const floating *> bf.st
+    cdef const floating *dst = <const floating *> bf.dst
+    cdef floating *dx = <floating *> bf.out
+    cdef floating *daff = <floating *> bf.daff
+    # one channel per iteration, the batch inside in order: gamma's and beta's sums
+    # over the batch then need no scratch and do not depend on the thread count
+    for j in prange(c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        g = aff[j] if aff != NULL else 1.0
+        dg = 0
+        dbe = 0
+        for b in range(nb):
+            mu = st[b * c + j]
+            sd = st[(nb + b) * c + j]
+            sa = 0      # sum of dxn over the valid steps
+            sb = 0      # sum of dxn * xhat
             cnt = 0
             for tt in range(t):
-                if km is None or not km[b, tt]:
-                    s = s + x[b, tt, j]
+                if km == NULL or not km[b * t + tt]:
+                    xh = (x[(b * t + tt) * c + j] - mu) / sd
+                    sa = sa + dxn[(b * t + tt) * c + j]
+                    sb = sb + dxn[(b * t + tt) * c + j] * xh
                     cnt = cnt + 1
-            mu = s / cnt if cnt > 0 else 0.0
-            s = 0
+            dg = dg + sb
+            dbe = dbe + sa
+            dmu = dst[b * c + j] if dst != NULL else 0.0
+            dsd = dst[(nb + b) * c + j] if dst != NULL else 0.0
             for tt in range(t):
-                if km is None or not km[b, tt]:
-                    s = s + (x[b, tt, j] - mu) * (x[b, tt, j] - mu)
-            sd = sqrt((s / cnt if cnt > 0 else 0.0) + eps)
-            st[0, b, j] = <floating> mu
-            st[1, b, j] = <floating> sd
-            mu = st[0, b, j]          # normalise with the stored values, as backward reads them
-            sd = st[1, b, j]
-            g = aff[0, j] if aff is not None else 1.0
-            be = aff[1, j] if aff is not None else 0.0
-            for tt in range(t):
-                if km is None or not km[b, tt]:
-                    xn[b, tt, j] = <floating> ((x[b, tt, j] - mu) / sd * g + be)
+                if km == NULL or not km[b * t + tt]:
+                    xh = (x[(b * t + tt) * c + j] - mu) / sd
+                    # through xhat (mean and std depend on every valid step) and
+                    # through the stored mean and std that the de-normalisation used
+                    dx[(b * t + tt) * c + j] = <floating> (
+                        g * (dxn[(b * t + tt) * c + j] - sa / cnt - xh * sb / cnt) / sd
+                        + (dmu + dsd * xh) / cnt)
                 else:
-                    xn[b, tt, j] = 0
+                    dx[(b * t + tt) * c + j] = 0
+        if daff != NULL:
+            _put_affine(daff, c, j, dg, dbe, sh.acc)
 
 
-cdef void _rv_bwd(const floating[:, :, ::1] dxn, const floating[:, :, ::1] x,
-                  const uint8_t[:, ::1] km, const floating[:, ::1] aff,
-                  const floating[:, :, ::1] st, const floating[:, :, ::1] dst,
-                  floating[:, :, ::1] dx, floating[:, ::1] daff, bint acc,
-                  int nth) noexcept:
-    cdef Py_ssize_t nb = x.shape[0], t = x.shape[1], c = x.shape[2], b, j, tt, cnt
-    cdef double sa, sb, mu, sd, g, xh, dg, dbe, dmu, dsd
-    with nogil:
-        # one channel per iteration, the batch inside in order: gamma's and beta's sums
-        # over the batch then need no scratch and do not depend on the thread count
-        for j in prange(c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            g = aff[0, j] if aff is not None else 1.0
-            dg = 0
-            dbe = 0
-            for b in range(nb):
-                mu = st[0, b, j]
-                sd = st[1, b, j]
-                sa = 0      # sum of dxn over the valid steps
-                sb = 0      # sum of dxn * xhat
-                cnt = 0
-                for tt in range(t):
-                    if km is None or not km[b, tt]:
-                        xh = (x[b, tt, j] - mu) / sd
-                        sa = sa + dxn[b, tt, j]
-                        sb = sb + dxn[b, tt, j] * xh
-                        cnt = cnt + 1
-                dg = dg + sb
-                dbe = dbe + sa
-                dmu = dst[0, b, j] if dst is not None else 0.0
-                dsd = dst[1, b, j] if dst is not None else 0.0
-                for tt in range(t):
-                    if km is None or not km[b, tt]:
-                        xh = (x[b, tt, j] - mu) / sd
-                        # through xhat (mean and std depend on every valid step) and
-                        # through the stored mean and std that the de-normalisation used
-                        dx[b, tt, j] = <floating> (
-                            g * (dxn[b, tt, j] - sa / cnt - xh * sb / cnt) / sd
-                            + (dmu + dsd * xh) / cnt)
-                    else:
-                        dx[b, tt, j] = 0
-            if daff is not None:
-                _put_affine(daff, j, dg, dbe, acc)
+cdef void _rv_den(floating *tag, const Shape *sh, const Bufs *bf) noexcept nogil:
+    cdef Py_ssize_t nb = sh.nb, h = sh.t, c = sh.c, b, j, tt
+    cdef double scale, shift, eps2 = sh.eps
+    cdef int nth = sh.nth
+    cdef const floating *yn = <const floating *> bf.x
+    cdef const floating *aff = <const floating *> bf.aff
+    cdef const floating *st = <const floating *> bf.st
+    cdef floating *y = <floating *> bf.out
+    for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        for j in range(c):
+            # y = (yn - beta) / (gamma + eps2) * std + mean = yn * scale + shift
+            scale = st[(nb + b) * c + j]
+            shift = st[b * c + j]
+            if aff != NULL:
+                scale = scale / (aff[j] + eps2)
+                shift = shift - aff[c + j] * scale
+            for tt in range(h):
+                y[(b * h + tt) * c + j] = <floating> (yn[(b * h + tt) * c + j] * scale + shift)
 
 
-cdef void _rv_den(const floating[:, :, ::1] yn, const floating[:, ::1] aff,
-                  const floating[:, :, ::1] st, floating[:, :, ::1] y, double eps2,
-                  int nth) noexcept:
-    cdef Py_ssize_t nb = yn.shape[0], h = yn.shape[1], c = yn.shape[2], b, j, tt
-    cdef double scale, shift
-    with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            for j in range(c):
-                # y = (yn - beta) / (gamma + eps2) * std + mean = yn * scale + shift
-                scale = st[1, b, j]
-                shift = st[0, b, j]
-                if aff is not None:
-                    scale = scale / (aff[0, j] + eps2)
-                    shift = shift - aff[1, j] * scale
-                for tt in range(h):
-                    y[b, tt, j] = <floating> (yn[b, tt, j] * scale + shift)
+cdef void _rv_den_bwd(floating *tag, const Shape *sh, const Bufs *bf) noexcept nogil:
+    cdef Py_ssize_t nb = sh.nb, h = sh.t, c = sh.c, b, j, tt
+    cdef double g, be, ge, sd, z, sdy, sdz, dg, dbe, eps2 = sh.eps
+    cdef int nth = sh.nth
+    cdef const floating *dy = <const floating *> bf.dout
+    cdef const floating *yn = <const floating *> bf.x
+    cdef const floating *aff = <const floating *> bf.aff
+    cdef const floating *st = <const floating *> bf.st
+    cdef floating *dyn = <floating *> bf.out
+    cdef floating *daff = <floating *> bf.daff
+    cdef floating *dst = <floating *> bf.st_out
+    for j in prange(c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        g = aff[j] if aff != NULL else 1.0
+        be = aff[c + j] if aff != NULL else 0.0
+        ge = g + eps2 if aff != NULL else 1.0
+        dg = 0
+        dbe = 0
+        for b in range(nb):
+            sd = st[(nb + b) * c + j]
+            sdy = 0     # sum of dy: the mean's gradient
+            sdz = 0     # sum of dy * z, z = (yn - beta) / (gamma + eps2): the std's
+            for tt in range(h):
+                z = (yn[(b * h + tt) * c + j] - be) / ge
+                sdy = sdy + dy[(b * h + tt) * c + j]
+                sdz = sdz + dy[(b * h + tt) * c + j] * z
+                dyn[(b * h + tt) * c + j] = <floating> (dy[(b * h + tt) * c + j] * sd / ge)
+            dst[b * c + j] = <floating> sdy
+            dst[(nb + b) * c + j] = <floating> sdz
+            # dy/dgamma = -z std / (gamma + eps2), dy/dbeta = -std / (gamma + eps2)
+            dg = dg - sdz * sd / ge
+            dbe = dbe - sdy * sd / ge
+        if daff != NULL:
+            _put_affine(daff, c, j, dg, dbe, sh.acc)
 
 
-cdef void _rv_den_bwd(const floating[:, :, ::1] dy, const floating[:, :, ::1] yn,
-                      const floating[:, ::1] aff, const floating[:, :, ::1] st,
-                      floating[:, :, ::1] dyn, floating[:, ::1] daff, floating[:, :, ::1] dst,
-                      double eps2, bint acc, int nth) noexcept:
-    cdef Py_ssize_t nb = yn.shape[0], h = yn.shape[1], c = yn.shape[2], b, j, tt
-    cdef double g, be, ge, sd, z, sdy, sdz, dg, dbe
-    with nogil:
-        for j in prange(c, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            g = aff[0, j] if aff is not None else 1.0
-            be = aff[1, j] if aff is not None else 0.0
-            ge = g + eps2 if aff is not None else 1.0
-            dg = 0
-            dbe = 0
-            for b in range(nb):
-                sd = st[1, b, j]
-                sdy = 0     # sum of dy: the mean's gradient
-                sdz = 0     # sum of dy * z, z = (yn - beta) / (gamma + eps2): the std's
-                for tt in range(h):
-                    z = (yn[b, tt, j] - be) / ge
-                    sdy = sdy + dy[b, tt, j]
-                    sdz = sdz + dy[b, tt, j] * z
-                    dyn[b, tt, j] = <floating> (dy[b, tt, j] * sd / ge)
-                dst[0, b, j] = <floating> sdy
-                dst[1, b, j] = <floating> sdz
-                # dy/dgamma = -z std / (gamma + eps2), dy/dbeta = -std / (gamma + eps2)
-                dg = dg - sdz * sd / ge
-                dbe = dbe - sdy * sd / ge
-            if daff is not None:
-                _put_affine(daff, j, dg, dbe, acc)
+cdef void *_at(str what, str name, object a, object dt, int ndim, bint write) except? NULL:
+    """a's data (NULL for None) once it is what the kernel reads: a C-contiguous
+    ndarray of ndim dimensions and dtype dt, writeable when written (the checks that
+    remain with check=False; ValueError naming the argument)."""
+    if a is None:
+        return NULL
+    if not isinstance(a, cnp.ndarray):
+        raise TypeError(f"{what}: {name} must be a numpy array, got {type(a).__name__}")
+    if a.dtype != dt or a.ndim != ndim or not a.flags.c_contiguous:
+        raise ValueError(f"{what}: {name} must be a C-contiguous {ndim}-d {np.dtype(dt)} "
+                         f"array, got {a.ndim}-d {a.dtype}"
+                         + ("" if a.flags.c_contiguous else " (not C-contiguous)"))
+    if write and not a.flags.writeable:
+        raise ValueError(f"{what}: {name} is an output and must be writeable")
+    return cnp.PyArray_DATA(<cnp.ndarray> a)
+
+
+cdef int _sizes(Shape *sh, object lead, double eps, bint acc, object nthreads) except -1:
+    """The call's sizes from its leading (B, T or H, C) buffer, and its settings."""
+    sh.nb, sh.t, sh.c = lead.shape[0], lead.shape[1], lead.shape[2]
+    sh.eps, sh.acc, sh.nth = eps, acc, nthreads
+    return 0
 
 
 cdef class RevIN:
@@ -190,25 +252,33 @@ cdef class RevIN:
         """xn (B, T, C) and stats (2, B, C) from x (B, T, C), km (B, T) uint8 or None.
         A series with no valid step gets mean 0 and std sqrt(eps).
         check=False skips the argument checks (SequenceModel's own buffers, checked
-        when they were made); the typed arguments still refuse wrong dtypes."""
+        when they were made) except each buffer's dtype, dimensions and layout."""
         cdef str what = "RevIN"
-        if not check:
-            if x.dtype == np.float32:
-                _rv_fwd[float](x, km, affine, xn, stats, self.eps, nthreads)
+        cdef Shape sh
+        cdef Bufs bf
+        cdef bint f32
+        memset(&bf, 0, sizeof(Bufs))
+        if check:
+            dt, (nb, t, c) = _batch(what, "x", x, nthreads)
+            _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
+            _check(what, "affine", affine, dt, (2, c), optional=True)
+            _check(what, "xn", xn, dt, (nb, t, c), out=True)
+            _check(what, "stats", stats, dt, (2, nb, c), out=True)
+            _disjoint(what, [("xn", xn), ("stats", stats)],
+                      [("x", x), ("key mask", km), ("affine", affine)])
+        dt = np.float32 if x.dtype == np.float32 else np.float64
+        bf.x = _at(what, "x", x, dt, 3, False)
+        bf.km = <const uint8_t *> _at(what, "key mask", km, np.uint8, 2, False)
+        bf.aff = _at(what, "affine", affine, dt, 2, False)
+        bf.out = _at(what, "xn", xn, dt, 3, True)
+        bf.st_out = _at(what, "stats", stats, dt, 3, True)
+        _sizes(&sh, x, self.eps, False, nthreads)
+        f32 = dt is np.float32
+        with nogil:
+            if f32:
+                _rv_fwd(<float *> NULL, &sh, &bf)
             else:
-                _rv_fwd[double](x, km, affine, xn, stats, self.eps, nthreads)
-            return
-        dt, (nb, t, c) = _batch(what, "x", x, nthreads)
-        _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
-        _check(what, "affine", affine, dt, (2, c), optional=True)
-        _check(what, "xn", xn, dt, (nb, t, c), out=True)
-        _check(what, "stats", stats, dt, (2, nb, c), out=True)
-        _disjoint(what, [("xn", xn), ("stats", stats)],
-                  [("x", x), ("key mask", km), ("affine", affine)])
-        if dt == np.float32:
-            _rv_fwd[float](x, km, affine, xn, stats, self.eps, nthreads)
-        else:
-            _rv_fwd[double](x, km, affine, xn, stats, self.eps, nthreads)
+                _rv_fwd(<double *> NULL, &sh, &bf)
 
     def backward(self, dxn, x, km, affine, stats, dstats, dx, daffine, accumulate=False,
                  nthreads=1, bint check=True):
@@ -217,53 +287,68 @@ cdef class RevIN:
         the outputs are not de-normalised); daffine (2, C) gets dgamma, dbeta (added
         when accumulate). dx is zero on padded steps. check: as forward's."""
         cdef str what = "RevIN backward"
-        if not check:
-            if x.dtype == np.float32:
-                _rv_bwd[float](dxn, x, km, affine, stats, dstats, dx, daffine, accumulate,
-                               nthreads)
+        cdef Shape sh
+        cdef Bufs bf
+        cdef bint f32
+        memset(&bf, 0, sizeof(Bufs))
+        if check:
+            dt, (nb, t, c) = _batch(what, "x", x, nthreads)
+            _check(what, "dxn", dxn, dt, (nb, t, c))
+            _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
+            _check(what, "affine", affine, dt, (2, c), optional=True)
+            _check(what, "stats", stats, dt, (2, nb, c))
+            _check(what, "dstats", dstats, dt, (2, nb, c), optional=True)
+            _check(what, "dx", dx, dt, (nb, t, c), out=True)
+            _check(what, "daffine", daffine, dt, (2, c), out=True, optional=True)
+            if (affine is None) != (daffine is None):
+                raise ValueError(f"{what}: affine and daffine go together (both arrays or "
+                                 "both None)")
+            _disjoint(what, [("dx", dx), ("daffine", daffine)],
+                      [("dxn", dxn), ("x", x), ("key mask", km), ("affine", affine),
+                       ("stats", stats), ("dstats", dstats)])
+        dt = np.float32 if x.dtype == np.float32 else np.float64
+        bf.dout = _at(what, "dxn", dxn, dt, 3, False)
+        bf.x = _at(what, "x", x, dt, 3, False)
+        bf.km = <const uint8_t *> _at(what, "key mask", km, np.uint8, 2, False)
+        bf.aff = _at(what, "affine", affine, dt, 2, False)
+        bf.st = _at(what, "stats", stats, dt, 3, False)
+        bf.dst = _at(what, "dstats", dstats, dt, 3, False)
+        bf.out = _at(what, "dx", dx, dt, 3, True)
+        bf.daff = _at(what, "daffine", daffine, dt, 2, True)
+        _sizes(&sh, x, 0.0, accumulate, nthreads)
+        f32 = dt is np.float32
+        with nogil:
+            if f32:
+                _rv_bwd(<float *> NULL, &sh, &bf)
             else:
-                _rv_bwd[double](dxn, x, km, affine, stats, dstats, dx, daffine, accumulate,
-                                nthreads)
-            return
-        dt, (nb, t, c) = _batch(what, "x", x, nthreads)
-        _check(what, "dxn", dxn, dt, (nb, t, c))
-        _check(what, "key mask", km, np.uint8, (nb, t), optional=True)
-        _check(what, "affine", affine, dt, (2, c), optional=True)
-        _check(what, "stats", stats, dt, (2, nb, c))
-        _check(what, "dstats", dstats, dt, (2, nb, c), optional=True)
-        _check(what, "dx", dx, dt, (nb, t, c), out=True)
-        _check(what, "daffine", daffine, dt, (2, c), out=True, optional=True)
-        if (affine is None) != (daffine is None):
-            raise ValueError(f"{what}: affine and daffine go together (both arrays or both None)")
-        _disjoint(what, [("dx", dx), ("daffine", daffine)],
-                  [("dxn", dxn), ("x", x), ("key mask", km), ("affine", affine),
-                   ("stats", stats), ("dstats", dstats)])
-        if dt == np.float32:
-            _rv_bwd[float](dxn, x, km, affine, stats, dstats, dx, daffine, accumulate,
-                               nthreads)
-        else:
-            _rv_bwd[double](dxn, x, km, affine, stats, dstats, dx, daffine, accumulate,
-                                nthreads)
+                _rv_bwd(<double *> NULL, &sh, &bf)
 
     def denorm(self, yn, affine, stats, y, nthreads=1, bint check=True):
         """y (B, H, C) = (yn - beta) / (gamma + eps2) * std + mean, stats from forward.
         check: as forward's."""
         cdef str what = "RevIN denorm"
-        if not check:
-            if yn.dtype == np.float32:
-                _rv_den[float](yn, affine, stats, y, self.eps2, nthreads)
+        cdef Shape sh
+        cdef Bufs bf
+        cdef bint f32
+        memset(&bf, 0, sizeof(Bufs))
+        if check:
+            dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
+            _check(what, "affine", affine, dt, (2, c), optional=True)
+            _check(what, "stats", stats, dt, (2, nb, c))
+            _check(what, "y", y, dt, (nb, h, c), out=True)
+            _disjoint(what, [("y", y)], [("yn", yn), ("affine", affine), ("stats", stats)])
+        dt = np.float32 if yn.dtype == np.float32 else np.float64
+        bf.x = _at(what, "yn", yn, dt, 3, False)
+        bf.aff = _at(what, "affine", affine, dt, 2, False)
+        bf.st = _at(what, "stats", stats, dt, 3, False)
+        bf.out = _at(what, "y", y, dt, 3, True)
+        _sizes(&sh, yn, self.eps2, False, nthreads)
+        f32 = dt is np.float32
+        with nogil:
+            if f32:
+                _rv_den(<float *> NULL, &sh, &bf)
             else:
-                _rv_den[double](yn, affine, stats, y, self.eps2, nthreads)
-            return
-        dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
-        _check(what, "affine", affine, dt, (2, c), optional=True)
-        _check(what, "stats", stats, dt, (2, nb, c))
-        _check(what, "y", y, dt, (nb, h, c), out=True)
-        _disjoint(what, [("y", y)], [("yn", yn), ("affine", affine), ("stats", stats)])
-        if dt == np.float32:
-            _rv_den[float](yn, affine, stats, y, self.eps2, nthreads)
-        else:
-            _rv_den[double](yn, affine, stats, y, self.eps2, nthreads)
+                _rv_den(<double *> NULL, &sh, &bf)
 
     def denorm_backward(self, dy, yn, affine, stats, dyn, daffine, dstats, accumulate=False,
                         nthreads=1, bint check=True):
@@ -271,28 +356,35 @@ cdef class RevIN:
         reaching the mean (sum of dy over H) and the std, for backward; daffine gets
         dgamma, dbeta (added when accumulate). check: as forward's."""
         cdef str what = "RevIN denorm backward"
-        if not check:
-            if yn.dtype == np.float32:
-                _rv_den_bwd[float](dy, yn, affine, stats, dyn, daffine, dstats, self.eps2,
-                                   accumulate, nthreads)
+        cdef Shape sh
+        cdef Bufs bf
+        cdef bint f32
+        memset(&bf, 0, sizeof(Bufs))
+        if check:
+            dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
+            _check(what, "dy", dy, dt, (nb, h, c))
+            _check(what, "affine", affine, dt, (2, c), optional=True)
+            _check(what, "stats", stats, dt, (2, nb, c))
+            _check(what, "dyn", dyn, dt, (nb, h, c), out=True)
+            _check(what, "daffine", daffine, dt, (2, c), out=True, optional=True)
+            _check(what, "dstats", dstats, dt, (2, nb, c), out=True)
+            if (affine is None) != (daffine is None):
+                raise ValueError(f"{what}: affine and daffine go together (both arrays or "
+                                 "both None)")
+            _disjoint(what, [("dyn", dyn), ("daffine", daffine), ("dstats", dstats)],
+                      [("dy", dy), ("yn", yn), ("affine", affine), ("stats", stats)])
+        dt = np.float32 if yn.dtype == np.float32 else np.float64
+        bf.dout = _at(what, "dy", dy, dt, 3, False)
+        bf.x = _at(what, "yn", yn, dt, 3, False)
+        bf.aff = _at(what, "affine", affine, dt, 2, False)
+        bf.st = _at(what, "stats", stats, dt, 3, False)
+        bf.out = _at(what, "dyn", dyn, dt, 3, True)
+        bf.daff = _at(what, "daffine", daffine, dt, 2, True)
+        bf.st_out = _at(what, "dstats", dstats, dt, 3, True)
+        _sizes(&sh, yn, self.eps2, accumulate, nthreads)
+        f32 = dt is np.float32
+        with nogil:
+            if f32:
+                _rv_den_bwd(<float *> NULL, &sh, &bf)
             else:
-                _rv_den_bwd[double](dy, yn, affine, stats, dyn, daffine, dstats, self.eps2,
-                                    accumulate, nthreads)
-            return
-        dt, (nb, h, c) = _batch(what, "yn", yn, nthreads)
-        _check(what, "dy", dy, dt, (nb, h, c))
-        _check(what, "affine", affine, dt, (2, c), optional=True)
-        _check(what, "stats", stats, dt, (2, nb, c))
-        _check(what, "dyn", dyn, dt, (nb, h, c), out=True)
-        _check(what, "daffine", daffine, dt, (2, c), out=True, optional=True)
-        _check(what, "dstats", dstats, dt, (2, nb, c), out=True)
-        if (affine is None) != (daffine is None):
-            raise ValueError(f"{what}: affine and daffine go together (both arrays or both None)")
-        _disjoint(what, [("dyn", dyn), ("daffine", daffine), ("dstats", dstats)],
-                  [("dy", dy), ("yn", yn), ("affine", affine), ("stats", stats)])
-        if dt == np.float32:
-            _rv_den_bwd[float](dy, yn, affine, stats, dyn, daffine, dstats, self.eps2,
-                                   accumulate, nthreads)
-        else:
-            _rv_den_bwd[double](dy, yn, affine, stats, dyn, daffine, dstats, self.eps2,
-                                    accumulate, nthreads)
+                _rv_den_bwd(<double *> NULL, &sh, &bf)

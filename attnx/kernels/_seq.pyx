@@ -67,7 +67,6 @@ cdef _threads(str what, int nthreads):
         raise ValueError(f"{what}: nthreads must be >= 1, got {nthreads}")
 
 
-
 cdef void linear_fwd(const floating *x, const floating *w, const floating *b, floating *y,
                      const floating *pos, Py_ssize_t rows, Py_ssize_t k, Py_ssize_t n,
                      Py_ssize_t t, int nthreads) noexcept nogil:
@@ -245,16 +244,18 @@ def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const flo
         norm_forward(&x[0, 0], &y[0, 0], &n)
 
 
-def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
-                       const floating[::1] g, const floating[:, ::1] st,
-                       floating[::1] dg, floating[::1] db, floating[:, ::1] dx,
-                       const floating[:, ::1] add, floating[:, ::1] part, int nthreads=1):
-    """dg = sum_r dy * xhat, db = sum_r dy, and per row
-    dx = rs * (dy g - mean(dy g) - xhat * mean(dy g xhat)) (+ add when given).
-
-    part: scratch (>= nthreads, 2 * d): each thread's share of dg and db over its
-    fixed slice of rows, summed afterwards in thread order.
-    """
+def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x, const floating[::1] g,
+                       grads, work, floating[:, ::1] dx, const floating[:, ::1] add, int nthreads=1):
+    """dg = sum_r dy * xhat, db = sum_r dy, per row dx = rs * (dy g - mean(dy g) - xhat *
+    mean(dy g xhat)) (+ add); grads = (dg, db); work = (st, part): forward's statistics
+    (2, rows), a (>= nthreads, 2 d) scratch: each thread's dg, db, summed in thread order."""
+    for name, rec in (("grads", grads), ("work", work)):
+        if not isinstance(rec, tuple) or len(rec) != 2:
+            raise ValueError(f"LayerNorm backward: {name} must be a tuple of 2 arrays, got "
+                             f"{len(rec) if isinstance(rec, tuple) else type(rec).__name__}")
+    cdef floating[::1] dg = grads[0], db = grads[1]
+    cdef const floating[:, ::1] st = work[0]
+    cdef floating[:, ::1] part = work[1]
     cdef Py_ssize_t rows = x.shape[0], d = x.shape[1]
     cdef Norm n
     _threads("LayerNorm backward", nthreads)
@@ -273,8 +274,7 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x,
         db[:] = 0
         return
     n.g, n.dg, n.db, n.st, n.part = &g[0], &dg[0], &db[0], <void *> &st[0, 0], &part[0, 0]
-    n.rows, n.d, n.ldpart = rows, d, part.shape[1]
-    n.nthreads = nthreads if nthreads <= part.shape[0] else <int> part.shape[0]
+    n.rows, n.d, n.ldpart, n.nthreads = rows, d, part.shape[1], min(nthreads, part.shape[0])
     with nogil:
         norm_backward(&dy[0, 0], &x[0, 0], &dx[0, 0], &add[0, 0] if add is not None else NULL,
                       &n)

@@ -160,8 +160,8 @@ def block_forward(m: SequenceView, i: int, b: _Buffers, km: _U8Array | None, nb:
         u2 = zt
     # the MLP kernel returns MLP(u2) + u2 (its own residual)
     out = branch if branch is not None else b.hs[i + 1]
-    _mlp.mlp_forward(u2, w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2"),
-                     b.hid[i], b.s[i], b.sg[i] if grad else None, out, nthreads=threads)
+    _mlp.mlp_forward(u2, (w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2")),
+                     (b.hid[i], b.s[i], b.sg[i] if grad else None), out, nthreads=threads)
     if branch is not None:  # H' = Z~ + mask2 * (out - u2)
         k.masked_add(b.hs[i + 1], zt, branch, u2, b.m2[i], nth)
     elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
@@ -181,13 +181,13 @@ def block_backward(m: SequenceView, i: int, b: _Buffers, dcur: FloatArray, drop:
         dbr = drop_buf
     else:
         dbr = dcur
-    _mlp.mlp_backward(dbr, u2, w[p + "W1"], w[p + "W2"], b.hid[i], b.s[i], b.sg[i],
+    _mlp.mlp_backward(dbr, u2, (w[p + "W1"], w[p + "W2"]), (b.hid[i], b.s[i], b.sg[i]),
                       b.dhid, (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
                       b.db, nthreads=threads)
     if pre:   # dZ~ = LN2'(db - dbr) + dcur
         k.add_sub(b.db, None, dbr, nth)
-        k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], b.st2[i], g[p + "ln2.g"],
-                             g[p + "ln2.b"], b.dzt, dcur, b.part, nth)
+        k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], (g[p + "ln2.g"], g[p + "ln2.b"]),
+                             (b.st2[i], b.part), b.dzt, dcur, nth)
     elif drop:  # dZ~ = (db - dbr) + dcur
         np.copyto(b.dzt, b.db)
         k.add_sub(b.dzt, dcur, dbr, nth)
@@ -201,8 +201,8 @@ def block_backward(m: SequenceView, i: int, b: _Buffers, dcur: FloatArray, drop:
         datt = b.dzt
     if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
         m.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
-        k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], b.st1[i], g[p + "ln1.g"],
-                             g[p + "ln1.b"], dcur, b.dzt, b.part, nth)
+        k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], (g[p + "ln1.g"], g[p + "ln1.b"]),
+                             (b.st1[i], b.part), dcur, b.dzt, nth)
     else:     # dH = dZ~ + attention'(datt)
         np.copyto(dcur, b.dzt)
         m.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)

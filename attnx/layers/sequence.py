@@ -438,8 +438,8 @@ class SequenceModel(_AttentionStack):
             _pooling.backward(self, b, km, nb, t, nth)
         # dcur: dL/d(block output), walking down the stack
         if b.stf is not None:   # pre-norm: the final LayerNorm
-            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], b.stf, g["norm.g"], g["norm.b"],
-                                 b.da, None, b.part, nth)
+            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], (g["norm.g"], g["norm.b"]),
+                                 (b.stf, b.part), b.da, None, nth)
             dcur = b.da
         else:
             dcur = b.dhf

@@ -283,8 +283,8 @@ class Transformer(_AttentionStack):
                 att._forward_buffers(xi, bufs.ctx if cross else None, mask, bufs.zt[i], nb,
                                      grad, ws, threads, residual=xi)
                 mw = self._mlp_w[i]
-                _mlp.mlp_forward(bufs.zt[i], mw["W1"], mw["b1"], mw["W2"], mw["b2"],
-                                 bufs.h[i], bufs.s[i], bufs.sg[i] if grad else None,
+                _mlp.mlp_forward(bufs.zt[i], (mw["W1"], mw["b1"], mw["W2"], mw["b2"]),
+                                 (bufs.h[i], bufs.s[i], bufs.sg[i] if grad else None),
                                  bufs.xs[i + 1],
                                  nthreads=threads)
         if grad:  # inference leaves the last training forward's state alone (thread safety)
@@ -320,8 +320,9 @@ class Transformer(_AttentionStack):
         dcur = dy
         for i in reversed(range(self.n_layers)):
             mw, mg = self._mlp_w[i], self._mlp_g[i]
-            _mlp.mlp_backward(dcur, bufs.zt[i], mw["W1"], mw["W2"], bufs.h[i], bufs.s[i],
-                              bufs.sg[i], bufs.dh, (mg["W1"], mg["b1"], mg["W2"], mg["b2"]),
+            _mlp.mlp_backward(dcur, bufs.zt[i], (mw["W1"], mw["W2"]),
+                              (bufs.h[i], bufs.s[i], bufs.sg[i]), bufs.dh,
+                              (mg["W1"], mg["b1"], mg["W2"], mg["b2"]),
                               bufs.dzt, nthreads=threads)
             # dX_i = dZ~ (residual) + attention backward, accumulated in place
             target: FloatArray | None
