@@ -80,3 +80,42 @@ def test_validation_checks_the_dependent_settings_after_the_single_ones():
         attnx.TransformerRegressor(quantiles=[0.5]).fit(X, X[:, 0, :1])
     with pytest.raises(ValueError, match="no hyper-parameter table"):
         _hyper.signature_of("TransformerForecaster")
+
+
+def test_the_forecaster_is_made_from_its_table_as_before():
+    from attnx.forecasting import _forecaster_params as fp
+    old = json.loads((Path(__file__).parent / "data" / "flat_layout" /
+                      "signatures.json").read_text())["TransformerForecaster"]
+    sig = inspect.signature(attnx.TransformerForecaster).parameters
+    assert {n: [repr(p.default), p.kind == p.POSITIONAL_OR_KEYWORD]
+            for n, p in sig.items()} == old
+    assert list(sig) == list(fp.PARAMETERS) == list(fp.ForecasterParameters.__annotations__)
+    doc = attnx.TransformerForecaster.__doc__
+    documented = set()
+    for m in re.finditer(r"^\s{4}([\w, ()]+?) :", doc[doc.index("Parameters"):], re.M):
+        documented |= set(re.findall(r"\w+", m.group(1)))
+    assert not [n for n in sig if n not in documented]
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(channel_independent="yes"), "channel_independent must be"),
+    (dict(n_heads=0), "n_heads must be >= 1"),
+    (dict(steps=0), "steps must be >= 1"),
+    (dict(window=2.5), "window must be an int"),
+    (dict(method="magic"), "method must be one of"),
+])
+def test_the_forecaster_checks_every_parameter_of_its_table(kw, msg):
+    with pytest.raises((ValueError, TypeError), match=msg):
+        attnx.TransformerForecaster(3, **kw).fit(np.sin(np.arange(60.0)))
+
+
+def test_the_sktime_adapter_takes_the_forecasters_parameters():
+    """AttnxForecaster (sktime needs a hand-written constructor) keeps the forecaster's
+    parameters and defaults, less those sktime gives otherwise (the horizon is fh)."""
+    pytest.importorskip("sktime")
+    from attnx.forecasting import _forecaster_params as fp
+    from attnx.forecasting.sktime import AttnxForecaster
+    adapter = {n: p.default for n, p in inspect.signature(AttnxForecaster).parameters.items()}
+    own = {n: d for n, (d, _) in fp.PARAMETERS.items()
+           if n not in ("horizon", "verbose", "dtype", "method")}
+    assert {n: d for n, d in adapter.items() if n != "past_covariates"} == own

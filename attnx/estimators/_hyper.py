@@ -394,10 +394,16 @@ def parameters_of(cls_name: str) -> dict[str, Constraint]:
 
 
 def make_init(cls_name: str) -> Callable[..., None]:
-    """The constructor of the estimator class `cls_name` from PARAMETERS: a plain
-    function whose signature lists every hyper-parameter with its default (scikit-
-    learn's get_params reads it) and which stores each argument unchanged."""
-    sig = signature_of(cls_name)
+    """The constructor of the estimator class `cls_name`, from PARAMETERS."""
+    return build_init(cls_name, signature_of(cls_name), HyperParameters.__annotations__)
+
+
+def build_init(owner: str, sig: list[tuple[str, Any, bool]],
+               types: Mapping[str, Any]) -> Callable[..., None]:
+    """A constructor taking the parameters `sig` ((name, default, positional), the
+    positional ones first) with the annotations `types`: a plain function whose
+    signature lists every parameter with its default (scikit-learn's get_params reads
+    it) and which stores each argument unchanged, as scikit-learn requires."""
     pos = [n for n, _, positional in sig if positional]
     kw = [n for n, _, positional in sig if not positional]
     src = (f"def __init__(self, {', '.join(pos)}, *, {', '.join(kw)}):\n"
@@ -408,11 +414,10 @@ def make_init(cls_name: str) -> Callable[..., None]:
     defaults = dict((n, d) for n, d, _ in sig)
     init.__defaults__ = tuple(defaults[n] for n in pos)
     init.__kwdefaults__ = {n: defaults[n] for n in kw}
-    types = HyperParameters.__annotations__
     init.__annotations__ = {**{n: getattr(types[n], "__forward_arg__", types[n])
                                for n, _, _ in sig}, "return": "None"}
-    init.__qualname__ = f"{cls_name}.__init__"
-    init.__doc__ = f"Store the hyper-parameters unchanged (see {cls_name}'s docstring)."
+    init.__qualname__ = f"{owner}.__init__"
+    init.__doc__ = f"Store the parameters unchanged (see {owner}'s docstring)."
     return init
 
 

@@ -22,8 +22,8 @@ from . import _forecaster_state, _pandas
 from ..estimators import _model_file
 from . import _windows as win
 from ..estimators._base import EstimatorParams
-from ._candidates import is_candidate as _is_candidate
-from ._forecaster_auto import METHODS, ClassicalPath, TooFewWindows
+from . import _forecaster_params as _params
+from ._forecaster_auto import ClassicalPath, TooFewWindows
 from ._forecaster_calibration import ConformalIntervals
 from ._forecaster_inputs import NetworkInputs
 from ._forecaster_stats import MIN_EVIDENCE
@@ -34,8 +34,10 @@ from ..estimators.regressors import TransformerRegressor
 
 if TYPE_CHECKING:
     import numpy.typing as npt
+    from typing_extensions import Unpack
 
     from ..runtime._typing import RandomStateLike
+    from ._forecaster_params import ForecasterParameters
 
     F64 = npt.NDArray[np.float64]
 
@@ -44,10 +46,6 @@ __all__ = ["TransformerForecaster", "FORECASTERS"]
 # what the network path's fallback to the classical one keeps of the network's fit
 _KEEP = ("time_index_", "was_list_", "k_", "k_out_", "season_", "horizon_", "levels_")
 
-_INTERVALS = ("conformal", "quantile", None)
-#: intervals="quantile": the levels the network learns unless quantile_levels says
-QUANTILE_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
-_BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
 
 
 class ForecastSpec(NamedTuple):
@@ -172,45 +170,21 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
     dtype: npt.DTypeLike
     method: str
 
-    def __init__(self, horizon: int = 1, *, window: int | None = None,
-                 patch_len: int | None = None, patch_stride: int | None = None,
-                 season: int | None = None, baseline: str = "auto",
-                 d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 d_hidden: int | None = None, dropout: float = 0.1,
-                 channel_independent: bool = True, intervals: str | None = "conformal",
-                 quantile_levels: Any = QUANTILE_LEVELS, calibration: int | None = None,
-                 steps: int = 1500,
-                 epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
-                 weight_decay: float = 0.01, random_state: RandomStateLike = None,
-                 verbose: int = 0, dtype: npt.DTypeLike = np.float32,
-                 method: str = "network") -> None:
-        for k, v in list(locals().items()):
-            if k != "self":
-                setattr(self, k, v)
+    if TYPE_CHECKING:   # the signature is _forecaster_params.make_init's, from its table
+        def __init__(self, *args: Any, **kwargs: Unpack[ForecasterParameters]) -> None: ...
+    else:
+        __init__ = _params.make_init()
 
     # ---- configuration ---------------------------------------------------
     def _check(self) -> None:
-        self.horizon_ = win.check_int("horizon", self.horizon, 1)
-        if self.season is not None:
-            win.check_int("season", self.season, 1)
-        if self.baseline not in _BASELINES:
-            raise ValueError(f"baseline must be one of {_BASELINES}, got {self.baseline!r}")
-        if self.intervals not in _INTERVALS:
-            raise ValueError(f"intervals must be one of {_INTERVALS}, got {self.intervals!r}")
+        """Every parameter's rule (attnx.forecasting._forecaster_params), then the
+        learned levels of intervals="quantile"."""
+        self.horizon_ = _params.check(self.get_params())["horizon"]
         if self.intervals == "quantile":
             levels = win.check_quantiles(self.quantile_levels, "quantile_levels")
             self.levels_ = tuple(sorted(set(levels) | {0.5}))
         else:
             self.levels_ = (0.5,)
-        for name in ("window", "patch_len", "patch_stride", "calibration", "epochs"):
-            v = getattr(self, name)
-            if v is not None:
-                win.check_int(name, v, 1)
-        win.check_int("steps", self.steps, 1)
-        if not isinstance(self.method, str) or (
-                self.method not in METHODS and not _is_candidate(self.method)):
-            raise ValueError(f"method must be one of {METHODS} or a candidate's name, "
-                             f"got {self.method!r}")
 
     def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
                    ) -> TransformerRegressor:

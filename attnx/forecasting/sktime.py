@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 from sktime.forecasting.base import BaseForecaster
 
-from .forecaster import QUANTILE_LEVELS, TransformerForecaster
+from ._forecaster_params import QUANTILE_LEVELS
+from .forecaster import TransformerForecaster
 
 __all__ = ["AttnxForecaster"]
 
