@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 import numpy as np
 
 from . import _sequences as seqs
-from . import _model_file, _scaling, _state, _stem, _training, distributed, schedules
+from . import _model_file, _pretrain, _scaling, _state, _stem, _training, distributed, schedules
 from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, PPVTokens, auto_pick, ragged as _ragged
 from ._base import EstimatorParams, sklearn_class
 from ._hyper import Config, validate
@@ -326,7 +326,7 @@ class SequenceEstimator(EstimatorParams):
 
     # ---- training ------------------------------------------------------
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
-            comm: Any = None) -> Self:
+            comm: Any = None, *, X_unlabelled: ArrayLike | None = None) -> Self:
         """Train for `epochs` epochs on X, y; returns self.
 
         A new model each call, unless warm_start=True and the estimator is fitted: then
@@ -348,6 +348,9 @@ class SequenceEstimator(EstimatorParams):
         data-parallel fit (``mpiexec -n P``): X, y, sample_weight are then this rank's
         shard, and the result is the fit on every rank's shard concatenated in rank
         order (see attnx.distributed).
+
+        X_unlabelled: with pretrain="masked", more series without labels (in X's
+        layout and channels) that the pre-training reads besides X.
         """
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
@@ -355,6 +358,13 @@ class SequenceEstimator(EstimatorParams):
             warm = cfg.warm_start and "model_" in self.__dict__
             prepared, net = self._prepare(X, y, sample_weight, cfg, fitted=warm)
             _check_comm_options(dist, cfg)
+            _pretrain.check(cfg, net.head, dist.distributed, X_unlabelled, warm)
+            if warm:
+                cfg.pretrain = None   # a warm start goes on from the fitted weights
+            if X_unlabelled is not None:   # X's checks, before anything is fitted
+                seqs.sequences("X_unlabelled", X_unlabelled, cfg.dtype,
+                               self._channels_now, layout=cfg.layout, missing=cfg.missing)
+        self.__dict__.pop("_pretrained", None)
         if warm:
             _scaling.unfold(self)
         data = _scaling.standardized(self, prepared[0], cfg, net, dist, refit=not warm)
@@ -369,6 +379,8 @@ class SequenceEstimator(EstimatorParams):
             self._set_optimizer_hyper(cfg)
         else:
             split_seed = self._initialize(prepared, net, cfg)
+            if cfg.pretrain is not None:
+                self._pretrained = _pretrain.run(self, data, X_unlabelled, cfg, split_seed)
         train, val = _training.split(data, cfg.validation_fraction, split_seed, dist)
         # the training part's global count and lengths (one more setup collective
         # only when a validation part was held out)
@@ -386,6 +398,7 @@ class SequenceEstimator(EstimatorParams):
                 epochs, train = chosen, _training.setup(dist, data)   # every sample again
             self._train(train, val, cfg, epochs, fit=True)
         finally:
+            self.__dict__.pop("_pretrained", None)
             _scaling.fold(self)
         return self
 
@@ -479,9 +492,9 @@ class SequenceEstimator(EstimatorParams):
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
         data, per_position, k = prepared
-        keep: dict[str, Any] = {k: self.__dict__[k]
-                                for k in ("classes_", "_dist") + _scaling.ATTRIBUTES
-                                if k in self.__dict__}
+        kept = ("classes_", "_dist") + _scaling.ATTRIBUTES + (
+            ("pretrain_loss_curve_",) if "_pretrained" in self.__dict__ else ())
+        keep: dict[str, Any] = {k: self.__dict__[k] for k in kept if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
         for name in _SCRATCH + ("_target", "_spec", "_folded", "_ppv"):
@@ -511,6 +524,7 @@ class SequenceEstimator(EstimatorParams):
         self.lr_curve_: list[float] = []
         self.best_loss_ = math.inf
         self._folded = False
+        _pretrain.load(self)   # a re-initialised network of a pre-trained fit
         return split_seed
 
     def _batch(self, data: seqs.Data, bs: int, t: int) -> Batch:

@@ -43,7 +43,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
     "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
     "stem": None, "layout": "ntc", "missing": "error", "instance_norm": None,
-    "instance_affine": False, "tokenizer": "patch",
+    "instance_affine": False, "tokenizer": "patch", "pretrain": None, "pretrain_epochs": None,
 }
 
 
@@ -252,6 +252,9 @@ COMMON: dict[str, Constraint] = {
     "layout": OneOf(LAYOUTS, "layout must be one of {options} ('ntc': X is (n_samples, "
                     "seq_len, n_features); 'nct': aeon's (n_cases, n_channels, "
                     "n_timepoints)), got {value!r}"),
+    "pretrain": OneOf((None, "masked"), "pretrain must be None or 'masked' (self-supervised "
+                      "masked-value reconstruction before the supervised fit), got {value!r}"),
+    "pretrain_epochs": PositiveInt(optional=True),
     "missing": OneOf(MISSING, "missing must be one of {options} ('error': NaN in X is a "
                      "ValueError; 'mask': a time step with NaN in any channel is masked as "
                      "padding is), got {value!r}"),
@@ -320,6 +323,8 @@ class Config(SimpleNamespace):
     loss: str
     quantiles: tuple[float, ...] | None
     distributed: str
+    pretrain: str | None
+    pretrain_epochs: int | None
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:

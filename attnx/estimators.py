@@ -304,6 +304,20 @@ _COMMON_DOC = """
     verbose : 0 prints nothing; 1 shows a progress bar per epoch (tqdm, on
         stderr) with the running loss.
     dtype : float32 or float64 for the weights and the computation.
+    pretrain : None (off) or "masked": self-supervised pre-training of the encoder
+        before the supervised fit (a new fit only, not warm_start or partial_fit):
+        about 15% of the input values of every training series (and of
+        fit(..., X_unlabelled=...)'s series) are replaced by 0 (the training mean
+        with standardize=True) and the network, with a linear head per token,
+        learns to reconstruct them (mean squared error over the masked values);
+        its encoder weights then start the fit, the reconstruction head is
+        dropped. Patch tokens are masked in spans of about 3 time steps per
+        channel, PPV tokens feature by feature (each token rebuilds what it sees
+        of its window). pretrain_loss_curve_ records the loss of every epoch. Not
+        with a stem, instance normalisation, comm or the bare X -> Y model
+        (attnx._pretrain).
+    pretrain_epochs : passes over the series in pre-training (None: about 750
+        AdamW steps, within [30, 300] epochs); ignored with pretrain=None.
     distributed : with comm (MPI), "balanced": each rank shuffles its own shard and
         takes ceil(batch_size / P) rows of it per step (reproducible for a given
         seed and number of ranks P); "exact": the global batches of one process,
@@ -366,7 +380,8 @@ class AttentionRegressor(_Regressor):
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
                  instance_affine: bool = False, tokenizer: str = "patch",
-                 loss: str = "squared_error", quantiles: Any = None) -> None:
+                 loss: str = "squared_error", quantiles: Any = None,
+                 pretrain: str | None = None, pretrain_epochs: int | None = None) -> None:
         store(self, locals())
 
 
@@ -405,7 +420,8 @@ class TransformerRegressor(_Regressor):
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = "auto",
                  instance_affine: bool = False, tokenizer: str = "patch",
-                 loss: str = "squared_error", quantiles: Any = None) -> None:
+                 loss: str = "squared_error", quantiles: Any = None,
+                 pretrain: str | None = None, pretrain_epochs: int | None = None) -> None:
         store(self, locals())
 
 
@@ -565,7 +581,8 @@ class AttentionClassifier(_Classifier):
                  patch_len: int | None = 1, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False, tokenizer: str = "patch") -> None:
+                 instance_affine: bool = False, tokenizer: str = "patch",
+                 pretrain: str | None = None, pretrain_epochs: int | None = None) -> None:
         store(self, locals())
 
 
@@ -603,7 +620,8 @@ class TransformerClassifier(_Classifier):
                  label_smoothing: float = 0.0, distributed: str = "balanced",
                  stem: Stem | str | None = None, layout: str = "ntc",
                  missing: str = "error", instance_norm: InstanceNorm = None,
-                 instance_affine: bool = False, tokenizer: str = "auto") -> None:
+                 instance_affine: bool = False, tokenizer: str = "auto",
+                 pretrain: str | None = None, pretrain_epochs: int | None = None) -> None:
         store(self, locals())
 
 
