@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 
 #: the share of the input values masked, and the mean span of masked time steps
 MASK_RATIO, MEAN_SPAN = 0.15, 3.0
+#: how PPV tokens are masked: "feature" (each feature alone) or "token" (whole tokens)
+PPV_MASK = "feature"
 #: pretrain_epochs=None: about this many optimizer steps (AUTO_STEPS / 2), within
 #: [MIN_EPOCHS, MAX_EPOCHS] epochs over the pre-training series
 PRETRAIN_STEPS = AUTO_STEPS // 2
@@ -82,12 +84,14 @@ def masked_mse(y: FloatArray, target: FloatArray, mask: BoolArray
 
 
 # ---- the mask ------------------------------------------------------------------------
-def span_mask(rng: np.random.Generator, shape: tuple[int, int, int], ratio: float = MASK_RATIO,
-              mean_span: float = MEAN_SPAN) -> BoolArray:
+def span_mask(rng: np.random.Generator, shape: tuple[int, int, int],
+              ratio: float | None = None, mean_span: float | None = None) -> BoolArray:
     """(B, T, C) bool: spans of masked steps along axis 1, drawn for each (b, c)
     alone: each step starts a span with probability ratio / mean_span, of a length
     geometric with mean mean_span; step t is masked when a span that started at
     s <= t reaches past t. About 1 - exp(-ratio) of the steps are masked."""
+    ratio = MASK_RATIO if ratio is None else ratio
+    mean_span = MEAN_SPAN if mean_span is None else mean_span
     b, t, c = shape
     starts = rng.random(shape) < ratio / mean_span
     span = rng.geometric(1.0 / mean_span, size=shape)
@@ -97,15 +101,18 @@ def span_mask(rng: np.random.Generator, shape: tuple[int, int, int], ratio: floa
 
 
 def token_mask(rng: np.random.Generator, valid: BoolArray, f: int, p: int, ppv: bool,
-               ratio: float = MASK_RATIO) -> BoolArray:
+               ratio: float | None = None) -> BoolArray:
     """(B, N, f) bool: the token features to mask and reconstruct, for tokens of f
     features (valid (B, N): the tokens that hold data). Patch tokens of p steps
     (f = p * C, feature l * C + c being step l of channel c): span_mask over the
     N * p steps of each channel; PPV tokens: each feature alone with probability
     ratio. Only valid tokens; a sequence with a valid token but no masked feature
     gets one, drawn at random among its valid features."""
+    ratio = MASK_RATIO if ratio is None else ratio
     b, n = valid.shape
-    if ppv:
+    if ppv and PPV_MASK == "token":
+        mask = np.repeat(rng.random((b, n, 1)) < ratio, f, axis=2)
+    elif ppv:
         mask = rng.random((b, n, f)) < ratio
     else:
         c = f // p
@@ -287,3 +294,4 @@ def load(est: Any) -> None:
     if weights is not None:
         for name, w in weights.items():
             est.model_.params[name][...] = w
+

@@ -435,7 +435,11 @@ def run_attnx_pretrain(d, seed, quick):
     import attnx
     cls = attnx.TransformerClassifier if d.task == "classify" else attnx.TransformerRegressor
     kw = {"epochs": 2, "pretrain_epochs": 2} if quick else {}
-    est = cls(random_state=seed, pretrain="masked", **{**PRETRAIN_ARGS, **kw})
+    from attnx import _pretrain
+    args = {**PRETRAIN_ARGS, **kw}
+    for k in [k for k in args if k.isupper()]:   # exploring the module's constants
+        setattr(_pretrain, k, args.pop(k))
+    est = cls(random_state=seed, pretrain="masked", **args)
     un = getattr(d, "Xun", None)
     _, t_fit = _timed(est.fit, for_attnx(d.Xtr), d.ytr,
                       X_unlabelled=for_attnx(un) if un else None)
