@@ -58,6 +58,8 @@ if TYPE_CHECKING:
 MASK_RATIO, MEAN_SPAN = 0.15, 3.0
 #: how PPV tokens are masked: "feature" (each feature alone) or "token" (whole tokens)
 PPV_MASK = "feature"
+#: how patch tokens are masked: "span" (spans of steps per channel) or "token"
+PATCH_MASK = "span"
 #: pretrain_epochs=None: about this many optimizer steps (AUTO_STEPS / 2), within
 #: [MIN_EPOCHS, MAX_EPOCHS] epochs over the pre-training series
 PRETRAIN_STEPS = AUTO_STEPS // 2
@@ -110,7 +112,7 @@ def token_mask(rng: np.random.Generator, valid: BoolArray, f: int, p: int, ppv: 
     gets one, drawn at random among its valid features."""
     ratio = MASK_RATIO if ratio is None else ratio
     b, n = valid.shape
-    if ppv and PPV_MASK == "token":
+    if (PPV_MASK if ppv else PATCH_MASK) == "token":   # whole tokens
         mask = np.repeat(rng.random((b, n, 1)) < ratio, f, axis=2)
     elif ppv:
         mask = rng.random((b, n, f)) < ratio

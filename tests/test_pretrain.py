@@ -305,3 +305,37 @@ def test_pretrain_refuses_the_bare_network():
     X = np.random.default_rng(0).normal(size=(6, 5, 2))
     with pytest.raises(ValueError, match="bare X -> Y"):
         attnx.AttentionRegressor(epochs=1, pretrain="masked").fit(X, X)
+
+
+def test_token_mask_whole_ppv_tokens(monkeypatch):
+    """PPV_MASK="token" (the alternative measured against "feature"): a PPV token is
+    masked with all its features or not at all."""
+    monkeypatch.setattr(_pretrain, "PPV_MASK", "token")
+    m = _pretrain.token_mask(np.random.default_rng(5), np.ones((300, 4), bool), 7, 1, True)
+    whole = m.all(axis=2) | ~m.any(axis=2)
+    forced = ~whole   # only a sequence that drew no token gets one forced feature
+    assert forced.reshape(300, -1).sum(axis=1).max() <= 1
+    assert abs(m.all(axis=2).mean() - _pretrain.MASK_RATIO) < 0.03
+
+
+def test_benchmark_label_subsets():
+    """benchmarks/accuracy.py --label-fraction: per class max(1, round(F * n_c)),
+    seeded, the rest unlabelled."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "accuracy.py"
+    spec = importlib.util.spec_from_file_location("attnx_bench_accuracy_pre", path)
+    acc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(acc)
+    xs = [np.full((5, 1), i, float) for i in range(43)]
+    y = np.array([0] * 30 + [1] * 10 + [2] * 3)
+    d = acc.Data("toy", "classify", "test", xs, y, xs[:2], y[:2])
+    a, b, c = d.labelled(0.1, 0), d.labelled(0.1, 0), d.labelled(0.1, 1)
+    assert sorted(np.bincount(a.ytr).tolist()) == [1, 1, 3]
+    assert [x[0, 0] for x in a.Xtr] == [x[0, 0] for x in b.Xtr]
+    assert [x[0, 0] for x in a.Xtr] != [x[0, 0] for x in c.Xtr]
+    ids = sorted([x[0, 0] for x in a.Xtr] + [x[0, 0] for x in a.Xun])
+    assert ids == list(range(43))
+    r = acc.Data("toy", "regress", "test", xs, np.arange(43.0), xs[:2], np.zeros(2))
+    assert len(r.labelled(0.01, 0).Xtr) == 2
