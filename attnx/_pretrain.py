@@ -60,9 +60,11 @@ MASK_RATIO, MEAN_SPAN = 0.15, 3.0
 PPV_MASK = "feature"
 #: how patch tokens are masked: "span" (spans of steps per channel) or "token"
 PATCH_MASK = "span"
-#: pretrain_epochs=None: about this many optimizer steps (AUTO_STEPS / 2), within
-#: [MIN_EPOCHS, MAX_EPOCHS] epochs over the pre-training series
-PRETRAIN_STEPS = AUTO_STEPS // 2
+#: pretrain_epochs=None: about this many optimizer steps (AUTO_STEPS / 5), within
+#: [MIN_EPOCHS, MAX_EPOCHS] epochs over the pre-training series. 300, 750 and 1500
+#: steps gave the same accuracy with 10% of the labels (benchmarks/results/
+#: accuracy_pretrain.md): the shortest costs the least
+PRETRAIN_STEPS = AUTO_STEPS // 5
 #: the weights that belong to the task, not to the encoder: never carried over
 _TASK_WEIGHTS = ("head.W", "head.b", "cls")
 

@@ -316,7 +316,7 @@ _COMMON_DOC = """
         of its window). pretrain_loss_curve_ records the loss of every epoch. Not
         with a stem, instance normalisation, comm or the bare X -> Y model
         (attnx._pretrain).
-    pretrain_epochs : passes over the series in pre-training (None: about 750
+    pretrain_epochs : passes over the series in pre-training (None: about 300
         AdamW steps, within [30, 300] epochs); ignored with pretrain=None.
     distributed : with comm (MPI), "balanced": each rank shuffles its own shard and
         takes ceil(batch_size / P) rows of it per step (reproducible for a given
