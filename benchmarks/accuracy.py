@@ -64,6 +64,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -829,7 +830,7 @@ def main(argv=None):
         PRETRAIN_ARGS.update(json.loads(args.pretrain_args))
     result = {"panel": "custom" if args.sets else args.panel, "seeds": seeds,
               "label_fraction": args.label_fraction, "pretrain_args": dict(PRETRAIN_ARGS),
-              "command": " ".join(["python"] + sys.argv),
+              "command": shlex.join(["python"] + sys.argv),
               "quick": args.quick, "machine": machine(args.threads), "best": cfg,
               "data": [], "rows": []}
     print(f"{result['machine']}", flush=True)
