@@ -348,7 +348,6 @@ class SequenceEstimator(EstimatorParams):
         data-parallel fit (``mpiexec -n P``): X, y, sample_weight are then this rank's
         shard, and the result is the fit on every rank's shard concatenated in rank
         order (see attnx.distributed).
-
         X_unlabelled: with pretrain="masked", more series without labels (in X's
         layout and channels) that the pre-training reads besides X.
         """
@@ -358,13 +357,7 @@ class SequenceEstimator(EstimatorParams):
             warm = cfg.warm_start and "model_" in self.__dict__
             prepared, net = self._prepare(X, y, sample_weight, cfg, fitted=warm)
             _check_comm_options(dist, cfg)
-            _pretrain.check(cfg, net.head, dist.distributed, X_unlabelled, warm)
-            if warm:
-                cfg.pretrain = None   # a warm start goes on from the fitted weights
-            if X_unlabelled is not None:   # X's checks, before anything is fitted
-                seqs.sequences("X_unlabelled", X_unlabelled, cfg.dtype,
-                               self._channels_now, layout=cfg.layout, missing=cfg.missing)
-        self.__dict__.pop("_pretrained", None)
+            _pretrain.check(self, cfg, net.head, dist.distributed, X_unlabelled, warm)
         if warm:
             _scaling.unfold(self)
         data = _scaling.standardized(self, prepared[0], cfg, net, dist, refit=not warm)
@@ -379,8 +372,7 @@ class SequenceEstimator(EstimatorParams):
             self._set_optimizer_hyper(cfg)
         else:
             split_seed = self._initialize(prepared, net, cfg)
-            if cfg.pretrain is not None:
-                self._pretrained = _pretrain.run(self, data, X_unlabelled, cfg, split_seed)
+            _pretrain.start(self, data, X_unlabelled, cfg, split_seed)   # pretrain="masked"
         train, val = _training.split(data, cfg.validation_fraction, split_seed, dist)
         # the training part's global count and lengths (one more setup collective
         # only when a validation part was held out)
@@ -492,9 +484,9 @@ class SequenceEstimator(EstimatorParams):
         """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
         Returns the seed for the validation split."""
         data, per_position, k = prepared
-        kept = ("classes_", "_dist") + _scaling.ATTRIBUTES + (
-            ("pretrain_loss_curve_",) if "_pretrained" in self.__dict__ else ())
-        keep: dict[str, Any] = {k: self.__dict__[k] for k in kept if k in self.__dict__}
+        keep: dict[str, Any] = {k: self.__dict__[k]
+                                for k in ("classes_", "_dist") + _scaling.ATTRIBUTES
+                                if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
         for name in _SCRATCH + ("_target", "_spec", "_folded", "_ppv"):

@@ -65,6 +65,22 @@ PATCH_MASK = "span"
 #: steps gave the same accuracy with 10% of the labels (benchmarks/results/
 #: accuracy_pretrain.md): the shortest costs the least
 PRETRAIN_STEPS = AUTO_STEPS // 5
+#: the estimators' docstring of pretrain and pretrain_epochs
+DOC = """    pretrain : None (off) or "masked": self-supervised pre-training of the encoder
+        before the supervised fit (a new fit only, not warm_start or partial_fit):
+        about 15% of the input values of every training series (and of
+        fit(..., X_unlabelled=...)'s series) are replaced by 0 (the training mean
+        with standardize=True) and the network, with a linear head per token,
+        learns to reconstruct them (mean squared error over the masked values);
+        its encoder weights then start the fit, the reconstruction head is
+        dropped. Patch tokens are masked in spans of about 3 time steps per
+        channel, PPV tokens feature by feature (each token rebuilds what it sees
+        of its window). pretrain_loss_curve_ records the loss of every epoch. Not
+        with a stem, instance normalisation, comm or the bare X -> Y model
+        (attnx._pretrain).
+    pretrain_epochs : passes over the series in pre-training (None: about 300
+        AdamW steps, within [30, 300] epochs); ignored with pretrain=None.
+"""
 #: the weights that belong to the task, not to the encoder: never carried over
 _TASK_WEIGHTS = ("head.W", "head.b", "cls")
 
@@ -161,13 +177,17 @@ def auto_epochs(n: int, batch_size: int) -> int:
 
 
 # ---- the data -------------------------------------------------------------------------
-def check(cfg: Config, net_head: bool, comm: bool, unlabelled: Any, warm: bool) -> None:
-    """ValueError for settings pre-training cannot serve (before anything is fitted);
-    a warm start (which goes on from the fitted weights) pre-trains nothing."""
+def check(est: Any, cfg: Config, net_head: bool, comm: bool, unlabelled: Any,
+          warm: bool) -> None:
+    """ValueError for settings pre-training cannot serve and for a bad X_unlabelled,
+    before anything is fitted; a warm start (which goes on from the fitted weights)
+    pre-trains nothing (cfg.pretrain is set to None)."""
+    est.__dict__.pop("_pretrained", None)
     if warm:
         if unlabelled is not None:
             raise ValueError("X_unlabelled is read by the pre-training of a new fit; "
                              "warm_start=True goes on from the fitted weights")
+        cfg.pretrain = None
         return
     if cfg.pretrain is None:
         if unlabelled is not None:
@@ -188,6 +208,9 @@ def check(cfg: Config, net_head: bool, comm: bool, unlabelled: Any, warm: bool) 
         raise ValueError(f"pretrain='masked' needs instance_norm=None (each series would "
                          f"be normalised by its masked values), got "
                          f"instance_norm={cfg.instance_norm!r}")
+    if unlabelled is not None:   # X's checks (the tokens are made after the fit starts)
+        seqs.sequences("X_unlabelled", unlabelled, cfg.dtype, est._channels_now,
+                       layout=cfg.layout, missing=cfg.missing)
 
 
 def _standardized(est: Any, x: FloatArray, lengths: IntArray | None,
@@ -291,11 +314,20 @@ def run(est: Any, data: seqs.Data, unlabelled: Any, cfg: Config, seed: int
     return {name: np.array(w) for name, w in model.params.items() if name not in _TASK_WEIGHTS}
 
 
+def start(est: Any, data: seqs.Data, unlabelled: Any, cfg: Config, seed: int) -> None:
+    """With pretrain="masked": run() on the new fit's model_, its encoder weights and
+    loss curve kept (est._pretrained, until the fit ends) for load()."""
+    if cfg.pretrain is not None:
+        weights = run(est, data, unlabelled, cfg, seed)
+        est._pretrained = (weights, list(est.pretrain_loss_curve_))
+
+
 def load(est: Any) -> None:
-    """Put the pre-trained encoder weights of the running fit into model_ (after
-    model_ was initialised again)."""
-    weights: dict[str, NDArray[Any]] | None = est.__dict__.get("_pretrained")
-    if weights is not None:
-        for name, w in weights.items():
+    """Put the pre-trained encoder weights (and pretrain_loss_curve_) of the running
+    fit into model_ after model_ was initialised again (_select_epochs)."""
+    kept: tuple[dict[str, NDArray[Any]], list[float]] | None = est.__dict__.get("_pretrained")
+    if kept is not None:
+        for name, w in kept[0].items():
             est.model_.params[name][...] = w
+        est.pretrain_loss_curve_ = list(kept[1])
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _sequences as seqs
-from . import _model_file, _targets
+from . import _model_file, _pretrain, _targets
 from ._base import ClassifierParams, sklearn_class
 from . import _estimator
 from ._estimator import ExportSpec, SequenceEstimator, store
@@ -304,27 +304,13 @@ _COMMON_DOC = """
     verbose : 0 prints nothing; 1 shows a progress bar per epoch (tqdm, on
         stderr) with the running loss.
     dtype : float32 or float64 for the weights and the computation.
-    pretrain : None (off) or "masked": self-supervised pre-training of the encoder
-        before the supervised fit (a new fit only, not warm_start or partial_fit):
-        about 15% of the input values of every training series (and of
-        fit(..., X_unlabelled=...)'s series) are replaced by 0 (the training mean
-        with standardize=True) and the network, with a linear head per token,
-        learns to reconstruct them (mean squared error over the masked values);
-        its encoder weights then start the fit, the reconstruction head is
-        dropped. Patch tokens are masked in spans of about 3 time steps per
-        channel, PPV tokens feature by feature (each token rebuilds what it sees
-        of its window). pretrain_loss_curve_ records the loss of every epoch. Not
-        with a stem, instance normalisation, comm or the bare X -> Y model
-        (attnx._pretrain).
-    pretrain_epochs : passes over the series in pre-training (None: about 300
-        AdamW steps, within [30, 300] epochs); ignored with pretrain=None.
     distributed : with comm (MPI), "balanced": each rank shuffles its own shard and
         takes ceil(batch_size / P) rows of it per step (reproducible for a given
         seed and number of ranks P); "exact": the global batches of one process,
         split over the ranks (the fit equals the single-process one to rounding,
         but ranks pad to their largest share; no dropout). Without comm both are
         the plain fit.
-"""
+""" + _pretrain.DOC
 
 _LOSS_DOC = """    loss : the training loss (elementwise, averaged over the outputs and the
         samples): "squared_error" (MSE), "absolute_error" (MAE: a median
