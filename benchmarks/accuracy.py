@@ -440,8 +440,9 @@ def run_attnx_pretrain(d, seed, quick):
     args = {**PRETRAIN_ARGS, **kw}
     for k in [k for k in args if k.isupper()]:   # exploring the module's constants
         setattr(_pretrain, k, args.pop(k))
+    # {"unlabelled": false}: pre-train on the labelled series only
+    un = getattr(d, "Xun", None) if args.pop("unlabelled", True) else None
     est = cls(random_state=seed, pretrain="masked", **args)
-    un = getattr(d, "Xun", None)
     _, t_fit = _timed(est.fit, for_attnx(d.Xtr), d.ytr,
                       X_unlabelled=for_attnx(un) if un else None)
     pred, t_pred = _timed(est.predict, for_attnx(d.Xte))
