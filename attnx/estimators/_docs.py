@@ -142,6 +142,20 @@ _COMMON_DOC = """
         split over the ranks (the fit equals the single-process one to rounding,
         but ranks pad to their largest share; no dropout). Without comm both are
         the plain fit.
+    pretrain : None (off) or "masked": self-supervised pre-training of the encoder
+        before the supervised fit (a new fit only, not warm_start or partial_fit):
+        about 15% of the input values of every training series (and of
+        fit(..., X_unlabelled=...)'s series) are replaced by 0 (the training mean
+        with standardize=True) and the network, with a linear head per token,
+        learns to reconstruct them (mean squared error over the masked values);
+        its encoder weights then start the fit, the reconstruction head is
+        dropped. Patch tokens are masked in spans of about 3 time steps per
+        channel, PPV tokens feature by feature (each token rebuilds what it sees
+        of its window). pretrain_loss_curve_ records the loss of every epoch. Not
+        with a stem, instance normalisation, comm or the bare X -> Y model
+        (attnx.estimators._pretrain).
+    pretrain_epochs : passes over the series in pre-training (None: about 300
+        AdamW steps, within [30, 300] epochs); ignored with pretrain=None.
 """
 
 _LOSS_DOC = """    loss : the training loss (elementwise, averaged over the outputs and the

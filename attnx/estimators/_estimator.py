@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from . import _sequences as seqs
-from . import _model_file, _scaling, _state, _training
+from . import _model_file, _pretrain, _scaling, _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
 from ._ppv_tokens import RAGGED_TOKENS, PPVTokens, ragged as _ragged
@@ -238,7 +238,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     # ---- training ------------------------------------------------------
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None,
-            comm: Any = None) -> Self:
+            comm: Any = None, *, X_unlabelled: ArrayLike | None = None) -> Self:
         """Train for `epochs` epochs on X, y; returns self.
 
         A new model each call, unless warm_start=True and the estimator is fitted: then
@@ -260,6 +260,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         data-parallel fit (``mpiexec -n P``): X, y, sample_weight are then this rank's
         shard, and the result is the fit on every rank's shard concatenated in rank
         order (see attnx.distributed).
+        X_unlabelled: with pretrain="masked", more series without labels (in X's
+        layout and channels) that the pre-training reads besides X.
         """
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
@@ -267,6 +269,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             warm = cfg.warm_start and "model_" in self.__dict__
             prepared, net = self._prepare(X, y, sample_weight, cfg, fitted=warm)
             _check_comm_options(dist, cfg)
+            _pretrain.check(self, cfg, net.head, dist.distributed, X_unlabelled, warm)
         if warm:
             _scaling.unfold(self)
         data = _scaling.standardized(self, prepared[0], cfg, net, dist, refit=not warm)
@@ -281,6 +284,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             self._set_optimizer_hyper(cfg)
         else:
             split_seed = self._initialize(prepared, net, cfg)
+            _pretrain.start(self, data, X_unlabelled, cfg, split_seed)   # pretrain="masked"
         train, val = _training.split(data, cfg.validation_fraction, split_seed, dist)
         # the training part's global count and lengths (one more setup collective
         # only when a validation part was held out)
@@ -298,6 +302,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
                 epochs, train = chosen, _training.setup(dist, data)   # every sample again
             self._train(train, val, cfg, epochs, fit=True)
         finally:
+            self.__dict__.pop("_pretrained", None)
             _scaling.fold(self)
         return self
 
@@ -423,6 +428,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         self.lr_curve_: list[float] = []
         self.best_loss_ = math.inf
         self._folded = False
+        _pretrain.load(self)   # a re-initialised network of a pre-trained fit
         return split_seed
 
     def _batch(self, data: seqs.Data, bs: int, t: int) -> Batch:

@@ -50,7 +50,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
     "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
     "stem": None, "layout": "ntc", "missing": "error", "instance_norm": None,
-    "instance_affine": False, "tokenizer": "patch",
+    "instance_affine": False, "tokenizer": "patch", "pretrain": None, "pretrain_epochs": None,
 }
 
 
@@ -257,6 +257,8 @@ class HyperParameters(TypedDict, total=False):
     quantiles: Any
     class_weight: ClassWeight
     label_smoothing: float
+    pretrain: str | None
+    pretrain_epochs: int | None
 
 
 class Param(NamedTuple):
@@ -359,6 +361,10 @@ PARAMETERS: dict[str, Param] = {
     "class_weight": Param(Unchecked(), None, None, only="classifiers"),
     "label_smoothing": Param(Real(0.0, 1.0, "in [0, 1)"), 0.0, 0.0,
                              only="classifiers"),
+    "pretrain": _same(OneOf((None, "masked"), "pretrain must be None or 'masked' (self-"
+                            "supervised masked-value reconstruction before the supervised "
+                            "fit), got {value!r}"), None),
+    "pretrain_epochs": _same(PositiveInt(optional=True), None),
 }
 
 #: the arguments each family takes by position (the others are keyword-only)
@@ -470,6 +476,8 @@ class Config(SimpleNamespace):
     learning_rate_init: float | None
     random_state: Any
     class_weight: Any
+    pretrain: str | None
+    pretrain_epochs: int | None
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:

@@ -200,7 +200,7 @@ def new_from_state(arrays: Arrays, config: Config, classes: dict[str, type]) -> 
 LEGACY_VALUES: dict[str, Any] = {k: LEGACY_DEFAULTS[k] for k in (
     "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize", "patch_len",
     "label_smoothing", "distributed", "stem", "layout", "missing", "instance_norm",
-    "instance_affine", "tokenizer")}
+    "instance_affine", "tokenizer", "pretrain", "pretrain_epochs")}
 # the regressors' training loss, added later (its default is the previous behaviour)
 LEGACY_VALUES.update(loss="squared_error", quantiles=None)
 
