@@ -101,6 +101,11 @@ for the global attnx model, of its one fit + predict). Timings on a loaded machi
 are indicative only. statsforecast's numba functions are compiled before the clock
 starts (each model is run once on a throw-away series).
 
+--reuse PREFIX.json takes the rows (and backtests) of the peers that do not involve
+attnx (seasonal naive, the statsforecast models, ridge_ar, patchtst) and are not in
+--peers from an earlier run on the same sets: they are deterministic, so rerunning
+only attnx_auto after a change gives the whole table (the header names the file).
+
 Examples
   OMP_NUM_THREADS=1 python benchmarks/forecasting.py               # full panel
   python benchmarks/forecasting.py --quick                         # smoke run, seconds
@@ -719,6 +724,9 @@ def markdown(results, meta):
              f"{meta['versions'].get('sklearn')}, attnx {meta['versions'].get('attnx')}"
              + (f", seed {meta['seed']}" if meta.get("seed") is not None else "")
              + (" (quick run)" if meta["quick"] else ""), "",
+             *([f"The peers without attnx that this run did not run come from "
+                f"{meta['reused']} (--reuse; deterministic, same sets).", ""]
+               if meta.get("reused") else []),
              "Last h points of each series held out; one forecast per series from the rest. "
              "MASE: in-sample seasonal-naive scale with period m (M4); sMAPE: M4, percent; "
              f"cov90: share of held-out points inside the {LEVEL}% interval; multi-series sets: "
@@ -782,6 +790,26 @@ def markdown(results, meta):
     return "\n".join(lines)
 
 
+def reuse_results(results, path):
+    """Add to `results` the peers an earlier result file at `path` has and these do
+    not (rows and backtests), set by set; the sets' series must be the same."""
+    with open(path) as f:
+        earlier = {r["set"]: r for r in json.load(f)["results"]}
+    for r in results:
+        old = earlier.get(r["set"])
+        if old is None:
+            continue
+        if old["lengths"] != r["lengths"]:
+            raise ValueError(f"--reuse {path}: set {r['set']} has other series")
+        for peer, entry in old["peers"].items():
+            if peer not in FACTORIES:
+                r["peers"].setdefault(peer, entry)
+        if "backtest" in r and "backtest" in old:
+            for peer, entry in old["backtest"]["peers"].items():
+                if peer not in FACTORIES:
+                    r["backtest"]["peers"].setdefault(peer, entry)
+
+
 def _versions():
     out = {}
     for mod in ("numpy", "statsforecast", "sklearn", "statsmodels", "aeon", "attnx"):
@@ -822,6 +850,9 @@ def main(argv=None):
     ap.add_argument("--out", default=None,
                     help="output prefix: writes PREFIX.md and PREFIX.json "
                          "(default benchmarks/results/forecasting_dev)")
+    ap.add_argument("--reuse", default=None,
+                    help="an earlier result .json on the same sets: the peers without "
+                         "attnx not in --peers are taken from it (rows, backtests)")
     args = ap.parse_args(argv)
     set_patchtst_steps(args.patchtst_steps)
     global PANEL_SEED
@@ -861,12 +892,14 @@ def main(argv=None):
         results.append(run_set(ds, ps, args.seed, log))
         if args.origins > 0:
             results[-1]["backtest"] = run_backtests(ds, ps, args.origins, args.seed, log)
+    if args.reuse:
+        reuse_results(results, args.reuse)
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
             "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
             "python": platform.python_version(), "versions": _versions(),
             "quick": args.quick, "seed": args.seed, "origins": args.origins, "level": LEVEL,
             "synthetic": args.synthetic, "panel_seed": args.panel_seed if args.synthetic
-            else None, "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx")},
+            else None, "reused": os.path.basename(args.reuse) if args.reuse else None, "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx")},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:

@@ -110,17 +110,49 @@ def test_conformal_quantile_levels():
     few = np.array([0.1, 0.2])
     assert sel.quantile(few, 0.9) == pytest.approx(1.6448536, rel=1e-6)   # normal floor
     assert sel.quantile(np.array([5.0, 1.0]), 0.9) == 5.0
-    # intervals take the quantile at c + MARGIN (1 - c): 0.93 -> ceil(20 * 0.93) = 19th
-    assert sel.MARGIN == pytest.approx(0.3)
+    assert sel.quantile(np.array([np.nan, 5.0, np.nan, 1.0]), 0.9) == 5.0   # NaN left out
+    # intervals take the quantile at c + MARGIN (1 - c): 0.94 -> ceil(20 * 0.94) = 19th
+    assert sel.MARGIN == pytest.approx(0.4)
     np.testing.assert_allclose(sel.half_width(np.array([1.0, 2.0]), scores, 0.9), [19, 38])
     np.testing.assert_allclose(sel.half_width(np.array([1.0]), np.arange(1.0, 101.0), 0.5),
-                               [66.0])   # 0.65: ceil(101 * 0.65) = 66th
+                               [71.0])   # 0.7: ceil(101 * 0.7) = 71st
+
+
+def test_each_step_gets_its_quantile_shrunk_toward_that_of_all_steps():
+    rng = np.random.default_rng(3)
+    s = np.abs(rng.normal(size=(60, 3))) * np.array([1.0, 2.0, 4.0])   # errors grow
+    s[50:, 2] = np.nan                                                   # step 3: 50 scores
+    lv = 0.9
+    q_all = sel.quantile(s.ravel(), lv)
+    q = sel.step_quantiles(s, 3, lv)
+    for j, n_j in enumerate((60, 60, 50)):
+        q_j = sel.quantile(s[:, j], lv)
+        assert q[j] == pytest.approx((n_j * q_j + sel.STEP_SHRINK * q_all)
+                                     / (n_j + sel.STEP_SHRINK))
+    assert q[0] < q_all < q[2] and np.all(np.diff(q) > 0)
+    # a step without scores, and 1-D scores (no steps known): the quantile of all
+    s[:, 1] = np.nan
+    assert sel.step_quantiles(s, 3, lv)[1] == pytest.approx(sel.quantile(s.ravel(), lv))
+    np.testing.assert_allclose(sel.step_quantiles(s[:, 0].copy(), 4, lv),
+                               sel.quantile(s[:, 0], lv))
+    # the half-width at step j is the step's quantile (at the margin's level) times sigma
+    sigma = np.array([1.0, 2.0, 3.0])
+    lv = 0.9 + sel.MARGIN * 0.1
+    np.testing.assert_allclose(sel.half_width(sigma, s, 0.9), sel.step_quantiles(s, 3, lv) * sigma)
 
 
 def test_series_with_few_scores_borrow_the_pooled_ones():
     a, b = np.ones(5), np.arange(40.0)
     out = sel.borrow([a, b])
     assert out[0].shape[0] == 45 and out[1] is b
+    # (origins, h) scores: stacked, NaN (steps past the end) not counted
+    a = np.full((5, 4), np.nan)
+    a[:, 0] = 1.0
+    b = np.arange(40.0).reshape(10, 4)
+    out = sel.borrow([a, b])
+    assert out[0].shape == (15, 4) and out[1] is b and sel.count(out[0]) == 45
+    c = np.arange(12.0).reshape(4, 3)                  # another horizon: flattened
+    assert sel.pool([a, c]).shape == (32,)
 
 
 def test_the_choice_uses_the_period_and_its_rolling_origin_errors():
@@ -137,13 +169,15 @@ def test_the_choice_uses_the_period_and_its_rolling_origin_errors():
 
 def _check_rule(c):
     """The choice follows pick's rule: a single candidate has the smallest error and
-    beats the second best clearly; else the combination."""
+    beats the second best clearly (or no other is within RATIO); else the combination."""
     singles = sorted(v for k, v in c.errors.items() if k != sel.COMBO)
     if c.name == sel.COMBO:
         assert not singles[0] < sel.DOMINANCE * singles[1]
+        assert singles[1] <= sel.RATIO * singles[0]
     else:
         assert c.errors[c.name] == singles[0]
-        assert len(singles) == 1 or singles[0] < sel.DOMINANCE * singles[1]
+        assert (len(singles) == 1 or singles[0] < sel.DOMINANCE * singles[1]
+                or singles[1] > sel.RATIO * singles[0])
 
 
 def _evaluation(errors, h=3):
@@ -161,11 +195,16 @@ def test_a_clear_winner_forecasts_alone_and_a_close_race_is_combined():
     c = sel.pick(_evaluation({"a": 1.0, "b": 1.3, "c": 3.0}))    # 1 < 0.8 * 1.3
     assert c.name == "a" and np.all(c.forecast.mean == 1.0)
     np.testing.assert_allclose(c.scores, 1.0)                     # |error| / scale
-    c = sel.pick(_evaluation({"a": 1.0, "b": 1.2, "c": 3.0}))    # 1 >= 0.8 * 1.2
-    w = np.array([1.0, 1 / 1.44, 1 / 9.0])
-    assert c.name == sel.COMBO
-    np.testing.assert_allclose(c.forecast.mean, (w @ [1.0, 1.2, 3.0]) / w.sum())
-    assert c.errors[sel.COMBO] == pytest.approx((w @ [1.0, 1.2, 3.0]) / w.sum())
+    assert c.scores.shape == (2, 3)                               # (origins, h)
+    # 1 >= 0.8 * 1.2; c (3.0) is further than RATIO (1.5) behind: left out
+    c = sel.pick(_evaluation({"a": 1.0, "b": 1.2, "c": 3.0, "d": 1.45}))
+    w = np.array([1.0, 1 / 1.2 ** 2, 1 / 1.45 ** 2])
+    assert c.name == sel.COMBO and [p[0] for p in c.spec["parts"]] == ["a", "b", "d"]
+    np.testing.assert_allclose(c.forecast.mean, (w @ [1.0, 1.2, 1.45]) / w.sum())
+    assert c.errors[sel.COMBO] == pytest.approx((w @ [1.0, 1.2, 1.45]) / w.sum())
+    # no other candidate within RATIO: the best alone even in a close race of the rest
+    c = sel.pick(_evaluation({"a": 1.0, "b": 1.6, "c": 1.7}))
+    assert c.name == "a"
     # white noise: the flat methods tie, so the best few are weighted 1 / error^2
     z = np.random.default_rng(5).normal(10.0, 1.0, 120)
     ev = sel.evaluate(z, 6, (), use_statsforecast=False)
@@ -173,7 +212,9 @@ def test_a_clear_winner_forecasts_alone_and_a_close_race_is_combined():
     assert c.name == sel.COMBO
     parts = c.spec["parts"]
     errs = {k: ev.error(ev.pred[k][0]) for k in ev.pred}
-    assert [p[0] for p in parts] == sorted(errs, key=lambda k: (errs[k], k))[:sel.TOP]
+    best = min(errs.values())
+    assert [p[0] for p in parts] == [k for k in sorted(errs, key=lambda k: (errs[k], k))[:sel.TOP]
+                                     if errs[k] <= sel.RATIO * best]
     w = np.array([1 / errs[p[0]] ** 2 for p in parts])
     np.testing.assert_allclose([p[2] for p in parts], w / w.sum())
     np.testing.assert_allclose(c.forecast.mean, sum(
@@ -244,3 +285,17 @@ def test_a_degenerate_statsforecast_fit_drops_out_instead_of_failing():
     pytest.importorskip("statsforecast")
     c = sel.choose(np.full(30, 5.0), 6, (12,))
     np.testing.assert_allclose(c.forecast.mean, 5.0)
+
+
+def test_arima1_searches_the_seasonally_adjusted_series():
+    """The non-seasonal AutoARIMA (for series too long for the seasonal search) runs
+    on the series without its seasonal indices and adds them back: it follows the
+    season the same search on the raw series cannot."""
+    pytest.importorskip("statsforecast")
+    y = _seasonal(144, trend=0.05, noise=0.3)
+    truth = _seasonal(156, trend=0.05, noise=0.0)[144:]
+    f, spec = cand.fit("arima1", y, 12, (12,))
+    raw, _ = cand.fit("arima1", y, 12, ())
+    assert np.mean(np.abs(f.mean - truth)) < 0.5 * np.mean(np.abs(raw.mean - truth))
+    np.testing.assert_allclose(cand.refit("arima1", spec, y, 12, (12,)).mean, f.mean,
+                               rtol=1e-6, atol=1e-6)

@@ -8,6 +8,7 @@ import pytest
 
 import attnx
 from attnx.forecasting import _candidates as cand
+from attnx.forecasting import _selection as sel
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
 NAMES = ("naive", "drift", "ses", "theta", "drift_log", "ses_log", "theta_log", "ets",
@@ -51,6 +52,33 @@ def test_short_series_always_get_a_forecast_and_an_interval(h):
         assert fell_back > 0     # the shortest series are too short for the network
 
 
+@pytest.mark.parametrize("h", [4, 8])
+def test_every_series_of_a_mixed_panel_gets_a_forecast_and_an_interval(h):
+    """One fit over series of h + 2 to 60 values of every kind (seasonal, random walk,
+    constant, intermittent zeros, a jump, a positive trend times a season): each gets
+    a finite forecast and a proper interval whose width is positive at every step."""
+    rng = np.random.default_rng(h)
+    t = np.arange(60.0)
+    kinds = [_seasonal(60, seed=1), 50 + np.cumsum(rng.normal(0, 1, 60)), np.full(60, 7.0),
+             (rng.random(60) < 0.3) * rng.poisson(4, 60).astype(float),
+             np.r_[np.zeros(50), np.full(10, 100.0)],
+             (10 + t) * (1 + 0.3 * np.sin(2 * np.pi * t / 12))]
+    panel = [k[-n:] for k in kinds for n in (h + 2, h + 5, 30)]
+    f = attnx.TransformerForecaster(h, method="auto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f.fit(panel)
+    points = f.predict()
+    bounds = f.predict_interval(coverage=0.9)
+    assert len(points) == len(bounds) == len(panel) == len(f.methods_)
+    for y, p, (lo, hi) in zip(panel, points, bounds):
+        assert p.shape == lo.shape == hi.shape == (h,)
+        assert np.all(np.isfinite(p)) and np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))
+        assert np.all(lo < p) and np.all(p < hi)
+    for s in f.scores_:                         # per-step scores, NaN past the end
+        assert s.ndim == 2 and s.shape[1] == h and sel.count(s) > 0
+
+
 def test_too_short_or_invalid_input_still_raises():
     f = attnx.TransformerForecaster(6, method="auto")
     with pytest.raises(ValueError, match="at least 8"):
@@ -71,7 +99,7 @@ def test_auto_on_a_long_series_is_fast_and_chooses_on_rolling_origins():
     assert c["errors"][c["name"]] == singles[0] or c["name"] == "combination"
     assert f.periods_ == [12] and f.season_ == 12
     assert not hasattr(f, "regressor_")
-    assert f.scores_[0].shape[0] >= 30                     # 5 origins x 12 steps
+    assert f.scores_[0].shape == (sel.N_ORIGINS, 12)      # origins x steps
 
 
 def test_a_named_candidate_is_used_and_calibrated():

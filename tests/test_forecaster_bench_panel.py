@@ -1,5 +1,6 @@
 """benchmarks/forecasting.py's synthetic panel and its targets summary (issue 39)."""
 import importlib.util
+import json
 import os
 import warnings
 
@@ -70,3 +71,21 @@ def test_auto_answers_on_every_short_series_of_the_panel(bench):
         f = attnx.TransformerForecaster(h, method="auto").fit(train)
     for p, (lo, hi) in zip(f.predict(), f.predict_interval()):
         assert np.all(np.isfinite(p)) and np.all(lo <= p) and np.all(p <= hi)
+
+
+def test_reuse_takes_only_the_peers_without_attnx(bench, tmp_path):
+    old = [{"set": "s", "lengths": [10, 12],
+            "peers": {"auto_ets": {"rows": [1]}, "attnx_auto": {"rows": [2]},
+                      "seasonal_naive": {"rows": [3]}},
+            "backtest": {"peers": {"auto_ets": {"mase": 1.0}, "attnx": {"mase": 2.0}}}}]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"meta": {}, "results": old}))
+    new = [{"set": "s", "lengths": [10, 12], "peers": {"seasonal_naive": {"rows": [9]}},
+            "backtest": {"peers": {}}}]
+    bench.reuse_results(new, str(path))
+    assert set(new[0]["peers"]) == {"seasonal_naive", "auto_ets"}
+    assert new[0]["peers"]["seasonal_naive"]["rows"] == [9]      # what ran stays
+    assert set(new[0]["backtest"]["peers"]) == {"auto_ets"}
+    other = [{"set": "s", "lengths": [10, 13], "peers": {}}]
+    with pytest.raises(ValueError, match="other series"):
+        bench.reuse_results(other, str(path))

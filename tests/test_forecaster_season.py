@@ -38,6 +38,21 @@ def test_no_period_in_noise_random_walks_and_short_series():
     assert _season.detect([np.full((100, 1), 3.0)]) == 1        # constant
 
 
+def test_a_weak_peak_whose_multiples_all_peak_is_the_season(monkeypatch):
+    """r(4) under PEAK_LEVEL but significant, and peaks at 8 and 12: the season is 4,
+    not the noisy r(12) that passed PEAK_LEVEL; without the peak at 8 it stays 12."""
+    r = np.array([1.0, 0.22, -0.26, 0.01, 0.28, -0.09, -0.47, -0.18, 0.16, -0.2, -0.53,
+                  -0.07, 0.5, 0.01, -0.3])
+    level = np.full(r.shape, _season.PEAK_LEVEL)
+    n = np.full(r.shape, 2000.0)                       # 3 / sqrt(N) = 0.067
+    monkeypatch.setattr(_season, "_mean_acf", lambda series: (r, level, n))
+    assert _season.detect([np.zeros((50, 1))]) == 4
+    r[8] = -0.25                                       # no peak at 8
+    assert _season.detect([np.zeros((50, 1))]) == 12
+    r[8], n[:] = 0.16, 50.0                            # 3 / sqrt(50) = 0.42 > r(4)
+    assert _season.detect([np.zeros((50, 1))]) == 12
+
+
 def test_global_panel_averages_the_series():
     """Each series alone is noisy; the panel's averaged autocorrelation shows the cycle."""
     series = [_periodic(60, 6, seed=s, noise=0.8)[:, None] for s in range(30)]

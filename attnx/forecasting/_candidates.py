@@ -15,8 +15,9 @@ statsforecast's, when it is installed (the optional ``forecast`` extra):
   atheta   AutoTheta (the chosen theta model and decomposition)
   arima    AutoARIMA (the chosen orders and constant; a narrower, approximate search
            than its defaults: ARIMA_SEARCH), only for series short enough that its
-           search is cheap (ARIMA_MAX_COST); ``arima1`` the non-seasonal search
-           when only that is
+           search is cheap (ARIMA_MAX_COST); ``arima1`` when only the
+           non-seasonal search is: on the seasonally adjusted series
+           (attnx.forecasting._classical.adjust), the seasonal indices added back
   mstl     MSTL over every seasonal period with an AutoETS trend, only with two or
            more periods
 Their error scale is their own 90% interval's half-width over z(0.95).
@@ -151,6 +152,9 @@ def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | No
                          trend_forecaster=sfm.AutoETS(model="ZZN"))
     else:
         raise ValueError(f"unknown candidate {name!r}")
+    future = np.zeros(h)
+    if name == "arima1":   # the non-seasonal search on the seasonally adjusted series
+        y, future = cl.adjust(np.asarray(y, dtype=np.float64), periods, h)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with np.errstate(all="ignore"):
@@ -159,7 +163,7 @@ def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | No
                 out = model.predict(h=h, level=[90])
             except Exception as exc:   # statsforecast raises bare Exceptions too
                 raise ValueError(f"{name} failed: {exc}") from exc
-    mean = np.asarray(out["mean"], dtype=np.float64)
+    mean = np.asarray(out["mean"], dtype=np.float64) + future
     half = 0.5 * (np.asarray(out["hi-90"], dtype=np.float64)
                   - np.asarray(out["lo-90"], dtype=np.float64))
     if mean.shape != (h,) or not np.all(np.isfinite(mean)):

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["Forecast", "METHODS", "run", "seasonal", "multiplicative", "seasonal_indices"]
+__all__ = ["Forecast", "METHODS", "run", "seasonal", "multiplicative", "seasonal_indices",
+           "adjust"]
 
 #: the smoothing weights simple exponential smoothing and theta choose from
 ALPHAS = np.linspace(0.02, 1.0, 50)
@@ -115,7 +116,7 @@ def multiplicative(y: F64, period: int) -> bool:
     return bool(np.corrcoef(mean, sd)[0, 1] > 0.5)
 
 
-def _adjust(z: F64, periods: tuple[int, ...], h: int) -> tuple[F64, F64]:
+def adjust(z: F64, periods: tuple[int, ...], h: int) -> tuple[F64, F64]:
     """(z without its seasonal components, their sum over the next h steps)."""
     n = z.shape[0]
     adj, future = z.copy(), np.zeros(h)
@@ -211,7 +212,7 @@ def run(name: str, y: F64, h: int, periods: tuple[int, ...] = (), *,
         fit = [p for p in periods if p < z.shape[0]]
         out = _seasonal_naive(z, h, max(fit) if fit else 1)
     else:
-        adj, future = _adjust(z, periods, h)
+        adj, future = adjust(z, periods, h)
         f = _ADJUSTED[name](adj, h)
         out = Forecast(f.mean + future, f.sigma)
     if log:

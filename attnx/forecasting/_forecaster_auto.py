@@ -19,6 +19,7 @@ Fitted attributes (besides the network path's season_, k_, was_list_, time_index
                 search chose), every candidate's rolling-origin mean absolute error
   point_, scale_  per series: the forecast (horizon, k) and its error scale
   scores_       per channel: the conformal scores its intervals come from
+                (origins, horizon; NaN past the series' end)
 All are plain values and arrays, so a fitted forecaster saves, loads and pickles
 whatever path it took; ONNX export covers the network only (export_spec says so).
 """
@@ -123,7 +124,7 @@ class ClassicalPath:
         if not same and self.method_ == "per-series":
             raise ValueError(f"the series were fitted with different methods "
                              f"({n_fit} series); predict(y=...) needs as many series")
-        pooled = np.concatenate(self.scores_)
+        pooled = sel.pool(self.scores_)
         points, scales, scores = [], [], []
         for i, s in enumerate(series):
             pt, sc = np.empty((h, self.k_)), np.empty((h, self.k_))

@@ -18,6 +18,10 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
 5. Else the season is the shortest clear peak whose r(m) is at least HARMONIC times
    the highest one (a cycle also peaks at its multiples, about as high). A long
    period's broad peak may be found a lag off when the series holds few cycles.
+   A divisor p of that season is the season instead when r peaks at p (above
+   3 / sqrt(N_p) and PEAK_RISE above the shorter lags, without the PEAK_LEVEL floor)
+   and at every multiple of p up to the season: short quarterly series whose period-4
+   peak stays under PEAK_LEVEL while the few long ones' noisy r(12) passes it.
 
 6. ``detect(relaxed=True)`` drops the PEAK_LEVEL floor of point 4 (only the
    3 / sqrt(N_m) significance level stays): a panel that mixes seasonal series with
@@ -72,9 +76,10 @@ def acf(x: F64, max_lag: int) -> F64:
     return out
 
 
-def _mean_acf(series: list[F64]) -> tuple[F64, F64] | None:
+def _mean_acf(series: list[F64]) -> tuple[F64, F64, F64] | None:
     """The length-weighted mean autocorrelation r(0..reach) of every channel of the
-    series and the peak level at each lag (module points 2-4); None when too short."""
+    series, the peak level at each lag and the total length N reaching each lag
+    (module points 2-4); None when too short."""
     cols = [s[:, j] for s in series for j in range(s.shape[1])]
     top = max(c.shape[0] for c in cols) // 3 + 1   # r(K + 1) tells whether K peaks
     if top < 4:
@@ -91,7 +96,7 @@ def _mean_acf(series: list[F64]) -> tuple[F64, F64] | None:
         return None
     r = num[:reach + 1] / den[:reach + 1]
     level = np.maximum(PEAK_LEVEL, 3.0 / np.sqrt(np.maximum(den[:reach + 1], 1.0)))
-    return r, level
+    return r, level, den[:reach + 1]
 
 
 def detect(series: list[F64], *, relaxed: bool = False) -> int:
@@ -101,7 +106,7 @@ def detect(series: list[F64], *, relaxed: bool = False) -> int:
     found = _mean_acf(series)
     if found is None:
         return 1
-    r, level = found
+    r, level = found[0], found[1]
     if relaxed:
         den_level = np.where(level > PEAK_LEVEL, level, 0.0)
         level = den_level
@@ -112,7 +117,13 @@ def detect(series: list[F64], *, relaxed: bool = False) -> int:
     if not peaks:
         return 1
     high = max(r[m] for m in peaks)
-    return next(m for m in peaks if r[m] >= HARMONIC * high)
+    season = next(m for m in peaks if r[m] >= HARMONIC * high)
+    sig = 3.0 / np.sqrt(np.maximum(found[2], 1.0))
+    for p in range(2, season // 2 + 1):
+        if season % p == 0 and r[p] > sig[p] and r[p] - r[1:p].min() >= PEAK_RISE and all(
+                r[q] >= r[q - 1] and r[q] >= r[q + 1] for q in range(p, season, p)):
+            return p
+    return season
 
 
 def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
@@ -126,7 +137,7 @@ def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
     found = _mean_acf(series)
     if found is None:
         return []
-    r, level = found
+    r, level = found[0], found[1]
     reach = r.shape[0] - 1
     cand = []
     for k in range(2, reach // season):

@@ -14,25 +14,30 @@ For one 1-D series y of n values and horizon h:
    a candidate that fails anywhere, or needs more values than an origin has, drops out.
 3. The choice: the candidate with the smallest mean absolute error over every scored
    (origin, step), when that error is below DOMINANCE times the second best's; else
-   the combination of the TOP best, each weighted by 1 / its error squared (scored
-   on the same origins; no extra fits). A clear winner keeps its exactness (a count
-   series that stopped at zeros), a close race hedges the choice the few origins
-   cannot make (tuned on the development and synthetic panels of
+   the combination of the TOP best whose error is within RATIO times the best's,
+   each weighted by 1 / its error squared (scored on the same origins; no extra
+   fits). A clear winner keeps its exactness (a count series that stopped at zeros),
+   a close race hedges the choice the few origins cannot make, and a candidate far
+   behind does not dilute it (tuned on the development and synthetic panels of
    benchmarks/forecasting.py).
 4. The chosen candidate, or the combination's parts, are run on the whole series.
-5. Intervals (split-conformal, normalised): the chosen candidate's scores are its
-   absolute errors at the origins divided by its own error scale at that origin and
-   step (attnx.forecasting._classical.Forecast.sigma: the method's error growth along the
-   horizon; at least SCALE_FLOOR times the series' mean absolute step), pooled over
-   origins and steps. The interval at predict is the forecast
-   plus / minus the conformal quantile of the scores (the ceil((N + 1) c)-th smallest
-   of N scores, coverage c) times the final fit's scale at each step. A series with fewer
-   than MIN_SCORES scores borrows those of the other series fitted with it; with
-   too few for the level, the largest score or the normal quantile, whichever is
-   larger. The quantile is taken at c + MARGIN (1 - c) (0.93 for c = 0.9): the
-   rolling origins understate the final origin's errors on series whose level
-   drifts or jumps (on the development and synthetic panels 0.9 itself covered
-   0.83-0.86 of the held-out values).
+5. Intervals (split-conformal, normalised, per step): the chosen candidate's scores
+   are its absolute errors at the origins divided by its own error scale at that
+   origin and step (attnx.forecasting._classical.Forecast.sigma: the method's error growth along
+   the horizon; at least SCALE_FLOOR times the series' mean absolute step), an
+   (origins, h) array (NaN where a step is past the series' end). The interval at
+   predict is the forecast plus / minus q_j times the final fit's scale at step j,
+   where q_j is the conformal quantile (the ceil((N + 1) c)-th smallest of N scores,
+   coverage c) of the scores at step j, shrunk toward that of all steps with
+   STEP_SHRINK pseudo-scores: (N_j q_j + STEP_SHRINK q) / (N_j + STEP_SHRINK). The
+   errors grow faster along the horizon than the methods' textbook scales say on
+   series whose trend bends, and the steps' own quantiles follow that when there are
+   scores enough. A series with fewer than MIN_SCORES scores borrows those of the
+   other series fitted with it; with too few for the level, the largest score or
+   the normal quantile, whichever is larger. The quantiles are taken at
+   c + MARGIN (1 - c) (0.94 for c = 0.9): the rolling origins understate the final
+   origin's errors on series whose level drifts or jumps (on the development and
+   synthetic panels 0.9 itself covered 0.83-0.86 of the held-out values).
 """
 from __future__ import annotations
 
@@ -50,8 +55,8 @@ if TYPE_CHECKING:
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["origins", "evaluate", "pick", "choose", "Choice", "half_width", "N_ORIGINS",
-           "TOP"]
+__all__ = ["origins", "evaluate", "pick", "choose", "Choice", "half_width", "step_quantiles",
+           "borrow", "pool", "N_ORIGINS", "TOP", "RATIO"]
 
 #: how many rolling origins score the candidates (at most)
 N_ORIGINS = 5
@@ -62,12 +67,16 @@ MIN_SCORES = 30
 #: the best candidate forecasts alone when its error is below this fraction of the
 #: second best's; else the TOP best are combined
 DOMINANCE = 0.8
-#: the combination weighs this many of the best candidates
+#: the combination weighs this many of the best candidates, those whose error is
+#: within RATIO times the best's
 TOP = 5
+RATIO = 1.5
 #: every error scale is at least this fraction of the series' mean absolute step
 SCALE_FLOOR = 0.05
-#: the intervals' scores are taken at coverage c + MARGIN * (1 - c) (0.93 for 0.9)
-MARGIN = 0.3
+#: the intervals' scores are taken at coverage c + MARGIN * (1 - c) (0.94 for 0.9)
+MARGIN = 0.4
+#: each step's quantile is shrunk toward that of all steps with this many pseudo-scores
+STEP_SHRINK = 20.0
 #: the combination's name
 COMBO = "combination"
 
@@ -89,7 +98,8 @@ def origins(n: int, h: int, min_train: int, k: int = N_ORIGINS) -> list[int]:
 class Choice:
     """A chosen candidate for one series: its name and spec (a combination: its
     parts' names and specs), the final forecast and error scale (h,), the
-    conformal scores and the cross-validated mean absolute error of every candidate."""
+    conformal scores (origins, h; NaN past the series' end) and the cross-validated
+    mean absolute error of every candidate."""
 
     def __init__(self, name: str, spec: dict[str, Any], forecast: cl.Forecast,
                  scores: F64, errors: dict[str, float]) -> None:
@@ -185,8 +195,8 @@ def pick(ev: Evaluation) -> Choice:
     errors = {nm: ev.error(p[0]) for nm, p in pred.items()}
     singles = sorted(errors, key=lambda k: (errors[k], k))
     best = singles[0]
-    if len(singles) >= 2 and not errors[best] < DOMINANCE * errors[singles[1]]:
-        top = singles[:TOP]
+    top = [k for k in singles[:TOP] if errors[k] <= RATIO * errors[best]]
+    if len(top) >= 2 and not errors[best] < DOMINANCE * errors[singles[1]]:
         w = np.array([1.0 / max(errors[k], 1e-12) ** 2 for k in top])
         w /= w.sum()
         pred[COMBO] = _weighted([pred[k] for k in top], w)
@@ -196,9 +206,11 @@ def pick(ev: Evaluation) -> Choice:
         errors[COMBO] = ev.error(pred[COMBO][0])
         best = COMBO
     mean, sigma = pred[best]
-    scores = (np.abs(mean - ev.truth) / sigma)[ev.obs]
+    with np.errstate(all="ignore"):
+        scores = np.abs(mean - ev.truth) / sigma
+    scores[~(ev.obs & np.isfinite(scores))] = np.nan
     f, spec = final[best]
-    return Choice(best, spec, f, scores[np.isfinite(scores)], errors)
+    return Choice(best, spec, f, scores, errors)
 
 
 def _pair(f: cl.Forecast) -> tuple[F64, F64]:
@@ -220,8 +232,9 @@ def choose(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None = N
 
 def quantile(scores: F64, coverage: float) -> float:
     """The conformal quantile of normalised scores for `coverage` (module point 5;
-    the caller adds the margin)."""
+    the caller adds the margin; NaN scores are left out)."""
     z = NormalDist().inv_cdf(0.5 + coverage / 2.0)
+    scores = scores[~np.isnan(scores)]
     n = scores.shape[0]
     if n == 0:
         return z
@@ -231,15 +244,47 @@ def quantile(scores: F64, coverage: float) -> float:
     return float(np.partition(scores, rank - 1)[rank - 1])
 
 
-def half_width(sigma: F64, scores: F64, coverage: float) -> F64:
-    """The interval's half-width at each step: the scores' conformal quantile at
-    coverage + MARGIN (1 - coverage) times the forecast's error scale."""
-    out: F64 = quantile(scores, coverage + MARGIN * (1.0 - coverage)) * sigma
+def step_quantiles(scores: F64, h: int, coverage: float) -> F64:
+    """The conformal quantile at each of the h steps (module point 5): that of the
+    step's own scores shrunk toward that of all steps by STEP_SHRINK pseudo-scores.
+    1-D scores (no steps known) give the quantile of all at every step."""
+    q_all = quantile(scores.ravel(), coverage)
+    out: F64 = np.full(h, q_all)
+    if scores.ndim != 2 or scores.shape[1] != h:
+        return out
+    for j in range(h):
+        n_j = int(np.sum(~np.isnan(scores[:, j])))
+        if n_j:
+            q_j = quantile(scores[:, j], coverage)
+            out[j] = (n_j * q_j + STEP_SHRINK * q_all) / (n_j + STEP_SHRINK)
     return out
+
+
+def half_width(sigma: F64, scores: F64, coverage: float) -> F64:
+    """The interval's half-width at each step: the scores' conformal quantile of that
+    step at coverage + MARGIN (1 - coverage) times the forecast's error scale."""
+    level = coverage + MARGIN * (1.0 - coverage)
+    out: F64 = step_quantiles(scores, sigma.shape[0], level) * sigma
+    return out
+
+
+def count(scores: F64) -> int:
+    """How many scores there are (NaN ones left out)."""
+    return int(np.sum(~np.isnan(scores)))
+
+
+def pool(scores: list[F64]) -> F64:
+    """The scores of several series together: their (origins, h) arrays stacked when
+    they all have h steps, else every score flattened."""
+    if not scores:
+        return np.zeros(0)
+    if all(s.ndim == 2 and s.shape[1] == scores[0].shape[1] for s in scores):
+        return np.concatenate(scores, axis=0)
+    return np.concatenate([s.ravel() for s in scores])
 
 
 def borrow(scores: list[F64]) -> list[F64]:
     """Each series' scores; those of every series together for a series with fewer
     than MIN_SCORES (module point 5)."""
-    pooled = np.concatenate(scores) if scores else np.zeros(0)
-    return [s if s.shape[0] >= MIN_SCORES else pooled for s in scores]
+    pooled = pool(scores)
+    return [s if count(s) >= MIN_SCORES else pooled for s in scores]
