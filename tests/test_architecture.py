@@ -19,8 +19,10 @@ def _modules():
 
 
 def _modname(path):
-    """attnx/layers/sequence.py -> attnx.layers.sequence; a package's __init__ -> the package"""
-    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    """attnx/layers/sequence.py -> attnx.layers.sequence; a package's __init__ -> the package
+    (of the package under test, or of the checkout's sources for a .pyx)"""
+    root = SRC.parent if path.is_relative_to(SRC) else PKG.parent
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 

@@ -206,14 +206,17 @@ def test_environment_of_a_fresh_process(tmp_path):
     assert usable == 1 and n == 1
 
 
-def test_joblib_workers_get_their_share():
+def test_joblib_workers_get_their_share(tmp_path):
     """GridSearchCV(n_jobs=k) / joblib's loky workers: each gets cpus // k threads at
-    most (joblib sets the workers' OpenMP limit; attnx reads it)."""
-    joblib = pytest.importorskip("joblib")
-    cpus = len(_cpus.affinity())
-    got = joblib.Parallel(n_jobs=2, backend="loky")(
-        joblib.delayed(_threads.num_threads)() for _ in range(2))
-    assert all(1 <= g <= max(1, cpus // 2) for g in got), got
+    most (joblib sets the workers' OpenMP limit; attnx reads it). In a fresh process
+    outside the checkout: loky's workers start in their parent's folder."""
+    pytest.importorskip("joblib")
+    code = ("import joblib; from attnx.runtime import _cpus, _threads; "
+            "got = joblib.Parallel(n_jobs=2, backend='loky')("
+            "joblib.delayed(_threads.num_threads)() for _ in range(2)); "
+            "print(len(_cpus.affinity()), *got)")
+    cpus, *got = map(int, _child(code, tmp_path))
+    assert len(got) == 2 and all(1 <= g <= max(1, cpus // 2) for g in got), got
 
 
 @pytest.mark.parametrize("threads, macs, held", [
