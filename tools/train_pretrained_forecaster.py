@@ -1,0 +1,132 @@
+"""Train the pretrained forecaster shipped with attnx (attnx/_pretrained_forecaster.py).
+
+The network is attnx's TransformerRegressor (AdamW, mean squared error, warm-up and
+cosine learning rate), trained on windows cut from synthetic series only
+(attnx._synthetic_series, a different generator and seeds from the synthetic
+evaluation panel of benchmarks/forecasting.py). Each window: a context ending at a
+random origin (3 to 256 real steps) and the next 64 values; the tokens and the
+baseline as at predict (attnx._pretrained_forecaster.features); the target is the
+scaled future minus the baseline. Everything follows from --seed:
+
+  nice -n 19 python tools/train_pretrained_forecaster.py --seed 0 \
+      --out attnx/data/forecaster_pretrained
+
+writes <out>.safetensors (the regressor, attnx.io format) and <out>.json (the
+settings, the sizes and the validation scores). --quick: a smoke run of seconds.
+Validation: windows of a separate synthetic panel (seed + 1000): the mean squared
+error in scaled units and the mean absolute error relative to seasonal naive's at
+h = 8, 18 and 48.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from attnx import _pretrained_forecaster as pf  # noqa: E402
+from attnx import _synthetic_series as syn  # noqa: E402
+from attnx.estimators import TransformerRegressor  # noqa: E402
+
+
+def windows(n_series, per_series, seed):
+    """(tokens (n, N_TOKENS, F) float32, targets (n, HORIZON) float32, extras) from a
+    synthetic panel drawn with seed."""
+    series, seasons = syn.panel(n_series, seed, extra=pf.HORIZON)
+    rng = np.random.default_rng([int(seed), 7])
+    toks, tgts, bases, futs, scales = [], [], [], [], []
+    for y, m in zip(series, seasons):
+        hi = y.shape[0] - pf.HORIZON
+        for t in rng.integers(3, hi + 1, size=per_series):
+            t = int(t)
+            season = m if rng.random() > 0.1 else 1
+            tok, base, mu, sd = pf.features(y[:t], season)
+            fut = np.clip((y[t:t + pf.HORIZON] - mu) / sd, -pf.CLIP, pf.CLIP)
+            toks.append(tok)
+            tgts.append(fut - base)
+            bases.append(base)
+            futs.append(fut)
+            # the in-sample seasonal naive scale of MASE, in scaled units
+            c = (y[max(0, t - pf.CONTEXT):t] - mu) / sd
+            s = season if season < c.shape[0] else 1
+            d = np.abs(c[s:] - c[:-s]).mean() if c.shape[0] > s else 1.0
+            scales.append(max(d, 1e-3))
+    return (np.stack(toks).astype(np.float32), np.stack(tgts).astype(np.float32),
+            (np.stack(bases), np.stack(futs), np.asarray(scales)))
+
+
+def evaluate(net, tok, extras):
+    base, fut, scale = extras
+    res = np.asarray(net.predict(tok), dtype=np.float64).reshape(base.shape)
+    pred = base + res
+    out = {"mse": float(np.mean((pred - fut) ** 2)),
+           "mse_snaive": float(np.mean((base - fut) ** 2))}
+    for h in (8, 18, 48):
+        m_net = np.abs(pred[:, :h] - fut[:, :h]).mean(axis=1) / scale
+        m_sn = np.abs(base[:, :h] - fut[:, :h]).mean(axis=1) / scale
+        out[f"mase_h{h}"] = float(np.mean(np.minimum(m_net, 50)))
+        out[f"mase_snaive_h{h}"] = float(np.mean(np.minimum(m_sn, 50)))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-series", type=int, default=6000)
+    ap.add_argument("--per-series", type=int, default=8)
+    ap.add_argument("--n-val", type=int, default=800)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--n-layers", type=int, default=2)
+    ap.add_argument("--n-heads", type=int, default=4)
+    ap.add_argument("--d-hidden", type=int, default=128)
+    ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--out", default=None, help="output path without extension")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.n_series, a.per_series, a.n_val, a.epochs = 60, 4, 40, 1
+    t0 = time.perf_counter()
+    x, y, _ = windows(a.n_series, a.per_series, a.seed)
+    xv, _, extras = windows(a.n_val, 4, a.seed + 1000)
+    print(f"windows: train {x.shape}, val {xv.shape}, {time.perf_counter() - t0:.1f}s",
+          flush=True)
+    net = TransformerRegressor(
+        n_heads=a.n_heads, n_layers=a.n_layers, d_hidden=a.d_hidden, d_model=a.d_model,
+        positional="sinusoidal", norm="pre", pooling="mean", dropout=a.dropout,
+        max_len=pf.N_TOKENS, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
+        weight_decay=0.01, random_state=a.seed, standardize=False, patch_len=1,
+        instance_norm=None, missing="mask", lr_schedule="warmup_cosine", warmup=0.05,
+        verbose=0)
+    t1 = time.perf_counter()
+    net.fit(x, y)
+    train_s = time.perf_counter() - t1
+    scores = evaluate(net, xv, extras)
+    n_params = int(net.model_.n_params)
+    print(f"trained in {train_s:.0f}s; loss {net.loss_curve_[-1]:.4f}; val {scores}",
+          flush=True)
+    cfg = {"context": pf.CONTEXT, "horizon": pf.HORIZON, "patch": pf.PATCH,
+           "n_tokens": pf.N_TOKENS, "n_features": pf.N_FEATURES, "seed": a.seed,
+           "n_series": a.n_series, "per_series": a.per_series, "epochs": a.epochs,
+           "batch_size": a.batch_size, "lr": a.lr, "d_model": a.d_model,
+           "n_layers": a.n_layers, "n_heads": a.n_heads, "d_hidden": a.d_hidden,
+           "dropout": a.dropout, "n_params": n_params, "train_seconds": round(train_s),
+           "loss_curve": [float(v) for v in net.loss_curve_], "validation": scores}
+    if a.out:
+        net.save(a.out + ".safetensors")
+        with open(a.out + ".json", "w", encoding="utf-8") as f:
+            json.dump(cfg, f, indent=1)
+        print(f"wrote {a.out}.safetensors ({os.path.getsize(a.out + '.safetensors')} bytes)")
+    return cfg
+
+
+if __name__ == "__main__":
+    main()
