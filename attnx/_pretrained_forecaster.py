@@ -9,14 +9,18 @@ forecaster_pretrained.json. How a forecast is made:
    series: left-padded with its first value, and the padded steps masked), scaled by
    the mean and standard deviation of its real steps.
 2. The season s (given, or found from the series by attnx._season) is used when the
-   context holds one whole cycle (else s = 1). The baseline is the seasonal naive
-   forecast in scaled units (the last value for s = 1).
-3. Per step the features are the scaled value and its seasonal difference (the value
-   minus the one s steps before); steps are grouped into non-overlapping patches of
-   PATCH (16) steps, one token each, newest first, each with two global features
-   (log s and the share of the context that is real); fully padded tokens are masked.
+   context holds one whole cycle (else s = 1). Its seasonal profile is each phase's
+   mean over the context's last whole cycles after removing a least-squares line
+   (two or more cycles); the deseasonalised context is the scaled values minus the
+   profile. The baseline is the seasonal naive forecast (the last value for s = 1).
+3. Per step the features are the scaled value, its seasonal difference and the
+   deseasonalised value; steps are grouped into non-overlapping patches of PATCH (16)
+   steps, one token each, newest first, each with two global features (log s and
+   the share of the context that is real); fully padded tokens are masked.
 4. The network maps the tokens to the residual from the baseline at all HORIZON (64)
-   steps at once; the first h are scaled back. h > 64 is refused.
+   steps at once, in units of q, the context's mean absolute seasonal difference
+   (MASE's scale, so the squared error it was trained with weighs windows as MASE
+   does); the first h are scaled back. h > 64 is refused.
 
 ``forecast(y, h, season=None)`` is the plain function; ``PretrainedForecaster`` (also
 ``TransformerForecaster.pretrained()``) adds intervals: ``fit(y)`` stores the series
@@ -52,10 +56,13 @@ __all__ = ["forecast", "PretrainedForecaster", "features", "load_network", "CONT
 #: context length, longest horizon, patch length (one token per patch)
 CONTEXT, HORIZON, PATCH = 256, 64, 16
 N_TOKENS = CONTEXT // PATCH
-#: features per token: PATCH scaled values, PATCH seasonal differences, 2 globals
-N_FEATURES = 2 * PATCH + 2
+#: features per token: PATCH scaled values, seasonal differences and deseasonalised
+#: values each, 2 globals
+N_FEATURES = 3 * PATCH + 2
 #: scaled values and targets are clipped to +-CLIP
 CLIP = 30.0
+#: the output unit q (MASE's scale in the context's scaled units) is at least this
+Q_FLOOR = 0.05
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 WEIGHTS = os.path.join(_DATA, "forecaster_pretrained.safetensors")
 CONFIG = os.path.join(_DATA, "forecaster_pretrained.json")
@@ -95,9 +102,30 @@ def season_of(y: F64, season: Any) -> int:
     return int(win.check_int("season", season, 1))
 
 
-def features(y: F64, season: int) -> tuple[F64, F64, float, float]:
+def profile(x: F64, s: int) -> F64:
+    """The seasonal profile (s,) of the real context x (phase 0 = the step after its
+    end): the mean of each phase over the last whole cycles after a least-squares line
+    is removed (with two or more cycles), centred; zeros for s = 1."""
+    if s == 1:
+        return np.zeros(1)
+    k = x.shape[0] // s
+    last = x[x.shape[0] - k * s:]
+    if k >= 2:
+        t = np.arange(last.shape[0], dtype=np.float64)
+        t -= t.mean()
+        last = last - last.mean() - t * (t @ last) / (t @ t)
+    p = last.reshape(k, s).mean(axis=0)
+    out: F64 = p - p.mean()
+    return out
+
+
+def features(y: F64, season: int) -> tuple[F64, F64, float, float, float]:
     """(tokens (N_TOKENS, N_FEATURES) with NaN rows for padded tokens, newest first;
-    the baseline (HORIZON,) in scaled units; mu; sd) of the context at the end of y."""
+    the baseline (HORIZON,) in scaled units; mu; sd; q) of the context at the end of
+    y. The tokens hold the scaled values, their seasonal differences and the
+    deseasonalised values; the baseline is seasonal naive; q, the mean absolute
+    seasonal difference of the context's real steps (MASE's scale, in scaled units,
+    at least Q_FLOOR), is the unit of the network's output."""
     ctx = y[-CONTEXT:]
     n_real = ctx.shape[0]
     pad = CONTEXT - n_real
@@ -106,17 +134,24 @@ def features(y: F64, season: int) -> tuple[F64, F64, float, float]:
     sd = float(max(ctx.std(), win.STD_FLOOR * (abs(mu) + 1.0)))
     x = np.clip((x - mu) / sd, -CLIP, CLIP)
     s = season if 1 < season <= n_real else 1
+    p = profile(x[pad:], s)
+    z = x - p[np.arange(-CONTEXT, 0) % s]
     base = x[CONTEXT - s + np.arange(HORIZON) % s]
     d = np.zeros(CONTEXT)
     d[s:] = x[s:] - x[:-s]
     tok = np.concatenate([x.reshape(N_TOKENS, PATCH), d.reshape(N_TOKENS, PATCH),
+                          z.reshape(N_TOKENS, PATCH),
                           np.broadcast_to([[math.log(s) / math.log(48.0),
                                             n_real / CONTEXT]], (N_TOKENS, 2))], axis=1)
+    real = x[pad:]
+    sq = s if real.shape[0] > s else 1
+    q = float(np.abs(real[sq:] - real[:-sq]).mean()) if real.shape[0] > sq else 1.0
+    q = max(q, Q_FLOOR)
     tok = tok[::-1].copy()
     n_pad_tok = pad // PATCH
     if n_pad_tok:
         tok[N_TOKENS - n_pad_tok:] = np.nan
-    return tok, base, mu, sd
+    return tok, base, mu, sd, q
 
 
 def load_network(path: str | None = None) -> Any:
@@ -140,7 +175,8 @@ def load_config(path: str | None = None) -> dict[str, Any]:
 
 
 def _predict_scaled(net: Any, tokens: F64) -> F64:
-    """The network's residuals (n, HORIZON) for token arrays (n, N_TOKENS, F)."""
+    """The network's residuals (n, HORIZON) in units of q for token arrays
+    (n, N_TOKENS, F)."""
     out = np.asarray(net.predict(tokens.astype(np.float32)), dtype=np.float64)
     return out.reshape(tokens.shape[0], HORIZON)
 
@@ -148,14 +184,15 @@ def _predict_scaled(net: Any, tokens: F64) -> F64:
 def _forecast_many(net: Any, contexts: list[F64], season: int) -> tuple[F64, F64, F64]:
     """Forecasts (n, HORIZON) in the series' units of several contexts, with their mu
     and sd (n,)."""
-    toks, bases, mus, sds = [], [], [], []
+    toks, bases, mus, sds, qs = [], [], [], [], []
     for c in contexts:
-        t, b, m, s = features(c, season)
+        t, b, m, s, q = features(c, season)
         toks.append(t)
         bases.append(b)
         mus.append(m)
         sds.append(s)
-    res = _predict_scaled(net, np.stack(toks))
+        qs.append(q)
+    res = _predict_scaled(net, np.stack(toks)) * np.asarray(qs)[:, None]
     mu, sd = np.asarray(mus), np.asarray(sds)
     return (np.stack(bases) + res) * sd[:, None] + mu[:, None], mu, sd
 
@@ -252,11 +289,11 @@ class PretrainedForecaster:
         toks, tgts = [], []
         own, _, _ = _forecast_many(net, [a[:t] for t in origins], self.season_)
         for i, t in enumerate(origins):
-            tok, base, mu, sd = features(a[:t], self.season_)
+            tok, base, mu, sd, q = features(a[:t], self.season_)
             fut = own[i].copy()
             k = min(HORIZON, n - t)
             fut[:k] = a[t:t + k]
-            tgts.append(np.clip((fut - mu) / sd, -CLIP, CLIP) - base)
+            tgts.append(np.clip(((fut - mu) / sd - base) / q, -CLIP, CLIP))
             toks.append(tok)
         net.set_params(warm_start=True, epochs=int(epochs), lr=float(self.lr),
                        batch_size=int(self.batch_size), random_state=self.random_state,

@@ -14,7 +14,11 @@ series is a composition of parts, each drawn with its own probability:
   amplitude may drift; added to the series or multiplying it (exp-level series);
 - regime changes: level shifts and changes of the noise's scale at random times;
 - noise: Gaussian, AR(1) or AR(2), heavy-tailed (Student t) or multiplicative
-  (log-normal), plus rare outliers;
+  (log-normal), plus rare outliers; trends, wiggles, shifts and seasons are drawn on
+  log-uniform scales from a fraction of the noise to tens of times it;
+- random walks (Gaussian or heavy-tailed steps, half with a drift), some with a
+  season on top; multiplicative series: exponential growth times (1 + a season)
+  times log-normal noise;
 - intermittent demand: Bernoulli arrivals times Poisson or gamma sizes, with a
   slowly varying arrival rate.
 
@@ -147,49 +151,66 @@ def _demand(rng: np.random.Generator, n: int) -> F64:
     return (rng.random(n) < p) * size
 
 
+def _walk(rng: np.random.Generator, n: int) -> F64:
+    """A random walk (Gaussian or heavy-tailed steps), half of them with a drift."""
+    steps = rng.standard_normal(n) if rng.random() < 0.8 else rng.standard_t(4, n)
+    drift = rng.normal(0, 0.4) if rng.random() < 0.5 else 0.0
+    return np.cumsum(drift + steps)
+
+
 def series(rng: np.random.Generator, n: int) -> tuple[F64, int]:
     """One synthetic series of n values and its season (1: none)."""
     t = np.arange(n, dtype=np.float64)
-    if rng.random() < 0.08:
-        y = _demand(rng, n)
-        return y, 1
+    r = rng.random()
+    if r < 0.08:
+        return _demand(rng, n), 1
     season = 1
     seas = np.zeros(n)
-    if rng.random() < 0.65:
+    if rng.random() < 0.6:
         season = int(rng.choice(PERIODS, p=_PERIOD_P / _PERIOD_P.sum()))
-        seas = _season(rng, t, season) * rng.uniform(0.3, 3.0)
+        seas = _season(rng, t, season)
         longer = _SECOND.get(season)
         if longer and rng.random() < 0.35:
             p2 = int(rng.choice(longer))
             if p2 <= n:
-                seas += _season(rng, t, p2) * rng.uniform(0.3, 2.0)
-    base = _trend(rng, t) * rng.uniform(0.5, 6.0)
+                seas += _season(rng, t, p2) * rng.uniform(0.3, 1.5)
+    scale = np.exp(rng.uniform(np.log(0.5), np.log(100.0)))
+    if r < 0.22:   # a random walk, maybe with a season on top
+        walk = _walk(rng, n)
+        amp = rng.uniform(0.5, 8.0) if rng.random() < 0.3 else 0.0
+        y = walk + amp * seas + rng.normal(0, rng.uniform(0, 1.0), n)
+        return _positive(rng, y * scale), season if amp > 0 else 1
+    if r < 0.34 and season > 1:
+        # multiplicative: exponential growth x (1 + a season) x log-normal noise
+        g = rng.uniform(-0.005, 0.025)
+        amp = rng.uniform(0.05, 0.5)
+        y = (np.exp(g * t + 0.1 * _gp(rng, t) * rng.uniform(0, 1))
+             * (1 + amp * np.tanh(seas / 2))
+             * np.exp(rng.normal(0, rng.uniform(0.005, 0.1), n)))
+        return y * rng.uniform(10, 500), season
+    # additive: trend + wiggles + shifts + season + noise, in units of the noise
+    base = _trend(rng, t) * np.exp(rng.uniform(np.log(0.5), np.log(60.0)))
     if rng.random() < 0.4:
-        base += _gp(rng, t) * rng.uniform(0.2, 2.0)
-    base += _shifts(rng, n)
+        base += _gp(rng, t) * np.exp(rng.uniform(np.log(0.2), np.log(10.0)))
+    base += _shifts(rng, n) * rng.uniform(1, 10)
     noise = _ar(rng, n)
     if rng.random() < 0.15:   # heavy tails
         noise = noise * 0.5 + rng.standard_t(3, n) * 0.3
     if rng.random() < 0.2:    # a change of the noise's scale
         cut = int(rng.integers(1, n))
         noise[cut:] *= rng.uniform(0.3, 3.0)
-    noise_sd = np.exp(rng.uniform(np.log(0.05), np.log(2.0)))
     if rng.random() < 0.1:
         noise[rng.random(n) < 0.01] += rng.normal(0, 6, 1)
-    if rng.random() < 0.3 and season > 1:
-        # multiplicative: level x (1 + a season) x log-normal noise
-        level = np.exp(0.25 * base)
-        amp = rng.uniform(0.05, 0.45)
-        y = level * (1 + amp * np.tanh(seas / 2)) * np.exp(0.05 * noise_sd * noise)
-        y *= rng.uniform(10, 500)
-    else:
-        y = base + seas + noise_sd * noise
-        y = y * np.exp(rng.uniform(np.log(0.5), np.log(100.0)))
-        if rng.random() < 0.6:   # a positive level
-            y = y - y.min() + rng.uniform(1, 100) * (np.abs(y).mean() + 1e-3)
-        elif rng.random() < 0.5:
-            y = y + rng.normal(0, 5) * (np.abs(y).std() + 1e-3)
-    return y.astype(np.float64), season
+    amp = np.exp(rng.uniform(np.log(0.3), np.log(20.0)))
+    y = base + amp * seas + noise
+    return _positive(rng, y * scale), season
+
+
+def _positive(rng: np.random.Generator, y: F64) -> F64:
+    """Most series are shifted to a positive level; some stay around zero."""
+    if rng.random() < 0.7:
+        return y - y.min() + rng.uniform(0.05, 3.0) * (y.std() + 1e-3) + 1e-3
+    return y + rng.normal(0, 2) * (y.std() + 1e-3)
 
 
 def _length(rng: np.random.Generator) -> int:

@@ -248,6 +248,18 @@ class TransformerForecaster(ClassicalPath, EstimatorParams):
             if k != "self":
                 setattr(self, k, v)
 
+    @classmethod
+    def pretrained(cls, horizon: int = 1, **kw: Any) -> Any:
+        """attnx's pretrained forecasting network (a small transformer trained on
+        synthetic series, shipped with the package): ``predict(y)`` forecasts any 1-D
+        series zero-shot, with no fit; ``fit(y)`` stores the series and calibrates
+        prediction intervals on its own last origins; ``fit(y)`` with ``epochs=N``
+        also fine-tunes a copy of the network on it. horizon: 1..64; keywords:
+        season, epochs, lr, batch_size, calibration, random_state
+        (attnx._pretrained_forecaster.PretrainedForecaster)."""
+        from ._pretrained_forecaster import PretrainedForecaster
+        return PretrainedForecaster(horizon=horizon, **kw)
+
     # ---- configuration ---------------------------------------------------
     def _check(self) -> None:
         self.horizon_ = win.check_int("horizon", self.horizon, 1)

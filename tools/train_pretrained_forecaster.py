@@ -6,7 +6,8 @@ cosine learning rate), trained on windows cut from synthetic series only
 evaluation panel of benchmarks/forecasting.py). Each window: a context ending at a
 random origin (3 to 256 real steps) and the next 64 values; the tokens and the
 baseline as at predict (attnx._pretrained_forecaster.features); the target is the
-scaled future minus the baseline. Everything follows from --seed:
+scaled future minus the baseline in units of the context's mean absolute seasonal
+difference (MASE's scale), clipped to +-30. Everything follows from --seed:
 
   nice -n 19 python tools/train_pretrained_forecaster.py --seed 0 \
       --out attnx/data/forecaster_pretrained
@@ -35,9 +36,10 @@ from attnx import _synthetic_series as syn  # noqa: E402
 from attnx.estimators import TransformerRegressor  # noqa: E402
 
 
-def windows(n_series, per_series, seed):
+def windows(n_series, per_series, seed, drop=0.1):
     """(tokens (n, N_TOKENS, F) float32, targets (n, HORIZON) float32, extras) from a
-    synthetic panel drawn with seed."""
+    synthetic panel drawn with seed; a share `drop` of the windows is given season 1
+    (robustness to a season not given or not found)."""
     series, seasons = syn.panel(n_series, seed, extra=pf.HORIZON)
     rng = np.random.default_rng([int(seed), 7])
     toks, tgts, bases, futs, scales = [], [], [], [], []
@@ -45,33 +47,37 @@ def windows(n_series, per_series, seed):
         hi = y.shape[0] - pf.HORIZON
         for t in rng.integers(3, hi + 1, size=per_series):
             t = int(t)
-            season = m if rng.random() > 0.1 else 1
-            tok, base, mu, sd = pf.features(y[:t], season)
-            fut = np.clip((y[t:t + pf.HORIZON] - mu) / sd, -pf.CLIP, pf.CLIP)
+            season = m if rng.random() >= drop else 1
+            tok, base, mu, sd, q = pf.features(y[:t], season)
+            fut = (y[t:t + pf.HORIZON] - mu) / sd
             toks.append(tok)
-            tgts.append(fut - base)
-            bases.append(base)
-            futs.append(fut)
-            # the in-sample seasonal naive scale of MASE, in scaled units
+            tgts.append(np.clip((fut - base) / q, -pf.CLIP, pf.CLIP))
+            # seasonal naive and MASE's scale (the context's mean absolute seasonal
+            # difference, with the season the benchmark gives), in scaled units
             c = (y[max(0, t - pf.CONTEXT):t] - mu) / sd
-            s = season if season < c.shape[0] else 1
-            d = np.abs(c[s:] - c[:-s]).mean() if c.shape[0] > s else 1.0
-            scales.append(max(d, 1e-3))
+            s = m if 1 < m < c.shape[0] else 1
+            snaive = c[c.shape[0] - s + np.arange(pf.HORIZON) % s]
+            scale = np.abs(c[s:] - c[:-s]).mean() if c.shape[0] > s else 1.0
+            bases.append(np.stack([base, snaive, np.full(pf.HORIZON, q)]))
+            futs.append(fut)
+            scales.append(max(scale, 1e-2))
     return (np.stack(toks).astype(np.float32), np.stack(tgts).astype(np.float32),
             (np.stack(bases), np.stack(futs), np.asarray(scales)))
 
 
 def evaluate(net, tok, extras):
-    base, fut, scale = extras
+    """Validation scores: MSE of the network's scaled-unit targets, and per h the mean
+    MASE (per window, capped at 50) of the network and of seasonal naive."""
+    base3, fut, scale = extras
+    base, snaive, q = base3[:, 0], base3[:, 1], base3[:, 2]
     res = np.asarray(net.predict(tok), dtype=np.float64).reshape(base.shape)
-    pred = base + res
-    out = {"mse": float(np.mean((pred - fut) ** 2)),
-           "mse_snaive": float(np.mean((base - fut) ** 2))}
+    pred = base + res * q
+    tgt = np.clip((fut - base) / q, -pf.CLIP, pf.CLIP)
+    out = {"mse": float(np.mean((res - tgt) ** 2)), "mse_zero": float(np.mean(tgt ** 2))}
     for h in (8, 18, 48):
-        m_net = np.abs(pred[:, :h] - fut[:, :h]).mean(axis=1) / scale
-        m_sn = np.abs(base[:, :h] - fut[:, :h]).mean(axis=1) / scale
-        out[f"mase_h{h}"] = float(np.mean(np.minimum(m_net, 50)))
-        out[f"mase_snaive_h{h}"] = float(np.mean(np.minimum(m_sn, 50)))
+        for name, p in (("net", pred), ("base", base), ("snaive", snaive)):
+            m = np.abs(p[:, :h] - fut[:, :h]).mean(axis=1) / scale
+            out[f"mase_{name}_h{h}"] = round(float(np.mean(np.minimum(m, 50))), 4)
     return out
 
 
@@ -89,6 +95,8 @@ def main(argv=None):
     ap.add_argument("--n-heads", type=int, default=4)
     ap.add_argument("--d-hidden", type=int, default=128)
     ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--loss", default="huber",
+                    choices=("squared_error", "absolute_error", "huber"))
     ap.add_argument("--out", default=None, help="output path without extension")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
@@ -96,7 +104,7 @@ def main(argv=None):
         a.n_series, a.per_series, a.n_val, a.epochs = 60, 4, 40, 1
     t0 = time.perf_counter()
     x, y, _ = windows(a.n_series, a.per_series, a.seed)
-    xv, _, extras = windows(a.n_val, 4, a.seed + 1000)
+    xv, _, extras = windows(a.n_val, 4, a.seed + 1000, drop=0.0)
     print(f"windows: train {x.shape}, val {xv.shape}, {time.perf_counter() - t0:.1f}s",
           flush=True)
     net = TransformerRegressor(
@@ -105,7 +113,7 @@ def main(argv=None):
         max_len=pf.N_TOKENS, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
         weight_decay=0.01, random_state=a.seed, standardize=False, patch_len=1,
         instance_norm=None, missing="mask", lr_schedule="warmup_cosine", warmup=0.05,
-        verbose=0)
+        loss=a.loss, verbose=0)
     t1 = time.perf_counter()
     net.fit(x, y)
     train_s = time.perf_counter() - t1
@@ -118,7 +126,7 @@ def main(argv=None):
            "n_series": a.n_series, "per_series": a.per_series, "epochs": a.epochs,
            "batch_size": a.batch_size, "lr": a.lr, "d_model": a.d_model,
            "n_layers": a.n_layers, "n_heads": a.n_heads, "d_hidden": a.d_hidden,
-           "dropout": a.dropout, "n_params": n_params, "train_seconds": round(train_s),
+           "dropout": a.dropout, "loss": a.loss, "n_params": n_params, "train_seconds": round(train_s),
            "loss_curve": [float(v) for v in net.loss_curve_], "validation": scores}
     if a.out:
         net.save(a.out + ".safetensors")
