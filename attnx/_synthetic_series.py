@@ -16,9 +16,10 @@ series is a composition of parts, each drawn with its own probability:
 - noise: Gaussian, AR(1) or AR(2), heavy-tailed (Student t) or multiplicative
   (log-normal), plus rare outliers; trends, wiggles, shifts and seasons are drawn on
   log-uniform scales from a fraction of the noise to tens of times it;
+- stationary series: a mean, AR noise and maybe a weak season;
 - random walks (Gaussian or heavy-tailed steps, half with a drift), some with a
-  season on top; multiplicative series: exponential growth times (1 + a season)
-  times log-normal noise;
+  season on top; multiplicative series: exponential growth (up to 6% a step
+  without a season) times (1 + a season) times log-normal noise;
 - intermittent demand: Bernoulli arrivals times Poisson or gamma sizes, with a
   slowly varying arrival rate.
 
@@ -180,16 +181,19 @@ def series(rng: np.random.Generator, n: int) -> tuple[F64, int]:
         amp = rng.uniform(0.5, 8.0) if rng.random() < 0.3 else 0.0
         y = walk + amp * seas + rng.normal(0, rng.uniform(0, 1.0), n)
         return _positive(rng, y * scale), season if amp > 0 else 1
-    if r < 0.34 and season > 1:
+    if r < 0.34:
         # multiplicative: exponential growth x (1 + a season) x log-normal noise
-        g = rng.uniform(-0.005, 0.025)
+        g = rng.uniform(-0.01, 0.06) if season == 1 else rng.uniform(-0.005, 0.025)
         amp = rng.uniform(0.05, 0.5)
         y = (np.exp(g * t + 0.1 * _gp(rng, t) * rng.uniform(0, 1))
              * (1 + amp * np.tanh(seas / 2))
              * np.exp(rng.normal(0, rng.uniform(0.005, 0.1), n)))
         return y * rng.uniform(10, 500), season
+    if r < 0.46:   # stationary: a mean, AR noise and maybe a weak season
+        y = _ar(rng, n) + np.exp(rng.uniform(np.log(0.05), np.log(2.0))) * seas
+        return _positive(rng, y * scale), season
     # additive: trend + wiggles + shifts + season + noise, in units of the noise
-    base = _trend(rng, t) * np.exp(rng.uniform(np.log(0.5), np.log(60.0)))
+    base = _trend(rng, t) * np.exp(rng.uniform(np.log(0.05), np.log(300.0)))
     if rng.random() < 0.4:
         base += _gp(rng, t) * np.exp(rng.uniform(np.log(0.2), np.log(10.0)))
     base += _shifts(rng, n) * rng.uniform(1, 10)
@@ -201,7 +205,7 @@ def series(rng: np.random.Generator, n: int) -> tuple[F64, int]:
         noise[cut:] *= rng.uniform(0.3, 3.0)
     if rng.random() < 0.1:
         noise[rng.random(n) < 0.01] += rng.normal(0, 6, 1)
-    amp = np.exp(rng.uniform(np.log(0.3), np.log(20.0)))
+    amp = np.exp(rng.uniform(np.log(0.1), np.log(20.0)))
     y = base + amp * seas + noise
     return _positive(rng, y * scale), season
 

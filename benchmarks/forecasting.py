@@ -649,7 +649,7 @@ def targets(results, peer):
 
 def targets_markdown(results):
     lines = []
-    for peer in ("attnx_auto", "attnx"):
+    for peer in ("attnx_auto", "attnx", "attnx_pretrained"):
         t = targets(results, peer)
         if t is None:
             continue
@@ -880,7 +880,8 @@ def main(argv=None):
             "python": platform.python_version(), "versions": _versions(),
             "quick": args.quick, "seed": args.seed, "origins": args.origins, "level": LEVEL,
             "synthetic": args.synthetic, "panel_seed": args.panel_seed if args.synthetic
-            else None, "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx")},
+            else None, "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx",
+                                                             "attnx_pretrained")},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:

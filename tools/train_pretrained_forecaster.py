@@ -1,7 +1,10 @@
 """Train the pretrained forecaster shipped with attnx (attnx/_pretrained_forecaster.py).
 
-The network is attnx's TransformerRegressor (AdamW, mean squared error, warm-up and
-cosine learning rate), trained on windows cut from synthetic series only
+The network is attnx's TransformerRegressor (AdamW, warm-up and cosine learning
+rate; the Huber loss by default: quadratic within one unit of MASE's scale, linear
+beyond, which scored better than the squared error on the synthetic validation
+windows at equal training: mean MASE 1.392 against 1.465 at h = 8, 32k windows,
+4 epochs), trained on windows cut from synthetic series only
 (attnx._synthetic_series, a different generator and seeds from the synthetic
 evaluation panel of benchmarks/forecasting.py). Each window: a context ending at a
 random origin (3 to 256 real steps) and the next 64 values; the tokens and the
@@ -14,9 +17,12 @@ difference (MASE's scale), clipped to +-30. Everything follows from --seed:
 
 writes <out>.safetensors (the regressor, attnx.io format) and <out>.json (the
 settings, the sizes and the validation scores). --quick: a smoke run of seconds.
-Validation: windows of a separate synthetic panel (seed + 1000): the mean squared
-error in scaled units and the mean absolute error relative to seasonal naive's at
-h = 8, 18 and 48.
+The defaults are the shipped model's settings (480k windows, 4 epochs; about 20
+minutes on one loaded core).
+Validation: 4 windows from each series of a separate synthetic panel (seed + 1000,
+every window given its series' season): the mean squared error of the targets, and
+the mean MASE per window (capped at 50; the scale from the context) of the network,
+of its baseline and of seasonal naive at h = 8, 18 and 48.
 """
 from __future__ import annotations
 
@@ -84,12 +90,12 @@ def evaluate(net, tok, extras):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-series", type=int, default=6000)
+    ap.add_argument("--n-series", type=int, default=60000)
     ap.add_argument("--per-series", type=int, default=8)
-    ap.add_argument("--n-val", type=int, default=800)
-    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--n-val", type=int, default=500)
+    ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--n-layers", type=int, default=2)
     ap.add_argument("--n-heads", type=int, default=4)
