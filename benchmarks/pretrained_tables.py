@@ -11,6 +11,8 @@ loaded) per series.
   OMP_NUM_THREADS=1 python benchmarks/pretrained_tables.py synth 1
 
 writes benchmarks/results/forecasting_pretrained_{dev,synth_seed0,synth_seed1}.{md,json}.
+A last argument ft=N fine-tunes the network on each series for N epochs
+(fit(y) with epochs=N; files ..._ftN).
 """
 import json
 import os
@@ -28,11 +30,23 @@ STORED = {"dev": "forecasting_dev_auto", "synth0": "forecasting_synth",
 
 
 def main(argv):
+    epochs = 0
+    if argv and argv[-1].startswith("ft="):
+        epochs = int(argv.pop()[3:])
     kind = argv[0]
     seed = int(argv[1]) if len(argv) > 1 else 0
     key = "dev" if kind == "dev" else f"synth{seed}"
     out = os.path.join(HERE, "results", "forecasting_pretrained_" +
-                       ("dev" if kind == "dev" else f"synth_seed{seed}"))
+                       ("dev" if kind == "dev" else f"synth_seed{seed}")
+                       + (f"_ft{epochs}" if epochs else ""))
+    if epochs:
+        def tuned(y, h, m):
+            import attnx
+            est = attnx.TransformerForecaster.pretrained(horizon=h, season=m,
+                                                         epochs=epochs).fit(y)
+            lo, hi = est.predict_interval(coverage=fb.LEVEL / 100)
+            return est.predict(), lo, hi
+        fb.attnx_pretrained = tuned
     with open(os.path.join(HERE, "results", STORED[key] + ".json")) as f:
         stored = json.load(f)
     fb.PANEL_SEED = seed
@@ -60,6 +74,7 @@ def main(argv):
                                          "max": float(np.max(times)), "n": len(times)}
     meta["pretrained"] = pf.load_config()
     meta["pretrained"].pop("loss_curve", None)
+    meta["pretrained"]["fine_tune_epochs"] = epochs
     with open(out + ".json", "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
     text = fb.markdown(results, meta)

@@ -56,8 +56,8 @@ def windows(n_series, per_series, seed, drop=0.1):
             season = m if rng.random() >= drop else 1
             tok, base, mu, sd, q = pf.features(y[:t], season)
             fut = (y[t:t + pf.HORIZON] - mu) / sd
-            toks.append(tok)
-            tgts.append(np.clip((fut - base) / q, -pf.CLIP, pf.CLIP))
+            toks.append(tok.astype(np.float32))
+            tgts.append(np.clip((fut - base) / q, -pf.CLIP, pf.CLIP).astype(np.float32))
             # seasonal naive and MASE's scale (the context's mean absolute seasonal
             # difference, with the season the benchmark gives), in scaled units
             c = (y[max(0, t - pf.CONTEXT):t] - mu) / sd
