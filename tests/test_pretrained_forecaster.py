@@ -172,3 +172,26 @@ def test_generator_covers_its_kinds():
     assert sum(m == 1 for m in seasons) > 30 and len(set(seasons)) >= 6
     zeros = [np.mean(s == 0) for s in series]
     assert max(zeros) > 0.3   # intermittent demand
+
+
+# ---- the training script -----------------------------------------------------
+def test_training_script_is_reproducible_from_its_seed(tmp_path):
+    import importlib.util
+    safetensors = pytest.importorskip("safetensors.numpy")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pf.__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "train_pretrained_forecaster",
+        os.path.join(root, "tools", "train_pretrained_forecaster.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = ["--n-series", "12", "--per-series", "2", "--n-val", "4", "--epochs", "1",
+            "--seed", "5"]
+    a = mod.main(args + ["--out", str(tmp_path / "a")])
+    b = mod.main(args + ["--out", str(tmp_path / "b")])
+    assert a["loss_curve"] == b["loss_curve"] and a["validation"] == b["validation"]
+    wa = safetensors.load_file(str(tmp_path / "a.safetensors"))
+    wb = safetensors.load_file(str(tmp_path / "b.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k])
+    assert a["n_features"] == pf.N_FEATURES and a["n_params"] > 0
