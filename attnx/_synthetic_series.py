@@ -90,15 +90,17 @@ def _trend(rng: np.random.Generator, t: F64) -> F64:
     if r < 0.25:
         return np.zeros(n)
     if r < 0.55:
-        return rng.normal(0, 1.2) * u
+        lin: F64 = float(rng.normal(0, 1.2)) * u
+        return lin
     if r < 0.7:   # damped: approaches a limit
         rate = rng.uniform(1.0, 8.0)
-        return rng.normal(0, 1.5) * (1 - np.exp(-rate * u))
+        damped: F64 = float(rng.normal(0, 1.5)) * (1 - np.exp(-rate * u))
+        return damped
     if r < 0.85:  # piecewise linear
         knots = np.sort(rng.uniform(0.1, 0.9, int(rng.integers(1, 4))))
-        out = rng.normal(0, 1.0) * u
+        out: F64 = float(rng.normal(0, 1.0)) * u
         for kn in knots:
-            out += rng.normal(0, 1.5) * np.maximum(u - kn, 0)
+            out += float(rng.normal(0, 1.5)) * np.maximum(u - kn, 0)
         return out
     # a random walk, maybe with drift
     steps = rng.standard_normal(n) * rng.uniform(0.02, 0.15)
@@ -212,9 +214,13 @@ def series(rng: np.random.Generator, n: int) -> tuple[F64, int]:
 
 def _positive(rng: np.random.Generator, y: F64) -> F64:
     """Most series are shifted to a positive level; some stay around zero."""
+    sd = float(y.std()) + 1e-3
+    out: F64
     if rng.random() < 0.7:
-        return y - y.min() + rng.uniform(0.05, 3.0) * (y.std() + 1e-3) + 1e-3
-    return y + rng.normal(0, 2) * (y.std() + 1e-3)
+        out = y - float(y.min()) + float(rng.uniform(0.05, 3.0)) * sd + 1e-3
+    else:
+        out = y + float(rng.normal(0, 2)) * sd
+    return out
 
 
 def _length(rng: np.random.Generator) -> int:
