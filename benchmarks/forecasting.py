@@ -51,6 +51,10 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
                   seed enters)
   attnx_quantile  (--peers only) attnx with intervals="quantile": the network learns
                   7 quantile levels with the pinball loss, calibrated conformally
+  attnx_pretrained (--peers only) attnx's pretrained network
+                  (TransformerForecaster.pretrained(horizon=h, season=m)), zero-shot:
+                  fit only stores the series and calibrates the interval on its own
+                  last origins; the network is never trained on the set
   patchtst        (--peers only) neuralforecast's PatchTST (pip install neuralforecast, in
                   an environment of its own: it brings ray, lightning and optuna) on
                   each series: its defaults but input_size (attnx's default window) and
@@ -143,7 +147,7 @@ PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar", "
 #: the peers the targets compare with
 CLASSICAL = ("auto_ets", "auto_arima", "auto_theta")
 #: more peers one may ask for with --peers: attnx with quantile intervals
-EXTRA_PEERS = ("attnx_quantile", "patchtst")
+EXTRA_PEERS = ("attnx_quantile", "patchtst", "attnx_pretrained")
 #: patchtst's training steps (neuralforecast's default is 5000; --patchtst-steps)
 PATCHTST_STEPS = 500
 LEVEL = 90
@@ -353,6 +357,15 @@ def ridge_ar(y, h, m):
     return np.asarray(out) * (sd if sd > 0 else 1.0) + mu, None, None
 
 
+def attnx_pretrained(y, h, m):
+    """attnx's pretrained network, zero-shot (its interval calibrated on the series'
+    own last origins)."""
+    import attnx
+    est = attnx.TransformerForecaster.pretrained(horizon=h, season=m).fit(y)
+    lo, hi = est.predict_interval(coverage=LEVEL / 100)
+    return est.predict(), lo, hi
+
+
 def attnx_forecaster(horizon, seed):
     """attnx's forecaster with its defaults, or None while attnx has none."""
     import attnx
@@ -479,7 +492,8 @@ def run_set(ds, peers, seed, log):
                 for i, (mean_, lo, hi) in enumerate(preds):
                     rows.append(dict(series=ds.names[i], **score(ds, i, mean_, lo, hi)))
         else:
-            run = ({"ridge_ar": ridge_ar, "patchtst": patchtst}.get(peer)
+            run = ({"ridge_ar": ridge_ar, "patchtst": patchtst,
+                    "attnx_pretrained": attnx_pretrained}.get(peer)
                    or _statsforecast(peer))
             for i, y in enumerate(ds.series):
                 train = y[:-ds.horizon]
@@ -640,7 +654,7 @@ def targets(results, peer):
 
 def targets_markdown(results):
     lines = []
-    for peer in ("attnx_auto", "attnx"):
+    for peer in ("attnx_auto", "attnx", "attnx_pretrained"):
         t = targets(results, peer)
         if t is None:
             continue
@@ -899,7 +913,9 @@ def main(argv=None):
             "python": platform.python_version(), "versions": _versions(),
             "quick": args.quick, "seed": args.seed, "origins": args.origins, "level": LEVEL,
             "synthetic": args.synthetic, "panel_seed": args.panel_seed if args.synthetic
-            else None, "reused": os.path.basename(args.reuse) if args.reuse else None, "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx")},
+            else None, "reused": os.path.basename(args.reuse) if args.reuse else None,
+            "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx",
+                                                         "attnx_pretrained")},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".json", "w") as f:

@@ -175,6 +175,18 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
     else:
         __init__ = _params.make_init()
 
+    @classmethod
+    def pretrained(cls, horizon: int = 1, **kw: Any) -> Any:
+        """attnx's pretrained forecasting network (a small transformer trained on
+        synthetic series, shipped with the package): ``predict(y)`` forecasts any 1-D
+        series zero-shot, with no fit; ``fit(y)`` stores the series and calibrates
+        prediction intervals on its own last origins; ``fit(y)`` with ``epochs=N``
+        also fine-tunes a copy of the network on it. horizon: 1..64; keywords:
+        season, epochs, lr, batch_size, calibration, random_state
+        (attnx.forecasting._pretrained_forecaster.PretrainedForecaster)."""
+        from ._pretrained_forecaster import PretrainedForecaster
+        return PretrainedForecaster(horizon=horizon, **kw)
+
     # ---- configuration ---------------------------------------------------
     def _check(self) -> None:
         """Every parameter's rule (attnx.forecasting._forecaster_params), then the
