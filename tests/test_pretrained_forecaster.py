@@ -181,7 +181,7 @@ def test_training_script_is_reproducible_from_its_seed(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the checkout
     spec = importlib.util.spec_from_file_location(
         "train_pretrained_forecaster",
-        os.path.join(root, "tools", "train_pretrained_forecaster.py"))
+        os.path.join(root, "benchmarks", "train_pretrained_forecaster.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     args = ["--n-series", "12", "--per-series", "2", "--n-val", "4", "--epochs", "1",

@@ -2,7 +2,7 @@
 
 The network is attnx's own TransformerRegressor (2 pre-norm blocks, d_model 64, about
 75k parameters), trained once with AdamW and the Huber loss on windows of synthetic
-series only (attnx.forecasting._synthetic_series; tools/train_pretrained_forecaster.py, which
+series only (attnx.forecasting._synthetic_series; benchmarks/train_pretrained_forecaster.py, which
 reproduces the weights from its seed) and shipped as
 attnx/forecasting/data/forecaster_pretrained.safetensors with its settings in
 forecaster_pretrained.json. How a forecast is made:

@@ -12,7 +12,7 @@ baseline as at predict (attnx.forecasting._pretrained_forecaster.features); the 
 scaled future minus the baseline in units of the context's mean absolute seasonal
 difference (MASE's scale), clipped to +-30. Everything follows from --seed:
 
-  nice -n 19 python tools/train_pretrained_forecaster.py --seed 0 \
+  nice -n 19 python benchmarks/train_pretrained_forecaster.py --seed 0 \
       --out attnx/forecasting/data/forecaster_pretrained
 
 writes <out>.safetensors (the regressor, attnx.io format) and <out>.json (the
