@@ -195,3 +195,23 @@ def test_training_script_is_reproducible_from_its_seed(tmp_path):
     for k in wa:
         np.testing.assert_array_equal(wa[k], wb[k])
     assert a["n_features"] == pf.N_FEATURES and a["n_params"] > 0
+
+
+# ---- as a candidate of method="auto" -------------------------------------------
+def test_the_pretrained_network_is_a_candidate_of_auto():
+    from attnx.forecasting import _candidates as cand
+    y = _seasonal(1)
+    assert "pretrained" in cand.available(y, (12,)) and cand.is_candidate("pretrained")
+    assert cand.min_length("pretrained", (12,)) == 3
+    fc, spec = cand.fit("pretrained", y, 12, (12,))
+    np.testing.assert_array_equal(fc.mean, pf.forecast(y, 12, season=12))
+    assert fc.sigma.shape == (12,) and np.all(np.diff(fc.sigma) > 0) and spec == {}
+    with pytest.raises(ValueError, match="at most 64"):
+        cand.fit("pretrained", y, 65, (12,))
+
+
+def test_auto_still_forecasts_beyond_the_networks_horizon():
+    """h > 64: the pretrained candidate drops out, the others forecast."""
+    y = np.sin(np.arange(400) * 2 * np.pi / 12) + 0.01 * np.arange(400)
+    f = TransformerForecaster(horizon=70, method="auto").fit(y)
+    assert "pretrained" not in str(f.method_) and np.isfinite(f.predict()).all()

@@ -9,6 +9,9 @@ predict(y=...) is given) without choosing again.
 attnx's own methods (always there): naive, drift, ses, theta and seasonal naive
 (one per seasonal period); with ``_log`` the same on the log of a positive series
 whose seasonal spread grows with its level (attnx.forecasting._classical.multiplicative).
+attnx's pretrained network (attnx.forecasting._pretrained_forecaster: trained on
+synthetic series only; horizons up to 64), ``pretrained``, with its error scale the
+series' one-step naive error grown with the square root of the step.
 statsforecast's, when it is installed (the optional ``forecast`` extra):
   ets      AutoETS (error, trend, damping and season chosen by AICc; the origins
            reuse the chosen form)
@@ -50,6 +53,8 @@ ARIMA_SEARCH = {"approximation": True, "max_p": 3, "max_q": 3, "max_P": 1, "max_
                 "nmodels": 30}
 #: statsforecast's models need this many values (AutoETS refuses fewer)
 SF_MIN_LENGTH = 8
+#: the pretrained network forecasts from this many values on
+PRETRAINED_MIN_LENGTH = 3
 _SF = ("ets", "atheta", "arima", "arima1", "mstl")
 
 
@@ -69,7 +74,7 @@ def _statsforecast_models() -> Any:
 def available(y: F64, periods: tuple[int, ...], *, use_statsforecast: bool = True
               ) -> list[str]:
     """The candidates worth trying on the 1-D series y with these seasonal periods."""
-    names = ["naive", "drift", "ses", "theta"]
+    names = ["naive", "drift", "ses", "theta", "pretrained"]
     names += [f"seasonal_naive{p}" for p in sorted(set(periods)) if 1 < p < y.shape[0]]
     main = min(periods) if periods else 1
     if cl.multiplicative(y, main):
@@ -89,13 +94,15 @@ def is_candidate(name: str) -> bool:
     base = name.removesuffix("_log")
     if base.startswith("seasonal_naive"):
         return base[len("seasonal_naive"):].isdigit() and int(base[14:]) >= 1
-    return name in _SF or base in cl.METHODS
+    return name in _SF or name == "pretrained" or base in cl.METHODS
 
 
 def min_length(name: str, periods: tuple[int, ...]) -> int:
     """The fewest values candidate `name` runs on."""
     if name in _SF:
         return SF_MIN_LENGTH
+    if name == "pretrained":
+        return PRETRAINED_MIN_LENGTH
     base = name.removesuffix("_log")
     if base.startswith("seasonal_naive"):
         return int(base[len("seasonal_naive"):]) + 1
@@ -122,11 +129,24 @@ def refit(name: str, spec: Spec, y: F64, h: int, periods: tuple[int, ...]) -> cl
 
 
 def _own(name: str, spec: Spec, y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
+    if name == "pretrained":
+        return _pretrained(y, h, periods)
     log = name.endswith("_log")
     base = name.removesuffix("_log")
     if base.startswith("seasonal_naive"):
         return cl.run("seasonal_naive", y, h, (int(base[len("seasonal_naive"):]),), log=log)
     return cl.run(base, y, h, periods, log=log)
+
+
+def _pretrained(y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
+    """The pretrained network's forecast (ValueError beyond its longest horizon)."""
+    from . import _pretrained_forecaster as pf
+    if h > pf.HORIZON:
+        raise ValueError(f"pretrained forecasts at most {pf.HORIZON} steps, asked {h}")
+    main = min(periods) if periods else 1
+    mean = np.asarray(pf.forecast(y, h, season=main), dtype=np.float64)
+    scale = cl._spread(np.diff(y), y) if y.shape[0] > 1 else 1.0
+    return cl.Forecast(mean, scale * np.sqrt(np.arange(1, h + 1)))
 
 
 def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | None
