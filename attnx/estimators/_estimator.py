@@ -18,7 +18,7 @@ from ._ppv_tokens import RAGGED_TOKENS, PPVTokens, ragged as _ragged
 from ._base import EstimatorParams, sklearn_class
 from ._auto_choices import AutoChoices
 from ._inference import Inference
-from ._hyper import Config, validate
+from ._hyper import ESTIMATOR_NAMES, Config, make_init, parameters_of, validate
 from ._networks import Network, SequenceNetwork, network_of
 from ..runtime._progress import phase_name
 from . import _snapshots
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from typing import Union
 
     from numpy.typing import ArrayLike, DTypeLike, NDArray
-    from typing_extensions import Self
+    from typing_extensions import Self, Unpack
 
-    from ._hyper import Constraint, Norm, Pooling, Positional
+    from ._hyper import Constraint, HyperParameters, Norm, Pooling, Positional
     from ._networks import BareClass, Model
     from ..runtime._typing import AnyArray, FloatArray, IntArray, RandomStateLike
 
@@ -57,6 +57,17 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     #: the hyper-parameters' constraints (attnx.estimators._hyper), in the order they are checked
     _parameter_constraints: ClassVar[dict[str, Constraint]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """An estimator the table of hyper-parameters names (attnx.estimators._hyper:
+        PARAMETERS) gets its constructor and its constraints from it."""
+        super().__init_subclass__(**kwargs)
+        if cls.__name__ in ESTIMATOR_NAMES and cls.__module__.startswith(__package__ + "."):
+            setattr(cls, "__init__", make_init(cls.__name__))
+            cls._parameter_constraints = parameters_of(cls.__name__)
+
+    if TYPE_CHECKING:   # the estimators' signatures are make_init's, from the table
+        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
     #: the bare X -> Y network of the original regressors
     _bare_class: ClassVar[BareClass | None] = None
     #: whether tokenizer="auto" may pick PPV tokens (the classifiers)

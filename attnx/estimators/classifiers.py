@@ -15,7 +15,6 @@ from . import _targets
 from ._base import ClassifierParams
 from ._estimator import SequenceEstimator
 from ._inference import ExportSpec
-from ._hyper import make_init, parameters_of
 from ._batches import Batch
 from ..layers.losses import log_softmax
 from ._batch_losses import classification_batch_loss
@@ -29,9 +28,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._estimator import Prepared
-    from typing_extensions import Unpack
-
-    from ._hyper import Config, HyperParameters
+    from ._hyper import Config
     from ._networks import Network
     from ..runtime._typing import AnyArray, FloatArray, IntArray
 
@@ -179,12 +176,6 @@ class AttentionClassifier(_Classifier):
     Fitted attributes: classes_, and those of AttentionRegressor.
     """
 
-    _parameter_constraints = parameters_of("AttentionClassifier")
-
-    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
-        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
-    else:
-        __init__ = make_init("AttentionClassifier")
 
 
 class TransformerClassifier(_Classifier):
@@ -199,9 +190,3 @@ class TransformerClassifier(_Classifier):
 
     n_layers: int
 
-    _parameter_constraints = parameters_of("TransformerClassifier")
-
-    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
-        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
-    else:
-        __init__ = make_init("TransformerClassifier")

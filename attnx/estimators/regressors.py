@@ -28,7 +28,6 @@ import numpy as np
 
 from . import _sequences as seqs
 from ._estimator import SequenceEstimator
-from ._hyper import make_init, parameters_of
 from ._networks import BareNetwork
 from ._metrics import r2_score
 from ._batches import Batch
@@ -45,9 +44,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._estimator import Prepared
-    from typing_extensions import Unpack
-
-    from ._hyper import Config, HyperParameters
+    from ._hyper import Config
     from ._networks import Network
     from ..runtime._typing import FloatArray, IntArray
 
@@ -192,12 +189,6 @@ class AttentionRegressor(_Regressor):
     """
 
     _bare_class = MultiHeadAttention
-    _parameter_constraints = parameters_of("AttentionRegressor")
-
-    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
-        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
-    else:
-        __init__ = make_init("AttentionRegressor")
 
 
 class TransformerRegressor(_Regressor):
@@ -214,9 +205,3 @@ class TransformerRegressor(_Regressor):
     n_layers: int
 
     _bare_class = Transformer
-    _parameter_constraints = parameters_of("TransformerRegressor")
-
-    if TYPE_CHECKING:   # the signature is make_init's, from the table of parameters
-        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
-    else:
-        __init__ = make_init("TransformerRegressor")
