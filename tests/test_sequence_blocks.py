@@ -106,12 +106,26 @@ WHOLE = [dict(pooling="last", positional="learned"),
          dict(pooling=None, positional="none", norm="pre"),
          dict(pooling="mean", norm="pre", instance_norm="revin", n_outputs=3),
          dict(pooling=None, norm="pre", instance_norm="revin", n_outputs=3, dropout=0.1),
-         dict(pooling="mean", norm="pre", instance_norm="input")]
+         dict(pooling="mean", norm="pre", instance_norm="input"),
+         # max and class-token pooling, the class token, the stem (ModelPass covers all)
+         dict(pooling="max"),
+         dict(pooling="max", norm="pre", positional="learned", dropout=0.2),
+         dict(pooling="cls", positional="sinusoidal"),
+         dict(pooling="cls", norm="pre", positional="learned", dropout=0.2),
+         dict(pooling="cls", norm="pre", positional="rope"),
+         dict(pooling="mean", stem=((3, 1), (4, 2)), positional="learned"),
+         dict(pooling=None, stem=((3, 1),), norm="pre", dropout=0.1),
+         dict(pooling="cls", stem=((5, 2), (3, 2)), norm="pre", positional="learned"),
+         dict(pooling="max", stem=((4, 2),), dropout=0.2, bias=False),
+         dict(pooling="max", stem=((3, 2),), instance_norm="revin", n_outputs=3),
+         dict(pooling="cls", stem=((3, 1),), instance_norm="input", norm="pre")]
+WHOLE_IDS = ["last-learned-post", "none-learned-drop", "none-nopos", "revin-mean",
+             "revin-none", "input-norm", "max-post", "max-pre-drop", "cls-post",
+             "cls-pre-drop", "cls-rope", "stem-mean", "stem-none-drop", "stem-cls",
+             "stem-max-drop", "revin-stem-max", "input-stem-cls"]
 
 
-@pytest.mark.parametrize("kw", WHOLE, ids=["last-learned-post", "none-learned-drop",
-                                           "none-nopos", "revin-mean", "revin-none",
-                                           "input-norm"])
+@pytest.mark.parametrize("kw", WHOLE, ids=WHOLE_IDS)
 @pytest.mark.parametrize("mask", [False, True])
 @pytest.mark.parametrize("input_grad", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -146,6 +160,62 @@ def test_whole_pass_equals_the_per_call_path(kw, mask, input_grad, dtype, rng, m
             assert dx is None and dx2 is None
     built = [c for buf in a._bufs._items.values() for c in buf.stacks.values()]
     assert built and all(c.whole is not None for c in built)
+
+
+def _ends_of(m, x, monkeypatch, grad=True):
+    """The BlockStack and ends dict the model builds its ModelPass from."""
+    seen = []
+    with monkeypatch.context() as mp:
+        mp.setattr(_sequence_blocks, "ModelPass",
+                   lambda stack, ends: seen.append((stack, ends)) or ModelPass(stack, ends))
+        m.forward(x, grad=grad)
+    return seen[-1]
+
+
+@pytest.mark.parametrize("kw", [dict(pooling="max", stem=((3, 2),)),
+                                dict(pooling="cls", stem=((3, 1),), norm="pre")],
+                         ids=["stem-max", "stem-cls"])
+def test_whole_pass_checks_its_new_ends(kw, rng, monkeypatch):
+    """The stem, class token and max pooling operands: a wrong one is named."""
+    m = SequenceModel(3, 8, 2, 1, 4, random_state=0, **kw)
+    x = rng.normal(size=(2, 9, 3)).astype(np.float32)
+    stack, ends = _ends_of(m, x, monkeypatch)
+    ModelPass(stack, ends)   # as built
+
+    def bad(match, **change):
+        e = dict(ends)
+        for k, v in change.items():
+            if k.startswith("stem0_"):
+                e["stem"] = [dict(ends["stem"][0], **{k[6:]: v})] + ends["stem"][1:]
+            else:
+                e[k] = v
+        with pytest.raises(ValueError, match=match):
+            ModelPass(stack, e)
+
+    lay = ends["stem"][0]
+    bad(r"stem\.0\.u must have shape", stem0_u=np.zeros((3, 3), np.float32))
+    bad(r"stem\.0\.W must be float32", stem0_W=lay["W"].astype(np.float64))
+    bad(r"stem\.0\.ds is required", stem0_ds=None)
+    bad(r"stem\.0\.kernel, stride", stem0_kernel=10)
+    bad(r"stem\.0\.t_in must be 9", stem0_t_in=8)
+    bad(r"stem\.0\.km must be given", stem0_km=np.zeros((2, 9), np.uint8))
+    bad(r"x must be the last stem layer's s", x=lay["u"][:, :8].copy())
+    bad("stem must be a list", stem=tuple(ends["stem"]))
+    if kw["pooling"] == "max":
+        bad("idx is required", idx=None)
+        bad("idx must be int64", idx=ends["idx"].astype(np.int32))
+        bad("the class token", cls=np.zeros(8, np.float32))
+    else:
+        bad("the class token", pooling="mean")
+        bad(r"cls must have shape \(8,\)", cls=np.zeros(7, np.float32))
+        bad(r"emb must have shape", emb=np.zeros((3, 8), np.float32))
+        bad("dcls is required", dcls=None)
+        bad(r"n must be t - 1", n=ends["t"])
+    bad("pooling must be one of", pooling="median")
+    # dL/dX has the input's steps, not the tokens'
+    whole = ModelPass(stack, ends)
+    with pytest.raises(ValueError, match=r"dx must have shape \(18, 3\)"):
+        whole.backward(np.zeros((ends["nb"] * ends["t"], 3), np.float32))
 
 
 def test_whole_pass_checks_its_arrays(rng):

@@ -90,39 +90,47 @@ def _block(g: _Graph, params: Any, p: str, att: Any, h: str, mask: str | None,
 
 
 def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
+    """A SequenceModel's graph, stage by stage from its description (m.plan,
+    attnx.layers._model_plan): the stages the compiled pass runs, in its order."""
     w = m.params
     stats = None
-    if m.instance_norm is not None:
-        x, stats = _instance_norm(g, m, x, mask)
-    for i, (k, s) in enumerate(m.stem or ()):
-        x, mask = _stem_layer(g, w, i, k, s, x, mask)
-    h = g.op("Add", [g.op("MatMul", [x, g.const(w["embed.W"])]), g.const(w["embed.b"])])
-    if m.positional == "sinusoidal":
-        h = g.op("Add", [h, g.sinusoidal(x, m.d_model)])
-    elif m.positional == "learned":
-        t = g.seq_len(x)
-        table = g.op("Slice", [g.const(w["pos.P"]), g.const_i64([0]), t, g.const_i64([0])])
-        h = g.op("Add", [h, table])
-    if m.pooling == "cls":
-        h, mask = _class_token(g, w["cls"], h, mask)
-    pre = m.norm == "pre"
-    for i, att in enumerate(m.attn):
-        h = _block(g, w, f"layers.{i}.", att, h, mask, pre)
-    if pre:
-        h = g.layernorm(h, w["norm.g"], w["norm.b"])
-    if m.pooling == "cls":
-        first = g.op("Gather", [h, g.const_i64([0])], axis=1)           # (B, 1, d)
-        h = g.op("Squeeze", [first, g.const_i64([1])])
-    elif m.pooling == "max":
-        h = _max_pool(g, h, mask)
-    elif m.pooling is not None:
-        h = _pool(g, h, mask, m.pooling == "last")
-    y = g.op("Add", [g.op("MatMul", [h, g.const(w["head.W"])]), g.const(w["head.b"])])
-    if stats is not None and m.instance_norm == "revin":
-        y = _denorm(g, m, y, *stats)
+    h = x
+    for st in m.plan:
+        kind, p = st.kind, st.prefix
+        if kind == "instance_norm":
+            h, stats = _instance_norm(g, m, h, mask)
+        elif kind == "stem":
+            h, mask = _stem_layer(g, w, st.index, st.kernel, st.stride, h, mask)
+        elif kind == "embed":
+            x = h   # the embedding's input: the positions read its length
+            h = g.op("Add", [g.op("MatMul", [h, g.const(w[p + "W"])]), g.const(w[p + "b"])])
+        elif kind == "positions" and st.how == "sinusoidal":
+            h = g.op("Add", [h, g.sinusoidal(x, m.d_model)])
+        elif kind == "positions":
+            t = g.seq_len(x)
+            table = g.op("Slice", [g.const(w[p + "P"]), g.const_i64([0]), t, g.const_i64([0])])
+            h = g.op("Add", [h, table])
+        elif kind == "cls":
+            h, mask = _class_token(g, w[p], h, mask)
+        elif kind == "block":
+            h = _block(g, w, p, m.attn[st.index], h, mask, st.how == "pre")
+        elif kind == "final_norm":
+            h = g.layernorm(h, w[p + "g"], w[p + "b"])
+        elif kind == "pool" and st.how == "cls":
+            first = g.op("Gather", [h, g.const_i64([0])], axis=1)           # (B, 1, d)
+            h = g.op("Squeeze", [first, g.const_i64([1])])
+        elif kind == "pool" and st.how == "max":
+            h = _max_pool(g, h, mask)
+        elif kind == "pool":
+            h = _pool(g, h, mask, st.how == "last")
+        elif kind == "head":
+            h = g.op("Add", [g.op("MatMul", [h, g.const(w[p + "W"])]), g.const(w[p + "b"])])
+        elif kind == "denorm":
+            assert stats is not None
+            h = _denorm(g, m, h, *stats)
     if m.pooling is None and mask is not None:   # padded positions output zeros
-        y = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]), g.scalar(0.0), y])
-    return y
+        h = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]), g.scalar(0.0), h])
+    return h
 
 
 def _instance_norm(g: _Graph, m: Any, x: str, mask: str | None

@@ -236,7 +236,8 @@ cdef class AttnShape:
 
 
 # ---------------------------------------------------------------- arrays
-_TYPE_NAMES = {cnp.NPY_FLOAT32: "float32", cnp.NPY_FLOAT64: "float64", cnp.NPY_UINT8: "uint8"}
+_TYPE_NAMES = {cnp.NPY_FLOAT32: "float32", cnp.NPY_FLOAT64: "float64", cnp.NPY_UINT8: "uint8",
+               cnp.NPY_INT64: "int64"}
 
 cdef int take(str name, object a, Py_ssize_t rows, Py_ssize_t cols, int type_num,
               bint write, bint optional, void **out) except -1:

@@ -17,6 +17,7 @@ Reductions over the batch (class token, RevIN's gamma and beta) run in a fixed o
 so results do not depend on the thread count.
 """
 import numpy as np
+cimport numpy as cnp
 from cython.parallel cimport prange
 from libc.stdint cimport uint8_t, int64_t
 
@@ -24,6 +25,8 @@ from attnx.kernels._blas cimport floating
 from attnx.kernels._kernel_checks import (dtype_of as _dtype_of, check as _check,
                                   disjoint as _disjoint, threads as _threads, batch as _batch,
                                   int_at_least as _int)
+
+cnp.import_array()
 
 PAD_MODES = ("zeros", "replicate")
 
@@ -39,13 +42,23 @@ cdef inline Py_ssize_t _valid_len(const uint8_t[:, ::1] km, Py_ssize_t b,
 
 
 # ---- sliding windows: unfold (forward) and fold-add (backward) ---------------------
-cdef struct Geom:
-    Py_ssize_t nb, t, c, n      # batch, time steps, channels, windows per sequence
-    Py_ssize_t l, s, pl, pr     # window length, stride, left and right padding
-    bint rep                    # padding replicates the sequence's end steps
+cdef inline Py_ssize_t _vlen(const uint8_t *km, Py_ssize_t b, Py_ssize_t t) noexcept nogil:
+    """_valid_len on a (B, t) mask pointer (NULL: t)."""
+    cdef const uint8_t *row
+    if km == NULL:
+        return t
+    row = km + b * t
+    while t > 0 and row[t - 1]:
+        t -= 1
+    return t
 
 
-cdef inline Py_ssize_t _source(const Geom *g, const uint8_t[:, ::1] km, Py_ssize_t b,
+cdef inline void *_data(object a):
+    """The data of a checked C-contiguous array, NULL for None."""
+    return NULL if a is None else cnp.PyArray_DATA(<cnp.ndarray> a)
+
+
+cdef inline Py_ssize_t _source(const Geom *g, const uint8_t *km, Py_ssize_t b,
                                Py_ssize_t i, Py_ssize_t tb) noexcept nogil:
     """The step of sequence b (valid length tb) that padded position i reads, or -1 for
     a zero: i itself inside [0, tb), the nearest end step with replicate padding, and
@@ -54,43 +67,41 @@ cdef inline Py_ssize_t _source(const Geom *g, const uint8_t[:, ::1] km, Py_ssize
         if not g.rep or tb == 0:
             return -1
         i = 0 if i < 0 else tb - 1
-    if km is not None and km[b, i]:
+    if km != NULL and km[b * g.t + i]:
         return -1
     return i
 
 
-cdef void _unfold(const Geom *g, const floating[:, :, ::1] x, const uint8_t[:, ::1] km,
-                  floating[:, :, ::1] u, int nth) noexcept:
-    cdef Py_ssize_t b, n, l, j, src, tb, c = g.c
-    with nogil:
-        for b in prange(g.nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            tb = _valid_len(km, b, g.t)
-            for n in range(g.n):
-                for l in range(g.l):
-                    src = _source(g, km, b, n * g.s + l - g.pl, tb)
-                    if src >= 0:
-                        for j in range(c):
-                            u[b, n, l * c + j] = x[b, src, j]
-                    else:
-                        for j in range(c):
-                            u[b, n, l * c + j] = 0
+cdef void unfold(const Geom *g, const floating *x, const uint8_t *km, floating *u,
+                 int nth) noexcept nogil:
+    cdef Py_ssize_t b, n, l, j, src, tb, c = g.c, w = g.l * g.c
+    for b in prange(g.nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        tb = _vlen(km, b, g.t)
+        for n in range(g.n):
+            for l in range(g.l):
+                src = _source(g, km, b, n * g.s + l - g.pl, tb)
+                if src >= 0:
+                    for j in range(c):
+                        u[(b * g.n + n) * w + l * c + j] = x[(b * g.t + src) * c + j]
+                else:
+                    for j in range(c):
+                        u[(b * g.n + n) * w + l * c + j] = 0
 
 
-cdef void _fold(const Geom *g, const floating[:, :, ::1] du, const uint8_t[:, ::1] km,
-                floating[:, :, ::1] dx, int nth) noexcept:
-    cdef Py_ssize_t b, n, l, j, src, tb, tt, c = g.c
-    with nogil:
-        for b in prange(g.nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            tb = _valid_len(km, b, g.t)
-            for tt in range(g.t):
-                for j in range(c):
-                    dx[b, tt, j] = 0
-            for n in range(g.n):
-                for l in range(g.l):
-                    src = _source(g, km, b, n * g.s + l - g.pl, tb)
-                    if src >= 0:
-                        for j in range(c):
-                            dx[b, src, j] += du[b, n, l * c + j]
+cdef void fold(const Geom *g, const floating *du, const uint8_t *km, floating *dx,
+               int nth) noexcept nogil:
+    cdef Py_ssize_t b, n, l, j, src, tb, tt, c = g.c, w = g.l * g.c
+    for b in prange(g.nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        tb = _vlen(km, b, g.t)
+        for tt in range(g.t):
+            for j in range(c):
+                dx[(b * g.t + tt) * c + j] = 0
+        for n in range(g.n):
+            for l in range(g.l):
+                src = _source(g, km, b, n * g.s + l - g.pl, tb)
+                if src >= 0:
+                    for j in range(c):
+                        dx[(b * g.t + src) * c + j] += du[(b * g.n + n) * w + l * c + j]
 
 
 def same_padding(kernel_size):
@@ -162,10 +173,16 @@ cdef class Windows:
         _check(what, "key mask", km, np.uint8, (g.nb, g.t), optional=True)
         _check(what, "u", u, dt, (g.nb, g.n, g.l * g.c), out=True)
         _disjoint(what, [("u", u)], [("x", x), ("key mask", km)])
-        if dt == np.float32:
-            _unfold[float](&g, x, km, u, nthreads)
-        else:
-            _unfold[double](&g, x, km, u, nthreads)
+        cdef bint f32 = dt == np.float32
+        cdef int nth = nthreads
+        cdef void *xp = _data(x)
+        cdef void *kp = _data(km)
+        cdef void *up = _data(u)
+        with nogil:
+            if f32:
+                unfold(&g, <const float *> xp, <const uint8_t *> kp, <float *> up, nth)
+            else:
+                unfold(&g, <const double *> xp, <const uint8_t *> kp, <double *> up, nth)
 
     def backward(self, du, km, dx, nthreads=1):
         """dx (B, T, C) = the fold of du (B, N, L*C): each window row added back onto
@@ -179,10 +196,16 @@ cdef class Windows:
         _check(what, "du", du, dt, (g.nb, g.n, g.l * g.c))
         _check(what, "dx", dx, dt, (g.nb, g.t, g.c), out=True)
         _disjoint(what, [("dx", dx)], [("du", du), ("key mask", km)])
-        if dt == np.float32:
-            _fold[float](&g, du, km, dx, nthreads)
-        else:
-            _fold[double](&g, du, km, dx, nthreads)
+        cdef bint f32 = dt == np.float32
+        cdef int nth = nthreads
+        cdef void *dup = _data(du)
+        cdef void *kp = _data(km)
+        cdef void *dxp = _data(dx)
+        with nogil:
+            if f32:
+                fold(&g, <const float *> dup, <const uint8_t *> kp, <float *> dxp, nth)
+            else:
+                fold(&g, <const double *> dup, <const uint8_t *> kp, <double *> dxp, nth)
 
     def mask(self, km, out):
         """out (B, N) uint8 = the key padding mask of the windows, from the steps' km
@@ -229,43 +252,41 @@ cdef class Windows:
 
 
 # ---- max pooling over the valid steps ----------------------------------------------
-cdef void _maxpool(const floating[:, :, ::1] h, const uint8_t[:, ::1] km,
-                   floating[:, ::1] pooled, int64_t[:, ::1] idx, int nth) noexcept:
-    cdef Py_ssize_t nb = h.shape[0], t = h.shape[1], d = h.shape[2], b, tt, j
+cdef void maxpool_fwd(const floating *h, const uint8_t *km, floating *pooled, int64_t *idx,
+                      Py_ssize_t nb, Py_ssize_t t, Py_ssize_t d, int nth) noexcept nogil:
+    cdef Py_ssize_t b, tt, j
     cdef bint first
-    with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            first = True
-            for tt in range(t):
-                if km is not None and km[b, tt]:
-                    continue
-                if first:
-                    for j in range(d):
-                        pooled[b, j] = h[b, tt, j]
-                        idx[b, j] = tt
-                    first = False
-                else:
-                    for j in range(d):
-                        if h[b, tt, j] > pooled[b, j]:
-                            pooled[b, j] = h[b, tt, j]
-                            idx[b, j] = tt
-            if first:   # no valid step
+    for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        first = True
+        for tt in range(t):
+            if km != NULL and km[b * t + tt]:
+                continue
+            if first:
                 for j in range(d):
-                    pooled[b, j] = 0
-                    idx[b, j] = -1
-
-
-cdef void _maxpool_bwd(const floating[:, ::1] dpooled, const int64_t[:, ::1] idx,
-                       floating[:, :, ::1] dh, int nth) noexcept:
-    cdef Py_ssize_t nb = dh.shape[0], t = dh.shape[1], d = dh.shape[2], b, tt, j
-    with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            for tt in range(t):
+                    pooled[b * d + j] = h[(b * t + tt) * d + j]
+                    idx[b * d + j] = tt
+                first = False
+            else:
                 for j in range(d):
-                    dh[b, tt, j] = 0
+                    if h[(b * t + tt) * d + j] > pooled[b * d + j]:
+                        pooled[b * d + j] = h[(b * t + tt) * d + j]
+                        idx[b * d + j] = tt
+        if first:   # no valid step
             for j in range(d):
-                if idx[b, j] >= 0:
-                    dh[b, idx[b, j], j] = dpooled[b, j]
+                pooled[b * d + j] = 0
+                idx[b * d + j] = -1
+
+
+cdef void maxpool_bwd(const floating *dpooled, const int64_t *idx, floating *dh,
+                      Py_ssize_t nb, Py_ssize_t t, Py_ssize_t d, int nth) noexcept nogil:
+    cdef Py_ssize_t b, tt, j
+    for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        for tt in range(t):
+            for j in range(d):
+                dh[(b * t + tt) * d + j] = 0
+        for j in range(d):
+            if idx[b * d + j] >= 0:
+                dh[(b * t + idx[b * d + j]) * d + j] = dpooled[b * d + j]
 
 
 def max_pool_forward(h, km, pooled, idx, nthreads=1):
@@ -278,10 +299,18 @@ def max_pool_forward(h, km, pooled, idx, nthreads=1):
     _check(what, "pooled", pooled, dt, (nb, d), out=True)
     _check(what, "idx", idx, np.int64, (nb, d), out=True)
     _disjoint(what, [("pooled", pooled), ("idx", idx)], [("h", h), ("key mask", km)])
-    if dt == np.float32:
-        _maxpool[float](h, km, pooled, idx, nthreads)
-    else:
-        _maxpool[double](h, km, pooled, idx, nthreads)
+    cdef void *hp = _data(h)
+    cdef void *kmp = _data(km)
+    cdef void *pooledp = _data(pooled)
+    cdef void *idxp = _data(idx)
+    cdef bint f32 = dt == np.float32
+    cdef int nth = nthreads
+    cdef Py_ssize_t n0 = nb, n1 = t, n2 = d
+    with nogil:
+        if f32:
+            maxpool_fwd(<const float *> hp, <const uint8_t *> kmp, <float *> pooledp, <int64_t *> idxp, n0, n1, n2, nth)
+        else:
+            maxpool_fwd(<const double *> hp, <const uint8_t *> kmp, <double *> pooledp, <int64_t *> idxp, n0, n1, n2, nth)
 
 
 def max_pool_backward(dpooled, idx, dh, nthreads=1):
@@ -295,39 +324,44 @@ def max_pool_backward(dpooled, idx, dh, nthreads=1):
         raise ValueError(f"max pooling backward: idx must lie in [-1, {t}), got "
                          f"[{idx.min()}, {idx.max()}]")
     _disjoint(what, [("dh", dh)], [("dpooled", dpooled), ("idx", idx)])
-    if dt == np.float32:
-        _maxpool_bwd[float](dpooled, idx, dh, nthreads)
-    else:
-        _maxpool_bwd[double](dpooled, idx, dh, nthreads)
+    cdef void *dpooledp = _data(dpooled)
+    cdef void *idxp = _data(idx)
+    cdef void *dhp = _data(dh)
+    cdef bint f32 = dt == np.float32
+    cdef int nth = nthreads
+    cdef Py_ssize_t n0 = nb, n1 = t, n2 = d
+    with nogil:
+        if f32:
+            maxpool_bwd(<const float *> dpooledp, <const int64_t *> idxp, <float *> dhp, n0, n1, n2, nth)
+        else:
+            maxpool_bwd(<const double *> dpooledp, <const int64_t *> idxp, <double *> dhp, n0, n1, n2, nth)
 
 
 # ---- class token -------------------------------------------------------------------
-cdef void _cls(const floating[:, :, ::1] h, const floating[::1] cls, floating[:, :, ::1] out,
-               int nth) noexcept:
-    cdef Py_ssize_t nb = h.shape[0], t = h.shape[1], d = h.shape[2], b, tt, j
-    with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+cdef void cls_fwd(const floating *h, const floating *cls, floating *out, Py_ssize_t nb,
+                  Py_ssize_t t, Py_ssize_t d, int nth) noexcept nogil:
+    cdef Py_ssize_t b, tt, j
+    for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        for j in range(d):
+            out[b * (t + 1) * d + j] = cls[j]
+        for tt in range(t):
             for j in range(d):
-                out[b, 0, j] = cls[j]
-            for tt in range(t):
-                for j in range(d):
-                    out[b, tt + 1, j] = h[b, tt, j]
+                out[(b * (t + 1) + tt + 1) * d + j] = h[(b * t + tt) * d + j]
 
 
-cdef void _cls_bwd(const floating[:, :, ::1] dout, floating[:, :, ::1] dh, floating[::1] dcls,
-                   bint acc, int nth) noexcept:
-    cdef Py_ssize_t nb = dh.shape[0], t = dh.shape[1], d = dh.shape[2], b, tt, j
-    with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            for tt in range(t):
-                for j in range(d):
-                    dh[b, tt, j] = dout[b, tt + 1, j]
-        if not acc:
+cdef void cls_bwd(const floating *dout, floating *dh, floating *dcls, Py_ssize_t nb,
+                  Py_ssize_t t, Py_ssize_t d, bint acc, int nth) noexcept nogil:
+    cdef Py_ssize_t b, tt, j
+    for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        for tt in range(t):
             for j in range(d):
-                dcls[j] = 0
-        for b in range(nb):   # fixed order: the same sum at any thread count
-            for j in range(d):
-                dcls[j] += dout[b, 0, j]
+                dh[(b * t + tt) * d + j] = dout[(b * (t + 1) + tt + 1) * d + j]
+    if not acc:
+        for j in range(d):
+            dcls[j] = 0
+    for b in range(nb):   # fixed order: the same sum at any thread count
+        for j in range(d):
+            dcls[j] += dout[b * (t + 1) * d + j]
 
 
 def cls_forward(h, cls, out, km=None, out_km=None, nthreads=1):
@@ -346,10 +380,17 @@ def cls_forward(h, cls, out, km=None, out_km=None, nthreads=1):
     if km is not None:
         out_km[:, 0] = 0
         out_km[:, 1:] = km
-    if dt == np.float32:
-        _cls[float](h, cls, out, nthreads)
-    else:
-        _cls[double](h, cls, out, nthreads)
+    cdef void *hp = _data(h)
+    cdef void *clsp = _data(cls)
+    cdef void *outp = _data(out)
+    cdef bint f32 = dt == np.float32
+    cdef int nth = nthreads
+    cdef Py_ssize_t n0 = nb, n1 = t, n2 = d
+    with nogil:
+        if f32:
+            cls_fwd(<const float *> hp, <const float *> clsp, <float *> outp, n0, n1, n2, nth)
+        else:
+            cls_fwd(<const double *> hp, <const double *> clsp, <double *> outp, n0, n1, n2, nth)
 
 
 def cls_backward(dout, dh, dcls, accumulate=False, nthreads=1):
@@ -366,30 +407,38 @@ def cls_backward(dout, dh, dcls, accumulate=False, nthreads=1):
     _check(what, "dh", dh, dt, (nb, t1 - 1, d), out=True)
     _check(what, "dcls", dcls, dt, (d,), out=True)
     _disjoint(what, [("dh", dh), ("dcls", dcls)], [("dout", dout)])
-    if dt == np.float32:
-        _cls_bwd[float](dout, dh, dcls, accumulate, nthreads)
-    else:
-        _cls_bwd[double](dout, dh, dcls, accumulate, nthreads)
-
-
-cdef void _first(const floating[:, :, ::1] h, floating[:, ::1] pooled, int nth) noexcept:
-    cdef Py_ssize_t nb = pooled.shape[0], d = pooled.shape[1], b, j
+    cdef Py_ssize_t t = t1 - 1
+    cdef bint acc = accumulate
+    cdef void *doutp = _data(dout)
+    cdef void *dhp = _data(dh)
+    cdef void *dclsp = _data(dcls)
+    cdef bint f32 = dt == np.float32
+    cdef int nth = nthreads
+    cdef Py_ssize_t n0 = nb, n1 = t, n2 = d
     with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            for j in range(d):
-                pooled[b, j] = h[b, 0, j]
+        if f32:
+            cls_bwd(<const float *> doutp, <float *> dhp, <float *> dclsp, n0, n1, n2, acc, nth)
+        else:
+            cls_bwd(<const double *> doutp, <double *> dhp, <double *> dclsp, n0, n1, n2, acc, nth)
 
 
-cdef void _first_bwd(const floating[:, ::1] dpooled, floating[:, :, ::1] dh,
-                     int nth) noexcept:
-    cdef Py_ssize_t nb = dh.shape[0], t1 = dh.shape[1], d = dh.shape[2], b, tt, j
-    with nogil:
-        for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+cdef void first_fwd(const floating *h, floating *pooled, Py_ssize_t nb, Py_ssize_t t1,
+                    Py_ssize_t d, int nth) noexcept nogil:
+    cdef Py_ssize_t b, j
+    for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        for j in range(d):
+            pooled[b * d + j] = h[b * t1 * d + j]
+
+
+cdef void first_bwd(const floating *dpooled, floating *dh, Py_ssize_t nb, Py_ssize_t t1,
+                    Py_ssize_t d, int nth) noexcept nogil:
+    cdef Py_ssize_t b, tt, j
+    for b in prange(nb, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        for j in range(d):
+            dh[b * t1 * d + j] = dpooled[b * d + j]
+        for tt in range(1, t1):
             for j in range(d):
-                dh[b, 0, j] = dpooled[b, j]
-            for tt in range(1, t1):
-                for j in range(d):
-                    dh[b, tt, j] = 0
+                dh[(b * t1 + tt) * d + j] = 0
 
 
 def cls_pool_forward(h, pooled, nthreads=1):
@@ -398,10 +447,16 @@ def cls_pool_forward(h, pooled, nthreads=1):
     dt, (nb, t1, d) = _batch(what, "h", h, nthreads)
     _check(what, "pooled", pooled, dt, (nb, d), out=True)
     _disjoint(what, [("pooled", pooled)], [("h", h)])
-    if dt == np.float32:
-        _first[float](h, pooled, nthreads)
-    else:
-        _first[double](h, pooled, nthreads)
+    cdef void *hp = _data(h)
+    cdef void *pooledp = _data(pooled)
+    cdef bint f32 = dt == np.float32
+    cdef int nth = nthreads
+    cdef Py_ssize_t n0 = nb, n1 = t1, n2 = d
+    with nogil:
+        if f32:
+            first_fwd(<const float *> hp, <float *> pooledp, n0, n1, n2, nth)
+        else:
+            first_fwd(<const double *> hp, <double *> pooledp, n0, n1, n2, nth)
 
 
 def cls_pool_backward(dpooled, dh, nthreads=1):
@@ -410,7 +465,13 @@ def cls_pool_backward(dpooled, dh, nthreads=1):
     dt, (nb, t1, d) = _batch(what, "dh", dh, nthreads, out=True)
     _check(what, "dpooled", dpooled, dt, (nb, d))
     _disjoint(what, [("dh", dh)], [("dpooled", dpooled)])
-    if dt == np.float32:
-        _first_bwd[float](dpooled, dh, nthreads)
-    else:
-        _first_bwd[double](dpooled, dh, nthreads)
+    cdef void *dpooledp = _data(dpooled)
+    cdef void *dhp = _data(dh)
+    cdef bint f32 = dt == np.float32
+    cdef int nth = nthreads
+    cdef Py_ssize_t n0 = nb, n1 = t1, n2 = d
+    with nogil:
+        if f32:
+            first_bwd(<const float *> dpooledp, <float *> dhp, n0, n1, n2, nth)
+        else:
+            first_bwd(<const double *> dpooledp, <double *> dhp, n0, n1, n2, nth)

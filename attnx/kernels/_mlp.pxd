@@ -25,3 +25,10 @@ cdef int mlp_threads(Py_ssize_t rows, Py_ssize_t dh, int nthreads) noexcept nogi
 cdef void mlp_fwd(const floating *z, floating *out, const Mlp *m) noexcept nogil
 cdef void mlp_bwd(const floating *dout, const floating *z, floating *dz,
                   const Mlp *m) noexcept nogil
+# SiLU on rows (rows, n): s = silu(h), sg = sigmoid(h) (NULL: not kept); backward
+# dh = ds * silu'(h) (dh may be ds). nthreads: the caller's, the size rule applied here.
+cdef void silu_fwd_rows(const floating *h, floating *s, floating *sg, Py_ssize_t rows,
+                        Py_ssize_t n, int nthreads) noexcept nogil
+cdef void silu_bwd_rows(const floating *ds, const floating *h, const floating *sg,
+                        floating *dh, Py_ssize_t rows, Py_ssize_t n,
+                        int nthreads) noexcept nogil

@@ -197,6 +197,26 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z, weights,
 
 
 # ---- the activation on its own (the convolutional stem of attnx.SequenceModel) -------
+cdef void silu_fwd_rows(const floating *h, floating *s, floating *sg, Py_ssize_t rows,
+                        Py_ssize_t n, int nthreads) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef int nth = nthreads if rows * n >= 16384 else 1
+    for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        silu_row(h + i * n, s + i * n, sg + i * n if sg != NULL else NULL, n)
+
+
+cdef void silu_bwd_rows(const floating *ds, const floating *h, const floating *sg,
+                        floating *dh, Py_ssize_t rows, Py_ssize_t n,
+                        int nthreads) noexcept nogil:
+    cdef Py_ssize_t i, j
+    cdef int nth = nthreads if rows * n >= 16384 else 1
+    for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
+        if dh + i * n != ds + i * n:
+            for j in range(n):
+                dh[i * n + j] = ds[i * n + j]
+        silu_bwd_row(h + i * n, sg + i * n, dh + i * n, n)
+
+
 def silu_forward(const floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] sg,
                  int nthreads=1):
     """s = silu(h) = h * sigmoid(h) row by row, sg = sigmoid(h) for backward (None:
@@ -211,10 +231,9 @@ def silu_forward(const floating[:, ::1] h, floating[:, ::1] s, floating[:, ::1] 
                              f"got ({a.shape[0]}, {a.shape[1]})")
     if rows == 0 or n == 0:
         return
-    cdef int nth = nthreads if rows * n >= 16384 else 1
     with nogil:
-        for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            silu_row(&h[i, 0], &s[i, 0], &sg[i, 0] if sg is not None else NULL, n)
+        silu_fwd_rows(&h[0, 0], &s[0, 0], &sg[0, 0] if sg is not None else NULL, rows, n,
+                      nthreads)
 
 
 def silu_backward(const floating[:, ::1] ds, const floating[:, ::1] h,
@@ -228,12 +247,7 @@ def silu_backward(const floating[:, ::1] ds, const floating[:, ::1] h,
         if a.shape[0] != rows or a.shape[1] != n:
             raise ValueError(f"SiLU backward: {name} must be ({rows}, {n}), "
                              f"got ({a.shape[0]}, {a.shape[1]})")
-    cdef int nth = nthreads if rows * n >= 16384 else 1
     if rows == 0 or n == 0:
         return
     with nogil:
-        for i in prange(rows, schedule="static", num_threads=nth, use_threads_if=nth > 1):
-            if &dh[i, 0] != &ds[i, 0]:
-                for j in range(n):
-                    dh[i, j] = ds[i, j]
-            silu_bwd_row(&h[i, 0], &sg[i, 0], &dh[i, 0], n)
+        silu_bwd_rows(&ds[0, 0], &h[0, 0], &sg[0, 0], &dh[0, 0], rows, n, nthreads)

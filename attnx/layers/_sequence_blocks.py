@@ -1,16 +1,17 @@
-"""A SequenceModel's transformer blocks, and where it applies its whole pass, as one
-compiled call each way.
+"""A SequenceModel's whole pass as one compiled call each way, and its per-layer
+reference.
 
 attnx.kernels._blocks.BlockStack runs every block's forward (or backward) on pointers
-it checked once; attnx.kernels._model_pass.ModelPass runs the embedding, that stack, the
-final norm, the pooling and the head (models without a stem or class token,
-pooled by "mean", "last" or not at all: `whole_applies`). `stack_for` builds
-both per signature of a set of buffers (the blocks' key padding mask, training
-or inference, dropout, thread counts, the attention layers' paths) and keeps
-them on those buffers, so a training step spends no Python between the
-kernels. The per-layer path (block_forward / block_backward below and
-the ends around it) stays for kernels a test swaps in and for the other
-configurations; both run the same kernels in the same order.
+it checked once; attnx.kernels._model_pass.ModelPass runs the stem, the embedding, the
+class token, that stack, the final norm, the pooling and the head: every
+configuration, wherever `applies` holds (the model's own kernels and a key padding
+mask of its buffers'). `stack_for` builds both per signature of a set of buffers (the
+blocks' key padding mask, training or inference, dropout, thread counts, the
+attention layers' paths) and keeps them on those buffers, so a training step spends
+no Python between the kernels. The per-layer path (block_forward / block_backward
+below and the ends around them in attnx.layers.sequence) runs only when a test swaps
+in its own kernels (m._k) or turns `applies` off: it is the reference the compiled
+pass is tested against, running the same kernels in the same order.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 from ..kernels import _attnargs, _mlp, _seq
 from ..kernels._blocks import BlockStack
 from ..kernels._model_pass import ModelPass
+from ._model_plan import stages
 from .attention import _Last as _AttentionLast
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ LN_EPS = 1e-5
 class _Compiled(NamedTuple):
     stack: BlockStack
     lasts: list[_AttentionLast]   # each attention layer's state after a training forward
-    whole: ModelPass | None       # the whole pass (None where whole_applies is False)
+    whole: ModelPass              # the whole pass
 
 
 def applies(m: SequenceView, b: _Buffers, km: _U8Array | None) -> bool:
@@ -47,13 +49,6 @@ def applies(m: SequenceView, b: _Buffers, km: _U8Array | None) -> bool:
     key padding mask that is one of the buffers' own (stable arrays)."""
     return m._k is _seq and (km is None or km is b.mask or km is b.cmask
                              or any(km is s for s in b.smask))
-
-
-def whole_applies(m: SequenceView, b: _Buffers, km: _U8Array | None) -> bool:
-    """Whether ModelPass runs the whole model: applies(), no stem, no class token,
-    and pooling "mean", "last" or None."""
-    return (not m.stem and b.emb is None and m.pooling in (None, "mean", "last")
-            and applies(m, b, km))
 
 
 def stack_for(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
@@ -76,12 +71,13 @@ def _build(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
         b.for_backward(m)
     layers: list[dict[str, Any]] = []
     lasts = []
-    for i, att in enumerate(m.attn):
+    for blk in stages(m.plan, "block"):
+        i, att = blk.index, m.attn[blk.index]
         ws, _ = att._workspace(nb, t, t, False, grad, threads)
         run = threads if ws.parallel else 1
         rope = att._rope_tables(t) if att.rope else None
         ain = b.u1[i] if pre else b.hs[i]
-        p = f"layers.{i}."
+        p = blk.prefix
         lay: dict[str, Any] = {
             "ws": ws, "threads": run, "mask": km, "rope": rope, "eps": LN_EPS,
             "h": b.hs[i], "h_out": b.hs[i + 1], "zt": b.zt[i],
@@ -104,30 +100,59 @@ def _build(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
         shared.update(dcur=b.da if b.stf is not None else b.dhf, db=b.db, dzt=b.dzt,
                       dbr=b.dbr, dhid=b.dhid, part=b.part)
     stack = BlockStack(layers, shared, pre, drop, grad, nth)
-    whole = _whole(m, b, km, nb, grad, nth, stack) if whole_applies(m, b, km) else None
-    return _Compiled(stack, lasts, whole)
+    return _Compiled(stack, lasts, _whole(m, b, km, nb, grad, nth, stack))
 
 
 def _whole(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
            nth: int, stack: BlockStack) -> ModelPass:
-    t, w, g = b.tt, m._w, m._g
+    """The whole pass around `stack`: its ends read stage by stage from the model's
+    description (attnx.layers._model_plan), pointing into the buffers b."""
+    w, g = m._w, m._g
+
+    def weights(prefix: str, *names: str) -> None:
+        for name in names:
+            ends[prefix + name] = w[prefix + name]
+            ends[f"{prefix}d{name}"] = g[prefix + name]
+
+    x = b.x if b.xn is None else b.xn
     ends: dict[str, Any] = {
-        "nb": nb, "t": t, "n_features": m.n_features, "n_outputs": m.n_outputs, "nth": nth,
-        "pooling": m.pooling, "final_norm": b.stf is not None,
-        "x": b.x if b.xn is None else b.xn, "h0": b.hs[0], "pos": m._positions(t),
-        "h_top": b.hs[-1], "hf": b.hf, "km": km, "pooled": b.pooled,
-        "st": b.stf, "part": b.part if grad else None, "eps": LN_EPS,
+        "nb": nb, "t": b.tt, "n": b.n, "steps": b.lens[0], "n_features": m.n_features,
+        "n_outputs": m.n_outputs, "nth": nth, "x_in": x, "x": x, "stem": [], "pos": None,
+        "pos.dP": None, "cls": None, "pooling": None, "final_norm": False, "eps": LN_EPS,
+        "h0": b.hs[0], "h_top": b.hs[-1], "hf": b.hf, "km": km, "pooled": b.pooled,
+        "idx": b.idx, "st": b.stf, "part": b.part if grad else None,
         # revin de-normalises the head's output (b.yn) and runs its gradient first
         "dy": (b.dy if b.rdy is None else b.rdy) if grad else None,
         "zero_padded": b.yn is None, "dpooled": b.dpooled if grad else None,
         "dhf": b.dhf if grad else None,
         "dcur": (b.da if b.stf is not None else b.dhf) if grad else None}
-    for name in ("embed.W", "embed.b", "head.W", "head.b", "norm.g", "norm.b"):
-        ends[name] = w.get(name)
-    for name in ("embed.W", "embed.b", "head.W", "head.b", "norm.g", "norm.b"):
-        head, _, part = name.rpartition(".")
-        ends[f"{head}.d{part}"] = g.get(name)
-    ends["pos.dP"] = g["pos.P"] if grad and m.positional == "learned" else None
+    for st in m.plan:
+        if st.kind == "stem":
+            i = st.index
+            ends["stem"].append({
+                "kernel": st.kernel, "stride": st.stride, "pad_left": st.pad_left,
+                "pad_right": st.pad_right, "t_in": b.lens[i],
+                "km": None if km is None else b.mask if i == 0 else b.smask[i - 1],
+                "W": w[st.prefix + "W"], "b": w[st.prefix + "b"], "u": b.su[i],
+                "z": b.sz[i], "s": b.ss[i], "sg": b.ssg[i] if grad else None,
+                "dW": g[st.prefix + "W"] if grad else None,
+                "db": g[st.prefix + "b"] if grad else None,
+                "ds": b.dss[i] if grad else None, "du": b.dsu[i] if grad else None})
+            ends["x"] = b.ss[i]
+        elif st.kind in ("embed", "head"):
+            weights(st.prefix, "W", "b")
+        elif st.kind == "positions":
+            ends["pos"] = m._positions(b.n)
+            if st.how == "learned" and grad:
+                ends["pos.dP"] = g[st.prefix + "P"]
+        elif st.kind == "cls":
+            ends.update(cls=w[st.prefix], emb=b.emb, demb=b.demb if grad else None,
+                        dcls=g[st.prefix] if grad else None)
+        elif st.kind == "final_norm":
+            ends["final_norm"] = True
+            weights(st.prefix, "g", "b")
+        elif st.kind == "pool":
+            ends["pooling"] = st.how
     return ModelPass(stack, ends)
 
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ..kernels._embed import Windows
     from ..runtime._params import ParamDict
     from ..runtime._typing import FloatArray
+    from ._model_plan import Stage
     from .attention import MultiHeadAttention
 
     _U8Array = npt.NDArray[np.uint8]
@@ -80,6 +81,7 @@ class SequenceView(Protocol):
     _g: dict[str, FloatArray]
     _k: RowKernels
     _windows: list[Windows]
+    plan: tuple[Stage, ...]
 
     def _positions(self, n: int) -> FloatArray | None: ...
     def get_config(self) -> dict[str, Any]: ...

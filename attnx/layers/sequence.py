@@ -1,6 +1,15 @@
 """SequenceModel: embedding, positions, transformer blocks, pooling and a linear head.
 
 X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pooled.
+
+One production path each way: the compiled whole pass (attnx.kernels._model_pass.ModelPass,
+built by attnx.layers._sequence_blocks from the model description of
+attnx.layers._model_plan) runs stem, embedding, class token, blocks, final norm, pooling
+and head in one call; the instance norm / RevIN around it stays in Python
+(attnx.layers._instance_norm). The per-layer path in _forward_layers /
+_backward_layers runs the same kernels one by one and is kept as the tests'
+reference (selected only when a test swaps the kernels in m._k or turns
+attnx.layers._sequence_blocks.applies off).
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ from ..runtime._params import ParamDict, check_dtype, check_positive_int
 from ..runtime._validate import as_input, as_mask, cast_into, check_params, out_array
 from ..runtime._workspace import WorkspaceCache, check_size, nbytes_of
 from ._attention_stack import _AttentionStack
+from ._model_plan import Stage, model_plan
 from ._positions import sinusoidal_table as sinusoidal_table
 from .attention import MultiHeadAttention
 
@@ -156,6 +166,7 @@ class SequenceModel(_AttentionStack):
     _tables: dict[int, FloatArray]
     _last: _Last | None
     _k: _Kernels
+    plan: tuple[Stage, ...]
 
     def __init__(self, n_features: int, d_model: int, n_heads: int, n_layers: int,
                  n_outputs: int, *, d_hidden: int | None = None, pooling: str | None = None,
@@ -204,6 +215,9 @@ class SequenceModel(_AttentionStack):
         self._tables = {}
         self._last = None
         self._k = _seq   # the kernels (tests swap in their NumPy reference)
+        #: the model's stages in order (attnx.layers._model_plan): what the compiled
+        #: pass and the ONNX export are built from
+        self.plan = model_plan(self.get_config())
         self._freeze_dropout = False  # tests: keep the last masks (finite differences)
 
     # ---- storage -------------------------------------------------------
@@ -338,14 +352,16 @@ class SequenceModel(_AttentionStack):
     def _forward_layers(self, b: _Buffers, kms: list[_U8Array | None], km: _U8Array | None,
                         nb: int, grad: bool, drop: bool, threads: int, y2: FloatArray) -> None:
         """Stem, embedding, class token, blocks, final norm, pooling and head on the
-        buffers b; kms the stem layers' masks (attnx.layers._stem), km the blocks'."""
+        buffers b; kms the stem layers' masks (attnx.layers._stem), km the blocks'.
+        The compiled pass (attnx.layers._sequence_blocks.applies: the model's own
+        kernels) runs it all in one call; the per-layer path below is the tests'
+        reference (their own kernels in m._k, or `applies` turned off)."""
         n, t = b.n, b.tt
         k, w, nth = self._k, self._w, self._nth(nb * t, threads)
         x = (_instance_norm.forward(self, b, kms[0], nb, nth) if self.instance_norm
              else b.x)
-        if _sequence_blocks.whole_applies(self, b, km):   # the whole model in one call
+        if _sequence_blocks.applies(self, b, km):   # the whole model in one call
             comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
-            assert comp.whole is not None
             comp.whole.forward(y2 if b.yn is None else b.yn)
             if grad:
                 for att, last in zip(self.attn, comp.lasts):
@@ -361,15 +377,8 @@ class SequenceModel(_AttentionStack):
         if b.emb is not None:   # the class token first
             cls_forward(b.emb.reshape(nb, n, -1), w["cls"], b.hs[0].reshape(nb, t, -1),
                         nthreads=nth)
-        if _sequence_blocks.applies(self, b, km):   # every block in one compiled call
-            blocks = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
-            blocks.stack.forward()
-            if grad:   # each attention layer's state, as its own forward leaves it
-                for att, last in zip(self.attn, blocks.lasts):
-                    att._last = last
-        else:
-            for i in range(self.n_layers):
-                _sequence_blocks.block_forward(self, i, b, km, nb, t, grad, drop, threads, nth)
+        for i in range(self.n_layers):
+            _sequence_blocks.block_forward(self, i, b, km, nb, t, grad, drop, threads, nth)
         if b.stf is not None:  # pre-norm: the final LayerNorm
             k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
         if self.pooling is not None:
@@ -414,7 +423,7 @@ class SequenceModel(_AttentionStack):
                          threads: int, dx2: FloatArray | None) -> None:
         n, t = b.n, b.tt
         k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
-        whole = _sequence_blocks.whole_applies(self, b, km)
+        whole = _sequence_blocks.applies(self, b, km)
         if self.pooling is None and km is not None and not (whole and b.yn is None):
             k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
         # revin: dL/d(the head's output) through the de-normalisation
@@ -425,7 +434,6 @@ class SequenceModel(_AttentionStack):
         dxi = (b.dxn if _instance_norm.needs_dxn(self) else None) if inorm else dx2
         if whole:   # the whole model in one call (it zeroes padded rows of dY itself)
             comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
-            assert comp.whole is not None
             comp.whole.backward(dxi)
             if inorm and dxi is not None:
                 _instance_norm.backward(self, b, kin, nb, nth, dx2)
@@ -443,12 +451,8 @@ class SequenceModel(_AttentionStack):
             dcur = b.da
         else:
             dcur = b.dhf
-        if _sequence_blocks.applies(self, b, km):   # dcur in place, every block at once
-            _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth
-                                       ).stack.backward()
-        else:
-            for i in reversed(range(self.n_layers)):
-                _sequence_blocks.block_backward(self, i, b, dcur, drop, threads, nth)
+        for i in reversed(range(self.n_layers)):
+            _sequence_blocks.block_backward(self, i, b, dcur, drop, threads, nth)
         if b.demb is not None:   # the class token's rows
             cls_backward(dcur.reshape(nb, t, -1), b.demb.reshape(nb, n, -1), g["cls"],
                          nthreads=nth)
