@@ -100,7 +100,7 @@ def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
         if kind == "instance_norm":
             h, stats = _instance_norm(g, m, h, mask)
         elif kind == "stem":
-            h, mask = _stem_layer(g, w, st.index, st.kernel, st.stride, h, mask)
+            h, mask = _stem_layer(g, w, st.layer, st.kernel, st.stride, h, mask)
         elif kind == "embed":
             x = h   # the embedding's input: the positions read its length
             h = g.op("Add", [g.op("MatMul", [h, g.const(w[p + "W"])]), g.const(w[p + "b"])])
@@ -113,7 +113,7 @@ def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
         elif kind == "cls":
             h, mask = _class_token(g, w[p], h, mask)
         elif kind == "block":
-            h = _block(g, w, p, m.attn[st.index], h, mask, st.how == "pre")
+            h = _block(g, w, p, m.attn[st.layer], h, mask, st.how == "pre")
         elif kind == "final_norm":
             h = g.layernorm(h, w[p + "g"], w[p + "b"])
         elif kind == "pool" and st.how == "cls":

@@ -1,6 +1,6 @@
-"""Type stubs for attnx/kernels/_model_pass.pyx: a SequenceModel's whole pass (embedding,
-blocks, final norm, pooling, head) as one compiled call each way (see the module
-docstring)."""
+"""Type stubs for attnx/kernels/_model_pass.pyx: a SequenceModel's whole pass (stem,
+embedding, class token, blocks, final norm, pooling, head) as one compiled call each way
+(see the module docstring)."""
 from typing import Any
 
 import numpy as np

@@ -30,7 +30,8 @@ KINDS = ("instance_norm", "stem", "embed", "positions", "cls", "block", "final_n
 class Stage(NamedTuple):
     """One stage: its kind (KINDS), the prefix of its weights ("" without any), its
     input and output widths, and its options (`how`: the instance norm's,
-    positions', block norm's or pooling's kind; a stem layer's window geometry)."""
+    positions', block norm's or pooling's kind; a stem layer's window geometry;
+    `layer`: the stem layer's or block's number)."""
 
     kind: str
     prefix: str
@@ -41,7 +42,7 @@ class Stage(NamedTuple):
     stride: int = 1
     pad_left: int = 0
     pad_right: int = 0
-    index: int = 0
+    layer: int = 0
 
 
 def model_plan(config: Mapping[str, Any]) -> tuple[Stage, ...]:
@@ -49,14 +50,15 @@ def model_plan(config: Mapping[str, Any]) -> tuple[Stage, ...]:
     d, f = int(config["d_model"]), int(config["n_features"])
     out: list[Stage] = []
     inorm = config.get("instance_norm")
+    affine = "revin." if config.get("instance_affine") else ""   # its gains and biases
     if inorm is not None:
-        out.append(Stage("instance_norm", "revin.", f, f, how=inorm))
+        out.append(Stage("instance_norm", affine, f, f, how=inorm))
     width = f
     for i, (k, s) in enumerate(config.get("stem") or ()):   # checked by the model
         k, s = int(k), int(s)
         left, right = same_padding(k)
         out.append(Stage("stem", f"stem.{i}.", width, d, kernel=k, stride=s, pad_left=left,
-                         pad_right=right, index=i))
+                         pad_right=right, layer=i))
         width = d
     out.append(Stage("embed", "embed.", width, d))
     positional = config.get("positional", "none")
@@ -68,7 +70,7 @@ def model_plan(config: Mapping[str, Any]) -> tuple[Stage, ...]:
         out.append(Stage("cls", "cls", d, d))
     norm = config.get("norm")
     for i in range(int(config["n_layers"])):
-        out.append(Stage("block", f"layers.{i}.", d, d, how=norm, index=i))
+        out.append(Stage("block", f"layers.{i}.", d, d, how=norm, layer=i))
     if norm == "pre":
         out.append(Stage("final_norm", "norm.", d, d))
     if pooling is not None:
@@ -76,7 +78,7 @@ def model_plan(config: Mapping[str, Any]) -> tuple[Stage, ...]:
     n_out = int(config["n_outputs"])
     out.append(Stage("head", "head.", d, n_out))
     if inorm == "revin":
-        out.append(Stage("denorm", "revin.", n_out, n_out))
+        out.append(Stage("denorm", affine, n_out, n_out))
     return tuple(out)
 
 
@@ -86,8 +88,3 @@ def stages(plan: tuple[Stage, ...], kind: str) -> list[Stage]:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     return [s for s in plan if s.kind == kind]
 
-
-def option(plan: tuple[Stage, ...], kind: str) -> str | None:
-    """The `how` of the plan's stage of this kind (None when it has none)."""
-    got = stages(plan, kind)
-    return got[0].how if got else None

@@ -72,7 +72,7 @@ def _build(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
     layers: list[dict[str, Any]] = []
     lasts = []
     for blk in stages(m.plan, "block"):
-        i, att = blk.index, m.attn[blk.index]
+        i, att = blk.layer, m.attn[blk.layer]
         ws, _ = att._workspace(nb, t, t, False, grad, threads)
         run = threads if ws.parallel else 1
         rope = att._rope_tables(t) if att.rope else None
@@ -128,7 +128,7 @@ def _whole(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
         "dcur": (b.da if b.stf is not None else b.dhf) if grad else None}
     for st in m.plan:
         if st.kind == "stem":
-            i = st.index
+            i = st.layer
             ends["stem"].append({
                 "kernel": st.kernel, "stride": st.stride, "pad_left": st.pad_left,
                 "pad_right": st.pad_right, "t_in": b.lens[i],
