@@ -6,6 +6,9 @@ backward: "mean" and "last" (attnx.kernels._seq), "max" and "cls" (attnx.kernels
           token that gave it, the first on ties)
     cls:  token 0, the class token SequenceModel prepends (never padded)
 A sequence with no valid token pools to zeros (mean, last, max).
+
+These are the per-layer reference path's calls (attnx.layers.sequence); in production the
+compiled whole pass (attnx.kernels._model_pass) runs the same kernels' cores.
 """
 from __future__ import annotations
 

@@ -17,6 +17,10 @@ Key padding: padded steps read as zero; token n of a layer's output is padded wh
 it lies past the ceil(t_b / stride) tokens of the sequence's valid length t_b, or when
 every step it covers is padded (attnx.kernels._embed.Windows.mask). A right-padded sequence of
 length t_b thus gives the tokens it gives alone.
+
+forward / backward below are the per-layer reference path's (attnx.layers.sequence); in
+production the compiled whole pass (attnx.kernels._model_pass) runs the same kernels'
+cores in the same order.
 """
 from __future__ import annotations
 
