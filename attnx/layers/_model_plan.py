@@ -11,10 +11,12 @@
     head (d_model -> n_outputs)              the output map
     denorm                                   RevIN's de-normalisation of the outputs
 
-Stages a configuration lacks are left out. The compiled whole pass (its construction in
-attnx.layers._sequence_blocks) and the ONNX export (attnx.io._onnx_layers) both walk
-this list instead of re-deriving the model's structure from its attributes; each
-stage names the prefix of its weights in the model's `params`.
+Stages a configuration lacks are left out (rotary positions live in the blocks'
+attention). The parameter table (attnx.layers._sequence_params: the flat buffer's
+order), the compiled whole pass (its construction in attnx.layers._sequence_blocks) and
+the ONNX export (attnx.io._onnx_layers) all walk this list instead of re-deriving the
+model's structure from its attributes; each stage names the prefix of its weights in
+the model's `params`.
 """
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import _instance_norm, _stem
+from ._model_plan import model_plan
 from ..runtime._params import FlatAllocator, ParamDict
 from .attention import MultiHeadAttention
 
@@ -31,31 +32,38 @@ class _Built(NamedTuple):
 
 def param_layout(config: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
     """SequenceModel.param_layout: (name, shape) of every weight, in the flat buffer's
-    order."""
+    order: the model description's stages in order (attnx.layers._model_plan), each
+    with its weights."""
     f, d, k = int(config["n_features"]), int(config["d_model"]), int(config["n_outputs"])
     dh = 4 * d if config["d_hidden"] is None else int(config["d_hidden"])
-    bias, pre = bool(config["bias"]), config["norm"] == "pre"
-    stem = _stem.check_stem(config.get("stem"))
-    # configurations written before instance normalisation existed have none
-    out = _instance_norm.param_layout(config.get("instance_norm"),
-                                      bool(config.get("instance_affine", False)),
-                                      f // int(config.get("instance_steps", 1)))
-    out += _stem.param_layout(stem, f, d)
-    out += [("embed.W", (d if stem else f, d)), ("embed.b", (d,))]
-    if config["positional"] == "learned":
-        out.append(("pos.P", (int(config["max_len"]), d)))
-    if config["pooling"] == "cls":
-        out.append(("cls", (d,)))
-    for i in range(int(config["n_layers"])):
-        out += [(f"layers.{i}.attn", (MultiHeadAttention.n_params(d, bias),)),
-                (f"layers.{i}.W1", (d, dh)), (f"layers.{i}.W2", (dh, d))]
-        if bias:
-            out += [(f"layers.{i}.b1", (dh,)), (f"layers.{i}.b2", (d,))]
-        if pre:
-            out += [(f"layers.{i}.{n}", (d,)) for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b")]
-    if pre:
-        out += [("norm.g", (d,)), ("norm.b", (d,))]
-    return out + [("head.W", (d, k)), ("head.b", (k,))]
+    bias = bool(config["bias"])
+    _stem.check_stem(config.get("stem"))   # a configuration read from a file
+    out: list[tuple[str, tuple[int, ...]]] = []
+    for st in model_plan(config):
+        p = st.prefix
+        if st.kind == "instance_norm":
+            # configurations written before instance normalisation existed have none
+            out += _instance_norm.param_layout(st.how,
+                                               bool(config.get("instance_affine", False)),
+                                               f // int(config.get("instance_steps", 1)))
+        elif st.kind == "stem":
+            out += [(p + "W", (st.kernel * st.width_in, d)), (p + "b", (d,))]
+        elif st.kind in ("embed", "head"):
+            out += [(p + "W", (st.width_in, st.width_out)), (p + "b", (st.width_out,))]
+        elif st.kind == "positions" and st.how == "learned":
+            out.append((p + "P", (int(config["max_len"]), d)))
+        elif st.kind == "cls":
+            out.append((p, (d,)))
+        elif st.kind == "block":
+            out += [(p + "attn", (MultiHeadAttention.n_params(d, bias),)),
+                    (p + "W1", (d, dh)), (p + "W2", (dh, d))]
+            if bias:
+                out += [(p + "b1", (dh,)), (p + "b2", (d,))]
+            if st.how == "pre":
+                out += [(p + n, (d,)) for n in ("ln1.g", "ln1.b", "ln2.g", "ln2.b")]
+        elif st.kind == "final_norm":
+            out += [(p + "g", (d,)), (p + "b", (d,))]
+    return out
 
 
 def build(m: SequenceView, random_state: RandomStateLike) -> _Built:
