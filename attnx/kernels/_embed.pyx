@@ -12,6 +12,9 @@ Key padding masks are (B, T) uint8, 1 = padded, or None. A sequence's valid leng
 t_b is one past its last unpadded step; steps from t_b on are padding whatever they
 hold, and a padded step is never read (it may hold NaN).
 
+The loops are pointer-level cores (declared in attnx/kernels/_embed.pxd) that the def
+entries below and the whole-model pass (attnx.kernels._model_pass) both call.
+
 Thread policy as in attnx.kernels._seq: the caller passes `nthreads` for the prange loops.
 Reductions over the batch (class token, RevIN's gamma and beta) run in a fixed order,
 so results do not depend on the thread count.
@@ -308,9 +311,11 @@ def max_pool_forward(h, km, pooled, idx, nthreads=1):
     cdef Py_ssize_t n0 = nb, n1 = t, n2 = d
     with nogil:
         if f32:
-            maxpool_fwd(<const float *> hp, <const uint8_t *> kmp, <float *> pooledp, <int64_t *> idxp, n0, n1, n2, nth)
+            maxpool_fwd(<const float *> hp, <const uint8_t *> kmp, <float *> pooledp,
+                        <int64_t *> idxp, n0, n1, n2, nth)
         else:
-            maxpool_fwd(<const double *> hp, <const uint8_t *> kmp, <double *> pooledp, <int64_t *> idxp, n0, n1, n2, nth)
+            maxpool_fwd(<const double *> hp, <const uint8_t *> kmp, <double *> pooledp,
+                        <int64_t *> idxp, n0, n1, n2, nth)
 
 
 def max_pool_backward(dpooled, idx, dh, nthreads=1):
@@ -332,9 +337,11 @@ def max_pool_backward(dpooled, idx, dh, nthreads=1):
     cdef Py_ssize_t n0 = nb, n1 = t, n2 = d
     with nogil:
         if f32:
-            maxpool_bwd(<const float *> dpooledp, <const int64_t *> idxp, <float *> dhp, n0, n1, n2, nth)
+            maxpool_bwd(<const float *> dpooledp, <const int64_t *> idxp, <float *> dhp, n0, n1,
+                        n2, nth)
         else:
-            maxpool_bwd(<const double *> dpooledp, <const int64_t *> idxp, <double *> dhp, n0, n1, n2, nth)
+            maxpool_bwd(<const double *> dpooledp, <const int64_t *> idxp, <double *> dhp, n0, n1,
+                        n2, nth)
 
 
 # ---- class token -------------------------------------------------------------------

@@ -334,6 +334,7 @@ cdef class ModelPass:
         layers = ends.get("stem") or []
         if not isinstance(layers, list):
             raise ValueError(f"stem must be a list of layer dicts, got {type(layers).__name__}")
+        free(e.stem)   # __init__ called again
         e.stem = <StemLayer *> calloc(max(len(layers), 1), sizeof(StemLayer))
         if e.stem == NULL:
             raise MemoryError()
