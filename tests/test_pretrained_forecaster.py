@@ -62,12 +62,12 @@ def test_forecast_shapes_and_determinism(h):
 
 def test_forecast_is_equivariant_to_level_and_scale():
     y = _seasonal(2)
-    a = pf.forecast(y, 12, season=12, blend=False)
-    b = pf.forecast(3.0 * y + 100.0, 12, season=12, blend=False)
+    a = pf.forecast(y, 12, season=12)
+    b = pf.forecast(3.0 * y + 100.0, 12, season=12)
     np.testing.assert_allclose(b, 3.0 * a + 100.0, rtol=1e-6, atol=1e-6)
     # the blend too, for a rescaling (a shift can change the log-or-not choice)
-    np.testing.assert_allclose(pf.forecast(3.0 * y, 12, season=12),
-                               3.0 * pf.forecast(y, 12, season=12), rtol=1e-6)
+    np.testing.assert_allclose(pf.forecast(3.0 * y, 12, season=12, blend=True),
+                               3.0 * pf.forecast(y, 12, season=12, blend=True), rtol=1e-6)
 
 
 def test_short_series_and_season_none():
@@ -119,7 +119,11 @@ def test_fine_tune_is_reproducible_and_leaves_the_shared_network():
                                          random_state=3).fit(y)
     assert a.method_ == "pretrained+fine-tuned+smoothing"
     np.testing.assert_array_equal(a.predict(), b.predict())
-    assert not np.array_equal(a.predict(), before)
+    # the fine-tuned network itself moved; the shared one did not
+    c = TransformerForecaster.pretrained(horizon=12, season=12, epochs=2, random_state=3,
+                                         blend=False).fit(y)
+    assert c.method_ == "pretrained+fine-tuned"
+    assert not np.array_equal(c.predict(), before)
     np.testing.assert_array_equal(pf.forecast(y, 12, season=12), before)
 
 
@@ -164,15 +168,17 @@ def test_blend_is_the_fixed_combination_of_network_and_smoothing():
     from attnx.forecasting import _smoothing as sm
     for n, m in ((120, 12), (9, 4), (40, 1)):
         y = _seasonal(8, n=n, m=max(m, 2))
-        net = pf.forecast(y, 10, season=m, blend=False)
+        net = pf.forecast(y, 10, season=m)
         smooth = sm.smoothing_forecast(y, 10, m)
-        np.testing.assert_allclose(pf.forecast(y, 10, season=m),
+        np.testing.assert_allclose(pf.forecast(y, 10, season=m, blend=True),
                                    pf.NET_WEIGHT * net + (1 - pf.NET_WEIGHT) * smooth,
                                    rtol=1e-12, atol=1e-9)
     est = TransformerForecaster.pretrained(horizon=10, season=12, blend=False).fit(y)
     assert est.method_ == "pretrained"
-    np.testing.assert_array_equal(est.predict(), pf.forecast(y, 10, season=12,
-                                                             blend=False))
+    np.testing.assert_array_equal(est.predict(), pf.forecast(y, 10, season=12))
+    blended = TransformerForecaster.pretrained(horizon=10, season=12).fit(y)
+    np.testing.assert_array_equal(blended.predict(), pf.forecast(y, 10, season=12,
+                                                                 blend=True))
 
 
 def test_smoothing_follows_lines_levels_seasons_and_growth():

@@ -29,11 +29,13 @@ forecaster_pretrained.json. How a forecast is made:
    times an exponential-smoothing forecast computed from the same series inside
    predict (attnx.forecasting._smoothing: SES, Holt or damped Holt chosen by AICc on
    the seasonally adjusted, and where multiplicative the log, series; a few ms).
-   Nothing is fitted to the series' future; ``blend=False`` gives the network alone.
+   Nothing is fitted to the series' future; ``blend=False`` gives the network alone
+   (the default of the plain function ``forecast``, which method="auto" uses as one
+   of its candidates beside its own classical ones).
    (On the synthetic evaluation panels the combination's mean MASE is 8-10% below the
    network's alone and 3% below the smoothing's alone; see the benchmarks' results.)
 
-``forecast(y, h, season=None, blend=True)`` is the plain function; ``PretrainedForecaster`` (also
+``forecast(y, h, season=None, blend=False)`` is the plain function; ``PretrainedForecaster`` (also
 ``TransformerForecaster.pretrained()``) adds intervals: ``fit(y)`` stores the series
 and forecasts it from its own last origins (rolling origin, the network unchanged);
 the absolute errors there, divided by each origin's context scale and by the square
@@ -218,11 +220,11 @@ def _forecast_many(net: Any, contexts: list[F64], season: int, blend: bool = Tru
     return out, mu, sd
 
 
-def forecast(y: Any, h: int, season: int | None = None, blend: bool = True) -> F64:
-    """The pretrained forecaster's zero-shot forecast of the next h (1..64) values of
-    the 1-D series y (at least 3 finite values). season: its seasonal period (None:
-    found from the series); blend: combine the network with exponential smoothing
-    (step 5 of the module docstring; False: the network alone)."""
+def forecast(y: Any, h: int, season: int | None = None, blend: bool = False) -> F64:
+    """The pretrained network's zero-shot forecast of the next h (1..64) values of the
+    1-D series y (at least 3 finite values). season: its seasonal period (None: found
+    from the series); blend: combine it with exponential smoothing as
+    PretrainedForecaster does by default (step 5 of the module docstring)."""
     h = _check_h(h)
     a = _as_series(y, min_len=3)
     s = season_of(a, season)
