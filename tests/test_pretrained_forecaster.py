@@ -108,6 +108,10 @@ def test_forecaster_zero_shot_fit_and_intervals():
     short = TransformerForecaster.pretrained(horizon=4).fit(y[:6])
     lo, hi = short.predict_interval()
     assert np.all(np.isfinite(lo)) and np.all(hi > lo)
+    for blend in (True, False):   # h + 2 = 3 values at horizon 1
+        lo, hi = TransformerForecaster.pretrained(horizon=1, blend=blend).fit(
+            y[:3]).predict_interval()
+        assert np.isfinite(lo[0]) and hi[0] > lo[0]
 
 
 def test_fine_tune_is_reproducible_and_leaves_the_shared_network():

@@ -304,9 +304,10 @@ class PretrainedForecaster:
         return self
 
     def _origins(self, n: int) -> range:
-        """Calibration origins: the last `calibration` ones with 3+ steps of context."""
+        """Calibration origins: the last `calibration` ones with 3+ steps of context
+        (2 for a series of 3 values, the shortest that fits at horizon 1)."""
         cal = win.check_int("calibration", self.calibration, 1)
-        return range(max(3, n - cal), n)
+        return range(max(3 if n > 3 else 2, n - cal), n)
 
     def _calibrate(self, a: F64) -> F64:
         """Pooled scores |error| / (sd * sqrt(step)) over the origins' available steps."""
