@@ -10,9 +10,11 @@ loaded) per series.
   OMP_NUM_THREADS=1 python benchmarks/pretrained_tables.py synth 0
   OMP_NUM_THREADS=1 python benchmarks/pretrained_tables.py synth 1
 
-writes benchmarks/results/forecasting_pretrained_{dev,synth_seed0,synth_seed1}.{md,json}.
+writes benchmarks/results/forecasting_pretrained_{dev,synth_seed0,synth_seed1}.{md,json}
+(seeds 2 and 3 too; seed 3's stored file has the classical peers only, no attnx_auto).
 A last argument ft=N fine-tunes the network on each series for N epochs
-(fit(y) with epochs=N; files ..._ftN).
+(fit(y) with epochs=N; files ..._ftN); net fits the network alone (blend=False; files
+..._net), without the exponential-smoothing half of the zero-shot forecast.
 """
 import json
 import os
@@ -26,11 +28,15 @@ sys.path.insert(0, HERE)
 import forecasting as fb  # noqa: E402
 
 STORED = {"dev": "forecasting_dev_auto", "synth0": "forecasting_synth",
-          "synth1": "forecasting_synth_seed1"}
+          "synth1": "forecasting_synth_seed1", "synth2": "forecasting_synth_seed2",
+          "synth3": "forecasting_synth_seed3_classical"}
 
 
 def main(argv):
-    epochs = 0
+    epochs, blend = 0, True
+    if argv and argv[-1] == "net":
+        argv.pop()
+        blend = False
     if argv and argv[-1].startswith("ft="):
         epochs = int(argv.pop()[3:])
     kind = argv[0]
@@ -38,11 +44,11 @@ def main(argv):
     key = "dev" if kind == "dev" else f"synth{seed}"
     out = os.path.join(HERE, "results", "forecasting_pretrained_" +
                        ("dev" if kind == "dev" else f"synth_seed{seed}")
-                       + (f"_ft{epochs}" if epochs else ""))
-    if epochs:
+                       + (f"_ft{epochs}" if epochs else "") + ("" if blend else "_net"))
+    if epochs or not blend:
         def tuned(y, h, m):
             import attnx
-            est = attnx.TransformerForecaster.pretrained(horizon=h, season=m,
+            est = attnx.TransformerForecaster.pretrained(horizon=h, season=m, blend=blend,
                                                          epochs=epochs).fit(y)
             lo, hi = est.predict_interval(coverage=fb.LEVEL / 100)
             return est.predict(), lo, hi
@@ -64,7 +70,7 @@ def main(argv):
         results.append(new)
         for y in ds.series:
             t0 = time.perf_counter()
-            pf.forecast(y[:-ds.horizon], ds.horizon, season=ds.season)
+            pf.forecast(y[:-ds.horizon], ds.horizon, season=ds.season, blend=blend)
             times.append(time.perf_counter() - t0)
     meta = dict(stored["meta"])
     meta["stored_from"] = STORED[key] + ".json (" + stored["meta"]["date"] + ")"
@@ -75,6 +81,8 @@ def main(argv):
     meta["pretrained"] = pf.load_config()
     meta["pretrained"].pop("loss_curve", None)
     meta["pretrained"]["fine_tune_epochs"] = epochs
+    meta["pretrained"]["blend"] = blend
+    meta["pretrained"]["net_weight"] = pf.NET_WEIGHT if blend else 1.0
     with open(out + ".json", "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
     text = fb.markdown(results, meta)

@@ -65,6 +65,9 @@ def test_forecast_is_equivariant_to_level_and_scale():
     a = pf.forecast(y, 12, season=12)
     b = pf.forecast(3.0 * y + 100.0, 12, season=12)
     np.testing.assert_allclose(b, 3.0 * a + 100.0, rtol=1e-6, atol=1e-6)
+    # the blend too, for a rescaling (a shift can change the log-or-not choice)
+    np.testing.assert_allclose(pf.forecast(3.0 * y, 12, season=12, blend=True),
+                               3.0 * pf.forecast(y, 12, season=12, blend=True), rtol=1e-6)
 
 
 def test_short_series_and_season_none():
@@ -94,7 +97,7 @@ def test_forecaster_zero_shot_fit_and_intervals():
     est = TransformerForecaster.pretrained(horizon=12, season=12)
     zero = est.predict(y)                 # no fit needed
     est.fit(y)
-    assert est.method_ == "pretrained"
+    assert est.method_ == "pretrained+smoothing"
     np.testing.assert_array_equal(est.predict(), zero)
     lo, hi = est.predict_interval(coverage=0.9)
     lo80, hi80 = est.predict_interval(coverage=0.8)
@@ -105,6 +108,10 @@ def test_forecaster_zero_shot_fit_and_intervals():
     short = TransformerForecaster.pretrained(horizon=4).fit(y[:6])
     lo, hi = short.predict_interval()
     assert np.all(np.isfinite(lo)) and np.all(hi > lo)
+    for blend in (True, False):   # h + 2 = 3 values at horizon 1
+        lo, hi = TransformerForecaster.pretrained(horizon=1, blend=blend).fit(
+            y[:3]).predict_interval()
+        assert np.isfinite(lo[0]) and hi[0] > lo[0]
 
 
 def test_fine_tune_is_reproducible_and_leaves_the_shared_network():
@@ -114,9 +121,13 @@ def test_fine_tune_is_reproducible_and_leaves_the_shared_network():
                                          random_state=3).fit(y)
     b = TransformerForecaster.pretrained(horizon=12, season=12, epochs=2,
                                          random_state=3).fit(y)
-    assert a.method_ == "pretrained+fine-tuned"
+    assert a.method_ == "pretrained+fine-tuned+smoothing"
     np.testing.assert_array_equal(a.predict(), b.predict())
-    assert not np.array_equal(a.predict(), before)
+    # the fine-tuned network itself moved; the shared one did not
+    c = TransformerForecaster.pretrained(horizon=12, season=12, epochs=2, random_state=3,
+                                         blend=False).fit(y)
+    assert c.method_ == "pretrained+fine-tuned"
+    assert not np.array_equal(c.predict(), before)
     np.testing.assert_array_equal(pf.forecast(y, 12, season=12), before)
 
 
@@ -138,6 +149,10 @@ def test_bad_input():
         pf.forecast(["a", "b", "c"], 2)
     with pytest.raises(ValueError, match="season"):
         pf.forecast(y, 5, season=0)
+    with pytest.raises(TypeError, match="blend must be True or False.*'yes'"):
+        pf.forecast(y, 5, blend="yes")
+    with pytest.raises(TypeError, match="blend"):
+        TransformerForecaster.pretrained(horizon=4, blend=1).fit(y)
     est = TransformerForecaster.pretrained(horizon=12)
     with pytest.raises(ValueError, match="at least 14"):
         est.fit(y[:13])
@@ -150,6 +165,54 @@ def test_bad_input():
     est.fit(y)
     with pytest.raises(ValueError, match="coverage"):
         est.predict_interval(coverage=1.5)
+
+
+# ---- the blend with exponential smoothing --------------------------------------
+def test_blend_is_the_fixed_combination_of_network_and_smoothing():
+    from attnx.forecasting import _smoothing as sm
+    for n, m in ((120, 12), (9, 4), (40, 1)):
+        y = _seasonal(8, n=n, m=max(m, 2))
+        net = pf.forecast(y, 10, season=m)
+        smooth = sm.smoothing_forecast(y, 10, m)
+        np.testing.assert_allclose(pf.forecast(y, 10, season=m, blend=True),
+                                   pf.NET_WEIGHT * net + (1 - pf.NET_WEIGHT) * smooth,
+                                   rtol=1e-12, atol=1e-9)
+    est = TransformerForecaster.pretrained(horizon=10, season=12, blend=False).fit(y)
+    assert est.method_ == "pretrained"
+    np.testing.assert_array_equal(est.predict(), pf.forecast(y, 10, season=12))
+    blended = TransformerForecaster.pretrained(horizon=10, season=12).fit(y)
+    np.testing.assert_array_equal(blended.predict(), pf.forecast(y, 10, season=12,
+                                                                 blend=True))
+
+
+def test_smoothing_follows_lines_levels_seasons_and_growth():
+    from attnx.forecasting import _smoothing as sm
+    t = np.arange(60, dtype=np.float64)
+    j = np.arange(60, 72, dtype=np.float64)
+    # an exact line: a trend model continues it
+    fc, name = sm.exponential_smoothing(3.0 + 0.5 * t, 12)
+    assert name in ("holt", "damped")
+    np.testing.assert_allclose(fc, 3.0 + 0.5 * j, rtol=0.02)
+    # white noise around a level: SES, a flat forecast near the level
+    rng = np.random.default_rng(0)
+    fc, name = sm.exponential_smoothing(10.0 + rng.normal(0, 1, 200), 6)
+    assert name == "ses" and np.ptp(fc) == 0 and abs(fc[0] - 10.0) < 0.6
+    # a clean season on a line comes back with its phase
+    y = 20.0 + 0.1 * t + 3.0 * np.sin(2 * np.pi * t / 12)
+    np.testing.assert_allclose(sm.smoothing_forecast(y, 12, 12),
+                               20.0 + 0.1 * j + 3.0 * np.sin(2 * np.pi * j / 12), atol=0.15)
+    # multiplicative growth x season: run on the log, the season's amplitude grows
+    g = 50.0 * np.exp(0.02 * np.arange(96)) * (1 + 0.3 * np.sin(2 * np.pi * np.arange(96) / 12))
+    k = np.arange(96, 108)
+    truth = 50.0 * np.exp(0.02 * k) * (1 + 0.3 * np.sin(2 * np.pi * k / 12))
+    fc = sm.smoothing_forecast(g, 12, 12)
+    assert np.max(np.abs(fc / truth - 1)) < 0.03
+    # it reads only the last WINDOW values, and short series work
+    long = np.r_[rng.normal(0, 50, 500), y]
+    np.testing.assert_array_equal(sm.smoothing_forecast(long, 5, 12),
+                                  sm.smoothing_forecast(long[-sm.WINDOW:], 5, 12))
+    for n in (2, 3, 5):
+        assert np.all(np.isfinite(sm.smoothing_forecast(y[:n], 4, 12)))
 
 
 # ---- the generator -----------------------------------------------------------

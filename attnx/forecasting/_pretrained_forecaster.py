@@ -24,7 +24,18 @@ forecaster_pretrained.json. How a forecast is made:
    (MASE's scale, so the squared error it was trained with weighs windows as MASE
    does); the first h are scaled back. h > 64 is refused.
 
-``forecast(y, h, season=None)`` is the plain function; ``PretrainedForecaster`` (also
+5. The zero-shot forecast is a hybrid (as the M4 competition's winner was): a fixed
+   combination, NET_WEIGHT (0.4) times the network's forecast plus 1 - NET_WEIGHT
+   times an exponential-smoothing forecast computed from the same series inside
+   predict (attnx.forecasting._smoothing: SES, Holt or damped Holt chosen by AICc on
+   the seasonally adjusted, and where multiplicative the log, series; a few ms).
+   Nothing is fitted to the series' future; ``blend=False`` gives the network alone
+   (the default of the plain function ``forecast``, which method="auto" uses as one
+   of its candidates beside its own classical ones).
+   (On the synthetic evaluation panels the combination's mean MASE is 8-10% below the
+   network's alone and 3% below the smoothing's alone; see the benchmarks' results.)
+
+``forecast(y, h, season=None, blend=False)`` is the plain function; ``PretrainedForecaster`` (also
 ``TransformerForecaster.pretrained()``) adds intervals: ``fit(y)`` stores the series
 and forecasts it from its own last origins (rolling origin, the network unchanged);
 the absolute errors there, divided by each origin's context scale and by the square
@@ -44,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _season
+from . import _season, _smoothing
 from . import _windows as win
 
 if TYPE_CHECKING:
@@ -65,6 +76,8 @@ N_FEATURES = 3 * PATCH + 2
 CLIP = 30.0
 #: the output unit q (MASE's scale in the context's scaled units) is at least this
 Q_FLOOR = 0.05
+#: the network's share of the blended forecast (the rest: exponential smoothing)
+NET_WEIGHT = 0.4
 _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 WEIGHTS = os.path.join(_DATA, "forecaster_pretrained.safetensors")
 CONFIG = os.path.join(_DATA, "forecaster_pretrained.json")
@@ -184,9 +197,10 @@ def _predict_scaled(net: Any, tokens: F64) -> F64:
     return out.reshape(tokens.shape[0], HORIZON)
 
 
-def _forecast_many(net: Any, contexts: list[F64], season: int) -> tuple[F64, F64, F64]:
-    """Forecasts (n, HORIZON) in the series' units of several contexts, with their mu
-    and sd (n,)."""
+def _forecast_many(net: Any, contexts: list[F64], season: int, blend: bool = True
+                   ) -> tuple[F64, F64, F64]:
+    """Forecasts (n, HORIZON) in the series' units of several contexts (blend: the
+    network's combined with exponential smoothing's), with their mu and sd (n,)."""
     toks, bases, mus, sds, qs = [], [], [], [], []
     for c in contexts:
         t, b, m, s, q = features(c, season)
@@ -197,19 +211,33 @@ def _forecast_many(net: Any, contexts: list[F64], season: int) -> tuple[F64, F64
         qs.append(q)
     res = _predict_scaled(net, np.stack(toks)) * np.asarray(qs)[:, None]
     mu, sd = np.asarray(mus), np.asarray(sds)
-    return (np.stack(bases) + res) * sd[:, None] + mu[:, None], mu, sd
+    out = (np.stack(bases) + res) * sd[:, None] + mu[:, None]
+    if blend:
+        smooth = np.stack([_smoothing.smoothing_forecast(c, HORIZON, season if
+                                                         season <= c.shape[0] else 1)
+                           for c in contexts])
+        out = NET_WEIGHT * out + (1.0 - NET_WEIGHT) * smooth
+    return out, mu, sd
 
 
-def forecast(y: Any, h: int, season: int | None = None) -> F64:
-    """The pretrained network's forecast of the next h (1..64) values of the 1-D series
-    y (at least 3 finite values), zero-shot. season: its seasonal period (None: found
-    from the series)."""
+def forecast(y: Any, h: int, season: int | None = None, blend: bool = False) -> F64:
+    """The pretrained network's zero-shot forecast of the next h (1..64) values of the
+    1-D series y (at least 3 finite values). season: its seasonal period (None: found
+    from the series); blend: combine it with exponential smoothing as
+    PretrainedForecaster does by default (step 5 of the module docstring)."""
     h = _check_h(h)
     a = _as_series(y, min_len=3)
     s = season_of(a, season)
-    out, _, _ = _forecast_many(load_network(), [a], s)
+    out, _, _ = _forecast_many(load_network(), [a], s, _check_blend(blend))
     res: F64 = out[0, :h].copy()
     return res
+
+
+def _check_blend(blend: Any) -> bool:
+    if not isinstance(blend, (bool, np.bool_)):
+        raise TypeError(f"blend must be True or False, got {blend!r} "
+                        f"({type(blend).__name__})")
+    return bool(blend)
 
 
 class PretrainedForecaster:
@@ -224,11 +252,13 @@ class PretrainedForecaster:
     calibration : at most this many rolling origins at the series' end calibrate the
         intervals.
     random_state : seeds the fine-tuning.
+    blend : combine the network's forecast with exponential smoothing's (True, the
+        default; step 5 of the module docstring) or use the network alone (False).
     """
 
     def __init__(self, horizon: int = 1, *, season: int | None = None, epochs: int = 0,
                  lr: float = 1e-4, batch_size: int = 32, calibration: int = 48,
-                 random_state: Any = 0) -> None:
+                 random_state: Any = 0, blend: bool = True) -> None:
         self.horizon = horizon
         self.season = season
         self.epochs = epochs
@@ -236,10 +266,12 @@ class PretrainedForecaster:
         self.batch_size = batch_size
         self.calibration = calibration
         self.random_state = random_state
+        self.blend = blend
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("horizon", "season", "epochs", "lr",
-                                               "batch_size", "calibration", "random_state")}
+                                               "batch_size", "calibration", "random_state",
+                                               "blend")}
 
     def set_params(self, **params: Any) -> PretrainedForecaster:
         for k, v in params.items():
@@ -257,6 +289,7 @@ class PretrainedForecaster:
             raise ValueError("X is not supported by the pretrained forecaster; pass None")
         epochs = win.check_int("epochs", self.epochs, 0)
         a = _as_series(y, min_len=h + 2)
+        self.blend_ = _check_blend(self.blend)
         self.horizon_ = h
         self.season_ = season_of(a, self.season)
         self.y_ = a
@@ -265,19 +298,23 @@ class PretrainedForecaster:
         if epochs > 0:
             self.network_ = self._fine_tune(a, epochs)
             self.method_ = "pretrained+fine-tuned"
+        if self.blend_:
+            self.method_ += "+smoothing"
         self.scores_ = self._calibrate(a)
         return self
 
     def _origins(self, n: int) -> range:
-        """Calibration origins: the last `calibration` ones with 3+ steps of context."""
+        """Calibration origins: the last `calibration` ones with 3+ steps of context
+        (2 for a series of 3 values, the shortest that fits at horizon 1)."""
         cal = win.check_int("calibration", self.calibration, 1)
-        return range(max(3, n - cal), n)
+        return range(max(3 if n > 3 else 2, n - cal), n)
 
     def _calibrate(self, a: F64) -> F64:
         """Pooled scores |error| / (sd * sqrt(step)) over the origins' available steps."""
         h = self.horizon_
         origins = list(self._origins(a.shape[0]))
-        fc, _, sd = _forecast_many(self.network_, [a[:t] for t in origins], self.season_)
+        fc, _, sd = _forecast_many(self.network_, [a[:t] for t in origins], self.season_,
+                                   self.blend_)
         scores = []
         for i, t in enumerate(origins):
             k = min(h, a.shape[0] - t)
@@ -290,7 +327,7 @@ class PretrainedForecaster:
         n = a.shape[0]
         origins = list(range(max(3, n - 2000), n - 1))
         toks, tgts = [], []
-        own, _, _ = _forecast_many(net, [a[:t] for t in origins], self.season_)
+        own, _, _ = _forecast_many(net, [a[:t] for t in origins], self.season_, False)
         for i, t in enumerate(origins):
             tok, base, mu, sd, q = features(a[:t], self.season_)
             fut = own[i].copy()
@@ -322,7 +359,8 @@ class PretrainedForecaster:
         a = self._series(y)
         net = getattr(self, "network_", None) or load_network()
         s = self.season_ if y is None else season_of(a, self.season)
-        out, _, _ = _forecast_many(net, [a], s)
+        blend = self.blend_ if hasattr(self, "blend_") else _check_blend(self.blend)
+        out, _, _ = _forecast_many(net, [a], s, blend)
         res: F64 = out[0, :h].copy()
         return res
 
@@ -336,7 +374,7 @@ class PretrainedForecaster:
         h = self.horizon_
         a = self._series(y)
         s = self.season_ if y is None else season_of(a, self.season)
-        out, _, sd = _forecast_many(self.network_, [a], s)
+        out, _, sd = _forecast_many(self.network_, [a], s, self.blend_)
         e = self.scores_
         n = e.shape[0]
         level = min(1.0, math.ceil((n + 1) * float(coverage)) / n)

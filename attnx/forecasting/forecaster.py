@@ -179,10 +179,12 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
     def pretrained(cls, horizon: int = 1, **kw: Any) -> Any:
         """attnx's pretrained forecasting network (a small transformer trained on
         synthetic series, shipped with the package): ``predict(y)`` forecasts any 1-D
-        series zero-shot, with no fit; ``fit(y)`` stores the series and calibrates
-        prediction intervals on its own last origins; ``fit(y)`` with ``epochs=N``
-        also fine-tunes a copy of the network on it. horizon: 1..64; keywords:
-        season, epochs, lr, batch_size, calibration, random_state
+        series zero-shot, with no fit, by default combining the network's forecast
+        (weight 0.4) with an exponential-smoothing forecast computed from the same
+        series (blend=False: the network alone); ``fit(y)`` stores the series and
+        calibrates prediction intervals on its own last origins; ``fit(y)`` with
+        ``epochs=N`` also fine-tunes a copy of the network on it. horizon: 1..64;
+        keywords: season, epochs, lr, batch_size, calibration, random_state, blend
         (attnx.forecasting._pretrained_forecaster.PretrainedForecaster)."""
         from ._pretrained_forecaster import PretrainedForecaster
         return PretrainedForecaster(horizon=horizon, **kw)
