@@ -257,6 +257,37 @@ def _two_patterns(rng, t):
     return x, k
 
 
+def _control(rng, t):
+    """Six classes after Alcock and Manolopoulos' synthetic control charts: 30 + 2 U(-3,
+    3) per step, plus nothing (normal), a sine of amplitude 10-15 and period 10-15 steps
+    (cyclic), a rising or falling trend (0.2-0.5 per step at 60 steps, scaled to T),
+    or an upward or downward shift of 7.5-20 from a step in [T/3, 2T/3]."""
+    import numpy as np
+    k = int(rng.integers(6))
+    i = np.arange(t)
+    x = 30 + 2 * rng.uniform(-3, 3, t)
+    if k == 1:
+        x += rng.uniform(10, 15) * np.sin(2 * np.pi * i / rng.uniform(10, 15))
+    elif k in (2, 3):
+        x += (1 if k == 2 else -1) * rng.uniform(0.2, 0.5) * i * 60 / t
+    elif k in (4, 5):
+        x += (1 if k == 4 else -1) * rng.uniform(7.5, 20) * (i >= rng.integers(t // 3, 2 * t // 3 + 1))
+    return x, k
+
+
+def _waveform(rng, t):
+    """Three classes after Breiman's waveform data: u h_a + (1 - u) h_b + N(0, 1), u in
+    U(0, 1), (a, b) = (1, 2), (1, 3) or (2, 3) of three triangles of height 6 centred at
+    steps 11, 7 and 15 of 21 (the grid stretched to T steps)."""
+    import numpy as np
+    k = int(rng.integers(3))
+    i = 1 + np.arange(t) * 20 / max(t - 1, 1)          # 1..21 over T steps
+    h = [np.maximum(6 - np.abs(i - c), 0) for c in (11, 7, 15)]
+    a, b = ((0, 1), (0, 2), (1, 2))[k]
+    u = rng.uniform()
+    return u * h[a] + (1 - u) * h[b] + rng.standard_normal(t), k
+
+
 def _synthetic(name, gen, lo, hi, seed, n_train=100, n_test=300):
     """n_train / n_test series of gen with lengths drawn in [lo, hi] (seed fixed)."""
     import numpy as np
@@ -278,6 +309,19 @@ SYNTHETIC = {   # name: (generator, shortest, longest, seed)
     "TwoPat-ragged": (_two_patterns, 15, 150, 4006)}
 #: --panel ragged_short: the synthetic sets (development sets: tuned on)
 RAGGED_SHORT = list(SYNTHETIC)
+#: --panel synthetic_check: more generated sets, to check that a change made on the
+#: ragged_short panel is not fitted to its six sets (new seeds of the same generators,
+#: and two other published generators: control charts, Breiman's waveforms)
+SYNTHETIC_CHECK_SETS = {
+    "CBF-short-b": (_cbf, 24, 24, 5001), "CBF-short-ragged-b": (_cbf, 15, 40, 5002),
+    "TwoPat-short-b": (_two_patterns, 32, 32, 5004),
+    "TwoPat-short-ragged-b": (_two_patterns, 15, 40, 5005),
+    "Control-short": (_control, 60, 60, 5011), "Control-short-ragged": (_control, 20, 60, 5012),
+    "Waveform-short": (_waveform, 21, 21, 5021),
+    "Waveform-short-ragged": (_waveform, 15, 40, 5022),
+    "CBF-ragged-b": (_cbf, 15, 150, 5003), "TwoPat-ragged-b": (_two_patterns, 15, 150, 5006)}
+SYNTHETIC.update(SYNTHETIC_CHECK_SETS)
+SYNTHETIC_CHECK = list(SYNTHETIC_CHECK_SETS)
 
 
 LOADERS = {
@@ -778,7 +822,8 @@ def merge(result, paths, sets):
 
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--panel", choices=["dev", "holdout", "ragged_short", "all"],
+    ap.add_argument("--panel", choices=["dev", "holdout", "ragged_short", "synthetic_check",
+                                        "all"],
                     default="dev")
     ap.add_argument("--sets", help="comma-separated set names (overrides --panel)")
     ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
@@ -820,6 +865,7 @@ def main(argv=None):
         cfg = {**cfg, **extra, "params": {**BEST["params"], **extra.get("params", {})}}
     sets = (args.sets.split(",") if args.sets else
             {"dev": DEV, "holdout": HOLDOUT, "ragged_short": RAGGED_SHORT,
+             "synthetic_check": SYNTHETIC_CHECK,
               "all": DEV + RAGGED_SHORT + HOLDOUT}[args.panel])
     unknown = [s for s in sets if s not in LOADERS]
     models = args.models.split(",") if args.models else MODELS

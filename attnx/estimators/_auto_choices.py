@@ -11,7 +11,7 @@ import numpy as np
 from . import _scaling
 from . import _sequences as seqs
 from ..layers import _stem
-from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, auto_pick
+from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, RAGGED_TOKENS, auto_pick, extent
 
 if TYPE_CHECKING:
     from .. import distributed
@@ -65,6 +65,21 @@ class AutoChoices:
         if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
             return False
         return auto_pick(data, self._comm())
+
+    def _auto_tokens_stem(self, cfg: Config, data: seqs.Data, per_position: bool,
+                          net: Network) -> _stem.Stem | None:
+        """The stem of this fit as tokenizer="auto" decides it: attnx.layers._stem.short
+        for a classifier (no stem, instance_norm or patch_len given, one target per
+        sequence, no missing steps) of univariate series under AUTO_MIN_LENGTH steps
+        (the longest of every rank), else cfg.stem."""
+        comm = self._comm()
+        if not (self._ppv_auto and cfg.tokenizer == "auto" and cfg.stem is None
+                and cfg.instance_norm is None and cfg.patch_len is None and net.head
+                and not per_position and int(data.x.shape[2]) == 1
+                and not comm.allmax(int(data.missing is not None))):
+            return cfg.stem
+        shortest, longest = extent(data, comm)
+        return _stem.short(longest, shortest) if longest < AUTO_MIN_LENGTH else None
 
     def _auto_stem(self, data: seqs.Data, per_position: bool,
                    net: Network) -> _stem.Stem | None:

@@ -207,6 +207,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             cfg.stem = getattr(self.model_, "stem", None)
         elif cfg.stem == "auto":
             cfg.stem = self._auto_stem(data, per_position, net)
+        else:
+            cfg.stem = self._auto_tokens_stem(cfg, data, per_position, net)
         use_ppv = not fitted and self._use_ppv(cfg, data, per_position, net)
         own = use_ppv and _ragged(data, self._comm())   # PPV windows follow each length
         if fitted:

@@ -352,8 +352,9 @@ PARAMETERS: dict[str, Param] = {
                              "tokenizer must be one of {options} ('patch': a token holds its "
                              "window's raw values; 'ppv': fixed dilated convolutions' "
                              "proportions of positive values over the window; 'auto': 'ppv' "
-                             "for classifiers whose shortest training series has at least 64 "
-                             "steps), got {value!r}"), "patch", "patch",
+                             "for classifiers whose training series have at least 64 steps, "
+                             "a small convolutional stem for univariate ones under 64), got "
+                             "{value!r}"), "patch", "patch",
                        defaults={"TransformerClassifier": "auto"}),
     "loss": Param(OneOf(REGRESSION_LOSSES, "loss must be one of {options}, got {value!r}"),
                   "squared_error", "squared_error", only="regressors"),
