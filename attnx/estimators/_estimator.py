@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from . import _sequences as seqs
-from . import _model_file, _pretrain, _scaling, _state, _training
+from . import _model_file, _pretrain, _scaling, _select_tokens, _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
 from ._ppv_tokens import RAGGED_TOKENS, PPVTokens, ragged as _ragged
@@ -147,7 +147,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     def _config(self) -> Config:
         """Validated copies of the hyper-parameters; the attributes stay as given."""
-        return validate(self.get_params(), self._parameter_constraints)
+        return _select_tokens.configured(self, validate(self.get_params(),
+                                                        self._parameter_constraints))
 
     def _choose_bare(self, cfg: Config, x: FloatArray, y: Any, ragged: bool) -> bool:
         """Whether a new fit trains the bare X -> Y network."""
@@ -276,6 +277,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         X_unlabelled: with pretrain="masked", more series without labels (in X's
         layout and channels) that the pre-training reads besides X.
         """
+        if self.tokenizer == "select" and "_select_now" not in self.__dict__:
+            return _select_tokens.fit(self, X, y, sample_weight, comm, X_unlabelled)
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
@@ -373,6 +376,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
                      classes: Any, comm: Any = None) -> Self:
+        if self.tokenizer == "select" and "_select_now" not in self.__dict__:
+            return _select_tokens.fit(self, X, y, sample_weight, comm, X_unlabelled)
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
