@@ -31,6 +31,10 @@ classification, RMSE in the target's units for regression):
                     attnx's (n, T, n_features) layout (a list of (T_i, f) arrays when ragged)
   attnx ensemble    attnx.EnsembleClassifier/Regressor of ENSEMBLE_MEMBERS default
                     networks (seeds drawn from random_state=seed), probabilities averaged
+  attnx select      TransformerClassifier(tokenizer="select", random_state=seed): "auto"'s
+                    tokens, raw patches or PPV tokens, whichever scores best on a held-out
+                    quarter of each class's training series, then refitted on all (the
+                    choices per seed in the row's note); regression sets: the defaults
   attnx pretrain    TransformerClassifier/Regressor(pretrain="masked", random_state=seed):
                     the defaults after masked-value pre-training (attnx.estimators._pretrain) on the
                     training series; with --label-fraction the unlabelled rest of the
@@ -121,11 +125,11 @@ DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
        "Sunspots", "Covid3Month", "CardanoSentiment"]
 HOLDOUT = ["ArrowHead", "BasicMotions", "GunPoint", "ItalyPowerDemand",
            "PickupGestureWiimoteZ", "PLAID", "Tecator"]
-MODELS = ["attnx defaults", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
+MODELS = ["attnx defaults", "attnx select", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
           "1-NN Euclidean",
           "1-NN DTW",
           "MiniRocket", "linear (summary)", "linear (raw)"]
-STOCHASTIC = {"attnx defaults", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
+STOCHASTIC = {"attnx defaults", "attnx select", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
               "MiniRocket"}
 #: "attnx pretrain": more estimator arguments (--pretrain-args)
 PRETRAIN_ARGS: dict = {}
@@ -475,6 +479,24 @@ def run_attnx_defaults(d, seed, quick):
     return pred, t_fit, t_pred
 
 
+def run_attnx_select(d, seed, quick):
+    """TransformerClassifier(tokenizer="select"): the tokens chosen on held-out training
+    series (attnx.estimators._select_tokens); regressors have no such choice: the defaults."""
+    import attnx
+    if d.task != "classify":
+        return run_attnx_defaults(d, seed, quick)
+    est = attnx.TransformerClassifier(random_state=seed, tokenizer="select",
+                                      **({"epochs": 2} if quick else {}))
+    _, t_fit = _timed(est.fit, for_attnx(d.Xtr), d.ytr)
+    pred, t_pred = _timed(est.predict, for_attnx(d.Xte))
+    SELECTED_TOKENIZERS.setdefault(d.name, []).append(est.selected_tokenizer_)
+    return pred, t_fit, t_pred
+
+
+#: set -> the tokenizer "attnx select" chose for each seed (printed in the log)
+SELECTED_TOKENIZERS: dict = {}
+
+
 def run_attnx_pretrain(d, seed, quick):
     """The defaults with pretrain="masked"; the unlabelled series (--label-fraction)
     go to the pre-training too."""
@@ -654,6 +676,8 @@ def run_linear(d, features):
 def run_model(name, d, seed, quick, cfg):
     if name == "attnx defaults":
         return run_attnx_defaults(d, seed, quick)
+    if name == "attnx select":
+        return run_attnx_select(d, seed, quick)
     if name == "attnx pretrain":
         return run_attnx_pretrain(d, seed, quick)
     if name == "attnx ensemble":
@@ -731,6 +755,10 @@ def evaluate(d, models, seeds, quick, cfg, log, fraction=None):
             scores.append(score(d, pred))
             fits.append(t_fit)
             preds.append(t_pred)
+        if name == "attnx select" and not row["note"]:
+            row["note"] = ("chose " + ", ".join(SELECTED_TOKENIZERS.pop(d.name, []))
+                           + " (seeds in order)" if d.task == "classify"
+                           else "a regressor: the defaults (no selection)")
         row.update(scores=scores, seeds=list(runs[:len(scores)]), fit_s=_mean_std(fits)[0],
                    predict_s=_mean_std(preds)[0])
         rows.append(_finish(row))

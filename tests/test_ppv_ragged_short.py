@@ -224,14 +224,17 @@ def test_onnx_export_refuses_own_length_tokens(tmp_path):
 def test_auto_rule_on_ragged_and_short_series():
     X, y = _shapes(n=24, lo=20, hi=60)          # univariate, ragged, longest < 64
     assert max(len(x) for x in X) < P.AUTO_MIN_LENGTH
-    est = TC(**{**SMALL, "epochs": 1}).fit(X, y)   # the short stem, not PPV tokens
+    # resampled to the longest, then the short stem (not PPV tokens)
+    est = TC(**{**SMALL, "epochs": 1}).fit(X, y)
     lens = [len(x) for x in X]
-    assert "_ppv" not in vars(est) and est.model_.stem == _stem.short(max(lens), min(lens))
+    assert est.resample_length_ == max(lens) and "_ppv" not in vars(est)
+    assert est.model_.stem == _stem.short(max(lens), max(lens))
     # with missing steps (no stem then): own-length PPV tokens
     Xm = [x.copy() for x in X]
     Xm[0][3] = np.nan
     est = TC(**{**SMALL, "epochs": 1}, missing="mask").fit(Xm, y)
     assert est._ppv["reference_length"] == max(lens) and est.model_.stem is None
+    assert not hasattr(est, "resample_length_")
     # two channels, longest < 64: raw patches; the longest at 64 or more: PPV tokens
     X2 = [np.repeat(x, 2, axis=1) for x in X]
     assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(X2, y))

@@ -72,14 +72,32 @@ class AutoChoices:
         for a classifier (no stem, instance_norm or patch_len given, one target per
         sequence, no missing steps) of univariate series under AUTO_MIN_LENGTH steps
         (the longest of every rank), else cfg.stem."""
-        comm = self._comm()
-        if not (self._ppv_auto and cfg.tokenizer == "auto" and cfg.stem is None
-                and cfg.instance_norm is None and cfg.patch_len is None and net.head
-                and not per_position and int(data.x.shape[2]) == 1
-                and not comm.allmax(int(data.missing is not None))):
+        if not self._auto_univariate(cfg, data, per_position, net):
             return cfg.stem
-        shortest, longest = extent(data, comm)
+        shortest, longest = extent(data, self._comm())
         return _stem.short(longest, shortest) if longest < AUTO_MIN_LENGTH else None
+
+    def _auto_resample(self, cfg: Config, data: seqs.Data, per_position: bool,
+                       net: Network) -> int | None:
+        """The length tokenizer="auto" resamples a classifier's ragged univariate
+        training series to (attnx.estimators._resample): the longest of every rank;
+        None (no resampling) for equal lengths or where _auto_univariate says no."""
+        if not self._auto_univariate(cfg, data, per_position, net):
+            return None
+        shortest, longest = extent(data, self._comm())
+        return longest if shortest < longest else None
+
+    def _auto_univariate(self, cfg: Config, data: seqs.Data, per_position: bool,
+                         net: Network) -> bool:
+        """Whether tokenizer="auto" may make this fit's tokens its own way for univariate
+        series: a classifier with one target per sequence, no stem, instance_norm,
+        patch_len or pre-training asked for, one channel and no missing steps (every
+        rank)."""
+        return bool(self._ppv_auto and cfg.tokenizer == "auto" and cfg.stem is None
+                    and cfg.instance_norm is None and cfg.patch_len is None
+                    and cfg.pretrain is None and net.head and not per_position
+                    and int(data.x.shape[2]) == 1
+                    and not self._comm().allmax(int(data.missing is not None)))
 
     def _auto_stem(self, data: seqs.Data, per_position: bool,
                    net: Network) -> _stem.Stem | None:

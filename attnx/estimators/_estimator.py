@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from . import _sequences as seqs
-from . import _model_file, _pretrain, _scaling, _select_tokens, _state, _training
+from . import _model_file, _pretrain, _resample, _scaling, _select_tokens
+from . import _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
 from ._ppv_tokens import RAGGED_TOKENS, PPVTokens, ragged as _ragged
@@ -200,6 +201,12 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
                              "(n_samples, n_outputs)): a masked step has no input to predict "
                              "its own target from, got targets per position")
         data.missing = nan
+        length = (self.__dict__.get("resample_length_") if fitted
+                  else self._auto_resample(cfg, data, per_position, net))
+        if length is not None:   # ragged univariate series at one length (_resample)
+            data.x, data.lengths = _resample.to_length(data.x, data.lengths, length), None
+            if not fitted:
+                self._resample_now = length
         if fitted:   # the instance norm the model was built with
             cfg.instance_norm = self._spec.get("instance_norm")
         elif cfg.instance_norm == "auto":
@@ -438,6 +445,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         self.patch_len_ = int(self.__dict__.pop("_patch_now", 1))
         self._patch_fill = "last"
         tokens = self.__dict__.pop("_ppv_now", None)
+        if self.__dict__.get("_resample_now") is not None:
+            self.resample_length_ = int(self.__dict__.pop("_resample_now"))
         self.n_features_in_ = int(self.__dict__.pop("_channels_now", data.x.shape[2]))
         if tokens is not None:
             self._ppv = tokens.to_spec()

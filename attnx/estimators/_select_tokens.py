@@ -23,8 +23,10 @@ import numpy as np
 from . import _training
 
 if TYPE_CHECKING:
-    from ._estimator import SequenceEstimator
     from ._hyper import Config
+
+#: a classifier (attnx.estimators._estimator.SequenceEstimator; not imported: no cycle)
+SequenceEstimator = Any
 
 #: the candidate values of tokenizer, in order of preference on ties
 CANDIDATES = ("auto", "patch", "ppv")
