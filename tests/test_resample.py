@@ -57,6 +57,8 @@ def test_classifier_resamples_ragged_univariate_series_to_the_longest():
     # predict resamples every series alike: the same as the resampled dense array
     dense = np.concatenate([R.to_length(x[None], None, t_max) for x in X])
     np.testing.assert_array_equal(est.predict_proba(X), est.predict_proba(dense))
+    with pytest.raises(NotImplementedError, match="resamples each series"):
+        est.export_spec()   # the ONNX export covers the network only
     # a series longer than at fit is resampled down
     long = [np.repeat(x, 3, axis=0) for x in X[:4]]
     assert est.predict(long).shape == (4,)

@@ -4,7 +4,7 @@ length. Every rank of a distributed fit decides alike (comm). A mixin of
 attnx.estimators._estimator.SequenceEstimator."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class AutoChoices:
         sequence, no missing steps) of univariate series under AUTO_MIN_LENGTH steps
         (the longest of every rank), else cfg.stem."""
         if not self._auto_univariate(cfg, data, per_position, net):
-            return cfg.stem
+            return cast("_stem.Stem | None", cfg.stem)
         shortest, longest = extent(data, self._comm())
         return _stem.short(longest, shortest) if longest < AUTO_MIN_LENGTH else None
 

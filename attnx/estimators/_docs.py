@@ -65,10 +65,13 @@ _COMMON_DOC = """
         univariate series under 64 steps (stem=None, patch_len=None, no missing steps)
         raw values through a small convolutional stem, ((3, 1), (2 p, p)) with
         p = ceil(T_max / 16) (attnx.layers._stem.short): a pattern then makes the same
-        features wherever it lies. "select" (classifiers): "auto"'s choice, "patch"
+        features wherever it lies. A classifier's univariate series of different
+        lengths are first each resampled (linear interpolation) to the longest
+        training length, resample_length_, and then take the rule for equal lengths;
+        predict resamples alike (attnx.estimators._resample). "select" (classifiers): "auto"'s choice, "patch"
         or "ppv", whichever scores best on a held-out quarter of each class's training
         series, then the fit on them all (selected_tokenizer_, tokenizer_scores_;
-        about 2-3 fits' time more; attnx.estimators._select_tokens). "ppv" not with a
+        about 3-7 times a fit's time; attnx.estimators._select_tokens). "ppv" not with a
         stem or per-position targets; not exported to ONNX.
     layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
         (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays

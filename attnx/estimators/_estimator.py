@@ -123,6 +123,9 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     best_validation_loss_: float
     lr_curve_: list[float]
     patch_len_: int
+    resample_length_: int   # ragged univariate series resampled to it (_resample)
+    selected_tokenizer_: str   # tokenizer="select" (_select_tokens)
+    tokenizer_scores_: dict[str, float]
     # standardize=True (attnx.estimators._scaling): per channel / output, and the standardised biases
     input_mean_: F64Array
     input_scale_: F64Array
@@ -285,7 +288,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         layout and channels) that the pre-training reads besides X.
         """
         if self.tokenizer == "select" and "_select_now" not in self.__dict__:
-            return _select_tokens.fit(self, X, y, sample_weight, comm, X_unlabelled)
+            _select_tokens.fit(self, X, y, sample_weight, comm, X_unlabelled)
+            return self
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
@@ -383,8 +387,6 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
                      classes: Any, comm: Any = None) -> Self:
-        if self.tokenizer == "select" and "_select_now" not in self.__dict__:
-            return _select_tokens.fit(self, X, y, sample_weight, comm, X_unlabelled)
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()

@@ -13,6 +13,7 @@ fewer than MIN_SAMPLES series, or no class with two, there is nothing to hold ou
 "auto". The chosen value is the fitted attribute selected_tokenizer_ and the
 candidates' held-out accuracies tokenizer_scores_; a warm start keeps the choice.
 The candidate fits take about (number of candidates) x (1 - HOLDOUT) fits' time more.
+partial_fit makes no choice: "select" trains there as "auto" would.
 """
 from __future__ import annotations
 
