@@ -69,8 +69,8 @@ _COMMON_DOC = """
         lengths are first each resampled (linear interpolation) to the longest
         training length, resample_length_, and then take the rule for equal lengths;
         predict resamples alike (attnx.estimators._resample). "select"
-        (classifiers): "auto"'s choice, "patch" or "ppv", whichever scores best on a held-out quarter of each class's training
-        series, then the fit on them all (selected_tokenizer_, tokenizer_scores_;
+        (classifiers): "auto"'s choice, "patch" or "ppv", whichever scores best on a
+        held-out quarter of each class's training series, then the fit on them all (selected_tokenizer_, tokenizer_scores_;
         2-13 times a fit's time; attnx.estimators._select_tokens). "ppv" not with a
         stem or per-position targets; not exported to ONNX.
     layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
