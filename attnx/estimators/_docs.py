@@ -70,9 +70,10 @@ _COMMON_DOC = """
         training length, resample_length_, and then take the rule for equal lengths;
         predict resamples alike (attnx.estimators._resample). "select"
         (classifiers): "auto"'s choice, "patch" or "ppv", whichever scores best on a
-        held-out quarter of each class's training series, then the fit on them all (selected_tokenizer_, tokenizer_scores_;
-        2-13 times a fit's time; attnx.estimators._select_tokens). "ppv" not with a
-        stem or per-position targets; not exported to ONNX.
+        held-out quarter of each class's training series, then the fit on them all
+        (selected_tokenizer_, tokenizer_scores_; 2-13 times a fit's time;
+        attnx.estimators._select_tokens). "ppv" not with a stem or per-position
+        targets; not exported to ONNX.
     layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
         (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays
         for unequal lengths; "nct" aeon's and sktime's (n_cases, n_channels,
