@@ -31,6 +31,10 @@ classification, RMSE in the target's units for regression):
                     attnx's (n, T, n_features) layout (a list of (T_i, f) arrays when ragged)
   attnx ensemble    attnx.EnsembleClassifier/Regressor of ENSEMBLE_MEMBERS default
                     networks (seeds drawn from random_state=seed), probabilities averaged
+  attnx select      TransformerClassifier(tokenizer="select", random_state=seed): "auto"'s
+                    tokens, raw patches or PPV tokens, whichever scores best on a held-out
+                    quarter of each class's training series, then refitted on all (the
+                    choices per seed in the row's note); regression sets: the defaults
   attnx pretrain    TransformerClassifier/Regressor(pretrain="masked", random_state=seed):
                     the defaults after masked-value pre-training (attnx.estimators._pretrain) on the
                     training series; with --label-fraction the unlabelled rest of the
@@ -121,11 +125,11 @@ DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
        "Sunspots", "Covid3Month", "CardanoSentiment"]
 HOLDOUT = ["ArrowHead", "BasicMotions", "GunPoint", "ItalyPowerDemand",
            "PickupGestureWiimoteZ", "PLAID", "Tecator"]
-MODELS = ["attnx defaults", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
+MODELS = ["attnx defaults", "attnx select", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
           "1-NN Euclidean",
           "1-NN DTW",
           "MiniRocket", "linear (summary)", "linear (raw)"]
-STOCHASTIC = {"attnx defaults", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
+STOCHASTIC = {"attnx defaults", "attnx select", "attnx pretrain", "attnx ensemble", "attnx best", "torch twin",
               "MiniRocket"}
 #: "attnx pretrain": more estimator arguments (--pretrain-args)
 PRETRAIN_ARGS: dict = {}
@@ -257,6 +261,37 @@ def _two_patterns(rng, t):
     return x, k
 
 
+def _control(rng, t):
+    """Six classes after Alcock and Manolopoulos' synthetic control charts: 30 + 2 U(-3,
+    3) per step, plus nothing (normal), a sine of amplitude 10-15 and period 10-15 steps
+    (cyclic), a rising or falling trend (0.2-0.5 per step at 60 steps, scaled to T),
+    or an upward or downward shift of 7.5-20 from a step in [T/3, 2T/3]."""
+    import numpy as np
+    k = int(rng.integers(6))
+    i = np.arange(t)
+    x = 30 + 2 * rng.uniform(-3, 3, t)
+    if k == 1:
+        x += rng.uniform(10, 15) * np.sin(2 * np.pi * i / rng.uniform(10, 15))
+    elif k in (2, 3):
+        x += (1 if k == 2 else -1) * rng.uniform(0.2, 0.5) * i * 60 / t
+    elif k in (4, 5):
+        x += (1 if k == 4 else -1) * rng.uniform(7.5, 20) * (i >= rng.integers(t // 3, 2 * t // 3 + 1))
+    return x, k
+
+
+def _waveform(rng, t):
+    """Three classes after Breiman's waveform data: u h_a + (1 - u) h_b + N(0, 1), u in
+    U(0, 1), (a, b) = (1, 2), (1, 3) or (2, 3) of three triangles of height 6 centred at
+    steps 11, 7 and 15 of 21 (the grid stretched to T steps)."""
+    import numpy as np
+    k = int(rng.integers(3))
+    i = 1 + np.arange(t) * 20 / max(t - 1, 1)          # 1..21 over T steps
+    h = [np.maximum(6 - np.abs(i - c), 0) for c in (11, 7, 15)]
+    a, b = ((0, 1), (0, 2), (1, 2))[k]
+    u = rng.uniform()
+    return u * h[a] + (1 - u) * h[b] + rng.standard_normal(t), k
+
+
 def _synthetic(name, gen, lo, hi, seed, n_train=100, n_test=300):
     """n_train / n_test series of gen with lengths drawn in [lo, hi] (seed fixed)."""
     import numpy as np
@@ -278,6 +313,19 @@ SYNTHETIC = {   # name: (generator, shortest, longest, seed)
     "TwoPat-ragged": (_two_patterns, 15, 150, 4006)}
 #: --panel ragged_short: the synthetic sets (development sets: tuned on)
 RAGGED_SHORT = list(SYNTHETIC)
+#: --panel synthetic_check: more generated sets, to check that a change made on the
+#: ragged_short panel is not fitted to its six sets (new seeds of the same generators,
+#: and two other published generators: control charts, Breiman's waveforms)
+SYNTHETIC_CHECK_SETS = {
+    "CBF-short-b": (_cbf, 24, 24, 5001), "CBF-short-ragged-b": (_cbf, 15, 40, 5002),
+    "TwoPat-short-b": (_two_patterns, 32, 32, 5004),
+    "TwoPat-short-ragged-b": (_two_patterns, 15, 40, 5005),
+    "Control-short": (_control, 60, 60, 5011), "Control-short-ragged": (_control, 20, 60, 5012),
+    "Waveform-short": (_waveform, 21, 21, 5021),
+    "Waveform-short-ragged": (_waveform, 15, 40, 5022),
+    "CBF-ragged-b": (_cbf, 15, 150, 5003), "TwoPat-ragged-b": (_two_patterns, 15, 150, 5006)}
+SYNTHETIC.update(SYNTHETIC_CHECK_SETS)
+SYNTHETIC_CHECK = list(SYNTHETIC_CHECK_SETS)
 
 
 LOADERS = {
@@ -429,6 +477,24 @@ def run_attnx_defaults(d, seed, quick):
     _, t_fit = _timed(est.fit, for_attnx(d.Xtr), d.ytr)
     pred, t_pred = _timed(est.predict, for_attnx(d.Xte))
     return pred, t_fit, t_pred
+
+
+def run_attnx_select(d, seed, quick):
+    """TransformerClassifier(tokenizer="select"): the tokens chosen on held-out training
+    series (attnx.estimators._select_tokens); regressors have no such choice: the defaults."""
+    import attnx
+    if d.task != "classify":
+        return run_attnx_defaults(d, seed, quick)
+    est = attnx.TransformerClassifier(random_state=seed, tokenizer="select",
+                                      **({"epochs": 2} if quick else {}))
+    _, t_fit = _timed(est.fit, for_attnx(d.Xtr), d.ytr)
+    pred, t_pred = _timed(est.predict, for_attnx(d.Xte))
+    SELECTED_TOKENIZERS.setdefault(d.name, []).append(est.selected_tokenizer_)
+    return pred, t_fit, t_pred
+
+
+#: set -> the tokenizer "attnx select" chose for each seed (printed in the log)
+SELECTED_TOKENIZERS: dict = {}
 
 
 def run_attnx_pretrain(d, seed, quick):
@@ -610,6 +676,8 @@ def run_linear(d, features):
 def run_model(name, d, seed, quick, cfg):
     if name == "attnx defaults":
         return run_attnx_defaults(d, seed, quick)
+    if name == "attnx select":
+        return run_attnx_select(d, seed, quick)
     if name == "attnx pretrain":
         return run_attnx_pretrain(d, seed, quick)
     if name == "attnx ensemble":
@@ -687,6 +755,10 @@ def evaluate(d, models, seeds, quick, cfg, log, fraction=None):
             scores.append(score(d, pred))
             fits.append(t_fit)
             preds.append(t_pred)
+        if name == "attnx select" and not row["note"]:
+            row["note"] = ("chose " + ", ".join(SELECTED_TOKENIZERS.pop(d.name, []))
+                           + " (seeds in order)" if d.task == "classify"
+                           else "a regressor: the defaults (no selection)")
         row.update(scores=scores, seeds=list(runs[:len(scores)]), fit_s=_mean_std(fits)[0],
                    predict_s=_mean_std(preds)[0])
         rows.append(_finish(row))
@@ -778,7 +850,8 @@ def merge(result, paths, sets):
 
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--panel", choices=["dev", "holdout", "ragged_short", "all"],
+    ap.add_argument("--panel", choices=["dev", "holdout", "ragged_short", "synthetic_check",
+                                        "all"],
                     default="dev")
     ap.add_argument("--sets", help="comma-separated set names (overrides --panel)")
     ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
@@ -820,6 +893,7 @@ def main(argv=None):
         cfg = {**cfg, **extra, "params": {**BEST["params"], **extra.get("params", {})}}
     sets = (args.sets.split(",") if args.sets else
             {"dev": DEV, "holdout": HOLDOUT, "ragged_short": RAGGED_SHORT,
+             "synthetic_check": SYNTHETIC_CHECK,
               "all": DEV + RAGGED_SHORT + HOLDOUT}[args.panel])
     unknown = [s for s in sets if s not in LOADERS]
     models = args.models.split(",") if args.models else MODELS

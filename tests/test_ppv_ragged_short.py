@@ -11,6 +11,7 @@ from attnx.estimators import _ppv_tokens as P
 from attnx.estimators import _sequences as seqs
 from attnx import distributed
 from attnx.kernels._ppv import ppv
+from attnx.layers import _stem
 
 TC = attnx.TransformerClassifier
 SMALL = dict(n_heads=2, n_layers=1, d_model=16, batch_size=8, epochs=15, random_state=0)
@@ -223,19 +224,31 @@ def test_onnx_export_refuses_own_length_tokens(tmp_path):
 def test_auto_rule_on_ragged_and_short_series():
     X, y = _shapes(n=24, lo=20, hi=60)          # univariate, ragged, longest < 64
     assert max(len(x) for x in X) < P.AUTO_MIN_LENGTH
+    # resampled to the longest, then the short stem (not PPV tokens)
     est = TC(**{**SMALL, "epochs": 1}).fit(X, y)
-    assert est._ppv["reference_length"] == max(len(x) for x in X)
+    lens = [len(x) for x in X]
+    assert est.resample_length_ == max(lens) and "_ppv" not in vars(est)
+    assert est.model_.stem == _stem.short(max(lens), max(lens))
+    # with missing steps (no stem then): own-length PPV tokens
+    Xm = [x.copy() for x in X]
+    Xm[0][3] = np.nan
+    est = TC(**{**SMALL, "epochs": 1}, missing="mask").fit(Xm, y)
+    assert est._ppv["reference_length"] == max(lens) and est.model_.stem is None
+    assert not hasattr(est, "resample_length_")
     # two channels, longest < 64: raw patches; the longest at 64 or more: PPV tokens
     X2 = [np.repeat(x, 2, axis=1) for x in X]
     assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(X2, y))
     X2[0] = np.zeros((P.AUTO_MIN_LENGTH, 2))
     assert "_ppv" in vars(TC(**{**SMALL, "epochs": 1}).fit(X2, y))
-    # too short even for one channel: raw patches
+    # very short, one channel: the short stem too, its kernels within the shortest
     short = [x[:P.AUTO_MIN_RAGGED - 1 - i % 3] for i, x in enumerate(X)]
-    assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(short, y))
-    # equal lengths below AUTO_MIN_LENGTH: raw patches, as before
+    est = TC(**{**SMALL, "epochs": 1}).fit(short, y)
+    assert "_ppv" not in vars(est) and est.model_.stem == ((3, 1), (2, 1))
+    assert est.predict([x[:1] for x in short[:3]]).shape == (3,)   # one step each
+    # equal lengths below AUTO_MIN_LENGTH, one channel: the short stem
     dense = np.stack([x[:20] for x in X])
-    assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(dense, y))
+    est = TC(**{**SMALL, "epochs": 1}).fit(dense, y)
+    assert "_ppv" not in vars(est) and est.model_.stem == ((3, 1), (4, 2))
     local = distributed.Local()
     data = seqs.Data(np.zeros((3, 40, 1)), np.array([40, 16, 20]), np.zeros(3), None, False)
     assert P.extent(data, local) == (16, 40) and P.auto_pick(data, local)

@@ -12,6 +12,7 @@ from attnx.estimators import _ppv_tokens as P
 from attnx.estimators import _sequences as seqs
 from attnx import distributed
 from attnx.kernels._ppv import ppv
+from attnx.layers import _stem
 
 TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
 SMALL = dict(n_heads=2, n_layers=1, d_model=16, batch_size=8, epochs=15, random_state=0)
@@ -164,8 +165,15 @@ def test_auto_rule_picks_ppv_for_long_classification_series_only():
     assert est.patch_len_ == 24 == 96 / P.PPV_TOKENS   # 96 steps in 4 windows
     assert est.model_.params["embed.W"].shape[0] == P.PPVTokens.from_spec(
         est._ppv).n_features
-    short = TC(**SMALL).fit(X[:, :63], y)   # shorter than 64 steps: raw patches
-    assert "_ppv" not in vars(short) and short.patch_len_ == 4   # at most 16 tokens
+    # shorter than 64 steps, one channel: raw values through the short stem (16 tokens)
+    short = TC(**SMALL).fit(X[:, :63], y)
+    assert "_ppv" not in vars(short) and short.patch_len_ == 1
+    assert short.model_.stem == ((3, 1), (8, 4)) == _stem.short(63, 63)
+    # raw patches when asked, or with two channels (at most 16 tokens)
+    patched = TC(**SMALL, tokenizer="patch").fit(X[:, :63], y)
+    assert patched.patch_len_ == 4 and patched.model_.stem is None
+    two = TC(**SMALL).fit(np.repeat(X[:, :63], 2, axis=2), y)
+    assert "_ppv" not in vars(two) and two.patch_len_ == 4 and two.model_.stem is None
     assert "_ppv" not in vars(TC(**SMALL, tokenizer="patch").fit(X, y))
     assert "_ppv" not in vars(TC(**SMALL, instance_norm="input").fit(X, y))
     assert "_ppv" not in vars(TR(**SMALL).fit(X, y.astype(float)))   # regressors: "patch"

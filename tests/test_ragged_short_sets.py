@@ -26,10 +26,10 @@ def test_sets_are_fixed_and_within_their_lengths(name):
     d, again = acc.LOADERS[name](), acc.LOADERS[name]()
     assert (len(d.Xtr), len(d.Xte)) == (100, 300) and d.task == "classify"
     assert all(x.shape[1] == 1 and lo <= len(x) <= hi for x in d.Xtr + d.Xte)
-    assert d.equal == (lo == hi) and name in acc.RAGGED_SHORT
+    assert d.equal == (lo == hi) and (name in acc.RAGGED_SHORT) != (name in acc.SYNTHETIC_CHECK)
     for a, b in zip(d.Xtr + d.Xte, again.Xtr + again.Xte):
         np.testing.assert_array_equal(a, b)
-    k = 3 if gen is acc._cbf else 4
+    k = {acc._cbf: 3, acc._two_patterns: 4, acc._control: 6, acc._waveform: 3}[gen]
     assert set(d.ytr) == set(d.yte) == set(range(k))
 
 
@@ -62,3 +62,38 @@ def test_two_patterns_order_gives_the_class():
             lo_at, hi_at = np.argmin(np.convolve(h, np.ones(w // 2), "valid")), \
                 np.argmax(np.convolve(h, np.ones(w // 2), "valid"))
             assert (lo_at < hi_at) == bool(bit)
+
+
+def test_control_charts_trend_shift_and_cycle():
+    """Class means over many series: the trends rise and fall, the shifts end above and
+    below the start, the cyclic and normal series stay level on average."""
+    rng = np.random.default_rng(2)
+    t = 60
+    by = {k: [] for k in range(6)}
+    for _ in range(1200):
+        x, k = acc._control(rng, t)
+        assert x.shape == (t,)
+        by[k].append(x)
+    m = {k: np.mean(v, axis=0) for k, v in by.items()}
+    rise = {k: m[k][-10:].mean() - m[k][:10].mean() for k in m}
+    assert rise[2] > 10 and rise[3] < -10 and rise[4] > 7 and rise[5] < -7
+    assert abs(rise[0]) < 2 and abs(rise[1]) < 4
+    assert np.mean([np.std(x) for x in by[1]]) > 2 * np.mean([np.std(x) for x in by[0]])
+
+
+def test_waveform_classes_mix_two_of_three_triangles():
+    """Triangles 1, 2, 3 peak at steps 11, 7, 15 (half-width 6): at step 3 only the
+    second is above 0 (2), at step 19 only the third (2), at step 11 the first is 6 and
+    the others 2. So class 0 (1, 2) lacks step 19, class 1 (1, 3) step 3, class 2 (2, 3)
+    has both ends but half the others' height at step 11."""
+    rng = np.random.default_rng(3)
+    t = 21
+    by = {k: [] for k in range(3)}
+    for _ in range(900):
+        x, k = acc._waveform(rng, t)
+        assert x.shape == (t,)
+        by[k].append(x)
+    m = {k: np.mean(v, axis=0) for k, v in by.items()}
+    assert abs(m[0][18]) < 0.3 and abs(m[1][2]) < 0.3
+    assert m[0][2] > 0.7 and m[1][18] > 0.7 and m[2][2] > 0.7 and m[2][18] > 0.7
+    assert m[2][10] < 2.5 < 3.5 < min(m[0][10], m[1][10])

@@ -4,14 +4,14 @@ length. Every rank of a distributed fit decides alike (comm). A mixin of
 attnx.estimators._estimator.SequenceEstimator."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
 from . import _scaling
 from . import _sequences as seqs
 from ..layers import _stem
-from ._ppv_tokens import PPV_TOKENS, RAGGED_TOKENS, auto_pick
+from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, RAGGED_TOKENS, auto_pick, extent
 
 if TYPE_CHECKING:
     from .. import distributed
@@ -65,6 +65,39 @@ class AutoChoices:
         if not (self._ppv_auto and usable and cfg.stem is None and cfg.instance_norm is None):
             return False
         return auto_pick(data, self._comm())
+
+    def _auto_tokens_stem(self, cfg: Config, data: seqs.Data, per_position: bool,
+                          net: Network) -> _stem.Stem | None:
+        """The stem of this fit as tokenizer="auto" decides it: attnx.layers._stem.short
+        for a classifier (no stem, instance_norm or patch_len given, one target per
+        sequence, no missing steps) of univariate series under AUTO_MIN_LENGTH steps
+        (the longest of every rank), else cfg.stem."""
+        if not self._auto_univariate(cfg, data, per_position, net):
+            return cast("_stem.Stem | None", cfg.stem)
+        shortest, longest = extent(data, self._comm())
+        return _stem.short(longest, shortest) if longest < AUTO_MIN_LENGTH else None
+
+    def _auto_resample(self, cfg: Config, data: seqs.Data, per_position: bool,
+                       net: Network) -> int | None:
+        """The length tokenizer="auto" resamples a classifier's ragged univariate
+        training series to (attnx.estimators._resample): the longest of every rank;
+        None (no resampling) for equal lengths or where _auto_univariate says no."""
+        if not self._auto_univariate(cfg, data, per_position, net):
+            return None
+        shortest, longest = extent(data, self._comm())
+        return longest if shortest < longest else None
+
+    def _auto_univariate(self, cfg: Config, data: seqs.Data, per_position: bool,
+                         net: Network) -> bool:
+        """Whether tokenizer="auto" may make this fit's tokens its own way for univariate
+        series: a classifier with one target per sequence, no stem, instance_norm,
+        patch_len or pre-training asked for, one channel and no missing steps (every
+        rank)."""
+        return bool(self._ppv_auto and cfg.tokenizer == "auto" and cfg.stem is None
+                    and cfg.instance_norm is None and cfg.patch_len is None
+                    and cfg.pretrain is None and net.head and not per_position
+                    and int(data.x.shape[2]) == 1
+                    and not self._comm().allmax(int(data.missing is not None)))
 
     def _auto_stem(self, data: seqs.Data, per_position: bool,
                    net: Network) -> _stem.Stem | None:

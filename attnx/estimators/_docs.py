@@ -61,7 +61,18 @@ _COMMON_DOC = """
         learns from the tokens. "auto" (TransformerClassifier's default): "ppv" for a
         classifier with no stem and no instance_norm whose series have 64+ steps (the
         longest, when lengths differ: then 16+ with one channel, and each series'
-        windows and dilations follow its length), else "patch". Not with a stem or per-position
+        windows and dilations follow its length), else "patch"; and for a classifier's
+        univariate series under 64 steps (stem=None, patch_len=None, no missing steps)
+        raw values through a small convolutional stem, ((3, 1), (2 p, p)) with
+        p = ceil(T_max / 16) (attnx.layers._stem.short): a pattern then makes the same
+        features wherever it lies. A classifier's univariate series of different
+        lengths are first each resampled (linear interpolation) to the longest
+        training length, resample_length_, and then take the rule for equal lengths;
+        predict resamples alike (attnx.estimators._resample). "select"
+        (classifiers): "auto"'s choice, "patch" or "ppv", whichever scores best on a
+        held-out quarter of each class's training series, then the fit on them all
+        (selected_tokenizer_, tokenizer_scores_; 2-13 times a fit's time;
+        attnx.estimators._select_tokens). "ppv" not with a stem or per-position
         targets; not exported to ONNX.
     layout : how X is laid out in fit, predict, score and attention_weights: "ntc"
         (n_samples, seq_len, n_features), or a list of (seq_len_i, n_features) arrays

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from . import _sequences as seqs
-from . import _model_file, _pretrain, _scaling, _state, _training
+from . import _model_file, _pretrain, _resample, _scaling, _select_tokens
+from . import _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
 from ._ppv_tokens import RAGGED_TOKENS, PPVTokens, ragged as _ragged
@@ -122,6 +123,9 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     best_validation_loss_: float
     lr_curve_: list[float]
     patch_len_: int
+    resample_length_: int   # ragged univariate series resampled to it (_resample)
+    selected_tokenizer_: str   # tokenizer="select" (_select_tokens)
+    tokenizer_scores_: dict[str, float]
     # standardize=True (attnx.estimators._scaling): per channel / output, and the standardised biases
     input_mean_: F64Array
     input_scale_: F64Array
@@ -147,7 +151,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     def _config(self) -> Config:
         """Validated copies of the hyper-parameters; the attributes stay as given."""
-        return validate(self.get_params(), self._parameter_constraints)
+        return _select_tokens.configured(self, validate(self.get_params(),
+                                                        self._parameter_constraints))
 
     def _choose_bare(self, cfg: Config, x: FloatArray, y: Any, ragged: bool) -> bool:
         """Whether a new fit trains the bare X -> Y network."""
@@ -199,6 +204,12 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
                              "(n_samples, n_outputs)): a masked step has no input to predict "
                              "its own target from, got targets per position")
         data.missing = nan
+        length = (self.__dict__.get("resample_length_") if fitted
+                  else self._auto_resample(cfg, data, per_position, net))
+        if length is not None:   # ragged univariate series at one length (_resample)
+            data.x, data.lengths = _resample.to_length(data.x, data.lengths, length), None
+            if not fitted:
+                self._resample_now = length
         if fitted:   # the instance norm the model was built with
             cfg.instance_norm = self._spec.get("instance_norm")
         elif cfg.instance_norm == "auto":
@@ -207,6 +218,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             cfg.stem = getattr(self.model_, "stem", None)
         elif cfg.stem == "auto":
             cfg.stem = self._auto_stem(data, per_position, net)
+        else:
+            cfg.stem = self._auto_tokens_stem(cfg, data, per_position, net)
         use_ppv = not fitted and self._use_ppv(cfg, data, per_position, net)
         own = use_ppv and _ragged(data, self._comm())   # PPV windows follow each length
         if fitted:
@@ -274,6 +287,9 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         X_unlabelled: with pretrain="masked", more series without labels (in X's
         layout and channels) that the pre-training reads besides X.
         """
+        if self.tokenizer == "select" and "_select_now" not in self.__dict__:
+            _select_tokens.fit(self, X, y, sample_weight, comm, X_unlabelled)
+            return self
         dist = self._dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
@@ -431,6 +447,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         self.patch_len_ = int(self.__dict__.pop("_patch_now", 1))
         self._patch_fill = "last"
         tokens = self.__dict__.pop("_ppv_now", None)
+        if self.__dict__.get("_resample_now") is not None:
+            self.resample_length_ = int(self.__dict__.pop("_resample_now"))
         self.n_features_in_ = int(self.__dict__.pop("_channels_now", data.x.shape[2]))
         if tokens is not None:
             self._ppv = tokens.to_spec()

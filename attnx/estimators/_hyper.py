@@ -348,12 +348,14 @@ PARAMETERS: dict[str, Param] = {
                            None, None,
                            defaults={"TransformerRegressor": "auto"}),
     "instance_affine": _same(Bool(), False),
-    "tokenizer": Param(OneOf(("auto", "patch", "ppv"),
+    "tokenizer": Param(OneOf(("auto", "patch", "ppv", "select"),
                              "tokenizer must be one of {options} ('patch': a token holds its "
                              "window's raw values; 'ppv': fixed dilated convolutions' "
                              "proportions of positive values over the window; 'auto': 'ppv' "
-                             "for classifiers whose shortest training series has at least 64 "
-                             "steps), got {value!r}"), "patch", "patch",
+                             "for classifiers whose training series have at least 64 steps, "
+                             "a small convolutional stem for univariate ones under 64; 'select' "
+                             "(classifiers): the best of these on held-out training series), "
+                             "got {value!r}"), "patch", "patch",
                        defaults={"TransformerClassifier": "auto"}),
     "loss": Param(OneOf(REGRESSION_LOSSES, "loss must be one of {options}, got {value!r}"),
                   "squared_error", "squared_error", only="regressors"),

@@ -12,6 +12,7 @@ from ..layers import _stem
 from ..runtime._threads import hold
 from ._base import sklearn_class
 from ._ppv_tokens import PPVTokens
+from . import _resample
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -79,6 +80,13 @@ class Inference:
         if nan is not None:
             _stem.check_missing(_stem.check_stem(self._spec.get("stem")),
                                 seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
+        length = self.__dict__.get("resample_length_")
+        if length is not None and nan is not None:
+            raise ValueError("X holds NaN steps, but this model resamples each series to "
+                             f"{length} steps (fitted on ragged series without missing "
+                             "steps): give series without NaN")
+        if length is not None:   # fitted on ragged series resampled to one length
+            x, lengths = _resample.to_length(x, lengths, int(length)), None
         tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
         if tokens is not None:
             return tokens.transform(x, lengths, nan)

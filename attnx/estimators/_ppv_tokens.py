@@ -58,7 +58,10 @@ AUTO_MIN_LENGTH = 64
 #: least AUTO_MIN_RAGGED. Set on the development sets: on the synthetic ragged sets
 #: (cylinder-bell-funnel, two patterns; lengths 15-40 and 15-150) they beat raw
 #: patches; on JapaneseVowels (12 channels, 7-29 steps) raw patches score higher
-#: and train 6x faster (benchmarks/results/accuracy_ragged_short.md)
+#: and train 6x faster (benchmarks/results/accuracy_ragged_short.md). A classifier's
+#: univariate ragged series without missing steps are resampled to one length first
+#: (attnx.estimators._resample) and never reach this rule; it applies to those with
+#: missing steps
 AUTO_MIN_RAGGED = 16
 #: patch_len=None with own-length windows (ragged series): each series makes this
 #: many tokens (fewer when shorter), windows of ceil(T / RAGGED_TOKENS) steps. 8

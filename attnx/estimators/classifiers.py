@@ -108,6 +108,11 @@ class _Classifier(ClassifierParams, SequenceEstimator):
 
     def export_spec(self) -> ExportSpec:
         """The fitted network, "probabilities" and classes_ (see ExportSpec)."""
+        length = self.__dict__.get("resample_length_")
+        if length is not None:
+            raise NotImplementedError(
+                f"this classifier resamples each series to {length} steps "
+                f"before its network (fitted on ragged series): not exported")
         return ExportSpec(self._fitted_model(), "probabilities", self.classes_,
                           patch_len=int(self.__dict__.get("patch_len_", 1)),
                           missing=self._missing(), patch_fill=self._fill_rule())

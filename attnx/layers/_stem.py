@@ -88,6 +88,22 @@ def auto(t_max: int, t_min: int) -> Stem:
     return ((k1, s1), (k2, s2))
 
 
+#: tokenizer="auto"'s stem for a classifier's short univariate series
+#: (attnx.estimators._auto_choices): a convolution of SHORT_KERNEL steps at stride 1
+SHORT_KERNEL = 3
+
+
+def short(t_max: int, t_min: int) -> Stem:
+    """The stem tokenizer="auto" gives a classifier's short univariate series (t_min..t_max
+    steps): ((min(3, t_min), 1), (min(2 p, t_min), p)) with p = ceil(t_max / 16): local
+    features at every step, then overlapping windows of 2 p every p steps, at most
+    AUTO_TOKENS (16) tokens. A pattern then makes the same features wherever it lies,
+    which raw-value patches of a few steps do not (their embedding sees it at each
+    offset within the patch anew)."""
+    p = max(1, -(-t_max // AUTO_TOKENS))
+    return ((max(1, min(SHORT_KERNEL, t_min)), 1), (max(1, min(2 * p, t_min)), p))
+
+
 def check_stem(stem: object) -> Stem | None:
     """stem as a tuple of (kernel, stride) int pairs >= 1, or None; TypeError or
     ValueError naming `stem` otherwise."""
