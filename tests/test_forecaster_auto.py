@@ -12,7 +12,7 @@ from attnx.forecasting import _selection as sel
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
 NAMES = ("naive", "drift", "ses", "theta", "drift_log", "ses_log", "theta_log", "ets",
-         "atheta", "arima", "arima1", "mstl", "pretrained", "combination")
+         "atheta", "arima", "arima1", "mstl", "pretrained", "sar", "combination")
 
 
 def _seasonal(n, period=12, seed=0, level=10.0, amp=3.0, noise=0.3):
