@@ -97,7 +97,7 @@ coverage >= 0.75, and the short sets' MASE against the best classical one.
 Rolling-origin backtest (--origins k, default 3): every peer also goes through
 attnx.forecasting.backtest over the last k windows of h (origins h apart, a fresh fit
 at each; k is lowered for a set whose shortest series would leave fewer than
-max(2m + 1, 8) values to the first training window: M1 yearly keeps 1), giving the
+max(2m + 1, 8, h + 2) values to the first training window: M1 yearly keeps 1), giving the
 mean MASE and the 90% coverage over k*h held-out points per series.
 
 Fit time is the wall time of fit + predict of one series (summed over a set's series;
@@ -562,10 +562,10 @@ class PeerForecaster:
 def run_backtests(ds, peers, origins, seed, log):
     """attnx.forecasting.backtest of every peer over the last `origins` windows of h
     (h apart, refit at each; fewer when the shortest series leaves less than
-    max(2m + 1, 8) values to the first training window)."""
+    max(2m + 1, 8, h + 2) values to the first training window)."""
     h = ds.horizon
     t_min = min(len(s) for s in ds.series)
-    min_train = max(2 * ds.season + 1, 8)
+    min_train = max(2 * ds.season + 1, 8, h + 2)   # h + 2: the fewest a forecaster must take
     k = origins
     while k > 1 and t_min - h * k < min_train:
         k -= 1
