@@ -12,7 +12,7 @@ from attnx.forecasting import _selection as sel
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, epochs=2, random_state=0)
 NAMES = ("naive", "drift", "ses", "theta", "drift_log", "ses_log", "theta_log", "ets",
-         "atheta", "arima", "arima1", "mstl", "pretrained", "combination")
+         "atheta", "arima", "arima1", "mstl", "pretrained", "sar", "combination")
 
 
 def _seasonal(n, period=12, seed=0, level=10.0, amp=3.0, noise=0.3):
@@ -245,3 +245,29 @@ def test_a_season_diluted_by_a_mixed_panel_is_still_offered():
     assert f.season_ == 1 and f.periods_ == [4]
     g = attnx.TransformerForecaster(4, method="auto", season=1).fit(series)
     assert g.periods_ == []                     # a season given is kept as it is
+
+
+def test_seasonal_naive_joins_a_close_combination_outside_the_top():
+    """Six candidates within RATIO of the best and none dominant: the combination
+    weighs the TOP best and also the best seasonal naive (period > 1), the sixth
+    here; naive (period 1) and a seasonal naive beyond RATIO do not join."""
+    h, o = 4, 3
+    truth = np.zeros((o, h))
+    obs = np.ones((o, h), dtype=bool)
+    errs = {"a": 1.0, "b": 1.05, "c": 1.1, "d": 1.15, "e": 1.2, "seasonal_naive12": 1.3,
+            "naive": 1.25, "seasonal_naive24": 1.6}
+    from attnx.forecasting import _classical as cl
+    final = {k: (cl.Forecast(np.full(h, v), np.ones(h)), {}) for k, v in errs.items()}
+    pred = {k: (np.full((o, h), v), np.ones((o, h))) for k, v in errs.items()}
+    c = sel.pick(sel.Evaluation(final, pred, truth, obs))
+    parts = [p[0] for p in c.spec["parts"]]
+    assert c.name == sel.COMBO
+    assert parts == ["a", "b", "c", "d", "e", "seasonal_naive12"], parts
+    w = np.array([p[2] for p in c.spec["parts"]])
+    inv = 1.0 / np.array([errs[k] for k in parts]) ** 2
+    np.testing.assert_allclose(w, inv / inv.sum())
+    # a dominant best forecasts alone, seasonal naive or not
+    errs2 = dict(errs, a=0.5)
+    final2 = {k: (cl.Forecast(np.full(h, v), np.ones(h)), {}) for k, v in errs2.items()}
+    pred2 = {k: (np.full((o, h), v), np.ones((o, h))) for k, v in errs2.items()}
+    assert sel.pick(sel.Evaluation(final2, pred2, truth, obs)).name == "a"

@@ -89,3 +89,28 @@ def test_reuse_takes_only_the_peers_without_attnx(bench, tmp_path):
     other = [{"set": "s", "lengths": [10, 13], "peers": {}}]
     with pytest.raises(ValueError, match="other series"):
         bench.reuse_results(other, str(path))
+
+
+def test_backtest_gives_each_series_coverage_over_its_origins(bench):
+    """run_backtests keeps each series' coverage pooled over the origins, the origins
+    leave every series h + 2 values (the fewest a forecaster takes), and targets
+    reports the share of h >= 8 series at 0.75 or more over the origins."""
+    rng = np.random.default_rng(0)
+    h = 12
+    series = [100 + np.cumsum(rng.normal(size=n)) for n in (36, 40, 60)]
+    ds = bench.Dataset("walk", series, ["a", "b", "c"], "monthly", 1, h, "test")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = bench.run_backtests(ds, ["attnx_auto"], 3, 0, lambda *_: None)
+    assert out["initial"] >= h + 2 and out["origins"] == 1
+    e = out["peers"]["attnx_auto"]
+    assert "series_coverage" in e and len(e["series_coverage"]) == 3
+    assert np.mean(e["series_coverage"]) == pytest.approx(e["coverage"])
+    results = [{"set": "walk", "horizon": h, "peers": {
+        "seasonal_naive": {"rows": [dict(series="a", mase=1.0, coverage=1.0)], "mase": 1.0},
+        "auto_ets": {"rows": [dict(series="a", mase=1.0, coverage=1.0)], "mase": 1.0},
+        "attnx_auto": {"rows": [dict(series="a", mase=1.0, coverage=1.0)], "mase": 1.0}},
+        "backtest": {"peers": {"attnx_auto": {"series_coverage": [0.9, 0.5, 0.75, 1.0]}}}}]
+    t = bench.targets(results, "attnx_auto")
+    assert t["share_h8_series_cov75_origins"] == pytest.approx(0.75)
+    assert t["n_h8_series_origins"] == 4

@@ -12,6 +12,11 @@ whose seasonal spread grows with its level (attnx.forecasting._classical.multipl
 attnx's pretrained network (attnx.forecasting._pretrained_forecaster: trained on
 synthetic series only; horizons up to 64), ``pretrained``, with its error scale the
 series' one-step naive error grown with the square root of the step.
+``sar``: a seasonal autoregression of the seasonally differenced series, the
+multiplicative ARIMA(p, 0, 0)(1, 1, 0) at the main period estimated by least squares,
+any longer periods' indices removed first (attnx.forecasting._seasonal_ar): a seasonal
+ARIMA that is cheap at long periods, for a seasonal series on which the seasonal
+AutoARIMA search is not run (too costly, or no statsforecast).
 statsforecast's, when it is installed (the optional ``forecast`` extra):
   ets      AutoETS (error, trend, damping and season chosen by AICc; the origins
            reuse the chosen form)
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _classical as cl
+from . import _seasonal_ar as sar
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -79,7 +85,11 @@ def available(y: F64, periods: tuple[int, ...], *, use_statsforecast: bool = Tru
     main = min(periods) if periods else 1
     if cl.multiplicative(y, main):
         names += ["drift_log", "ses_log", "theta_log"]
-    if use_statsforecast and have_statsforecast():
+    sf = use_statsforecast and have_statsforecast()
+    if (main > 1 and y.shape[0] >= sar.min_length(main)
+            and not (sf and y.shape[0] * main <= ARIMA_MAX_COST)):
+        names.append("sar")   # where the seasonal AutoARIMA search does not run
+    if sf:
         names += ["ets", "atheta"]
         if y.shape[0] <= ARIMA_MAX_COST:   # a seasonal search only when it is cheap
             names.append("arima" if y.shape[0] * max(main, 1) <= ARIMA_MAX_COST
@@ -94,7 +104,7 @@ def is_candidate(name: str) -> bool:
     base = name.removesuffix("_log")
     if base.startswith("seasonal_naive"):
         return base[len("seasonal_naive"):].isdigit() and int(base[14:]) >= 1
-    return name in _SF or name == "pretrained" or base in cl.METHODS
+    return name in _SF or name in ("pretrained", "sar") or base in cl.METHODS
 
 
 def min_length(name: str, periods: tuple[int, ...]) -> int:
@@ -103,6 +113,8 @@ def min_length(name: str, periods: tuple[int, ...]) -> int:
         return SF_MIN_LENGTH
     if name == "pretrained":
         return PRETRAINED_MIN_LENGTH
+    if name == "sar":
+        return sar.min_length(max(min([p for p in periods if p > 1], default=2), 2))
     base = name.removesuffix("_log")
     if base.startswith("seasonal_naive"):
         return int(base[len("seasonal_naive"):]) + 1
@@ -113,6 +125,8 @@ def fit(name: str, y: F64, h: int, periods: tuple[int, ...]) -> tuple[cl.Forecas
     """Candidate `name` chosen and run on y: (its forecast, its spec)."""
     if name in _SF:
         return _sf_fit(name, y, h, periods, None)
+    if name == "sar":
+        return sar.run(y, h, periods)
     return _own(name, {}, y, h, periods), {}
 
 
@@ -131,6 +145,8 @@ def refit(name: str, spec: Spec, y: F64, h: int, periods: tuple[int, ...]) -> cl
 def _own(name: str, spec: Spec, y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
     if name == "pretrained":
         return _pretrained(y, h, periods)
+    if name == "sar":
+        return sar.run(y, h, periods, spec)[0]
     log = name.endswith("_log")
     base = name.removesuffix("_log")
     if base.startswith("seasonal_naive"):

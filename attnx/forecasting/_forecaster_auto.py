@@ -2,8 +2,9 @@
 network path's fallback when the series are too short for its windows.
 
 Every channel of every series is forecast on its own: the candidates of
-attnx.forecasting._candidates (attnx's own methods; statsforecast's AutoETS, AutoTheta, AutoARIMA
-and MSTL when it is installed) are scored on rolling origins and the best one, or the
+attnx.forecasting._candidates (attnx's own methods, a seasonal autoregression and the
+pretrained network; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
+installed) are scored on rolling origins and the best one, or the
 combination of the best few, is kept (attnx.forecasting._selection). Its intervals are conformal:
 its normalised errors at those origins scale its own error growth along the horizon.
 

@@ -136,8 +136,8 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
     random_state, verbose, dtype : as the other estimators.
     method : "network" (default): the transformer above; series too short for its
         training and calibration windows fall back to "auto" with a UserWarning.
-        "auto": classical candidates (attnx's own naive, seasonal naive, drift, SES
-        and Theta; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
+        "auto": classical candidates (attnx's own naive, seasonal naive, drift, SES,
+        Theta and a seasonal autoregression; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
         installed) chosen per series on rolling-origin errors, intervals calibrated
         conformally on the same origins (attnx.forecasting._selection); or one candidate's name.
         The fitted ``method_`` says what forecasts (attnx.forecasting._forecaster_auto). The
