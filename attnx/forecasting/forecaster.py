@@ -29,6 +29,7 @@ from ._forecaster_inputs import NetworkInputs
 from ._forecaster_stats import MIN_EVIDENCE
 from ._forecaster_stats import col_stats as _col_stats
 from ._forecaster_stats import evidence as _evidence
+from ._training_budget import default_epochs
 from ..runtime._progress import progress_phase
 from ..estimators.regressors import TransformerRegressor
 
@@ -128,8 +129,10 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         between are interpolated linearly).
     calibration : origins per series kept for calibration; None: enough for about 200
         calibration windows in all, between 1 and a quarter of each series' windows.
-    steps : optimizer steps to train for (epochs = steps / batches per epoch, clipped to
-        [20, 300]) when epochs is None.
+    steps : optimizer steps to train for when epochs is None: epochs = steps / batches
+        per epoch, clipped to [20, 300], the floor of 20 epochs costing at most
+        2 * steps optimizer steps (a large panel of many windows trains for
+        round(2 * steps / batches per epoch) epochs, at least 1).
     epochs, batch_size, lr, weight_decay : training; AdamW at a constant learning rate
         (the calibration run is resumed in chunks to check its held-out error),
         weight decay on the weight matrices only, gradient clipping at norm 1.
@@ -208,8 +211,7 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         bs = win.check_int("batch_size", self.batch_size, 1)
         pinball = len(self.levels_) > 1
         if self.epochs is None:
-            per_epoch = math.ceil(n_windows / bs)
-            epochs = int(np.clip(round(self.steps / per_epoch), 20, 300))
+            epochs = default_epochs(self.steps, math.ceil(n_windows / bs))
         else:
             epochs = int(self.epochs)
         return TransformerRegressor(

@@ -1,0 +1,58 @@
+"""Fit + predict time of TransformerForecaster's defaults as one global model over 1000
+short generated series (20-120 values each: a random walk with drift, a season of 4 or
+12 or none; horizon 6), in one process with the default threads.
+
+    python benchmarks/global_fit_timing.py --seed 0
+
+Prints the wall and CPU seconds of fit and predict, the epochs the network trained for,
+the number of training windows and the load average (the machine may be shared: the
+CPU seconds do not count the time other processes took)."""
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+if os.path.exists(os.path.join(REPO, "attnx", "__init__.py")):
+    sys.path.insert(0, REPO)  # the in-place build of this checkout
+
+import numpy as np  # noqa: E402
+
+
+def panel(seed, n_series=1000):
+    """The generated series (the module docstring)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_series):
+        n = int(rng.integers(20, 121))
+        t = np.arange(n)
+        m = int(rng.choice([1, 4, 12]))
+        y = 10 + 0.05 * rng.standard_normal() * t + np.cumsum(0.3 * rng.standard_normal(n))
+        if m > 1:
+            y += rng.uniform(0, 2) * np.sin(2 * np.pi * t / m + rng.uniform(0, 6))
+        out.append(y)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0, help="seed of the generated series")
+    ap.add_argument("--series", type=int, default=1000)
+    args = ap.parse_args(argv)
+    import attnx
+    series = panel(args.seed, args.series)
+    f = attnx.TransformerForecaster(horizon=6, random_state=0)
+    w0, c0 = time.perf_counter(), time.process_time()
+    f.fit(series)
+    w1, c1 = time.perf_counter(), time.process_time()
+    f.predict()
+    w2, c2 = time.perf_counter(), time.process_time()
+    print(f"seed {args.seed}, {args.series} series, {f.n_windows_} windows: fit {w1 - w0:.1f} s "
+          f"({c1 - c0:.1f} s CPU), predict {w2 - w1:.2f} s ({c2 - c1:.2f} s CPU); final fit "
+          f"{f.regressor_.n_iter_} epoch(s), method_={f.method_!r}, load average "
+          f"{os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
