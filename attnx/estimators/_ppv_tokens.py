@@ -171,7 +171,7 @@ class PPVTokens:
         scale[~(scale > 1e-12)] = 1.0
         t_min = int(t if lengths is None or not lengths.size else lengths.min())
         t_min = -int(dist.allmax(-t_min))
-        qs = QUANTILES if MAX_DILATIONS * c * len(COMB) * len(QUANTILES) <= MAX_FEATURES \
+        qs: tuple[float, ...] = QUANTILES if MAX_DILATIONS * c * len(COMB) * len(QUANTILES) <= MAX_FEATURES \
             else FEW_QUANTILES
         nd = MAX_DILATIONS
         while nd > 1 and nd * c * len(COMB) * len(qs) > MAX_FEATURES:
