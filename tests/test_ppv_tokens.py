@@ -34,9 +34,11 @@ def _series(n=6, t=90, c=2, seed=0, short=(70, 41, 77)):
     return x, lengths, miss
 
 
-def _reference(tr, x, lengths, miss, dt):
+def _reference(tr, x, lengths, miss, dt, shift=0.0):
     """The tokens in NumPy: every kernel output at every step, thresholded, and the
-    fractions over each window's valid steps."""
+    fractions over each window's valid steps. shift moves every bias (a quantile bias
+    can equal a training output, whose sum the kernel may round the other way:
+    +-shift bound the tokens such a tie can make)."""
     n, t, c = x.shape
     valid = P._valid(n, t, lengths, miss)
     xs = P._centred(x.astype(dt), tr.mean, tr.scale, valid).astype(dt).astype(np.float64)
@@ -46,7 +48,8 @@ def _reference(tr, x, lengths, miss, dt):
     blocks = []
     for i, d in enumerate(tr.dilations):
         out = P.conv_outputs(xs, lengths, int(d), np.ones((n, t), bool)).reshape(n, t, c, -1)
-        ind = (out[..., None] > bias[i][None, None]).reshape(n, t, -1).astype(np.float64)
+        ind = (out[..., None] > bias[i][None, None] + shift).reshape(n, t, -1).astype(
+            np.float64)
         ind[~valid] = 0
         pad = np.zeros((n, tp, ind.shape[-1]))
         pad[:, :t] = ind
@@ -64,18 +67,27 @@ def test_kernel_is_the_numpy_transform(dtype, window):
     data = seqs.Data(x, lengths, np.zeros(len(x), np.int64), None, False, miss)
     tr = P.PPVTokens.fit(data, window, 0, distributed.Local())
     assert list(tr.dilations) == list(P.dilations(41)) and len(tr.dilations) > 1
-    assert tr.bias.shape == (len(tr.dilations), 2, 84, 2)
+    nq = len(P.QUANTILES)
+    assert tr.bias.shape == (len(tr.dilations), 2, 84, nq) and nq == 5
     out, tl, tm = tr.transform(x.astype(dtype), lengths, miss)
     assert out.dtype == dtype and out.shape == (6, -(-90 // window), tr.n_features)
     ref = _reference(tr, x, lengths, miss, dtype)
     tol = 0 if dtype == np.float64 else 1e-6
-    np.testing.assert_allclose(out, ref, rtol=0, atol=tol)
+    # exact except where an output ties with a bias to rounding (a few in 1e4)
+    eps = 1e-9 if dtype == np.float64 else 1e-4
+    hi = _reference(tr, x, lengths, miss, dtype, -eps)
+    lo = _reference(tr, x, lengths, miss, dtype, eps)
+    assert np.all(out >= lo - tol) and np.all(out <= hi + tol)
+    ties = hi != lo
+    assert ties.mean() < 2e-2   # tokens with a tie in their window
+    np.testing.assert_allclose(out[~ties], ref[~ties], rtol=0, atol=tol)
     assert list(tl) == list(-(-lengths // window))
     np.testing.assert_array_equal(tm, seqs.patch_missing(miss, lengths, window))
-    # fractions: in [0, 1], the 0.2 / 0.8 quantile biases leave most kernels between
+    # fractions: in [0, 1]; most outputs lie above the lowest (0.1 quantile) bias, fewer
+    # above each next one, few above the highest (0.9)
     assert out.min() >= 0 and out.max() <= 1
-    lo, hi = out[0, 1, 0::2].mean(), out[0, 1, 1::2].mean()
-    assert 0.5 < lo < 0.95 and 0.05 < hi < 0.5
+    means = [out[0, 1, q::nq].mean() for q in range(nq)]
+    assert means[0] > 0.6 and means[-1] < 0.4 and all(np.diff(means) < 0)
 
 
 def test_kernel_threads_give_the_same_tokens():
@@ -132,6 +144,25 @@ def test_state_round_trip_and_bad_state():
         tr.transform(np.zeros((1, 90, 3)), None, None)
 
 
+def test_many_channels_keep_two_biases_and_every_dilation():
+    # five biases at 8 dilations would pass MAX_FEATURES with 5 channels: the two
+    # earlier quantiles (0.2, 0.8) keep all 8 dilations; 4 channels keep five
+    x = np.random.default_rng(1).standard_normal((4, 300, 5))
+    for c, qs in ((5, P.FEW_QUANTILES), (4, P.QUANTILES)):
+        data = seqs.Data(x[..., :c], None, np.zeros(4, np.int64), None, False, None)
+        tr = P.PPVTokens.fit(data, 75, 0, distributed.Local())
+        nd = len(P.dilations(300))   # every dilation 300 steps allow
+        assert tr.bias.shape == (nd, c, 84, len(qs)) and list(tr.dilations) == list(
+            P.dilations(300))
+        assert tr.n_features == nd * c * 84 * len(qs) <= P.MAX_FEATURES
+        xs = P._centred(x[:, :, :c], tr.mean, tr.scale, np.ones((4, 300), bool))
+        out = P.conv_outputs(xs, np.full(4, 300), int(tr.dilations[2]),
+                             np.ones((4, 300), bool))   # (n, C, 84) as fit pools them
+        rows = out.reshape(out.shape[0], -1).T
+        np.testing.assert_allclose(tr.bias[2].reshape(c * 84, -1),
+                                   np.quantile(rows, qs, axis=1).T, rtol=1e-12)
+
+
 def test_dilations_and_feature_cap():
     assert list(P.dilations(10)) == [1]
     d = P.dilations(2000)
@@ -156,6 +187,23 @@ def _shifted_shape(n=60, t=96, seed=0):
         else:
             X[i, at:at + 9, 0] += np.hanning(9) * 2.0
     return X, y
+
+
+def test_standardize_scales_ppv_token_features_by_token_scale_times_std():
+    X, y = _shifted_shape()
+    est = TC(**SMALL).fit(X, y)
+    tokens = P.PPVTokens.from_spec(est._ppv).transform(X, None, None)[0]
+    flat = tokens.reshape(-1, tokens.shape[-1]).astype(np.float64)
+    std = flat.std(axis=0)
+    np.testing.assert_allclose(est.input_mean_, flat.mean(axis=0), rtol=1e-6, atol=1e-8)
+    # powers of two within sqrt(2) of TOKEN_SCALE x std (1 where a feature is constant)
+    ratio = est.input_scale_[std > 0] / (P.TOKEN_SCALE * std[std > 0])
+    assert P.TOKEN_SCALE == 4.0 and np.all(np.log2(est.input_scale_) % 1 == 0)
+    assert np.all((ratio >= 2 ** -0.5 - 1e-5) & (ratio <= 2 ** 0.5 + 1e-5))
+    np.testing.assert_array_equal(est.input_scale_[std == 0], 1.0)
+    # raw patches of the same series keep unit variance (no token factor)
+    raw = TC(**SMALL, tokenizer="patch").fit(X, y)
+    assert np.all((raw.input_scale_ / X.std() >= 0.5) & (raw.input_scale_ / X.std() <= 2))
 
 
 def test_auto_rule_picks_ppv_for_long_classification_series_only():

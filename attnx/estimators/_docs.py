@@ -53,9 +53,10 @@ _COMMON_DOC = """
         window's local shapes: the 84 fixed length-9 kernels with weights -1 and 2
         convolved with each channel (centred and scaled by its training mean and
         std) at up to 8 dilations from 1 to (T_min - 1) / 8, and per kernel the
-        fractions of the window's valid steps where the output exceeds each of two
-        biases (its 0.2 and 0.8 quantiles on up to 8 training series): D * C * 168
-        features per token (attnx.estimators._ppv_tokens; the windows are the patches the
+        fractions of the window's valid steps where the output exceeds each of five
+        biases (its 0.1, 0.3, 0.5, 0.7 and 0.9 quantiles on up to 8 training series;
+        two, 0.2 and 0.8, with more than 4 channels): D * C * 420 (168) features per
+        token (attnx.estimators._ppv_tokens; the windows are the patches the
         patch_len rule makes; with patch_len=None at most 4 windows, of
         ceil(T_max / 4) steps). Fitted once at fit, not trained; the transformer
         learns from the tokens. "auto" (TransformerClassifier's default): "ppv" for a

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from . import _sequences as seqs
+from ._ppv_tokens import TOKEN_SCALE
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -73,7 +74,10 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
         mean = s1 / max(count, 1.0)
         s2 = dist.allsum(((xv - mean) ** 2).sum(axis=0))
         est.input_mean_ = mean if cfg.stem is None else np.zeros_like(mean)
-        est.input_scale_ = power_of_two(np.sqrt(s2 / max(count, 1.0)))
+        scale = np.sqrt(s2 / max(count, 1.0))
+        if est.__dict__.get("_ppv_now") is not None:   # PPV tokens: TOKEN_SCALE x std
+            scale = scale * TOKEN_SCALE
+        est.input_scale_ = power_of_two(scale)
     xs = ((x - est.input_mean_) / est.input_scale_).astype(x.dtype)
     if masked is not None:   # padding and missing positions stay zero
         xs[masked] = 0
