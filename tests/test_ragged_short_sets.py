@@ -64,17 +64,21 @@ def test_two_patterns_order_gives_the_class():
             assert (lo_at < hi_at) == bool(bit)
 
 
+def _by_class(gen, seed, t, n, classes):
+    """n series of t steps from gen, grouped by class, and each class's mean series."""
+    rng = np.random.default_rng(seed)
+    by = {k: [] for k in range(classes)}
+    for _ in range(n):
+        x, k = gen(rng, t)
+        assert x.shape == (t,)
+        by[k].append(x)
+    return by, {k: np.mean(v, axis=0) for k, v in by.items()}
+
+
 def test_control_charts_trend_shift_and_cycle():
     """Class means over many series: the trends rise and fall, the shifts end above and
     below the start, the cyclic and normal series stay level on average."""
-    rng = np.random.default_rng(2)
-    t = 60
-    by = {k: [] for k in range(6)}
-    for _ in range(1200):
-        x, k = acc._control(rng, t)
-        assert x.shape == (t,)
-        by[k].append(x)
-    m = {k: np.mean(v, axis=0) for k, v in by.items()}
+    by, m = _by_class(acc._control, 2, 60, 1200, 6)
     rise = {k: m[k][-10:].mean() - m[k][:10].mean() for k in m}
     assert rise[2] > 10 and rise[3] < -10 and rise[4] > 7 and rise[5] < -7
     assert abs(rise[0]) < 2 and abs(rise[1]) < 4
@@ -86,14 +90,7 @@ def test_waveform_classes_mix_two_of_three_triangles():
     second is above 0 (2), at step 19 only the third (2), at step 11 the first is 6 and
     the others 2. So class 0 (1, 2) lacks step 19, class 1 (1, 3) step 3, class 2 (2, 3)
     has both ends but half the others' height at step 11."""
-    rng = np.random.default_rng(3)
-    t = 21
-    by = {k: [] for k in range(3)}
-    for _ in range(900):
-        x, k = acc._waveform(rng, t)
-        assert x.shape == (t,)
-        by[k].append(x)
-    m = {k: np.mean(v, axis=0) for k, v in by.items()}
+    _, m = _by_class(acc._waveform, 3, 21, 900, 3)
     assert abs(m[0][18]) < 0.3 and abs(m[1][2]) < 0.3
     assert m[0][2] > 0.7 and m[1][18] > 0.7 and m[2][2] > 0.7 and m[2][18] > 0.7
     assert m[2][10] < 2.5 < 3.5 < min(m[0][10], m[1][10])
