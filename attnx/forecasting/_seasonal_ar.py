@@ -71,7 +71,7 @@ def _coefficients(y: F64, m: int, p: int, mean: bool
         if p == 0:
             return mu, phi_s, np.zeros(0), u
         x = np.column_stack([u[p - k: u.shape[0] - k] for k in range(1, p + 1)])
-        phi = np.linalg.lstsq(x, u[p:], rcond=None)[0]
+        phi: F64 = np.asarray(np.linalg.lstsq(x, u[p:], rcond=None)[0], dtype=np.float64)
         if np.all(np.isfinite(phi)) and np.all(np.abs(np.roots(np.r_[1.0, -phi])) < 1.0):
             return mu, phi_s, phi, u[p:] - x @ phi
         p -= 1
