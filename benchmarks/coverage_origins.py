@@ -239,13 +239,7 @@ def main(argv=None):
         with open(args.render) as fh:
             out = finish(json.load(fh))
         out["meta"].setdefault("wall", sum(s["summary"]["time"] for s in out["sets"].values()))
-        text = markdown(out)
-        print(text)
-        if args.out:
-            with open(args.out + ".json", "w") as fh:
-                json.dump(out, fh, indent=1)
-            with open(args.out + ".md", "w") as fh:
-                fh.write(text)
+        _write(out, args.out)
         return
     if args.simulate_only:
         for h in (8, 12, 14, 18, 24, 48):
@@ -286,12 +280,17 @@ def main(argv=None):
                 json.dump(out, fh, indent=1)
     finish(out)
     out["meta"]["wall"] = time.perf_counter() - t_wall
+    _write(out, args.out)
+
+
+def _write(out, prefix):
+    """Print the tables; with a prefix, also write PREFIX.json and PREFIX.md."""
     text = markdown(out)
     print(text)
-    if args.out:
-        with open(args.out + ".json", "w") as fh:
+    if prefix:
+        with open(prefix + ".json", "w") as fh:
             json.dump(out, fh, indent=1)
-        with open(args.out + ".md", "w") as fh:
+        with open(prefix + ".md", "w") as fh:
             fh.write(text)
 
 
