@@ -43,12 +43,15 @@ Peers (statsforecast models are fitted per series, level=[90] intervals):
   ridge_ar        scikit-learn RidgeCV (alphas 1e-4..1e2, leave-one-out) on the last
                   L = min(max(2m, 12), n_train // 2) standardised values, one step
                   ahead, applied recursively for h steps; no intervals
-  attnx           attnx.TransformerForecaster(horizon=h, random_state=seed) with its
-                  defaults: one global model over all series of a multi-series set.
-                  Skipped (with a note) until the class exists.
-  attnx_auto      attnx.TransformerForecaster(horizon=h, method="auto"): classical
-                  candidates chosen per series on rolling origins (deterministic: no
-                  seed enters)
+  attnx           (--peers only) attnx.TransformerForecaster(horizon=h, random_state=seed)
+                  with its defaults: method="auto" on series alone (the same forecasts
+                  as attnx_auto). Skipped (with a note) until the class exists.
+  attnx_auto      attnx.TransformerForecaster(horizon=h, method="auto"): candidates
+                  chosen per series on rolling origins (deterministic: no seed enters)
+  attnx_network   attnx.TransformerForecaster(horizon=h, method="network",
+                  random_state=seed): the transformer, one global model over all series
+                  of a multi-series set (the forecaster's default before method=None;
+                  older result files call it "attnx")
   attnx_quantile  (--peers only) attnx with intervals="quantile": the network learns
                   7 quantile levels with the pinball loss, calibrated conformally
   attnx_pretrained (--peers only) attnx's pretrained network
@@ -142,12 +145,13 @@ from attnx.forecasting import backtest, interval_coverage, mase, smape  # noqa: 
 SETS = ("sunspots", "co2", "nile", "uschange", "solar", "pbs", "m1_yearly")
 SYNTH_SETS = ("synth_trend", "synth_mult", "synth_multi", "synth_shift", "synth_demand",
               "synth_walk", "synth_short_q", "synth_short_y")
-PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar", "attnx",
-         "attnx_auto", "torch_twin")
+PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar",
+         "attnx_auto", "attnx_network", "torch_twin")
 #: the peers the targets compare with
 CLASSICAL = ("auto_ets", "auto_arima", "auto_theta")
-#: more peers one may ask for with --peers: attnx with quantile intervals
-EXTRA_PEERS = ("attnx_quantile", "patchtst", "attnx_pretrained")
+#: more peers one may ask for with --peers: the defaults (the same as attnx_auto on
+#: series alone), attnx with quantile intervals, PatchTST, the pretrained network
+EXTRA_PEERS = ("attnx", "attnx_quantile", "patchtst", "attnx_pretrained")
 #: patchtst's training steps (neuralforecast's default is 5000; --patchtst-steps)
 PATCHTST_STEPS = 500
 LEVEL = 90
@@ -380,6 +384,12 @@ def attnx_auto(horizon, seed):
     return None if est is None else est.set_params(method="auto")
 
 
+def attnx_network(horizon, seed):
+    """attnx's transformer forecaster (method="network"): one global model."""
+    est = attnx_forecaster(horizon, seed)
+    return None if est is None else est.set_params(method="network")
+
+
 def attnx_quantile(horizon, seed):
     """attnx's forecaster with intervals="quantile" (a network trained with the pinball
     loss on several levels, calibrated conformally)."""
@@ -396,11 +406,13 @@ def torch_twin(horizon, seed):
         import torch_forecaster  # benchmarks/ is on sys.path when run as a script
     except ImportError:
         return None
-    return torch_forecaster.TorchForecaster(horizon=horizon, random_state=seed)
+    return torch_forecaster.TorchForecaster(horizon=horizon, random_state=seed,
+                                            method="network")
 
 
 #: the peers that are attnx forecasters (or its twin), by name
 FACTORIES = {"attnx": attnx_forecaster, "attnx_auto": attnx_auto,
+             "attnx_network": attnx_network,
              "attnx_quantile": attnx_quantile,
              "torch_twin": torch_twin}
 
@@ -664,7 +676,7 @@ def targets(results, peer):
 
 def targets_markdown(results):
     lines = []
-    for peer in ("attnx_auto", "attnx", "attnx_pretrained"):
+    for peer in ("attnx_auto", "attnx", "attnx_network", "attnx_pretrained"):
         t = targets(results, peer)
         if t is None:
             continue
@@ -695,14 +707,15 @@ def targets_markdown(results):
 
 # ---------------------------------------------------------------- timing (issue 39)
 def timing(out, n=500, h=18, repeats=5):
-    """Wall time of attnx_auto's fit + predict + 90% interval on `repeats` 500-point
+    """Wall time of the defaults' (attnx, method="auto" on a series alone) fit +
+    predict + 90% interval on `repeats` 500-point
     monthly series (trend + yearly season + a random-walk level + noise, seeds 0..),
     in this process after a first throw-away fit (statsforecast's import, ~2-4 s,
     is paid once per process and reported apart)."""
     t0 = time.perf_counter()
     import statsforecast.models  # noqa: F401
     imp = time.perf_counter() - t0
-    est = attnx_auto(h, 0)
+    est = attnx_forecaster(h, 0)
     rows = []
     for seed in range(-1, repeats):
         rng = np.random.default_rng(abs(seed))
@@ -723,7 +736,8 @@ def timing(out, n=500, h=18, repeats=5):
             "statsforecast_import_seconds": imp, "n": n, "horizon": h}
     with open(out + ".json", "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    lines = ["# attnx_auto: fit + predict + 90% interval of a 500-point monthly series", "",
+    lines = ["# attnx defaults: fit + predict + 90% interval of a 500-point monthly series",
+             "",
              f"{meta['date']}, python {meta['python']}, statsforecast "
              f"{meta['versions'].get('statsforecast')}, OMP_NUM_THREADS="
              f"{meta['omp_num_threads']}; h = {h}; one process, after a throw-away fit "
@@ -869,7 +883,7 @@ def main(argv=None):
     ap.add_argument("--panel-seed", type=int, default=0,
                     help="seed of the synthetic panel's series (default 0)")
     ap.add_argument("--timing", action="store_true",
-                    help="only time attnx_auto's fit + predict + 90%% interval on five "
+                    help="only time the defaults' (method='auto') fit + predict + 90%% interval on five "
                          "500-point monthly series (--out PREFIX.md / .json)")
     ap.add_argument("--arima-long-seasons", action="store_true",
                     help="run AutoARIMA on synthetic sets with m >= 24 too (minutes a series)")
@@ -929,6 +943,7 @@ def main(argv=None):
             "synthetic": args.synthetic, "panel_seed": args.panel_seed if args.synthetic
             else None, "reused": os.path.basename(args.reuse) if args.reuse else None,
             "targets": {p: targets(results, p) for p in ("attnx_auto", "attnx",
+                                                         "attnx_network",
                                                          "attnx_pretrained")},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

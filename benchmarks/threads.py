@@ -18,10 +18,12 @@ where a second thread pays and must keep paying):
 
   digits        TransformerClassifier(random_state=0, epochs=3) on scikit-learn's digits
                 as 8-row sequences (1000 x 8 x 8)
-  forecast300   TransformerForecaster(horizon=12, random_state=0) fit + predict on a
-                300-point monthly series (trend + yearly season + noise, seed 0)
-  cli_co2       ``attnx forecast co2.csv --horizon 24``: statsmodels' co2 as 526 monthly
-                means (needs statsmodels and pandas), the whole command
+  forecast300   TransformerForecaster(horizon=12, method="network", random_state=0)
+                fit + predict on a 300-point monthly series (trend + yearly season +
+                noise, seed 0)
+  cli_co2       ``attnx forecast co2.csv --horizon 24 --method network``: statsmodels'
+                co2 as 526 monthly means (needs statsmodels and pandas), the whole
+                command
   attn_large    MultiHeadAttention(256, 8) training steps (forward, MSE, backward,
                 AdamW) on B8 x T512 x d256, float32, after two warm-up steps
   transformer   Transformer(128, 4, n_layers=2) training steps on B32 x T128 x d128
@@ -69,7 +71,7 @@ t = np.arange(300)
 rng = np.random.default_rng(0)
 y = 10 + 0.02 * t + 2 * np.sin(2 * np.pi * t / 12) + rng.normal(0, 0.5, 300)
 t0 = time.perf_counter()
-f = attnx.TransformerForecaster(horizon=12, random_state=0).fit(y)
+f = attnx.TransformerForecaster(horizon=12, method="network", random_state=0).fit(y)
 f.predict_interval()
 print("SECONDS", time.perf_counter() - t0)
 """,
@@ -151,7 +153,8 @@ def run_case(case: str, extra: dict[str, str], folder: str, co2: str | None
         out = os.path.join(folder, "fc.csv")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "attnx", "forecast", co2, "--horizon", "24",
-                        "--time-col", "month", "--target", "co2", "--out", out, "--seed", "0"],
+                        "--time-col", "month", "--target", "co2", "--out", out, "--seed", "0",
+                        "--method", "network"],
                        env=env, check=True, cwd=folder, stdout=subprocess.DEVNULL)
         return time.perf_counter() - t0
     r = subprocess.run([sys.executable, "-c", CASES[case]], env=env, check=True,

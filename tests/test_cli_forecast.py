@@ -7,7 +7,7 @@ from attnx.__main__ import main
 
 pd = pytest.importorskip("pandas")
 
-FAST = ["--d-model", "8", "--epochs", "2", "--seed", "0"]
+FAST = ["--d-model", "8", "--epochs", "2", "--seed", "0", "--method", "network"]
 
 
 def _long(n=(40, 52)):
@@ -45,7 +45,7 @@ def test_csv_round_trip_matches_the_api(tmp_path, capsys, intervals):
     out = _check_output(dst, df, 3)
     series = [df[df.store == k].set_index(pd.DatetimeIndex(df[df.store == k].date))["y"]
               for k in "ab"]
-    f = attnx.TransformerForecaster(3, d_model=8, epochs=2, random_state=0,
+    f = attnx.TransformerForecaster(3, d_model=8, epochs=2, random_state=0, method="network",
                                     intervals=intervals).fit(series)
     want = np.concatenate([p.to_numpy() for p in f.predict()])
     np.testing.assert_allclose(out["forecast"].to_numpy(), want, rtol=1e-12)

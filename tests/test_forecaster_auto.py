@@ -271,3 +271,22 @@ def test_seasonal_naive_joins_a_close_combination_outside_the_top():
     final2 = {k: (cl.Forecast(np.full(h, v), np.ones(h)), {}) for k, v in errs2.items()}
     pred2 = {k: (np.full((o, h), v), np.ones((o, h))) for k, v in errs2.items()}
     assert sel.pick(sel.Evaluation(final2, pred2, truth, obs)).name == "a"
+
+
+def test_the_default_method_is_auto_alone_and_the_network_with_covariates_or_quantiles():
+    """method=None: the candidates per series for series alone (the same forecast as
+    method="auto", no warning); the network when covariates are given or learned
+    quantiles are asked for, which only the network has."""
+    y = _seasonal(120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = attnx.TransformerForecaster(6, **TINY).fit(y)
+    assert f.get_params()["method"] is None and f.method_ != "network"
+    g = attnx.TransformerForecaster(6, method="auto", **TINY).fit(y)
+    np.testing.assert_array_equal(f.predict(), g.predict())
+    np.testing.assert_array_equal(f.predict_interval(), g.predict_interval())
+    X = np.arange(120.0)[:, None]
+    with_x = attnx.TransformerForecaster(6, **TINY).fit(y, X=X)
+    assert with_x.method_ == "network" and hasattr(with_x, "regressor_")
+    q = attnx.TransformerForecaster(6, intervals="quantile", **TINY).fit(y)
+    assert q.method_ == "network" and q.regressor_.loss == "pinball"

@@ -10,7 +10,8 @@ from attnx.forecasting import _season
 from attnx.forecasting import _windows as win
 from attnx.forecasting import _forecaster_stats as fstats
 
-TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=60, random_state=0, dtype=np.float64)
+TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=60, random_state=0, dtype=np.float64,
+            method="network")
 
 
 def test_profile_is_the_per_phase_mean_of_the_real_steps():

@@ -63,6 +63,7 @@ def test_fit_uses_the_budget(monkeypatch, n_series, bounded):
         return reg
     monkeypatch.setattr(fm.TransformerForecaster, "_regressor", spy)
     f = attnx.TransformerForecaster(horizon=4, d_model=8, n_heads=2, n_layers=1, steps=40,
+                                    method="network",
                                     random_state=0).fit(_panel(n_series))
     assert f.method_ == "network" and len(seen) == 2      # final and calibration models
     for per_epoch, epochs in seen:

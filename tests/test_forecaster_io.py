@@ -7,7 +7,7 @@ import pytest
 
 import attnx
 
-TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0)
+TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0, method="network")
 
 
 def _series(n, seed, level=10.0):

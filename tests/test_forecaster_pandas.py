@@ -6,7 +6,7 @@ import attnx
 
 pd = pytest.importorskip("pandas")
 
-TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0)
+TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0, method="network")
 
 
 def _values(n, seed=0, level=10.0):

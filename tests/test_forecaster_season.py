@@ -7,7 +7,7 @@ import attnx
 from attnx.forecasting import _forecaster_state as fs
 from attnx.forecasting import _season
 
-TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0)
+TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0, method="network")
 
 
 def _periodic(n, period, seed=0, trend=0.0, noise=0.3):

@@ -8,7 +8,7 @@ import pytest
 import attnx
 import attnx.io.onnx as aonnx
 
-FAST = dict(d_model=16, n_heads=2, n_layers=1, steps=200, random_state=0)
+FAST = dict(d_model=16, n_heads=2, n_layers=1, steps=200, random_state=0, method="network")
 
 
 def _seasonal(n=160, period=12, seed=0, level=10.0, noise=0.3):

@@ -72,7 +72,8 @@ def test_twin_forecaster_equals_attnx_forecaster_in_float64(tf, series, interval
     hand-written gradient against torch's autograd of the same loss)."""
     y = seasonal(72) if series == "one" else [seasonal(60), seasonal(45, 1.0, 1),
                                               seasonal(80, 2.0, 2)]
-    kw = dict(SMALL, horizon=4, epochs=6, batch_size=16, random_state=1, intervals=intervals)
+    kw = dict(SMALL, horizon=4, epochs=6, batch_size=16, random_state=1, intervals=intervals,
+              method="network")
     ref = attnx.TransformerForecaster(**kw).fit(y)
     twin = tf.TorchForecaster(**kw).fit(y)
     assert isinstance(twin.regressor_, tf._TorchRegressor)
@@ -98,7 +99,7 @@ def test_twin_forecaster_global_fit_intervals_and_clone(tf):
 
     ys = [seasonal(60), seasonal(45, 1.0, 1), seasonal(80, 2.0, 2)]
     est = tf.TorchForecaster(horizon=5, d_model=16, n_heads=2, n_layers=1, epochs=2,
-                             random_state=0)
+                             random_state=0, method="network")
     est.fit(ys)
     point = est.predict()
     assert len(point) == 3 and all(p.shape == (5,) and np.all(np.isfinite(p)) for p in point)

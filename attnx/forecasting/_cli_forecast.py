@@ -48,10 +48,12 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--intervals", choices=("conformal", "quantile"), default="conformal",
                    help="conformal: calibrated errors of the point forecast; quantile: the "
                         "network learns quantile levels (pinball loss), calibrated")
-    f.add_argument("--method", choices=("network", "auto"), default="network",
-                   help="network: the transformer (series too short for its windows fall "
-                        "back to auto); auto: classical candidates chosen per series on "
-                        "rolling origins (seconds per series, no network)")
+    f.add_argument("--method", choices=("network", "auto"), default=None,
+                   help="auto (default; the network with --intervals quantile): candidates "
+                        "chosen per series on rolling origins (classical models and the "
+                        "pretrained network; about a second per series); network: one "
+                        "transformer trained on all the series (series too short for its "
+                        "windows fall back to auto)")
     f.add_argument("--season", type=int, default=None,
                    help="seasonal period (12 for monthly data with a yearly cycle; "
                         "default: from the time column's frequency, else from the data)")

@@ -84,7 +84,7 @@ class ClassicalPath:
         periods = sorted(periods)
         periods += _season.longer_periods(series, self.season_)
         self.periods_ = [int(p) for p in periods]
-        names = None if self.method in METHODS else [str(self.method)]
+        names = None if self.method is None or self.method in METHODS else [str(self.method)]
         choices, points, scales, scores = [], [], [], []
         for s in series:
             pt, sc = np.empty((h, self.k_)), np.empty((h, self.k_))

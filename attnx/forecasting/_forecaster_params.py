@@ -51,7 +51,7 @@ class ForecasterParameters(TypedDict, total=False):
     random_state: RandomStateLike
     verbose: int
     dtype: npt.DTypeLike
-    method: str
+    method: str | None
 
 
 class AtLeast(Constraint):
@@ -67,11 +67,13 @@ class AtLeast(Constraint):
 
 
 class Method(Constraint):
-    """"network", "auto" or the name of one classical candidate."""
+    """None (chosen at fit), "network", "auto" or the name of one classical candidate."""
 
-    def check(self, name: str, value: Any) -> str:
+    def check(self, name: str, value: Any) -> str | None:
+        if value is None:
+            return None
         if not isinstance(value, str) or (value not in METHODS and not is_candidate(value)):
-            raise ValueError(f"{name} must be one of {METHODS} or a candidate's name, "
+            raise ValueError(f"{name} must be None, one of {METHODS} or a candidate's name, "
                              f"got {value!r}")
         return value
 
@@ -103,7 +105,7 @@ PARAMETERS: dict[str, tuple[Any, Constraint]] = {
     "random_state": (None, Unchecked()),  # where the seeds are drawn
     "verbose": (0, Verbose()),
     "dtype": (np.float32, Dtype()),
-    "method": ("network", Method()),
+    "method": (None, Method()),
 }
 POSITIONAL = ("horizon",)
 

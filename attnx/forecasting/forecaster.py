@@ -1,8 +1,10 @@
-"""TransformerForecaster: the next `horizon` values of one series or of many (one global
-model), with conformal prediction intervals.
+"""TransformerForecaster: the next `horizon` values of one series or of many, with
+conformal prediction intervals.
 
-method="auto" forecasts with classical candidates chosen per series on rolling
-origins instead (attnx.forecasting._forecaster_auto), and the network falls back to them, with a
+By default (method=None) series alone are forecast by method="auto": candidates chosen
+per series on rolling origins (attnx.forecasting._forecaster_auto; classical models and
+the pretrained network); with covariates, or intervals="quantile", by the transformer
+(method="network", one global model over all series), which falls back to "auto", with a
 UserWarning, on series too short for its windows: ``method_`` says what forecasts.
 The network path, step by step (windows, instance scaling, patches, the baseline and
 its weight, channel independence, split-conformal intervals, covariates), is written
@@ -137,8 +139,15 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         (the calibration run is resumed in chunks to check its held-out error),
         weight decay on the weight matrices only, gradient clipping at norm 1.
     random_state, verbose, dtype : as the other estimators.
-    method : "network" (default): the transformer above; series too short for its
-        training and calibration windows fall back to "auto" with a UserWarning.
+    method : None (default): "auto" for series alone; "network" when X, X_future or
+        static is given or intervals="quantile" (only the network uses them). "auto"
+        had the smaller mean MASE per series on 392 generated series of every kind
+        (1.32 against the network's 1.43) and fits a 500-value series in about a
+        second (the network: 9-18 s); the network was ahead on the development
+        series (3.16 against 3.21, from its global model over 181 yearly series).
+        "network": the transformer above (one global model over all the series given);
+        series too short for its training and calibration windows fall back to "auto"
+        with a UserWarning.
         "auto": classical candidates (attnx's own naive, seasonal naive, drift, SES,
         Theta and a seasonal autoregression; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
         installed) chosen per series on rolling-origin errors, intervals calibrated
@@ -171,7 +180,7 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
     random_state: RandomStateLike
     verbose: int
     dtype: npt.DTypeLike
-    method: str
+    method: str | None
 
     if TYPE_CHECKING:   # the signature is _forecaster_params.make_init's, from its table
         def __init__(self, *args: Any, **kwargs: Unpack[ForecasterParameters]) -> None: ...
@@ -249,7 +258,8 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         self.k_out_ = 1 if self.channel_independent else self.k_
         self.season_ = self._season(series)
         given = X is not None or X_future is not None or static is not None
-        if self.method != "network":
+        if self.method != "network" and not (self.method is None
+                                             and self._wants_network(given)):
             self._fit_classical(series, None, given)
             return self
         try:
@@ -259,6 +269,11 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
                 delattr(self, k)
             self._fit_classical(series, str(exc), given)
             return self
+
+    def _wants_network(self, covariates: bool) -> bool:
+        """Whether method=None trains the network: covariates given, or learned
+        quantiles asked for (only the network has either)."""
+        return covariates or self.intervals == "quantile"
 
     def _fit_network(self, series: list[F64], X: Any, X_future: Any, static: Any
                      ) -> TransformerForecaster:
