@@ -1,8 +1,11 @@
-"""Fit + predict time of TransformerForecaster(method="network") (its other settings the
-defaults) as one global model over 1000 short generated series (20-120 values each: a random walk with drift, a season of 4 or
-12 or none; horizon 6), in one process with the default threads.
+"""Fit + predict time of TransformerForecaster over 1000 short generated series (20-120
+values each: a random walk with drift, a season of 4 or 12 or none; horizon 6), in one
+process with the default threads: with --method network (the default here) one global
+model, its other settings the defaults; with --method default the forecaster's
+defaults (method="auto", each series on its own).
 
     python benchmarks/global_fit_timing.py --seed 0
+    python benchmarks/global_fit_timing.py --seed 0 --method default
 
 Prints the wall and CPU seconds of fit and predict, the epochs the network trained for,
 the number of training windows and the load average (the machine may be shared: the
@@ -39,19 +42,24 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0, help="seed of the generated series")
     ap.add_argument("--series", type=int, default=1000)
+    ap.add_argument("--method", choices=("network", "default"), default="network",
+                    help="network: one global model; default: the forecaster's defaults "
+                         "(the time includes statsforecast's import when it is installed)")
     args = ap.parse_args(argv)
     import attnx
     series = panel(args.seed, args.series)
-    f = attnx.TransformerForecaster(horizon=6, method="network", random_state=0)
+    f = attnx.TransformerForecaster(
+        horizon=6, method="network" if args.method == "network" else None, random_state=0)
     w0, c0 = time.perf_counter(), time.process_time()
     f.fit(series)
     w1, c1 = time.perf_counter(), time.process_time()
     f.predict()
     w2, c2 = time.perf_counter(), time.process_time()
-    print(f"seed {args.seed}, {args.series} series, {f.n_windows_} windows: fit {w1 - w0:.1f} s "
-          f"({c1 - c0:.1f} s CPU), predict {w2 - w1:.2f} s ({c2 - c1:.2f} s CPU); final fit "
-          f"{f.regressor_.n_iter_} epoch(s), method_={f.method_!r}, load average "
-          f"{os.getloadavg()[0]:.1f}")
+    what = (f"{f.n_windows_} windows, final fit {f.regressor_.n_iter_} epoch(s)"
+            if f.method_ == "network" else f"{len(set(f.methods_))} methods chosen")
+    print(f"seed {args.seed}, {args.series} series, --method {args.method}: fit {w1 - w0:.1f} s "
+          f"({c1 - c0:.1f} s CPU), predict {w2 - w1:.2f} s ({c2 - c1:.2f} s CPU); {what}, "
+          f"method_={f.method_!r}, load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

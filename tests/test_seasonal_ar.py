@@ -139,8 +139,13 @@ def test_a_longer_period_is_removed_first_and_added_back():
 
 def test_with_statsforecast_sar_stands_in_where_the_seasonal_search_is_not_run():
     pytest.importorskip("statsforecast")
-    short = _reverting(90, 12, seed=4)     # 90 * 12 <= ARIMA_MAX_COST: seasonal AutoARIMA
+    cheap = _reverting(200, 4, seed=4)     # 200 * 4 <= ARIMA_MAX_COST: seasonal AutoARIMA
     long_ = _reverting(400, 12, seed=4)    # too costly for it: arima1 and sar
-    assert "arima" in cand.available(short, (12,)) and "sar" not in cand.available(short, (12,))
+    short = _reverting(cand.ARIMA_MIN_LENGTH, 12, seed=4)   # too short for it: sar
+    assert "arima" in cand.available(cheap, (4,)) and "sar" not in cand.available(cheap, (4,))
     names = cand.available(long_, (12,))
     assert "sar" in names and "arima1" in names
+    names = cand.available(short, (12,))
+    assert "sar" in names and not {"arima", "arima1"} & set(names) and "ets" in names
+    one_more = cand.available(_reverting(cand.ARIMA_MIN_LENGTH + 1, 1, seed=4), (1,))
+    assert "arima" in one_more
