@@ -55,7 +55,7 @@ class TooFewWindows(ValueError):
 class ClassicalPath:
     """The classical half of TransformerForecaster (a mixin; see the module)."""
 
-    method: str
+    method: str | None
     horizon_: int
     k_: int
     season_: int
