@@ -59,6 +59,27 @@ def test_global_panel_averages_the_series():
     assert _season.detect(series) == 6
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_long_season_under_a_weekly_cycle_and_a_wandering_level_is_found_exactly(
+        seed, monkeypatch):
+    """Half-hours with a daily sine, a weekend drop and a random-walk level: the top of
+    the autocorrelation's broad daily peak can sit a lag off (47 with seed 0); the
+    season is located by its multiples (48), and the week (336) is the second
+    period, not two weeks."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(4032)
+    y = (50 + 5 * np.sin(2 * np.pi * t / 48) - 4.0 * ((t // 48) % 7 >= 5)
+         + np.cumsum(rng.normal(0, 0.05, t.size)) + rng.normal(0, 1, t.size))
+    assert _season.detect([y[:, None]]) == 48
+    if seed == 0:   # the local maximum alone
+        with monkeypatch.context() as m:
+            m.setattr(_season, "REFINE_FROM", 10 ** 6)
+            assert _season.detect([y[:, None]]) == 47
+    assert _season.longer_periods([y[:, None]], 48) == [336]
+    flat = y + 4.0 * ((t // 48) % 7 >= 5)        # no week: no second period
+    assert _season.longer_periods([flat[:, None]], 48) == []
+
+
 def test_forecaster_season_from_frequency_data_or_parameter():
     pd = pytest.importorskip("pandas")
     y = _periodic(120, 12, noise=0.05)

@@ -22,6 +22,11 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
    3 / sqrt(N_p) and PEAK_RISE above the shorter lags, without the PEAK_LEVEL floor)
    and at every multiple of p up to the season: short quarterly series whose period-4
    peak stays under PEAK_LEVEL while the few long ones' noisy r(12) passes it.
+   A season of REFINE_FROM lags or more is then located by its multiples: of m - 1,
+   m and m + 1, the one whose multiples up to the reach have the highest mean r (a
+   long period's peak is broad, and a slope under it, such as that of a weekly cycle
+   or a wandering level, moves its top a lag off: 47 for a day of half-hours, which
+   then drifts off the true peaks at 2, 3, ... days and at the week).
 
 6. ``detect(relaxed=True)`` drops the PEAK_LEVEL floor of point 4 (only the
    3 / sqrt(N_m) significance level stays): a panel that mixes seasonal series with
@@ -29,7 +34,9 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
    offers that period to its candidates, which test it per series).
 7. A second, longer period (``longer_periods``): a multiple of the season whose
    autocorrelation stands out from its neighbouring multiples (the week of
-   half-hourly data whose season is the day: 336 = 7 x 48).
+   half-hourly data whose season is the day: 336 = 7 x 48); of several, the
+   shortest that stands out at least HARMONIC times as much as the most (a weekly
+   cycle also stands out at two weeks).
 
 On the development panel this gives 12 for co2 and PBS (monthly), 48 for the
 half-hourly solar series, 10 for sunspots (its ~11-year cycle), and 1 for Nile, the
@@ -57,6 +64,8 @@ HARMONIC = 0.8
 #: a multiple of the season is a second period when its autocorrelation stands this
 #: much above both neighbouring multiples' (longer_periods)
 MULTIPLE_RISE = 0.05
+#: a season of at least this many lags is located by its multiples (module point 5)
+REFINE_FROM = 16
 
 
 def acf(x: F64, max_lag: int) -> F64:
@@ -123,7 +132,18 @@ def detect(series: list[F64], *, relaxed: bool = False) -> int:
         if season % p == 0 and r[p] > sig[p] and r[p] - r[1:p].min() >= PEAK_RISE and all(
                 r[q] >= r[q - 1] and r[q] >= r[q + 1] for q in range(p, season, p)):
             return p
-    return season
+    return _by_multiples(r, season) if season >= REFINE_FROM else season
+
+
+def _by_multiples(r: F64, m: int) -> int:
+    """Of m - 1, m, m + 1: the period whose multiples up to the reach of r have the
+    highest mean autocorrelation (module point 5); m on a tie."""
+    reach = r.shape[0] - 1
+
+    def mean_at_multiples(p: int) -> float:
+        return float(np.mean(r[np.arange(p, reach + 1, p)]))
+    best = max((m, m - 1, m + 1), key=mean_at_multiples)
+    return best
 
 
 def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
@@ -145,7 +165,10 @@ def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
         rise = r[m] - max(r[m - season], r[m + season])
         if rise >= MULTIPLE_RISE and r[m] > level[m]:
             cand.append((float(rise), m))
-    return [m for _, m in sorted(cand, reverse=True)[:most]]
+    if not cand:
+        return []
+    top = max(rise for rise, _ in cand)
+    return sorted(m for rise, m in cand if rise >= HARMONIC * top)[:most]
 
 
 def profile(context: F64, mask: npt.NDArray[np.bool_], horizon: int, season: int) -> F64:
