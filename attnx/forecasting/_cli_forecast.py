@@ -60,7 +60,7 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--window", type=int, default=None,
                    help="context length (default: chosen from the data)")
     f.add_argument("--d-model", type=int, default=64, help="transformer width")
-    f.add_argument("--steps", type=int, default=1500, help="optimizer steps to train for")
+    f.add_argument("--steps", type=int, default=500, help="optimizer steps to train for")
     f.add_argument("--epochs", type=int, default=None,
                    help="epochs to train for (overrides --steps)")
     f.add_argument("--seed", type=int, default=0, help="seed of the weights and shuffling")

@@ -97,7 +97,7 @@ PARAMETERS: dict[str, tuple[Any, Constraint]] = {
                                                 "got {value!r}")),
     "quantile_levels": (QUANTILE_LEVELS, Unchecked()),
     "calibration": (None, AtLeast(1, optional=True)),
-    "steps": (1500, AtLeast(1)),
+    "steps": (500, AtLeast(1)),
     "epochs": (None, AtLeast(1, optional=True)),
     "batch_size": (32, AtLeast(1)),
     "lr": (1e-3, Unchecked()),            # with weight_decay: AdamW's checks, at fit

@@ -90,7 +90,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                  n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None,
                  dropout: float = 0.1, channel_independent: bool = True,
                  intervals: str = "conformal", quantile_levels: Any = QUANTILE_LEVELS,
-                 calibration: int | None = None, steps: int = 1500,
+                 calibration: int | None = None, steps: int = 500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 0.01, random_state: Any = None,
                  past_covariates: list[str] | None = None) -> None:
