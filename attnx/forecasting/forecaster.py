@@ -142,9 +142,10 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
     method : None (default): "auto" for series alone; "network" when X, X_future or
         static is given or intervals="quantile" (only the network uses them). "auto"
         had the smaller mean MASE per series on 392 generated series of every kind
-        (1.32 against the network's 1.43) and fits a 500-value series in about a
-        second (the network: 9-18 s); the network was ahead on the development
-        series (3.16 against 3.21, from its global model over 181 yearly series).
+        (1.31 against the network's 1.41) and fits a 500-value series in about a
+        second (the network: several seconds); the network was ahead on the
+        development series (3.16 against 3.19, from its global model over 181 yearly
+        series).
         "network": the transformer above (one global model over all the series given);
         series too short for its training and calibration windows fall back to "auto"
         with a UserWarning.
