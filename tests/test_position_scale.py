@@ -133,7 +133,7 @@ def _two_patterns(n, t=96, seed=0):
 def test_ppv_token_fits_scale_their_positions(tmp_path):
     X, y = _two_patterns(24)
     est = TC(**SMALL).fit(X, y)   # 96 steps, one channel: PPV tokens
-    assert "_ppv" in vars(est) and P.POSITION_SCALE == 4.0
+    assert "_ppv" in vars(est) and P.POSITION_SCALE == 2.0
     assert est.model_.position_scale == P.POSITION_SCALE == est._spec["position_scale"]
     path = tmp_path / "m.safetensors"
     est.save(path)

@@ -120,7 +120,7 @@ class SequenceModel(_AttentionStack):
     position_scale : a positive number the sinusoidal table is multiplied by before
         it is added to H0 (1: the plain table). It sets how much of the embedding the
         positions are next to the tokens' values, which the input's scale sets too:
-        the estimators use 4 with their PPV tokens, whose features are scaled down.
+        the estimators use 2 with their PPV tokens, whose features are scaled down.
         Only with positional="sinusoidal" (else it must be 1).
     norm : None or "pre" (pre-norm blocks and a final LayerNorm).
     causal : position t attends to positions <= t only.
