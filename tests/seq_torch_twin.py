@@ -81,6 +81,7 @@ class SeqTwin(torch.nn.Module):
         for k in ("d_model", "n_heads", "n_layers", "pooling", "positional", "norm",
                   "causal", "bias", "dropout", "stem", "instance_norm", "instance_steps"):
             setattr(self, k, getattr(model, k))
+        self.position_scale = getattr(model, "position_scale", 1.0)
 
     def w(self, name):
         return self.p[name.replace(".", "__")]
@@ -176,7 +177,7 @@ class SeqTwin(torch.nn.Module):
         t = x.shape[1]
         h = x @ self.w("embed.W") + self.w("embed.b")
         if self.positional == "sinusoidal":
-            h = h + sinusoidal(t, self.d_model, self.dtype)
+            h = h + self.position_scale * sinusoidal(t, self.d_model, self.dtype)
         elif self.positional == "learned":
             h = h + self.w("pos.P")[:t]
         if self.pooling == "cls":   # the class token first, never padded, no position

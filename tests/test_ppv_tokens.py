@@ -198,7 +198,7 @@ def test_standardize_scales_ppv_token_features_by_token_scale_times_std():
     np.testing.assert_allclose(est.input_mean_, flat.mean(axis=0), rtol=1e-6, atol=1e-8)
     # powers of two within sqrt(2) of TOKEN_SCALE x std (1 where a feature is constant)
     ratio = est.input_scale_[std > 0] / (P.TOKEN_SCALE * std[std > 0])
-    assert P.TOKEN_SCALE == 4.0 and np.all(np.log2(est.input_scale_) % 1 == 0)
+    assert P.TOKEN_SCALE == 8.0 and np.all(np.log2(est.input_scale_) % 1 == 0)
     assert np.all((ratio >= 2 ** -0.5 - 1e-5) & (ratio <= 2 ** 0.5 + 1e-5))
     np.testing.assert_array_equal(est.input_scale_[std == 0], 1.0)
     # raw patches of the same series keep unit variance (no token factor)

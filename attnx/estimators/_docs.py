@@ -59,7 +59,9 @@ _COMMON_DOC = """
         token (attnx.estimators._ppv_tokens; the windows are the patches the
         patch_len rule makes; with patch_len=None at most 4 windows, of
         ceil(T_max / 4) steps). Fitted once at fit, not trained; the transformer
-        learns from the tokens. "auto" (TransformerClassifier's default): "ppv" for a
+        learns from the tokens (standardize=True scales their features to std 1/8)
+        with its sinusoidal positions at twice their amplitude (SequenceModel's
+        position_scale). "auto" (TransformerClassifier's default): "ppv" for a
         classifier with no stem and no instance_norm whose series have 64+ steps (the
         longest, when lengths differ: then 16+ with one channel, and each series'
         windows and dilations follow its length), else "patch"; and for a classifier's

@@ -15,7 +15,7 @@ from . import _model_file, _pretrain, _resample, _scaling, _select_tokens
 from . import _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
-from ._ppv_tokens import RAGGED_TOKENS, PPVTokens, ragged as _ragged
+from ._ppv_tokens import POSITION_SCALE, RAGGED_TOKENS, PPVTokens, ragged as _ragged
 from ._base import EstimatorParams, sklearn_class
 from ._auto_choices import AutoChoices
 from ._inference import Inference
@@ -436,8 +436,9 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         init_seed, shuffle_seed, split_seed = seeds
         n_out = self._n_outputs(k)
         patch = int(self.__dict__.get("_patch_now", 1))
+        ppv = self.__dict__.get("_ppv_now") is not None   # PPV tokens: POSITION_SCALE
         self.model_, self._spec = net.build(data, cfg, n_out, not per_position, init_seed,
-                                            self._comm(), patch)
+                                            self._comm(), patch, POSITION_SCALE if ppv else 1.0)
         self._target = {"per_position": bool(per_position), "k": k}
         if net.head:
             self._note_outputs(n_out)

@@ -44,9 +44,11 @@ class Network:
     head = True
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local, patch: int = 1) -> tuple[Model, dict[str, Any]]:
+              dist: Local, patch: int = 1, position_scale: float = 1.0
+              ) -> tuple[Model, dict[str, Any]]:
         """(model, spec): a new network for this data (patches of `patch` steps) and
-        these settings, and its architecture as the model file records it."""
+        these settings, and its architecture as the model file records it;
+        position_scale multiplies a sequence model's sinusoidal positions."""
         raise NotImplementedError
 
     def restore(self, spec: Mapping[str, Any], params: AnyArray) -> Model:
@@ -83,7 +85,8 @@ class SequenceNetwork(Network):
     """attnx.SequenceModel; its spec is {"kind": "sequence", constructor arguments}."""
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local, patch: int = 1) -> tuple[Model, dict[str, Any]]:
+              dist: Local, patch: int = 1, position_scale: float = 1.0
+              ) -> tuple[Model, dict[str, Any]]:
         f = data.x.shape[2]
         d = f if cfg.d_model is None else cfg.d_model
         if d % cfg.n_heads:
@@ -102,6 +105,8 @@ class SequenceNetwork(Network):
         if cfg.instance_norm is not None:   # a patch's steps are the series' steps
             spec.update(instance_norm=cfg.instance_norm, instance_affine=cfg.instance_affine,
                         instance_steps=patch)
+        if positional == "sinusoidal" and position_scale != 1.0:   # written when not 1
+            spec.update(position_scale=float(position_scale))
         return self._build(spec, seed), spec
 
     @staticmethod
@@ -150,7 +155,8 @@ class BareNetwork(Network):
                 and (issubclass(self.cls, Transformer) or cfg.d_hidden is None))
 
     def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local, patch: int = 1) -> tuple[Model, dict[str, Any]]:
+              dist: Local, patch: int = 1, position_scale: float = 1.0
+              ) -> tuple[Model, dict[str, Any]]:
         kw: dict[str, Any] = dict(n_heads=cfg.n_heads, causal=cfg.causal, bias=cfg.bias,
                                   rope=cfg.rope, dtype=cfg.dtype)
         if issubclass(self.cls, Transformer):

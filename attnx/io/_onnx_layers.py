@@ -105,7 +105,10 @@ def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
             x = h   # the embedding's input: the positions read its length
             h = g.op("Add", [g.op("MatMul", [h, g.const(w[p + "W"])]), g.const(w[p + "b"])])
         elif kind == "positions" and st.how == "sinusoidal":
-            h = g.op("Add", [h, g.sinusoidal(x, m.d_model)])
+            table = g.sinusoidal(x, m.d_model)
+            if m.position_scale != 1.0:   # the table as the model scales it
+                table = g.op("Mul", [table, g.const(np.array(m.position_scale, m.dtype))])
+            h = g.op("Add", [h, table])
         elif kind == "positions":
             t = g.seq_len(x)
             table = g.op("Slice", [g.const(w[p + "P"]), g.const_i64([0]), t, g.const_i64([0])])

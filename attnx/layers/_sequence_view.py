@@ -62,6 +62,7 @@ class SequenceView(Protocol):
     d_hidden: int
     pooling: str | None
     positional: str
+    position_scale: float
     norm: str | None
     causal: bool
     bias: bool

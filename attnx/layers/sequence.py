@@ -13,6 +13,7 @@ attnx.layers._sequence_blocks.applies off).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +117,11 @@ class SequenceModel(_AttentionStack):
     positional : "none", "sinusoidal" (fixed sin/cos table added to H0), "learned"
         (`pos.P` (max_len, d_model), rows 0..T-1 added to H0) or "rope" (rotary
         positions inside every attention layer; needs an even d_model // n_heads).
+    position_scale : a positive number the sinusoidal table is multiplied by before
+        it is added to H0 (1: the plain table). It sets how much of the embedding the
+        positions are next to the tokens' values, which the input's scale sets too:
+        the estimators use 2 with their PPV tokens, whose features are scaled down.
+        Only with positional="sinusoidal" (else it must be 1).
     norm : None or "pre" (pre-norm blocks and a final LayerNorm).
     causal : position t attends to positions <= t only.
     bias : attention and MLP biases (embed.b and head.b always exist).
@@ -155,6 +161,7 @@ class SequenceModel(_AttentionStack):
     validation_grad = False
     dtype: np.dtype[np.floating[Any]]
     dropout: float
+    position_scale: float
     input_grad: bool
     _freeze_dropout: bool
     _bufs: WorkspaceCache
@@ -175,7 +182,7 @@ class SequenceModel(_AttentionStack):
                  stem: Sequence[Sequence[int]] | None = None,
                  instance_norm: str | None = None, instance_affine: bool = False,
                  instance_steps: int = 1, dtype: npt.DTypeLike = np.float32,
-                 random_state: RandomStateLike = None) -> None:
+                 random_state: RandomStateLike = None, position_scale: float = 1.0) -> None:
         self.n_features = check_positive_int("n_features", n_features)
         d = self.d_model = check_positive_int("d_model", d_model)
         h = self.n_heads = check_positive_int("n_heads", n_heads)
@@ -189,6 +196,7 @@ class SequenceModel(_AttentionStack):
         self.norm = _choice("norm", norm, NORM)
         if self.positional == "rope" and (d // h) % 2:
             raise ValueError(f"positional='rope' needs an even d_model // n_heads, got {d // h}")
+        self.position_scale = _check_position_scale(position_scale, self.positional)
         self.causal, self.bias = bool(causal), bool(bias)
         if self.pooling == "cls" and self.causal:
             raise ValueError("pooling='cls' needs causal=False: the class token comes first "
@@ -276,7 +284,8 @@ class SequenceModel(_AttentionStack):
         tab = self._tables.get(t)
         if tab is None:   # one table per length (ragged batches revisit theirs), <= 64
             tables = self._tables if len(self._tables) < 64 else {}
-            tab = tables[t] = sinusoidal_table(t, self.d_model, self.dtype)
+            tab = sinusoidal_table(t, self.d_model, np.float64)
+            tab = tables[t] = np.ascontiguousarray(tab * self.position_scale, self.dtype)
             self._tables = tables
         return tab
 
@@ -521,7 +530,9 @@ class SequenceModel(_AttentionStack):
                     causal=self.causal, bias=self.bias, dropout=self.dropout,
                     max_len=self.max_len, stem=self.stem, instance_norm=self.instance_norm,
                     instance_affine=self.instance_affine,
-                    instance_steps=self.instance_steps, dtype=self.dtype.name)
+                    instance_steps=self.instance_steps, dtype=self.dtype.name,
+                    **({} if self.position_scale == 1.0
+                       else {"position_scale": self.position_scale}))
 
     def __reduce__(self) -> tuple[Callable[..., SequenceModel], tuple[Any, ...]]:
         # pickles the weights, the dropout generator and input_grad; workspaces,
@@ -534,7 +545,8 @@ class SequenceModel(_AttentionStack):
         for k, default in (("pooling", None), ("positional", "none"), ("norm", None),
                            ("causal", False), ("bias", True), ("dropout", 0.0),
                            ("max_len", None), ("stem", None), ("instance_norm", None),
-                           ("instance_affine", False), ("instance_steps", 1)):
+                           ("instance_affine", False), ("instance_steps", 1),
+                           ("position_scale", 1.0)):
             v = getattr(self, k)
             if v != default:
                 opts.append(f"{k}={v!r}")
@@ -542,6 +554,18 @@ class SequenceModel(_AttentionStack):
                 f"n_heads={self.n_heads}, n_layers={self.n_layers}, "
                 f"n_outputs={self.n_outputs}, d_hidden={self.d_hidden}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
+
+
+def _check_position_scale(value: Any, positional: str) -> float:
+    """position_scale as a float: a finite positive real, and 1 unless the positions
+    are the sinusoidal table (ValueError otherwise)."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(float(value)) or not float(value) > 0):
+        raise ValueError(f"position_scale must be a finite number > 0, got {value!r}")
+    if float(value) != 1.0 and positional != "sinusoidal":
+        raise ValueError(f"position_scale scales the sinusoidal table: it must be 1 with "
+                         f"positional={positional!r}, got {value!r}")
+    return float(value)
 
 
 def _rebuild(config: dict[str, Any], flat: FloatArray, rng_state: dict[str, Any],
