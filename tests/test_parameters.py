@@ -122,5 +122,5 @@ def test_the_sktime_adapter_takes_the_forecasters_parameters():
     from attnx.forecasting.sktime import AttnxForecaster
     adapter = {n: p.default for n, p in inspect.signature(AttnxForecaster).parameters.items()}
     own = {n: d for n, (d, _) in fp.PARAMETERS.items()
-           if n not in ("horizon", "verbose", "dtype", "method")}
+           if n not in ("horizon", "verbose", "dtype")}
     assert {n: d for n, d in adapter.items() if n != "past_covariates"} == own

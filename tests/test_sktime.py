@@ -19,6 +19,18 @@ def test_sktime_estimator_checks():
     check_estimator(AttnxForecaster, raise_exceptions=True)
 
 
+def test_method_passes_through_to_the_wrapped_forecaster():
+    """The default forecasts y alone with the candidates per series; method="network"
+    trains the transformer on it; the forecasts match the wrapped forecaster's."""
+    y = load_airline()
+    for method in (None, "network"):
+        f = AttnxForecaster(season=12, method=method, **TINY).fit(y, fh=[1, 2, 3])
+        ref = attnx.TransformerForecaster(3, season=12, method=method, **TINY).fit(
+            y.to_numpy())
+        assert (f.forecaster_.method_ == "network") == (method == "network")
+        np.testing.assert_array_equal(f.predict().to_numpy(), ref.predict())
+
+
 @pytest.mark.parametrize("intervals", ["conformal", "quantile"])
 def test_same_numbers_as_the_wrapped_forecaster(intervals):
     y = load_airline()

@@ -46,6 +46,9 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
 
     intervals : "conformal" or "quantile" (as TransformerForecaster's; None is not
         offered: sktime's forecasters give intervals).
+    method : as TransformerForecaster's: None (the default) forecasts y alone with the
+        candidate models chosen per series ("auto") and trains the network when X is
+        given; "network" always trains the transformer.
     past_covariates : list of X's column names, or None
         X's columns observed only up to the cutoff (past covariates: the wrapped
         model's X); None (the default): every column of X is known in advance for the
@@ -93,6 +96,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                  calibration: int | None = None, steps: int = 500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 0.01, random_state: Any = None,
+                 method: str | None = None,
                  past_covariates: list[str] | None = None) -> None:
         self.window = window
         self.patch_len = patch_len
@@ -114,6 +118,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         self.lr = lr
         self.weight_decay = weight_decay
         self.random_state = random_state
+        self.method = method
         self.past_covariates = past_covariates
         super().__init__()
         # sktime's BaseForecaster creates these only when remember_data is on at
