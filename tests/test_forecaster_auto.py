@@ -290,3 +290,25 @@ def test_the_default_method_is_auto_alone_and_the_network_with_covariates_or_qua
     assert with_x.method_ == "network" and hasattr(with_x, "regressor_")
     q = attnx.TransformerForecaster(6, intervals="quantile", **TINY).fit(y)
     assert q.method_ == "network" and q.regressor_.loss == "pinball"
+
+
+def test_autoets_searches_seasonal_forms_only_where_the_series_shows_the_season():
+    # a panel's period 12 given to a series without a season: AutoETS searches its
+    # non-seasonal forms (a tenth of the time), and the spec says so; the origins and
+    # predict(y=...) refit at that period; a spec saved without "m" refits at the main one
+    pytest.importorskip("statsforecast")
+    rng = np.random.default_rng(3)
+    walk = 20 + np.cumsum(rng.normal(0, 1, 60))
+    seasonal = _seasonal(60, seed=3)
+    _, spec_w = cand.fit("ets", walk, 6, (12,))
+    _, spec_s = cand.fit("ets", seasonal, 6, (12,))
+    assert spec_w["m"] == 1 and spec_w["model"][2] == "N"
+    assert spec_s["m"] == 12 and spec_s["model"][2] != "N"
+    assert not cand.ets_seasonal(walk, 12) and cand.ets_seasonal(seasonal, 12)
+    f_new = cand.refit("ets", spec_s, seasonal[:48], 6, (12,))
+    old = {k: v for k, v in spec_s.items() if k != "m"}
+    f_old = cand.refit("ets", old, seasonal[:48], 6, (12,))
+    np.testing.assert_allclose(f_old.mean, f_new.mean)
+    at_one = cand.refit("ets", dict(spec_s, m=1, model=spec_s["model"][:2] + "N"),
+                        seasonal[:48], 6, (12,))
+    assert not np.allclose(at_one.mean, f_new.mean)

@@ -81,7 +81,7 @@ def seasonal_indices(z: F64, period: int) -> F64 | None:
     return out
 
 
-def seasonal(z: F64, period: int) -> bool:
+def seasonal(z: F64, period: int, z_value: float = Z_SEASONAL) -> bool:
     """Whether the autocorrelation of the linearly detrended z at lag `period` passes a
     90% one-sided test (Bartlett's standard error from the shorter lags), on two or
     more cycles."""
@@ -95,7 +95,7 @@ def seasonal(z: F64, period: int) -> bool:
         return False
     r = np.array([float(x[k:] @ x[:-k]) / den for k in range(1, period + 1)])
     se = math.sqrt((1.0 + 2.0 * float(np.sum(r[:-1] ** 2))) / n)
-    return bool(r[-1] > Z_SEASONAL * se)
+    return bool(r[-1] > z_value * se)
 
 
 def multiplicative(y: F64, period: int) -> bool:
