@@ -6,6 +6,7 @@ defaults (method="auto", each series on its own).
 
     python benchmarks/global_fit_timing.py --seed 0
     python benchmarks/global_fit_timing.py --seed 0 --method default
+    python benchmarks/global_fit_timing.py --seed 0 --method default --n-jobs -1
 
 Prints the wall and CPU seconds of fit and predict, the epochs the network trained for,
 the number of training windows and the load average (the machine may be shared: the
@@ -45,11 +46,15 @@ def main(argv=None):
     ap.add_argument("--method", choices=("network", "default"), default="network",
                     help="network: one global model; default: the forecaster's defaults "
                          "(the time includes statsforecast's import when it is installed)")
+    ap.add_argument("--n-jobs", type=int, default=None,
+                    help="the forecaster's n_jobs (worker processes of the defaults' "
+                         "per-series choice; default None: this process)")
     args = ap.parse_args(argv)
     import attnx
     series = panel(args.seed, args.series)
     f = attnx.TransformerForecaster(
-        horizon=6, method="network" if args.method == "network" else None, random_state=0)
+        horizon=6, method="network" if args.method == "network" else None, random_state=0,
+        n_jobs=args.n_jobs)
     w0, c0 = time.perf_counter(), time.process_time()
     f.fit(series)
     w1, c1 = time.perf_counter(), time.process_time()
@@ -57,7 +62,8 @@ def main(argv=None):
     w2, c2 = time.perf_counter(), time.process_time()
     what = (f"{f.n_windows_} windows, final fit {f.regressor_.n_iter_} epoch(s)"
             if f.method_ == "network" else f"{len(set(f.methods_))} methods chosen")
-    print(f"seed {args.seed}, {args.series} series, --method {args.method}: fit {w1 - w0:.1f} s "
+    print(f"seed {args.seed}, {args.series} series, --method {args.method}, --n-jobs "
+          f"{args.n_jobs}: fit {w1 - w0:.1f} s "
           f"({c1 - c0:.1f} s CPU), predict {w2 - w1:.2f} s ({c2 - c1:.2f} s CPU); {what}, "
           f"method_={f.method_!r}, load average {os.getloadavg()[0]:.1f}")
 

@@ -54,6 +54,9 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
                         "pretrained network; about a second per series); network: one "
                         "transformer trained on all the series (series too short for its "
                         "windows fall back to auto)")
+    f.add_argument("--n-jobs", type=int, default=None,
+                   help="worker processes for auto's candidates over many series (-1: one "
+                        "per CPU; default: this process)")
     f.add_argument("--season", type=int, default=None,
                    help="seasonal period (12 for monthly data with a yearly cycle; "
                         "default: from the time column's frequency, else from the data)")
@@ -136,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     f = TransformerForecaster(args.horizon, season=args.season, window=args.window,
                               d_model=args.d_model, steps=args.steps, epochs=args.epochs,
                               random_state=args.seed, intervals=args.intervals,
-                              verbose=int(args.verbose), method=args.method)
+                              verbose=int(args.verbose), method=args.method,
+                              n_jobs=args.n_jobs)
     lengths = [len(s) for s in series]
     span = f"{min(lengths)}" + (f"-{max(lengths)}" if max(lengths) != min(lengths) else "")
     _say(f"training one forecaster on {len(series)} series of {span} steps, horizon "

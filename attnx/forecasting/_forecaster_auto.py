@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _pandas, _season
+from . import _pandas, _season, _series_pool
 from . import _selection as sel
 from . import _windows as win
 
@@ -56,6 +56,7 @@ class ClassicalPath:
     """The classical half of TransformerForecaster (a mixin; see the module)."""
 
     method: str | None
+    n_jobs: int | None
     horizon_: int
     k_: int
     season_: int
@@ -86,10 +87,13 @@ class ClassicalPath:
         self.periods_ = [int(p) for p in periods]
         names = None if self.method is None or self.method in METHODS else [str(self.method)]
         choices, points, scales, scores = [], [], [], []
+        tasks = [(s[:, j], h, tuple(self.periods_), names)
+                 for s in series for j in range(self.k_)]
+        chosen = iter(_series_pool.choose_all(tasks, self.n_jobs))
         for s in series:
             pt, sc = np.empty((h, self.k_)), np.empty((h, self.k_))
             for j in range(self.k_):
-                c = sel.choose(s[:, j], h, tuple(self.periods_), names)
+                c = next(chosen)
                 choices.append(c.to_dict())
                 pt[:, j], sc[:, j] = c.forecast.mean, c.forecast.sigma
                 scores.append(np.asarray(c.scores, dtype=np.float64))

@@ -52,6 +52,7 @@ class ForecasterParameters(TypedDict, total=False):
     verbose: int
     dtype: npt.DTypeLike
     method: str | None
+    n_jobs: int | None
 
 
 class AtLeast(Constraint):
@@ -64,6 +65,18 @@ class AtLeast(Constraint):
         if value is None and self.optional:
             return None
         return check_int(name, value, self.lo)
+
+
+class Jobs(Constraint):
+    """None, -1 (one per CPU) or an int >= 1."""
+
+    def check(self, name: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) \
+                and int(value) == -1:
+            return -1
+        return check_int(name, value, 1)
 
 
 class Method(Constraint):
@@ -106,6 +119,7 @@ PARAMETERS: dict[str, tuple[Any, Constraint]] = {
     "verbose": (0, Verbose()),
     "dtype": (np.float32, Dtype()),
     "method": (None, Method()),
+    "n_jobs": (None, Jobs()),
 }
 POSITIONAL = ("horizon",)
 

@@ -156,6 +156,13 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         The fitted ``method_`` says what forecasts (attnx.forecasting._forecaster_auto). The
         classical path always has intervals (``intervals`` and the network's sizes
         and training settings do not apply to it) and ignores X, X_future, static.
+    n_jobs : None (default: in this process), -1 (one worker process per CPU this
+        process may use) or the number of worker processes the classical path chooses
+        the series' candidates in (at most one per 50 series; the same forecasts as in
+        one process). Workers start with the "spawn" method, so a script needs the
+        ``if __name__ == "__main__":`` guard; where they cannot start, the series are
+        chosen in this process after a UserWarning. The network path ignores it (its
+        threads follow attnx.set_num_threads).
     """
 
     horizon: int
@@ -182,6 +189,7 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
     verbose: int
     dtype: npt.DTypeLike
     method: str | None
+    n_jobs: int | None
 
     if TYPE_CHECKING:   # the signature is _forecaster_params.make_init's, from its table
         def __init__(self, *args: Any, **kwargs: Unpack[ForecasterParameters]) -> None: ...

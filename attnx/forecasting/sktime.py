@@ -49,6 +49,8 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
     method : as TransformerForecaster's: None (the default) forecasts y alone with the
         candidate models chosen per series ("auto") and trains the network when X is
         given; "network" always trains the transformer.
+    n_jobs : as TransformerForecaster's: worker processes for the candidates of many
+        series (None: in this process).
     past_covariates : list of X's column names, or None
         X's columns observed only up to the cutoff (past covariates: the wrapped
         model's X); None (the default): every column of X is known in advance for the
@@ -96,7 +98,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
                  calibration: int | None = None, steps: int = 500,
                  epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
                  weight_decay: float = 0.01, random_state: Any = None,
-                 method: str | None = None,
+                 method: str | None = None, n_jobs: int | None = None,
                  past_covariates: list[str] | None = None) -> None:
         self.window = window
         self.patch_len = patch_len
@@ -119,6 +121,7 @@ class AttnxForecaster(BaseForecaster):  # type: ignore[misc]
         self.weight_decay = weight_decay
         self.random_state = random_state
         self.method = method
+        self.n_jobs = n_jobs
         self.past_covariates = past_covariates
         super().__init__()
         # sktime's BaseForecaster creates these only when remember_data is on at
