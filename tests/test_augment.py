@@ -102,6 +102,8 @@ def test_a_short_univariate_classifier_shifts_its_training_batches():
     est = TC(**SMALL).fit(X, y)
     assert est.model_.stem == _stem.short(24, 24)
     assert est.augment_shift_ == G.max_shift(est.model_.stem) == 2
+    pf = TC(**SMALL).partial_fit(X, y, classes=[0, 1, 2])   # partial_fit alike
+    assert pf.augment_shift_ == 2 and pf.model_.stem == est.model_.stem
     Xr, yr = _series(ragged=True, t=40)   # ragged: resampled to 40 steps, then shifted
     est_r = TC(**SMALL).fit(Xr, yr)
     assert est_r.resample_length_ == max(len(x) for x in Xr)
