@@ -100,12 +100,14 @@ def test_weights_classifiers_and_ragged_input_equal_one_process(mpiexec, tmp_pat
     res = json.loads(lines[0][len("RESULT "):])
     names = ("weighted_sequence_regression", "balanced_classifier", "ragged_per_position",
              "ragged_classifier_partial_fit", "missing_dense", "missing_ragged",
-             "epoch_selection")
+             "epoch_selection", "short_shifted_classifier")
     for name in names:
         fig = res[name]
         assert len(fig["shards"]) == P and fig["steps"] > 0
         assert fig["params_rel"] <= 1e-10 and fig["loss_rel"] <= 1e-10, (name, fig)
     assert res["weighted_sequence_regression"]["val_rel"] <= 1e-10
+    assert res["short_shifted_classifier"]["augment_shift"] >= 1   # shifted batches
+    assert res["balanced_classifier"]["augment_shift"] is None
     sel = res["epoch_selection"]   # the held-out run of epochs=None ran and chose
     assert sel["held_out_rel"] <= 1e-10 and sel["selected_epochs"] >= 5, sel
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
-from . import _scaling
+from . import _augment, _scaling
 from . import _sequences as seqs
 from ..layers import _stem
 from ._ppv_tokens import AUTO_MIN_LENGTH, PPV_TOKENS, RAGGED_TOKENS, auto_pick, extent
@@ -71,11 +71,16 @@ class AutoChoices:
         """The stem of this fit as tokenizer="auto" decides it: attnx.layers._stem.short
         for a classifier (no stem, instance_norm or patch_len given, one target per
         sequence, no missing steps) of univariate series under AUTO_MIN_LENGTH steps
-        (the longest of every rank), else cfg.stem."""
+        (the longest of every rank), else cfg.stem. With the short stem the training
+        batches are shifted in time (cfg.augment_shift, attnx.estimators._augment)."""
         if not self._auto_univariate(cfg, data, per_position, net):
             return cast("_stem.Stem | None", cfg.stem)
         shortest, longest = extent(data, self._comm())
-        return _stem.short(longest, shortest) if longest < AUTO_MIN_LENGTH else None
+        if longest >= AUTO_MIN_LENGTH:
+            return None
+        stem = _stem.short(longest, shortest)
+        cfg.augment_shift = _augment.max_shift(stem)
+        return stem
 
     def _auto_resample(self, cfg: Config, data: seqs.Data, per_position: bool,
                        net: Network) -> int | None:

@@ -68,7 +68,10 @@ _COMMON_DOC = """
         univariate series under 64 steps (stem=None, patch_len=None, no missing steps)
         raw values through a small convolutional stem, ((3, 1), (2 p, p)) with
         p = ceil(T_max / 16) (attnx.layers._stem.short): a pattern then makes the same
-        features wherever it lies. A classifier's univariate series of different
+        features wherever it lies; in training every series is moved in time by its
+        own random -p..p steps each epoch, the first or last value repeated at the
+        ends (augment_shift_ = p; validation and predict see the series as given;
+        attnx.estimators._augment). A classifier's univariate series of different
         lengths are first each resampled (linear interpolation) to the longest
         training length, resample_length_, and then take the rule for equal lengths;
         predict resamples alike (attnx.estimators._resample). "select"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from . import _sequences as seqs
-from . import _model_file, _pretrain, _resample, _scaling, _select_tokens
+from . import _augment, _model_file, _pretrain, _resample, _scaling, _select_tokens
 from . import _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
@@ -450,6 +450,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         tokens = self.__dict__.pop("_ppv_now", None)
         if self.__dict__.get("_resample_now") is not None:
             self.resample_length_ = int(self.__dict__.pop("_resample_now"))
+        if cfg.augment_shift:   # tokenizer="auto"'s short path (_augment)
+            self.augment_shift_ = int(cfg.augment_shift)
         self.n_features_in_ = int(self.__dict__.pop("_channels_now", data.x.shape[2]))
         if tokens is not None:
             self._ppv = tokens.to_spec()
@@ -510,7 +512,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         return Trainer(self.model_, self.optimizer_, self.shuffle_rng_, self._loss_fn(cfg),
                        self._batch, self._comm(), batch_size=cfg.batch_size,
                        shuffle=cfg.shuffle, verbose=cfg.verbose, lr_schedule=schedule,
-                       grad_transform=clip,
+                       grad_transform=clip, augment=_augment.hook(self.__dict__.get(
+                           "augment_shift_")),   # the fitted time shifts, or None
                        # the progress bar's name: a forecaster names its phases
                        phase=phase_name("fit" if fit else "partial_fit"))
 

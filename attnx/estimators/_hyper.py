@@ -480,6 +480,9 @@ class Config(SimpleNamespace):
     class_weight: Any
     pretrain: str | None
     pretrain_epochs: int | None
+    #: set by tokenizer="auto"'s short path: the training batches' largest time shift
+    #: (attnx.estimators._augment), None: no shifts
+    augment_shift: int | None = None
 
 
 def validate(params: Mapping[str, Any], constraints: Mapping[str, Constraint]) -> Config:

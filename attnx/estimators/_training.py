@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..runtime._typing import FloatArray, IntArray, RandomStateLike
     from ..distributed import Local, Part
     from ..layers.optim import AdamW
+    from ._augment import Shifts
 
     F64Array = npt.NDArray[np.float64]
     # what signal.signal accepts and returns
@@ -136,6 +137,9 @@ class Trainer:
     lr_schedule(step) -> lr is called before every optimizer step with the number
     of steps done so far and sets the optimizer's lr; grad_transform(flat_grad)
     changes the global gradient in place just before the step (clipping).
+    augment (attnx.estimators._augment.Shifts): every epoch draws one shift per
+    sample of the global data set from rng, and each training batch's rows are
+    shifted by theirs after loading (not the validation batches).
     """
 
     def __init__(self, model: Network, optimizer: AdamW, rng: np.random.Generator,
@@ -143,12 +147,13 @@ class Trainer:
                  batch_size: int, shuffle: bool, verbose: int,
                  lr_schedule: Callable[[int], float] | None = None,
                  grad_transform: Callable[[FloatArray], None] | None = None,
-                 phase: str = "fit") -> None:
+                 phase: str = "fit", augment: Shifts | None = None) -> None:
         self.model, self.optimizer, self.rng = model, optimizer, rng
         self.phase = phase   # the progress bar's name
         self.loss, self.batch_for, self.dist = loss, batch_for, dist
         self.batch_size, self.shuffle, self.verbose = batch_size, shuffle, verbose
         self.lr_schedule, self.grad_transform = lr_schedule, grad_transform
+        self.augment = augment
 
     def run(self, history: History, data: Data, val: Data | None, epochs: int,
             good: Snapshot, stopper: EarlyStopping | None = None, plateau: bool = False,
@@ -211,11 +216,17 @@ class Trainer:
         dist = self.dist
         order, plan, rows = self.epoch_plan(data, bs)
         t_full = data.x.shape[1]
+        aug = self.augment   # this epoch's shift of every (global) sample
+        shifts = None if aug is None else aug.draw(self.rng, dist.n)
         total, seen, done = 0.0, 0.0, 0
         with self.rank_dropout():
             for k, (start, m, t, _) in enumerate(plan):
                 batch = self.batch_for(data, rows, t or t_full)
                 batch.load(data, order, start, m)
+                if aug is not None and shifts is not None:
+                    idx = np.arange(start, start + m) if order is None else \
+                        order[start:start + m]
+                    aug.apply(batch, m, shifts[idx + dist.offset])
                 try:
                     loss, weight = self.step(batch, m, guard)
                 except KeyboardInterrupt:  # raised outside the guard's reach

@@ -53,7 +53,8 @@ def run(make, X, y, w=None, method="fit", epochs_pf=1, classes=None):
                             comm=dist, **kw)
     every = COMM.allgather(dist.hashes + [digest(est.model_.params.flat)])
     assert all(h == every[0] for h in every), "weights differ between ranks after some step"
-    out = dict(steps=len(dist.hashes), shards=sizes)
+    out = dict(steps=len(dist.hashes), shards=sizes,
+               augment_shift=getattr(est, "augment_shift_", None))
     if RANK == 0:
         ref = make()
         if method == "fit":
@@ -124,6 +125,13 @@ def main():
         missing="mask", standardize=True, d_model=8, **{k: v for k, v in common.items()
                                                       if k != "d_model"}),
         Xrm, np.array([x[:, 0].sum() for x in Xr]))
+    # tokenizer="auto"'s short path: ragged univariate series resampled to the longest,
+    # the short stem, and every training batch shifted in time by one draw per global
+    # sample (attnx.estimators._augment): the ranks take their samples' shifts
+    Xs = ragged(45, 1, seed=2, lo=12, hi=30)
+    ys = np.array([int(x[: len(x) // 2, 0].mean() > 0) for x in Xs])
+    f["short_shifted_classifier"] = run(lambda: attnx.TransformerClassifier(
+        n_layers=1, dropout=0.0, **common), Xs, ys)
     if RANK == 0:
         print("RESULT " + json.dumps(dict(P=P, **f)), flush=True)
 
