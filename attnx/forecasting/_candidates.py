@@ -22,8 +22,8 @@ statsforecast's, when it is installed (the optional ``forecast`` extra):
            reuse the chosen form). The seasonal forms are searched only on a series
            whose own autocorrelation at the main period passes the 90% test
            (ets_seasonal): a panel's period given to its series without that season
-           costs a tenth of the time (a mixed panel of 1000 short series, busy
-           machine: 86 s -> 49 s)
+           costs a tenth of the time (a mixed panel of 1000 short series, quiet
+           machine: 82 s -> 49 s)
   atheta   AutoTheta (the chosen theta model and decomposition)
   arima    AutoARIMA (the chosen orders and constant; a narrower, approximate search
            than its defaults: ARIMA_SEARCH), only for series short enough that its
