@@ -203,6 +203,8 @@ LEGACY_VALUES: dict[str, Any] = {k: LEGACY_DEFAULTS[k] for k in (
     "instance_affine", "tokenizer", "pretrain", "pretrain_epochs")}
 # the regressors' training loss, added later (its default is the previous behaviour)
 LEGACY_VALUES.update(loss="squared_error", quantiles=None)
+# the forecaster's worker processes, added later (None: in one process, as before)
+LEGACY_VALUES.update(n_jobs=None)
 
 
 def set_state(est: Any, arrays: Arrays, config: Config) -> None:
