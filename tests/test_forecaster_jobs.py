@@ -38,7 +38,9 @@ def test_worker_processes_give_the_forecasts_of_one_process(monkeypatch):
     monkeypatch.setattr(pool, "MIN_TASKS_PER_WORKER", 4)
     series = _panel(12)
     one = attnx.TransformerForecaster(4).fit(series)
-    two = attnx.TransformerForecaster(4, n_jobs=2).fit(series)
+    with warnings.catch_warnings():   # the fallback to one process would warn
+        warnings.simplefilter("error", UserWarning)
+        two = attnx.TransformerForecaster(4, n_jobs=2).fit(series)
     assert one.methods_ == two.methods_
     for a, b in zip(one.predict(), two.predict()):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
@@ -46,6 +48,24 @@ def test_worker_processes_give_the_forecasts_of_one_process(monkeypatch):
         np.testing.assert_allclose(lo1, lo2, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(hi1, hi2, rtol=1e-12, atol=1e-12)
     assert [c["spec"] for c in one.choices_] == [c["spec"] for c in two.choices_]
+
+
+def test_workers_start_from_this_attnx_with_an_unbuilt_checkout_first_on_the_path(
+        monkeypatch, tmp_path):
+    # a folder with an attnx package that cannot be imported, first on sys.path (as a
+    # benchmark script run from a source checkout puts it): the workers still run
+    fake = tmp_path / "attnx"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the unbuilt checkout')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(pool, "MIN_TASKS_PER_WORKER", 4)
+    series = _panel(8, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        two = attnx.TransformerForecaster(4, n_jobs=2).fit(series)
+    one = attnx.TransformerForecaster(4).fit(series)
+    for a, b in zip(one.predict(), two.predict()):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
 def test_a_pool_that_cannot_start_falls_back_with_a_warning(monkeypatch):

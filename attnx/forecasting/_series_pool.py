@@ -17,11 +17,14 @@ importing attnx and statsforecast (1-2 s), so small panels stay in this process.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..runtime import _cpus
 from . import _selection as sel
@@ -75,6 +78,21 @@ def _chunks(tasks: list[Task], n: int) -> list[list[Task]]:
     return [tasks[i:i + size] for i in range(0, len(tasks), size)]
 
 
+@contextlib.contextmanager
+def _this_attnx_first() -> Iterator[None]:
+    """While the workers start: the folder holding the attnx this process runs first on
+    sys.path (spawn hands the workers this process's sys.path; an unbuilt source
+    checkout earlier on it, as a script run from the checkout puts there, would stop
+    them at import)."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    saved = list(sys.path)
+    sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
 def choose_all(tasks: list[Task], n_jobs: int | None) -> list[sel.Choice]:
     """sel.choose(y, h, periods, names) of every task, in order, in `workers(n_jobs)`
     processes (this one when that is 1, or when the workers cannot run)."""
@@ -83,8 +101,10 @@ def choose_all(tasks: list[Task], n_jobs: int | None) -> list[sel.Choice]:
         try:
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(n, mp_context=ctx, initializer=_one_thread) as ex:
-                parts = list(ex.map(_choose_chunk, _chunks(tasks, n * CHUNKS_PER_WORKER)))
-            return [c for part in parts for c in part]
+                with _this_attnx_first():   # the workers start at the submits
+                    futures = [ex.submit(_choose_chunk, chunk)
+                               for chunk in _chunks(tasks, n * CHUNKS_PER_WORKER)]
+                return [c for f in futures for c in f.result()]
         except (BrokenProcessPool, OSError) as exc:
             warnings.warn(f"TransformerForecaster: n_jobs={n_jobs}: the worker processes "
                           f"failed ({type(exc).__name__}: {exc}); choosing every series in "
