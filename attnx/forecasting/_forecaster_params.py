@@ -74,8 +74,11 @@ class Jobs(Constraint):
         if value is None:
             return None
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool) \
-                and int(value) == -1:
-            return -1
+                and int(value) < 1:
+            if int(value) == -1:
+                return -1
+            raise ValueError(f"{name} must be >= 1 (or -1: one worker per CPU; None: "
+                             f"this process only), got {int(value)}")
         return check_int(name, value, 1)
 
 
