@@ -312,3 +312,21 @@ def test_autoets_searches_seasonal_forms_only_where_the_series_shows_the_season(
     at_one = cand.refit("ets", dict(spec_s, m=1, model=spec_s["model"][:2] + "N"),
                         seasonal[:48], 6, (12,))
     assert not np.allclose(at_one.mean, f_new.mean)
+
+
+def test_mstl_smooths_at_r_style_jumps_and_forecasts_like_every_point():
+    # STL's smoothers evaluated every tenth of their window (R's stl defaults) at the
+    # shortest period; the forecast stays within a small share of the every-point one's
+    # error, and both know the weekly pattern that the daily season alone misses
+    sm = pytest.importorskip("statsforecast.models")
+    assert cand.stl_jumps(48) == {"seasonal_jump": 2, "trend_jump": 9, "low_pass_jump": 5}
+    assert cand.stl_jumps(2) == {"seasonal_jump": 2, "trend_jump": 1, "low_pass_jump": 1}
+    rng = np.random.default_rng(4)
+    t = np.arange(24 * 7 * 8 + 24)
+    clean = 10 + 3 * np.sin(2 * np.pi * t / 24) + 2 * np.where((t // 24) % 7 >= 5, -1.0, 0.3)
+    y = clean + rng.normal(0, 0.3, t.size)
+    f, _ = cand.fit("mstl", y[:-24], 24, (24, 168))
+    exact = sm.MSTL(season_length=[24, 168], trend_forecaster=sm.AutoETS(model="ZZN"))
+    ref = exact.fit(y[:-24]).predict(h=24)["mean"]
+    err, err_ref = (float(np.mean(np.abs(p - clean[-24:]))) for p in (f.mean, ref))
+    assert err < 1.05 * err_ref + 0.01 and err < 0.5

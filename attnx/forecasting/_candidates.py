@@ -32,7 +32,11 @@ statsforecast's, when it is installed (the optional ``forecast`` extra):
            cheap: on the seasonally adjusted series
            (attnx.forecasting._classical.adjust), the seasonal indices added back
   mstl     MSTL over every seasonal period with an AutoETS trend, only with two or
-           more periods
+           more periods; its STL smoothers evaluated every tenth of their windows
+           and interpolated between (STL_JUMP, R's stl defaults; statsmodels'
+           evaluate every point): generated half-hourly and hourly series with two
+           seasons, 16 x 3 forecasts, MASE 0.5787 -> 0.5792 (+0.0004 +- 0.0003)
+           at a third of the time (4032 values: 1.7 s -> 0.5 s a fit)
 Their error scale is their own 90% interval's half-width over z(0.95).
 """
 from __future__ import annotations
@@ -73,6 +77,11 @@ SF_MIN_LENGTH = 8
 #: the pretrained network forecasts from this many values on
 PRETRAINED_MIN_LENGTH = 3
 _SF = ("ets", "atheta", "arima", "arima1", "mstl")
+#: MSTL's STL smoothers are evaluated every STL_JUMP of their window (at the shortest
+#: period, whose windows are the narrowest) and interpolated between
+STL_JUMP = 0.1
+#: MSTL's seasonal window at the shortest period (statsforecast's mstl: 7 + 4)
+_STL_SEASONAL = 11
 
 
 def have_statsforecast() -> bool:
@@ -189,6 +198,21 @@ def ets_seasonal(y: F64, main: int) -> bool:
     return cl.seasonal(np.asarray(y, dtype=np.float64), main, ETS_SEASON_Z)
 
 
+def _odd(k: int) -> int:
+    return k + (k % 2 == 0)
+
+
+def stl_jumps(period: int) -> dict[str, int]:
+    """STL's jumps (statsmodels.tsa.seasonal.STL) for MSTL: STL_JUMP of each smoother's
+    window at the shortest seasonal period, whose windows statsmodels' defaults give
+    (the trend's ceil(1.5 p / (1 - 1.5 / s)), the low pass's p + 1, both odd)."""
+    s = _STL_SEASONAL
+    trend = _odd(math.ceil(1.5 * period / (1.0 - 1.5 / s)))
+    low = _odd(period + 1)
+    return {name: max(1, math.ceil(STL_JUMP * w)) for name, w in
+            (("seasonal_jump", s), ("trend_jump", trend), ("low_pass_jump", low))}
+
+
 def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | None
             ) -> tuple[cl.Forecast, Spec]:
     sfm = _statsforecast_models()
@@ -210,8 +234,9 @@ def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | No
                            seasonal_order=tuple(spec["seasonal_order"]),
                            include_mean=spec["mean"], include_drift=spec["drift"]))
     elif name == "mstl":
-        model = sfm.MSTL(season_length=sorted(set(p for p in periods if p > 1)),
-                         trend_forecaster=sfm.AutoETS(model="ZZN"))
+        seasons = sorted(set(p for p in periods if p > 1))
+        model = sfm.MSTL(season_length=seasons, trend_forecaster=sfm.AutoETS(model="ZZN"),
+                         stl_kwargs=stl_jumps(seasons[0]))
     else:
         raise ValueError(f"unknown candidate {name!r}")
     future = np.zeros(h)
