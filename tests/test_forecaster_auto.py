@@ -330,3 +330,27 @@ def test_mstl_smooths_at_r_style_jumps_and_forecasts_like_every_point():
     ref = exact.fit(y[:-24]).predict(h=24)["mean"]
     err, err_ref = (float(np.mean(np.abs(p - clean[-24:]))) for p in (f.mean, ref))
     assert err < 1.05 * err_ref + 0.01 and err < 0.5
+
+
+def test_autoets_beyond_its_longest_season_runs_on_the_seasonally_adjusted_series():
+    # half-hours: no seasonal search at 48 (seconds a fit, and it mostly chose no
+    # season); AutoETS without a season on the adjusted series, the indices added
+    # back, so the forecast follows the day; the spec refits the same way, and a spec
+    # saved before (a seasonal form at 48, no "adjusted") refits as it did
+    pytest.importorskip("statsforecast")
+    rng = np.random.default_rng(5)
+    t = np.arange(48 * 21 + 48)
+    clean = 20 + 4 * np.sin(2 * np.pi * t / 48)
+    y = clean + rng.normal(0, 0.4, t.size)
+    f, spec = cand.fit("ets", y[:-48], 48, (48,))
+    assert spec["adjusted"] is True and spec["m"] == 1 and spec["model"][2] == "N"
+    assert np.mean(np.abs(f.mean - clean[-48:])) < 0.5
+    again = cand.refit("ets", spec, y[:-48], 48, (48,))
+    np.testing.assert_allclose(again.mean, f.mean)
+    old = cand.refit("ets", {"model": "AAA", "damped": False, "m": 48}, y[:-48], 48, (48,))
+    flat = cand.refit("ets", {k: v for k, v in spec.items() if k != "adjusted"},
+                      y[:-48], 48, (48,))
+    assert np.mean(np.abs(old.mean - clean[-48:])) < 1.0
+    assert np.ptp(flat.mean) < 0.5 < np.ptp(f.mean)
+    monthly = _seasonal(60, seed=3)
+    assert "adjusted" not in cand.fit("ets", monthly, 6, (12,))[1]
