@@ -165,3 +165,55 @@ def test_round_trip_keeps_season_and_baseline_and_old_files_load_as_before(tmp_p
 def test_bad_season_or_baseline(kw, msg):
     with pytest.raises((ValueError, TypeError), match=msg):
         attnx.TransformerForecaster(3, **TINY, **kw).fit(_periodic(60, 12))
+
+
+def _day_and_week(seed, n=4032, day=48):
+    """A daily cycle (its amplitude drifting on half the seeds), a weekly profile (a
+    random offset per weekday) often stronger than it, a wandering level and noise."""
+    rng = np.random.default_rng([seed, 1])
+    t = np.arange(n)
+    phase = rng.uniform(0, 6)
+    daily = (rng.uniform(1, 3) * np.sin(2 * np.pi * t / day + phase)
+             + rng.uniform(0, 1) * np.sin(4 * np.pi * t / day + 1))
+    profile = rng.normal(0, 1, 7)
+    weekly = rng.uniform(0.5, 2) * profile[(t // day) % 7]
+    level = np.cumsum(rng.uniform(0.01, 0.1) * rng.standard_normal(n))
+    amp = 1 + (0.3 * np.sin(2 * np.pi * t / (n * rng.uniform(1, 3))) if rng.random() < 0.5 else 0)
+    return 30 + amp * daily + weekly + level + rng.uniform(0.1, 0.6) * rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("seed", [2, 4, 6])
+def test_the_day_under_a_stronger_week_is_the_season_and_the_week_the_second_period(seed):
+    """The week's slope moves the daily peaks of the autocorrelation a lag or two off
+    48, 96, ...; the day still repeats seven times in the week, so it is the season
+    (before, the week alone was, and the forecasts' main period 336)."""
+    y = _day_and_week(seed)[:-48, None]
+    assert _season.detect([y]) == 48
+    assert _season.longer_periods([y], 48) == [336]
+
+
+def _harmonics(seed, period=144):
+    rng = np.random.default_rng(seed)
+    t = np.arange(period * 6)
+    shape = rng.normal(0, 1, 4)
+    return (50 + 3 * sum(shape[k] * np.sin(2 * np.pi * (k + 1) * t / period + k)
+                         for k in range(4))
+            + np.cumsum(rng.normal(0, 0.2, t.size)) + rng.normal(0, 1, t.size))
+
+
+@pytest.mark.parametrize("seed", [5, 6, 9, 26])
+def test_a_long_season_with_harmonics_or_a_week_of_daily_steps_is_not_split(
+        seed, monkeypatch):
+    """A single season of 144 whose shape has harmonics peaks near 48 or 72 too, but
+    two or three repeats are no cycle of their own (they would be if two were enough);
+    one level per weekday (no cycle within the day): the season is not the day."""
+    y = _harmonics(seed)[:, None]
+    assert _season.detect([y]) == 144
+    with monkeypatch.context() as m:
+        m.setattr(_season, "DIVISOR_CYCLES", 2)
+        assert _season.detect([y]) in (48, 72)
+    rng = np.random.default_rng(seed)
+    t = np.arange(4032)
+    steps = (20 + 2 * rng.normal(0, 1, 7)[(t // 48) % 7]
+             + np.cumsum(0.05 * rng.standard_normal(t.size)) + 0.5 * rng.standard_normal(t.size))
+    assert _season.detect([steps[:, None]]) >= 168

@@ -22,6 +22,14 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
    3 / sqrt(N_p) and PEAK_RISE above the shorter lags, without the PEAK_LEVEL floor)
    and at every multiple of p up to the season: short quarterly series whose period-4
    peak stays under PEAK_LEVEL while the few long ones' noisy r(12) passes it.
+   A divisor p of REFINE_FROM lags or more whose cycle repeats at least
+   DIVISOR_CYCLES times in the season may peak a few lags off (within
+   min(DIVISOR_LAGS, p / 12), at p and at each multiple): the day of half-hourly or
+   hourly data whose week is the highest peak, where the week's slope moves the daily
+   peaks by a lag or two (generated series with a daily and a weekly cycle: the day
+   was missed on 29 of 116 and the week alone became the season, whose forecasts
+   then cost up to twice the error and four times the time; no change on single
+   long seasons with harmonics, whose two to four repeats need not be a cycle).
    A season of REFINE_FROM lags or more is then located by its multiples: of m - 1,
    m and m + 1, the one whose multiples up to the reach have the highest mean r (a
    long period's peak is broad, and a slope under it, such as that of a weekly cycle
@@ -66,6 +74,10 @@ HARMONIC = 0.8
 MULTIPLE_RISE = 0.05
 #: a season of at least this many lags is located by its multiples (module point 5)
 REFINE_FROM = 16
+#: a long divisor of the season may peak off its lags when it repeats this many times
+DIVISOR_CYCLES = 5
+#: ... by at most this many lags (and p / 12)
+DIVISOR_LAGS = 2
 
 
 def acf(x: F64, max_lag: int) -> F64:
@@ -129,10 +141,22 @@ def detect(series: list[F64], *, relaxed: bool = False) -> int:
     season = next(m for m in peaks if r[m] >= HARMONIC * high)
     sig = 3.0 / np.sqrt(np.maximum(found[2], 1.0))
     for p in range(2, season // 2 + 1):
-        if season % p == 0 and r[p] > sig[p] and r[p] - r[1:p].min() >= PEAK_RISE and all(
-                r[q] >= r[q - 1] and r[q] >= r[q + 1] for q in range(p, season, p)):
-            return p
+        if season % p == 0 and (_divisor(r, sig, p, season, 0) or (
+                p >= REFINE_FROM and season // p >= DIVISOR_CYCLES
+                and _divisor(r, sig, p, season, min(DIVISOR_LAGS, max(1, round(p / 12)))))):
+            return _by_multiples(r, p) if p >= REFINE_FROM else p
     return _by_multiples(r, season) if season >= REFINE_FROM else season
+
+
+def _divisor(r: F64, sig: F64, p: int, season: int, lags: int) -> bool:
+    """Whether r peaks at p (its highest within `lags` of p above the significance
+    level sig and PEAK_RISE above the shorter lags) and at every multiple of p below
+    `season`, each within `lags` (module point 5)."""
+    top = max(range(p - lags, p + lags + 1), key=lambda j: r[j])
+    if not (r[top] > sig[top] and r[top] - r[1:p - lags].min() >= PEAK_RISE):
+        return False
+    return all(any(r[j] >= r[j - 1] and r[j] >= r[j + 1] for j in range(q - lags, q + lags + 1))
+               for q in range(p, season, p))
 
 
 def _by_multiples(r: F64, m: int) -> int:
