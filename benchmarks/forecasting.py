@@ -90,6 +90,17 @@ Synthetic panel (--synthetic; tune on it and on the development panel only)
                                             a random walk
   synth_short_y   1    6   60      14-40    short yearly: trend, random walk or AR(1)
 
+  synth_long      48   48  12      2016-    (--synthetic --sets synth_long; not in the
+                                   4032     panel's mean) half-hourly, 6-12 weeks: a
+                                            daily cycle (its amplitude drifting on half
+                                            the series), one random offset per weekday,
+                                            a wandering level and noise. Each series is
+                                            fitted on its own by every peer, as a user
+                                            with one long series would (attnx finds the
+                                            periods from that series); the peers get
+                                            m = 48 and MASE's scale is seasonal naive at
+                                            the week (336)
+
 Every series comes from one numpy Generator per set, seeded by (--panel-seed, set);
 values are shifted to stay positive where the kind is a level (demand counts may be
 0). The table adds a "targets" section for each attnx peer: mean MASE against the best
@@ -145,6 +156,8 @@ from attnx.forecasting import backtest, interval_coverage, mase, smape  # noqa: 
 SETS = ("sunspots", "co2", "nile", "uschange", "solar", "pbs", "m1_yearly")
 SYNTH_SETS = ("synth_trend", "synth_mult", "synth_multi", "synth_shift", "synth_demand",
               "synth_walk", "synth_short_q", "synth_short_y")
+#: synthetic sets run only when named in --sets (each series fitted on its own)
+LONG_SETS = ("synth_long",)
 PEERS = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta", "ridge_ar",
          "attnx_auto", "attnx_network", "torch_twin")
 #: the peers the targets compare with
@@ -163,9 +176,14 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 class Dataset:
     """One set of the panel: a list of 1-D float64 series, its season and horizon."""
 
-    def __init__(self, name, series, names, freq, season, horizon, source):
+    def __init__(self, name, series, names, freq, season, horizon, source, *,
+                 alone=False, scale_season=None):
         self.name, self.series, self.names = name, series, names
         self.freq, self.season, self.horizon, self.source = freq, season, horizon, source
+        #: attnx fits each series on its own (not one model over the set)
+        self.alone = alone
+        #: MASE's seasonal-naive scale period (default: season)
+        self.scale_season = scale_season or season
 
 
 def _aeon_data(*parts):
@@ -214,9 +232,10 @@ def load_set(name, quick=False):
             series, names = series[:12], names[:12]
         return Dataset(name, series, names, "yearly", 1, int(meta["forecast_horizon"]),
                        "aeon m1_yearly_dataset.tsf (bundled)")
-    if name in SYNTH_SETS:
+    if name in SYNTH_SETS + LONG_SETS:
         return synthetic_set(name, PANEL_SEED)
-    raise ValueError(f"unknown set {name!r}; choose from {', '.join(SETS + SYNTH_SETS)}")
+    raise ValueError(f"unknown set {name!r}; choose from "
+                     f"{', '.join(SETS + SYNTH_SETS + LONG_SETS)}")
 
 
 #: the synthetic panel's seed (--panel-seed)
@@ -229,7 +248,8 @@ SYNTH_SPEC = {"synth_trend": ("monthly", 12, 18, 60, 60, 240),
               "synth_demand": ("monthly", 1, 12, 50, 36, 120),
               "synth_walk": ("daily", 1, 14, 50, 50, 300),
               "synth_short_q": ("quarterly", 4, 4, 60, 14, 40),
-              "synth_short_y": ("yearly", 1, 6, 60, 14, 40)}
+              "synth_short_y": ("yearly", 1, 6, 60, 14, 40),
+              "synth_long": ("half-hourly", 48, 48, 12, 2016, 4032)}
 
 
 def _ar1(rng, n, phi, sd):
@@ -280,6 +300,14 @@ def _synth_series(kind, rng, n, m):
                  + rng.normal(0, rng.uniform(0.5, 3), n))
         else:
             y = 50 + np.cumsum(rng.normal(0, 2, n))
+    elif kind == "synth_long":
+        daily = (rng.uniform(1, 3) * np.sin(2 * np.pi * t / m + rng.uniform(0, 6))
+                 + rng.uniform(0, 1) * np.sin(4 * np.pi * t / m + 1))
+        drift = (1 + 0.3 * np.sin(2 * np.pi * t / (n * rng.uniform(1, 3)))
+                 if rng.random() < 0.5 else 1.0)
+        weekly = rng.uniform(0.5, 2) * rng.normal(0, 1, 7)[(t.astype(int) // m) % 7]
+        level = np.cumsum(rng.uniform(0.01, 0.1) * rng.standard_normal(n))
+        y = 30 + drift * daily + weekly + level + rng.uniform(0.1, 0.6) * rng.standard_normal(n)
     else:   # synth_short_y
         r = rng.random()
         if r < 0.4:
@@ -296,11 +324,13 @@ def _synth_series(kind, rng, n, m):
 def synthetic_set(name, seed=0):
     """The synthetic set `name` (SYNTH_SPEC) drawn with the panel seed `seed`."""
     freq, m, h, count, lo, hi = SYNTH_SPEC[name]
-    rng = np.random.default_rng([seed, SYNTH_SETS.index(name)])
+    rng = np.random.default_rng([seed, (SYNTH_SETS + LONG_SETS).index(name)])
     series = [_synth_series(name, rng, int(rng.integers(lo, hi + 1)), m)
               for _ in range(count)]
+    long = name in LONG_SETS
     return Dataset(name, series, [f"{name}_{i}" for i in range(count)], freq, m, h,
-                   f"synthetic ({name}, panel seed {seed})")
+                   f"synthetic ({name}, panel seed {seed})", alone=long,
+                   scale_season=7 * m if long else None)
 
 
 # ---------------------------------------------------------------- peers
@@ -435,6 +465,14 @@ def run_global(factory, ds, seed):
     if est is None:
         return None
     train = [s[:-h] for s in ds.series]
+    if ds.alone and len(train) > 1:   # each series on its own
+        out, elapsed = [], 0.0
+        for i, y in enumerate(ds.series):
+            one = Dataset(ds.name, [y], [ds.names[i]], ds.freq, ds.season, h, ds.source)
+            got = run_global(factory, one, seed)
+            out += got[0]
+            elapsed += got[1]
+        return out, elapsed
     single = len(train) == 1
     t0 = time.perf_counter()
     est.fit(train[0] if single else train)
@@ -466,7 +504,7 @@ def score(ds, i, mean, lo, hi):
     y = ds.series[i]
     train, truth = y[:-h], y[-h:]
     mean = np.asarray(mean, dtype=float).reshape(h)
-    row = {"mase": mase(truth, mean, train, ds.season), "smape": smape(truth, mean)}
+    row = {"mase": mase(truth, mean, train, ds.scale_season), "smape": smape(truth, mean)}
     if lo is not None and hi is not None:
         row["coverage"] = interval_coverage(truth, np.reshape(lo, h), np.reshape(hi, h))
     return row
@@ -911,8 +949,9 @@ def main(argv=None):
     sets = [s.strip() for s in args.sets.split(",") if s.strip()]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     for s in sets:
-        if s not in SETS + SYNTH_SETS:
-            ap.error(f"--sets: unknown set {s!r}; choose from {', '.join(SETS + SYNTH_SETS)}")
+        if s not in SETS + SYNTH_SETS + LONG_SETS:
+            ap.error(f"--sets: unknown set {s!r}; choose from "
+                     f"{', '.join(SETS + SYNTH_SETS + LONG_SETS)}")
     for p in peers:
         if p not in PEERS + EXTRA_PEERS:
             ap.error(f"--peers: unknown peer {p!r}; choose from "
@@ -929,7 +968,7 @@ def main(argv=None):
     for s in sets:
         ds = load_set(s, quick=args.quick)
         ps = [p for p in peers if not (args.quick and s == "solar" and p == "auto_arima")
-              and not (p == "auto_arima" and s in SYNTH_SETS and ds.season >= 24
+              and not (p == "auto_arima" and s in SYNTH_SETS + LONG_SETS and ds.season >= 24
                        and not args.arima_long_seasons)]
         results.append(run_set(ds, ps, args.seed, log))
         if args.origins > 0:
