@@ -30,6 +30,10 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
    was missed on 29 of 116 and the week alone became the season, whose forecasts
    then cost up to twice the error and four times the time; no change on single
    long seasons with harmonics, whose two to four repeats need not be a cycle).
+   Last, a season of two days whose day peaks so (within those lags) is the day when
+   the day's own longer period (point 7: the week) is no multiple of the season
+   (5 more of the 116 generated series; a single season's harmonics repeat within it,
+   so their longer period is the season's).
    A season of REFINE_FROM lags or more is then located by its multiples: of m - 1,
    m and m + 1, the one whose multiples up to the reach have the highest mean r (a
    long period's peak is broad, and a slope under it, such as that of a weekly cycle
@@ -143,9 +147,31 @@ def detect(series: list[F64], *, relaxed: bool = False) -> int:
     for p in range(2, season // 2 + 1):
         if season % p == 0 and (_divisor(r, sig, p, season, 0) or (
                 p >= REFINE_FROM and season // p >= DIVISOR_CYCLES
-                and _divisor(r, sig, p, season, min(DIVISOR_LAGS, max(1, round(p / 12)))))):
-            return _by_multiples(r, p) if p >= REFINE_FROM else p
-    return _by_multiples(r, season) if season >= REFINE_FROM else season
+                and _divisor(r, sig, p, season, _lags(p)))):
+            season = p
+            break
+    season = _by_multiples(r, season) if season >= REFINE_FROM else season
+    return _not_a_double(r, found[1], sig, season)
+
+
+def _lags(p: int) -> int:
+    """How far off its multiples a long divisor p may peak (module point 5)."""
+    return min(DIVISOR_LAGS, max(1, round(p / 12)))
+
+
+def _not_a_double(r: F64, level: F64, sig: F64, season: int) -> int:
+    """A divisor p of a long season that peaks near every multiple (within _lags(p))
+    and whose own longer period (longer_periods) is no multiple of the season: the
+    season was two days, the longer cycle being a week (module point 5)."""
+    if season < 2 * REFINE_FROM:
+        return season
+    for p in range(REFINE_FROM, season // 2 + 1):
+        if season % p == 0 and _divisor(r, sig, p, season, _lags(p)):
+            q = _by_multiples(r, p)
+            longer = _longer(r, level, q, 1)
+            if longer and longer[0] % season:
+                return q
+    return season
 
 
 def _divisor(r: F64, sig: F64, p: int, season: int, lags: int) -> bool:
@@ -181,7 +207,11 @@ def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
     found = _mean_acf(series)
     if found is None:
         return []
-    r, level = found[0], found[1]
+    return _longer(found[0], found[1], season, most)
+
+
+def _longer(r: F64, level: F64, season: int, most: int) -> list[int]:
+    """longer_periods on the mean autocorrelation r and its peak level."""
     reach = r.shape[0] - 1
     cand = []
     for k in range(2, reach // season):
