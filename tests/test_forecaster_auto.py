@@ -354,3 +354,14 @@ def test_autoets_beyond_its_longest_season_runs_on_the_seasonally_adjusted_serie
     assert np.ptp(flat.mean) < 0.5 < np.ptp(f.mean)
     monthly = _seasonal(60, seed=3)
     assert "adjusted" not in cand.fit("ets", monthly, 6, (12,))[1]
+
+
+def test_autotheta_is_offered_only_to_series_of_at_most_its_longest_length():
+    # AutoTheta's fit grows with the series (seconds on thousands of half-hours) and
+    # changed nothing there; attnx's own theta on the adjusted series stays
+    pytest.importorskip("statsforecast")
+    rng = np.random.default_rng(6)
+    for n in (500, cand.ATHETA_MAX_LENGTH, cand.ATHETA_MAX_LENGTH + 1, 4000):
+        y = 20 + np.cumsum(rng.normal(0, 1, n))
+        names = cand.available(y, (48,))
+        assert ("atheta" in names) == (n <= cand.ATHETA_MAX_LENGTH) and "theta" in names
