@@ -356,6 +356,27 @@ def test_autoets_beyond_its_longest_season_runs_on_the_seasonally_adjusted_serie
     assert "adjusted" not in cand.fit("ets", monthly, 6, (12,))[1]
 
 
+def test_a_weak_long_period_is_not_removed_when_its_indices_do_not_pay_by_aicc():
+    # an AR(1) series whose autocorrelation at 45 passes the 90% test by chance (a
+    # panel's weak period): removing 44 indices from 180 values costs more AICc
+    # than it gains, so AutoETS runs on the series itself, as its own seasonal
+    # search would have declined the season
+    pytest.importorskip("statsforecast")
+    from attnx.forecasting import _classical as cl
+    rng = np.random.default_rng(37)
+    e = rng.normal(0, 1, 180)
+    y = np.empty(180)
+    y[0] = e[0]
+    for t in range(1, 180):
+        y[t] = 0.5 * y[t - 1] + e[t]
+    y += 10
+    assert cl.seasonal(y, 45) and cl.adjust_kept(y, (45,), 8)[2] == [45]
+    f, spec = cand.fit("ets", y, 8, (45,))
+    assert spec["adjusted"] is False and spec["m"] == 1
+    plain = cand.fit("ets", y, 8, (1,))[0]
+    np.testing.assert_allclose(f.mean, plain.mean)
+
+
 def test_autotheta_is_offered_only_to_series_of_at_most_its_longest_length():
     # AutoTheta's fit grows with the series (seconds on thousands of half-hours) and
     # changed nothing there; attnx's own theta on the adjusted series stays

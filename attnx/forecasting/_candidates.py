@@ -24,8 +24,11 @@ statsforecast's, when it is installed (the optional ``forecast`` extra):
            (ets_seasonal): a panel's period given to its series without that season
            costs a tenth of the time (a mixed panel of 1000 short series, quiet
            machine: 82 s -> 49 s). Above ETS_MAX_SEASON (R's ets refuses such
-           periods) it runs without a season on the seasonally adjusted series,
-           the indices added back, as arima1 does: its seasonal search at 48 or
+           periods) it runs without a season, on the seasonally adjusted series
+           (the indices added back, as arima1 does) when that pays for the
+           indices by AICc (each period p counted as p - 1 more parameters, as
+           AutoETS's seasonal states would be; a weak period found in a panel of
+           growth rates does not), else on the series: its seasonal search at 48 or
            336 half-hours took 3-23 s a fit on 4000 values and mostly chose a
            form without the season (generated two-season series, 36 forecasts:
            MASE 3.05 -> 0.72 at the day, 1.17 -> 0.66 at the week, 16 and 57
@@ -213,6 +216,29 @@ def ets_seasonal(y: F64, main: int) -> bool:
     return cl.seasonal(np.asarray(y, dtype=np.float64), main, ETS_SEASON_Z)
 
 
+def _adjustment_pays(sfm: Any, y: F64, periods: tuple[int, ...], h: int) -> bool:
+    """Whether AutoETS without a season has a lower AICc on y seasonally adjusted,
+    each removed period p counted as p - 1 more parameters, than on y itself."""
+    adj, _, kept = cl.adjust_kept(y, periods, h)
+    if not kept:
+        return False
+    n = y.shape[0]
+    aicc = []
+    for z, extra in ((y, 0), (adj, sum(p - 1 for p in kept))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with np.errstate(all="ignore"):
+                try:
+                    fitted = sfm.AutoETS(season_length=1).fit(z).model_
+                except Exception:   # statsforecast raises bare Exceptions too
+                    return False
+        k = int(fitted["n_params"]) + extra
+        if n - k - 1 <= 0:
+            return False
+        aicc.append(-2.0 * float(fitted["loglik"]) + 2.0 * k + 2.0 * k * (k + 1) / (n - k - 1))
+    return bool(aicc[1] < aicc[0])
+
+
 def _odd(k: int) -> int:
     return k + (k % 2 == 0)
 
@@ -235,8 +261,10 @@ def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | No
     adjusted = name == "arima1"
     if name == "ets":
         if spec is None:
-            adjusted = main > ETS_MAX_SEASON
-            m_ets = main if not adjusted and ets_seasonal(y, main) else 1
+            long = main > ETS_MAX_SEASON
+            adjusted = long and _adjustment_pays(sfm, np.asarray(y, dtype=np.float64),
+                                                 periods, h)
+            m_ets = main if not long and ets_seasonal(y, main) else 1
             model: Any = sfm.AutoETS(season_length=m_ets)
         else:   # specs saved before "m" was recorded searched at the main period
             adjusted = bool(spec.get("adjusted", False))
@@ -279,8 +307,8 @@ def _sf_fit(name: str, y: F64, h: int, periods: tuple[int, ...], spec: Spec | No
         sigma = np.full(h, floor) * np.sqrt(np.arange(1, h + 1))
     try:
         found = spec if spec is not None else _spec_of(name, model)
-        if name == "ets" and spec is None and adjusted:
-            found["adjusted"] = True
+        if name == "ets" and spec is None and main > ETS_MAX_SEASON:
+            found["adjusted"] = adjusted
     except (KeyError, IndexError, TypeError) as exc:   # a degenerate fit (a constant)
         raise ValueError(f"{name} chose no model form: {exc!r}") from exc
     return cl.Forecast(mean, sigma), found

@@ -118,8 +118,14 @@ def multiplicative(y: F64, period: int) -> bool:
 
 def adjust(z: F64, periods: tuple[int, ...], h: int) -> tuple[F64, F64]:
     """(z without its seasonal components, their sum over the next h steps)."""
+    adj, future, _ = adjust_kept(z, periods, h)
+    return adj, future
+
+
+def adjust_kept(z: F64, periods: tuple[int, ...], h: int) -> tuple[F64, F64, list[int]]:
+    """adjust, and the periods whose indices it removed."""
     n = z.shape[0]
-    adj, future = z.copy(), np.zeros(h)
+    adj, future, kept = z.copy(), np.zeros(h), []
     for p in sorted(set(periods)):
         if not seasonal(adj, p):
             continue
@@ -128,7 +134,8 @@ def adjust(z: F64, periods: tuple[int, ...], h: int) -> tuple[F64, F64]:
             continue
         adj = adj - idx[np.arange(n) % p]
         future += idx[np.arange(n, n + h) % p]
-    return adj, future
+        kept.append(p)
+    return adj, future, kept
 
 
 def _ses_path(a: F64) -> tuple[F64, F64]:
