@@ -52,7 +52,7 @@ The rule (a peak of the autocorrelation function, as ACF-based seasonality tests
    The same test on the series differenced at the season, x_t - x_{t - season}:
    differencing removes the season and a wandering level, whose slowly decaying
    correlation leaves a weekly cycle's rise in r at the week a few hundredths (the
-   week was missed on 11 of 80 generated half-hourly and hourly series, and 4 more
+   week was missed on 8 of 80 generated half-hourly and hourly series, and 4 more
    took two or three weeks for it, at up to three times the forecast error). A
    multiple k * season, k >= 3, is a period there when r is a local maximum over its
    neighbouring multiples and at least DIFF_Z standard errors above zero (Bartlett's,
