@@ -247,3 +247,15 @@ def test_no_second_period_without_a_week_nor_two_seasons_from_a_growing_season()
               * np.exp(rng.normal(0, 0.03, t.size)))[:, None] for _ in range(8)]
     assert _season.detect(panel) == 12
     assert _season.longer_periods(panel, 12) == []
+
+
+def test_a_second_period_of_two_seasons_is_found_in_the_series_itself():
+    """A cycle of 24 under a stronger one of 12: the season is 12 and 24 the second
+    period, found by the autocorrelation of the series itself (the differenced test
+    leaves two seasons out)."""
+    rng = np.random.default_rng(0)
+    t = np.arange(480)
+    y = (3 * np.sin(2 * np.pi * t / 12) + np.sin(2 * np.pi * t / 24 + 1)
+         + 0.5 * rng.normal(size=t.size))[:, None]
+    assert _season.detect([y]) == 12
+    assert _season.longer_periods([y], 12) == [24]

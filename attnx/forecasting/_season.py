@@ -95,7 +95,7 @@ DIVISOR_CYCLES = 5
 DIVISOR_LAGS = 2
 #: a multiple of the season is a longer period when the autocorrelation of the
 #: series differenced at the season peaks there this many standard errors above zero
-DIFF_Z = 3.5
+DIFF_Z = 4.0
 
 
 def acf(x: F64, max_lag: int) -> F64:
@@ -258,7 +258,7 @@ def _longer(r: F64, level: F64, season: int, most: int) -> list[int]:
     """longer_periods on the mean autocorrelation r and its peak level."""
     reach = r.shape[0] - 1
     cand = []
-    for k in range(3, reach // season):
+    for k in range(2, reach // season):
         m = k * season
         rise = r[m] - max(r[m - season], r[m + season])
         if rise >= MULTIPLE_RISE and r[m] > level[m]:
