@@ -40,7 +40,7 @@ def test_csv_round_trip_matches_the_api(tmp_path, capsys, intervals):
     dst = tmp_path / "f.csv"
     rc = main(["forecast", str(src), "--horizon", "3", "--time-col", "date", "--target", "y",
                "--id-col", "store", "--out", str(dst), "--coverage", "0.8",
-               "--intervals", intervals, *FAST])
+               "--intervals", intervals, "--float-format", "%.17g", *FAST])
     assert rc == 0 and "2 series x 3 steps" in capsys.readouterr().out
     out = _check_output(dst, df, 3)
     series = [df[df.store == k].set_index(pd.DatetimeIndex(df[df.store == k].date))["y"]
@@ -72,12 +72,14 @@ def test_parquet_and_one_series_with_integer_steps(tmp_path):
 
 
 @pytest.mark.parametrize("edit,args,msg", [
-    (None, ["--target", "sales"], "column 'sales' (--target) is not in the data"),
-    (None, ["--id-col", "shop"], "column 'shop' (--id-col) is not in the data"),
-    ("dup", [], "series 'a' has duplicate time stamps in column 'date' (first: 2015-01-01"),
-    ("short", [], "series 'b' is too short: 4 rows, at least horizon + 2 = 5"),
-    ("gap", [], "series 'a' has a DatetimeIndex without an inferable frequency"),
-    ("text", [], "column 'y' (--target) must hold numbers"),
+    (None, ["--target", "sales"], "column 'sales' (--target) is not in the file"),
+    (None, ["--id-col", "shop"], "column 'shop' (--id-col) is not in the file"),
+    ("dup", [], "series 'a' has two rows for 2015-01-01 (lines 2 and 3): keep one"),
+    ("short", [], "series 'b' has 4 rows, fewer than horizon + 2 = 5: give a shorter "
+                  "--horizon or more rows"),
+    ("gap", [], "series 'a' is monthly (MS) but has no value between 2015-05-01 and "
+                "2015-07-01 (lines 6 and 7; 1 date missing, from 2015-06-01): add a row"),
+    ("text", [], "line 5: 'n/a?' in column 'y' (--target) is not a number"),
 ])
 def test_bad_files(tmp_path, capsys, edit, args, msg):
     df = _long()
@@ -134,7 +136,7 @@ def test_method_auto_matches_the_api(tmp_path, capsys):
     dst = tmp_path / "f.csv"
     assert main(["forecast", str(src), "--horizon", "3", "--time-col", "date", "--target",
                  "y", "--id-col", "store", "--out", str(dst), "--method", "auto",
-                 "--seed", "0"]) == 0
+                 "--seed", "0", "--float-format", "%.17g"]) == 0
     out = _check_output(dst, df, 3)
     # the series as the command reads them back from the file (a choice among near-tied
     # candidates may follow the CSV's last digits)
