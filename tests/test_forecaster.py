@@ -63,7 +63,8 @@ def test_global_model_multichannel_and_covariates():
 @pytest.mark.parametrize("kw,y,msg", [
     (dict(horizon=0), None, "horizon"),
     (dict(horizon=5), np.ones(6), "at least 7"),
-    (dict(horizon=3), np.r_[np.ones(30), np.nan], "NaN"),
+    (dict(horizon=3), np.r_[np.ones(30), np.inf], "infinity"),
+    (dict(horizon=3), np.r_[np.full(30, np.nan), 1.0, 2.0], "2 observed value"),
     (dict(horizon=3, intervals="bootstrap"), None, "intervals"),
     (dict(horizon=3, intervals="quantile", quantile_levels=(0.0, 0.5)), None, "quantile_levels"),
     (dict(horizon=3, intervals="quantile", quantile_levels=(0.2, 1.5)), None, "quantile_levels"),

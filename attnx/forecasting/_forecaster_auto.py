@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _pandas, _season, _series_pool
+from . import _gaps, _pandas, _season, _series_pool
 from . import _selection as sel
 from . import _windows as win
 
@@ -46,6 +46,15 @@ __all__ = ["ClassicalPath", "METHODS", "TooFewWindows"]
 #: transformer (falling back to "auto" when the series are too short for it); any
 #: other value names one candidate (attnx.forecasting._candidates), still calibrated on the origins
 METHODS = ("network", "auto")
+
+
+def _observed_part(y: F64) -> tuple[F64, int]:
+    """A channel from its first to its last observed value (interior NaNs kept for
+    attnx.forecasting._selection to fill), and how many NaNs trailed it."""
+    if not _gaps.has_gaps(y):
+        return y, 0
+    first, last = _gaps.tail(y)
+    return y[first:last + 1], y.shape[0] - 1 - last
 
 
 class TooFewWindows(ValueError):
@@ -76,27 +85,34 @@ class ClassicalPath:
             warnings.warn("TransformerForecaster: the classical methods ignore X, X_future "
                           "and static", UserWarning, stacklevel=3)
         periods = [self.season_] if self.season_ > 1 else []
+        found = [_gaps.fill_2d(s, 1) for s in series]   # the seasons of gappy series: filled
         if getattr(self, "season", None) is None and not self.time_index_ and not periods:
             # no season found from the data: a weaker peak that leaves three cycles
             # in the median series (candidates test it per series)
-            weak = _season.detect(series, relaxed=True)
+            weak = _season.detect(found, relaxed=True)
             med = float(np.median([s.shape[0] for s in series]))
             periods += [weak] if 1 < weak and 3 * weak <= med else []
         periods = sorted(periods)
-        periods += _season.longer_periods(series, self.season_)
+        periods += _season.longer_periods(found, self.season_)
         self.periods_ = [int(p) for p in periods]
         names = None if self.method is None or self.method in METHODS else [str(self.method)]
         choices, points, scales, scores = [], [], [], []
-        tasks = [(s[:, j], h, tuple(self.periods_), names)
-                 for s in series for j in range(self.k_)]
+        tasks, lags = [], []
+        for s in series:
+            for j in range(self.k_):
+                y, lag = _observed_part(s[:, j])
+                tasks.append((y, h + lag, tuple(self.periods_), names))
+                lags.append(lag)
         chosen = iter(_series_pool.choose_all(tasks, self.n_jobs))
+        at = iter(lags)
         for s in series:
             pt, sc = np.empty((h, self.k_)), np.empty((h, self.k_))
             for j in range(self.k_):
-                c = next(chosen)
+                c, lag = next(chosen), next(at)
                 choices.append(c.to_dict())
-                pt[:, j], sc[:, j] = c.forecast.mean, c.forecast.sigma
-                scores.append(np.asarray(c.scores, dtype=np.float64))
+                # trailing NaNs: the last h steps of a forecast from the last observed value
+                pt[:, j], sc[:, j] = c.forecast.mean[lag:], c.forecast.sigma[lag:]
+                scores.append(np.asarray(c.scores, dtype=np.float64)[..., lag:])
             points.append(pt)
             scales.append(sc)
         self.choices_ = choices
@@ -119,8 +135,10 @@ class ClassicalPath:
         if y is None:
             return self.point_, self.scale_, self.scores_, self.was_list_, self.time_index_
         h = self.horizon_
+        y_index = _gaps.indexes(y)
         y, index = _pandas.unwrap("y", y)
-        series, was_list = win.series_list("y", y, min_len=2)
+        series, was_list = win.series_list("y", y, min_len=2, missing=True)
+        series, _ = _gaps.observed_series("y", series, was_list, index, y_index, 2, "2")
         if series[0].shape[1] != self.k_:
             raise ValueError(f"y must have {self.k_} channel(s) as at fit, got "
                              f"{series[0].shape[1]}")
@@ -135,8 +153,9 @@ class ClassicalPath:
             pt, sc = np.empty((h, self.k_)), np.empty((h, self.k_))
             for j in range(self.k_):
                 at = i * self.k_ + j if same else j
-                f = sel.rerun(self.choices_[at], s[:, j], h, tuple(self.periods_))
-                pt[:, j], sc[:, j] = f.mean, f.sigma
+                y, lag = _observed_part(s[:, j])
+                f = sel.rerun(self.choices_[at], y, h + lag, tuple(self.periods_))
+                pt[:, j], sc[:, j] = f.mean[lag:], f.sigma[lag:]
                 scores.append(self.scores_[at] if same else pooled)
             points.append(pt)
             scales.append(sc)

@@ -33,9 +33,12 @@ class ConformalIntervals:
     levels_: tuple[float, ...]
     calibration_scores_: F64 | None
     horizon_: int
+    k_: int
     k_out_: int
 
     if TYPE_CHECKING:
+        def _targets(self, series: list[Any]) -> list[Any]: ...
+
         def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
                        ) -> TransformerRegressor: ...
 
@@ -94,6 +97,25 @@ class ConformalIntervals:
                     best, best_err, best_epochs, best_c = levels, score, done, c
         assert best is not None
         return self._scores(y_held, best, best_c), best_epochs, best_c
+
+    def _targets_seen(self, seen: list[Any], lengths: list[int], w: win.Windows,
+                      held: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+        """Which values of the held-out windows' targets were observed (n_held,
+        horizon * k_out), from each series' observed mask (None: all observed)."""
+        per = self._targets([np.ones((n, self.k_), bool) if m is None else m
+                             for m, n in zip(seen, lengths)])
+        h = self.horizon_
+        rows = [per[i][t:t + h] for i, t in zip(w.series[held], w.origin[held])]
+        out: npt.NDArray[np.bool_] = np.stack(rows).reshape(len(rows), -1)
+        return out
+
+    def _unscore_filled(self, scores: F64 | None, seen: npt.NDArray[np.bool_]) -> F64 | None:
+        """The calibration scores with those of filled (not observed) values NaN."""
+        if scores is None:
+            return None
+        out = scores.copy()
+        out[~seen] = np.nan
+        return out
 
     def _repeat_levels(self, tgt: F64) -> F64:
         """Targets (n, horizon * k_out) as the network's columns: each once per level."""
@@ -167,8 +189,25 @@ class ConformalIntervals:
         s = self.calibration_scores_
         assert s is not None
         e = s if s.ndim == 2 else np.maximum(-(s @ w_lo), s @ w_hi)
-        n = e.shape[0]
-        level = min(1.0, math.ceil((n + 1) * coverage) / n)
-        q = np.quantile(e, level, axis=0, method="higher")
+        if np.isnan(e).any():   # filled values' scores left out: each column's own n
+            q = _column_quantiles(e, coverage)
+        else:
+            n = e.shape[0]
+            level = min(1.0, math.ceil((n + 1) * coverage) / n)
+            q = np.quantile(e, level, axis=0, method="higher")
         out: F64 = np.maximum.accumulate(q.reshape(1, self.horizon_, self.k_out_), axis=1)
         return out
+
+
+def _column_quantiles(e: F64, coverage: float) -> F64:
+    """The conformal quantile (level ceil((n + 1) coverage) / n) of each column's
+    n non-NaN scores; a column without scores takes the largest of the others."""
+    out = np.full(e.shape[1], np.nan)
+    for j in range(e.shape[1]):
+        col = e[:, j][~np.isnan(e[:, j])]
+        if col.size:
+            level = min(1.0, math.ceil((col.size + 1) * coverage) / col.size)
+            out[j] = np.quantile(col, level, method="higher")
+    if np.isnan(out).all():
+        return np.zeros(e.shape[1])
+    return np.where(np.isnan(out), np.nanmax(out), out)

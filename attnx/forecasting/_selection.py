@@ -52,6 +52,7 @@ import numpy as np
 
 from . import _candidates as cand
 from . import _classical as cl
+from . import _gaps
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -124,8 +125,11 @@ def _run(name: str, spec: dict[str, Any], y: F64, h: int, periods: tuple[int, ..
 
 
 def rerun(choice: dict[str, Any], y: F64, h: int, periods: tuple[int, ...]) -> cl.Forecast:
-    """The chosen model (Choice.to_dict) run on another series y."""
+    """The chosen model (Choice.to_dict) run on another series y (its interior NaNs
+    filled as evaluate fills them)."""
     y = np.asarray(y, np.float64)
+    if _gaps.has_gaps(y):
+        y = _gaps.fill(y, min(periods) if periods else 1)
     f = _run(str(choice["name"]), choice["spec"], y, h, periods)
     return cl.Forecast(f.mean, np.maximum(f.sigma, scale_floor(y)))
 
@@ -155,9 +159,16 @@ class Evaluation:
 
 def evaluate(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None = None,
              *, use_statsforecast: bool = True) -> Evaluation:
-    """Run every candidate on y and at its rolling origins (module points 1-2)."""
+    """Run every candidate on y and at its rolling origins (module points 1-2).
+    Interior NaNs in y (observed first and last values) are filled
+    (attnx.forecasting._gaps.fill at the main period) and the filled values are not
+    scored at the origins."""
     y = np.asarray(y, dtype=np.float64)
     n = y.shape[0]
+    seen = None
+    if _gaps.has_gaps(y):
+        seen = ~np.isnan(y)
+        y = _gaps.fill(y, min(periods) if periods else 1)
     if names is None:
         names = cand.available(y, periods, use_statsforecast=use_statsforecast)
     need = {nm: cand.min_length(nm, periods) for nm in names}
@@ -167,6 +178,8 @@ def evaluate(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None =
     orgs = origins(n, h, min_train)
     steps = np.arange(h)
     obs = np.array([[t + j < n for j in steps] for t in orgs])                 # (o, h)
+    if seen is not None:   # filled values are not scored
+        obs &= np.array([[t + j < n and bool(seen[t + j]) for j in steps] for t in orgs])
     truth = np.array([[y[t + j] if t + j < n else np.nan for j in steps] for t in orgs])
     final: dict[str, tuple[cl.Forecast, dict[str, Any]]] = {}
     pred: dict[str, tuple[F64, F64]] = {}

@@ -30,9 +30,11 @@ if TYPE_CHECKING:
 STD_FLOOR = 1e-3
 
 
-def series_list(name: str, y: object, *, min_len: int = 1) -> tuple[list[F64], bool]:
+def series_list(name: str, y: object, *, min_len: int = 1, missing: bool = False
+                ) -> tuple[list[F64], bool]:
     """(list of float64 (T_i, k) arrays, was_list) from one series (T,) / (T, k) or a
-    list of them (every series the same k). NaN and infinity are ValueErrors."""
+    list of them (every series the same k). Infinity is a ValueError, and so is NaN
+    unless `missing` (then NaN marks a missing value: attnx.forecasting._gaps)."""
     was_list = isinstance(y, (list, tuple))
     items = list(y) if was_list else [y]   # type: ignore[call-overload]
     if not items:
@@ -52,7 +54,11 @@ def series_list(name: str, y: object, *, min_len: int = 1) -> tuple[list[F64], b
         if a.shape[0] < min_len:
             raise ValueError(f"{where} has {a.shape[0]} time steps; at least {min_len} "
                              f"are needed")
-        if not np.all(np.isfinite(a)):
+        if missing and np.isinf(a).any():
+            bad = int(np.argmax(np.isinf(a).any(axis=1)))
+            raise ValueError(f"{where} contains infinity (first at time step {bad}): only "
+                             f"finite values and NaN (missing) are accepted")
+        if not missing and not np.all(np.isfinite(a)):
             bad = int(np.argmax(~np.isfinite(a).all(axis=1)))
             raise ValueError(f"{where} contains NaN or infinity (first at time step {bad})")
         if k is None:
@@ -206,12 +212,14 @@ def interval_levels(coverage: float) -> tuple[float, float]:
     return a, 1.0 - a
 
 
-def aligned(name: str, X: Any, series: list[F64]) -> list[F64] | None:
-    """X (or X_future) as one array per series, each with its series' rows."""
+def aligned(name: str, X: Any, series: list[F64], *, missing: bool = False
+            ) -> list[F64] | None:
+    """X (or X_future) as one array per series, each with its series' rows (NaN
+    allowed with `missing`)."""
     if X is None:
         return None
     items, _ = series_list(name, X if isinstance(X, (list, tuple)) or len(series) == 1
-                               else list(X))
+                               else list(X), missing=missing)
     if len(items) != len(series):
         raise ValueError(f"{name} must give one array per series ({len(series)}), "
                          f"got {len(items)}")

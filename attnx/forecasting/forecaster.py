@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _forecaster_state, _pandas
+from . import _forecaster_state, _gaps, _pandas
 from ..estimators import _model_file
 from . import _windows as win
 from ..estimators._base import EstimatorParams
@@ -261,18 +261,22 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
             raise ValueError("sample_weight is not supported by TransformerForecaster yet; "
                              "pass None")
         h = self.horizon_
+        y_index = _gaps.indexes(y)
         y, self.time_index_ = _pandas.unwrap("y", y)
-        series, self.was_list_ = win.series_list("y", y, min_len=h + 2)
+        raw, self.was_list_ = win.series_list("y", y, min_len=h + 2, missing=True)
+        # missing values: leading ones dropped, the rest filled per path (_gaps)
+        series, leads = _gaps.observed_series("y", raw, self.was_list_, self.time_index_,
+                                              y_index, h + 2)
         self.k_ = series[0].shape[1]
         self.k_out_ = 1 if self.channel_independent else self.k_
-        self.season_ = self._season(series)
+        self.season_ = self._season([_gaps.fill_2d(s, 1) for s in series])
         given = X is not None or X_future is not None or static is not None
         if self.method != "network" and not (self.method is None
                                              and self._wants_network(given)):
             self._fit_classical(series, None, given)
             return self
         try:
-            return self._fit_network(series, X, X_future, static)
+            return self._fit_network(series, X, X_future, static, raw, leads)
         except TooFewWindows as exc:
             for k in [k for k in vars(self) if k.endswith("_") and k not in _KEEP]:
                 delattr(self, k)
@@ -284,15 +288,21 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         quantiles asked for (only the network has either)."""
         return covariates or self.intervals == "quantile"
 
-    def _fit_network(self, series: list[F64], X: Any, X_future: Any, static: Any
-                     ) -> TransformerForecaster:
+    def _fit_network(self, series: list[F64], X: Any, X_future: Any, static: Any,
+                     raw: list[F64], leads: list[int]) -> TransformerForecaster:
+        """The network path on the series (leading NaNs dropped: `leads` rows of the
+        given series `raw`, which the covariates are aligned with)."""
         h = self.horizon_
         self.method_ = "network"
         self.baseline_ = "seasonal_naive" if self.baseline == "auto" else self.baseline
         self.blend_ = 1.0
-        cov = win.aligned("X", X, series)
-        fut = win.aligned("X_future", X_future, series)
+        cov = _gaps.covariates("X", win.aligned("X", X, raw, missing=True), leads)
+        fut = _gaps.covariates("X_future", win.aligned("X_future", X_future, raw,
+                                                       missing=True), leads)
         stat = win.static_features(static, len(series))
+        # the network's inputs are complete: filled values, left out of the scores
+        seen = [~np.isnan(s) if _gaps.has_gaps(s) else None for s in series]
+        series = [_gaps.fill_2d(s, self.season_) for s in series]
         lengths = [s.shape[0] for s in series]
         self.window_ = (win.check_int("window", self.window, 2) if self.window is not None
                         else win.default_window(lengths, h, self.season_))
@@ -346,6 +356,9 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
                 held, xin, tgt, seed, n_tok)
             if self.epochs is None:   # as long as the held-out check liked best
                 final.set_params(epochs=max(1, best))
+        if held is not None and any(m is not None for m in seen):
+            self.calibration_scores_ = self._unscore_filled(
+                self.calibration_scores_, self._targets_seen(seen, lengths, w, held))
         with progress_phase("final fit"):   # verbose: the bar's name
             self.regressor_ = final.fit(xin, self._repeat_levels(tgt))
         self.n_windows_ = len(tgt)
@@ -405,12 +418,16 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
                                      f"{series[0].shape[0]} rows")
                 cov = [a[-s.shape[0]:] for a, s in zip(items, series)]
         else:
+            y_index = _gaps.indexes(y)
             y, index = _pandas.unwrap("y", y)
-            series, was_list = win.series_list("y", y, min_len=self.patch_len_)
+            raw, was_list = win.series_list("y", y, min_len=self.patch_len_, missing=True)
+            series, leads = _gaps.observed_series("y", raw, was_list, index, y_index,
+                                                  self.patch_len_, "patch_len")
             if series[0].shape[1] != self.k_:
                 raise ValueError(f"y must have {self.k_} channel(s) as at fit, got "
                                  f"{series[0].shape[1]}")
-            cov = win.aligned("X", X, series)
+            series = [_gaps.fill_2d(s, self.season_) for s in series]
+            cov = _gaps.covariates("X", win.aligned("X", X, raw, missing=True), leads)
         if (cov is None) != (self.cov_mean_ is None):
             raise ValueError("X (past covariates) must be given at predict exactly when it "
                              "was given at fit")
