@@ -20,9 +20,6 @@ except ImportError as exc:  # pragma: no cover - only in an unbuilt source check
         ) from exc
     raise
 import importlib as _importlib
-import importlib.abc as _abc
-import importlib.util as _util
-import sys as _sys
 import typing as _typing
 
 from .runtime._version import __version__
@@ -49,45 +46,10 @@ __all__ = ["MultiHeadAttention", "Transformer", "SequenceModel", "AdamW", "mse_l
 if _typing.TYPE_CHECKING:
     from . import plot as plot  # noqa: F401  (type checkers see the lazy module below)
 
-#: modules that lived at the package root before the layers became subpackages: their old
-#: names still import (and pickles written then still load), as the same module objects
-MOVED = {"attention": "layers.attention", "transformer": "layers.transformer",
-         "sequence": "layers.sequence", "losses": "layers.losses", "optim": "layers.optim",
-         "schedules": "layers.schedules", "ensemble": "estimators.ensemble",
-         "forecaster": "forecasting.forecaster", "sktime": "forecasting.sktime",
-         "onnx": "io.onnx",
-         # pickles of MultiHeadAttention and Transformer name its rebuild function
-         "_params": "runtime._params"}
-
-
-class _MovedFinder(_abc.MetaPathFinder, _abc.Loader):
-    """`import attnx.sequence` (an old path) gives the module attnx.layers.sequence."""
-
-    def find_spec(self, fullname: str, path: object,
-                  target: object = None) -> _typing.Any:
-        head, _, name = fullname.rpartition(".")
-        if head == __name__ and name in MOVED:
-            return _util.spec_from_loader(fullname, self)
-        return None
-
-    def create_module(self, spec: _typing.Any) -> _typing.Any:
-        module = _importlib.import_module(f"{__name__}.{MOVED[spec.name.rpartition('.')[2]]}")
-        spec.loader_state = module.__spec__   # import sets __spec__ to the old path's
-        return module
-
-    def exec_module(self, module: _typing.Any) -> None:
-        """Nothing to run (the module is the one at its new place): its own spec back."""
-        module.__spec__ = module.__spec__.loader_state
-
-
-if not any(isinstance(f, _MovedFinder) for f in _sys.meta_path):
-    _sys.meta_path.append(_MovedFinder())
-
 
 def __getattr__(name: str) -> object:
     """`attnx.plot` on first access (matplotlib stays optional: importing attnx never
-    imports attnx.plot, and attnx.plot imports matplotlib only when a function draws);
-    the old module names of MOVED."""
-    if name == "plot" or name in MOVED:
+    imports attnx.plot, and attnx.plot imports matplotlib only when a function draws)."""
+    if name == "plot":
         return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -288,7 +288,6 @@ def _load_arrays(path: str, keys: Sequence[str], optional: Sequence[str] = ()
 def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     from . import distributed
     from .estimators.regressors import AttentionRegressor, TransformerRegressor
-    from .estimators._hyper import LEGACY_DEFAULTS
 
     dist = distributed.wrap(comm)
     with dist.together():  # a rank that cannot read the file stops every rank
@@ -314,8 +313,9 @@ def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     est: AttentionRegressor | TransformerRegressor
     if args.model == "transformer":
         # the bare X -> Y transformer, as the command always trained
-        bare = {k: v for k, v in LEGACY_DEFAULTS.items() if k not in common and k != "n_heads"
-                and k != "label_smoothing"}
+        bare = dict(d_model=None, positional="none", norm=None, dropout=0.0,
+                    lr_schedule="constant", max_grad_norm=None, decay="all",
+                    standardize=False, patch_len=1, instance_norm=None)
         est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common,
                                    **bare)
     else:

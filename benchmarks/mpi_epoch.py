@@ -42,16 +42,17 @@ MODELS = {
 
 def _make(name, dtype, mode):
     import attnx
-    from attnx.estimators._hyper import LEGACY_DEFAULTS
 
     kind, h, layers, hidden, _, _, bs = MODELS[name]
     common = dict(batch_size=bs, lr=1e-3, random_state=0, dtype=dtype, distributed=mode)
     if kind == "attention":
         return attnx.AttentionRegressor(h, **common)
-    # the bare X -> Y Transformer (the previous release's recipe: no dropout, which
-    # comm refuses, no schedule, no standardisation), as this benchmark always timed
-    old = {k: v for k, v in LEGACY_DEFAULTS.items() if k not in ("n_heads", "label_smoothing")}
-    return attnx.TransformerRegressor(h, layers, hidden, **{**old, **common})
+    # the bare X -> Y Transformer (no dropout, which comm refuses, no schedule, no
+    # standardisation), as this benchmark always timed
+    bare = dict(d_model=None, positional="none", norm=None, dropout=0.0, epochs=100,
+                n_iter_no_change=10, lr_schedule="constant", max_grad_norm=None,
+                decay="all", standardize=False, patch_len=1, instance_norm=None)
+    return attnx.TransformerRegressor(h, layers, hidden, **{**bare, **common})
 
 
 def worker(args):

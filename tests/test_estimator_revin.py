@@ -1,6 +1,6 @@
 """The estimators' instance normalisation (instance_norm "input" / "revin", RevIN): fit,
 predict, how it composes with standardize and patches, save / load / pickle / clone,
-old files, ONNX against predict, bad input."""
+ONNX against predict, bad input."""
 import pickle
 
 import numpy as np
@@ -10,7 +10,6 @@ from sklearn.base import clone
 
 import attnx
 import attnx.io.onnx as aonnx
-from attnx.estimators import _state
 from conftest import rel_err
 
 TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
@@ -112,16 +111,6 @@ def test_save_load_pickle_clone(tmp_path):
     np.testing.assert_array_equal(p.predict(X), full.predict(X))
     c = clone(full)
     assert c.get_params()["instance_norm"] == "revin" and "model_" not in c.__dict__
-
-
-def test_a_file_without_instance_norm_loads_as_none():
-    X, y = _forecast()
-    est = TR(**SMALL, epochs=1, instance_norm=None).fit(X, y[:, 0])
-    arrays, config = _state.get_state(est, portable=False)
-    del config["params"]["instance_norm"], config["params"]["instance_affine"]
-    back = _state.new_from_state(arrays, config, {"TransformerRegressor": TR})
-    assert back.instance_norm is None and back.model_.instance_norm is None
-    np.testing.assert_array_equal(back.predict(X), est.predict(X))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -1,11 +1,11 @@
 """The estimators' time-series options: pooling "max" / "cls" and the convolutional
-stem (fit, predict, attention_weights, standardisation, save / load, old files, bad
+stem (fit, predict, attention_weights, standardisation, save / load, bad
 input)."""
 import numpy as np
 import pytest
 
 import attnx
-from attnx.estimators import _scaling, _state
+from attnx.estimators import _scaling
 
 TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
 SMALL = dict(n_heads=2, n_layers=1, d_model=8, batch_size=8, random_state=0)
@@ -138,18 +138,6 @@ def test_save_load_resumes_exactly(pooling, stem, tmp_path):
     back.partial_fit(X, y)
     assert back.model_.params.flat.tobytes() == full.model_.params.flat.tobytes()
     np.testing.assert_array_equal(back.predict_proba(X), full.predict_proba(X))
-
-
-def test_a_file_without_stem_loads_as_stem_none():
-    """Files written before the stem existed: stem=None from LEGACY_DEFAULTS."""
-    X, y = _classes(16)
-    est = TC(**SMALL, epochs=1, stem=None).fit(X, y)
-    arrays, config = _state.get_state(est, portable=False)
-    del config["params"]["stem"]
-    config["model"].pop("stem", None)
-    back = _state.new_from_state(arrays, config, {"TransformerClassifier": TC})
-    assert back.stem is None and back.model_.stem is None
-    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
 
 
 @pytest.mark.parametrize("t_max, t_min, want", [

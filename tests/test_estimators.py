@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from legacy_defaults import OLD, OLD_CLS  # noqa: F401
+from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS  # noqa: F401
 import attnx
 import attnx.estimators._inference as inference_mod
 import attnx.layers.losses as losses_mod

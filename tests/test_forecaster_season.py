@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import attnx
-from attnx.forecasting import _forecaster_state as fs
 from attnx.forecasting import _season
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, steps=40, random_state=0, method="network")
@@ -137,7 +136,7 @@ def test_auto_baseline_follows_the_data():
     assert noisy.baseline_ == "seasonal_mean" and noisy.season_ == 12
 
 
-def test_round_trip_keeps_season_and_baseline_and_old_files_load_as_before(tmp_path):
+def test_round_trip_keeps_season_and_baseline(tmp_path):
     y = _periodic(100, 12)
     f = attnx.TransformerForecaster(4, baseline="seasonal_naive", **TINY).fit(y)
     f.save(tmp_path / "f.safetensors")
@@ -145,16 +144,6 @@ def test_round_trip_keeps_season_and_baseline_and_old_files_load_as_before(tmp_p
     assert (g.season, g.baseline, g.season_, g.baseline_, g.blend_) == (
         None, "seasonal_naive", 12, "seasonal_naive", f.blend_)
     np.testing.assert_array_equal(g.predict(), f.predict())
-    # a file from before the baseline existed: no parameter, no fitted attribute
-    arrays, config = fs.get_state(f, portable=True)
-    config = {**config, "params": {k: v for k, v in config["params"].items()
-                                   if k != "baseline"},
-              "attributes": {k: v for k, v in config["attributes"].items()
-                             if k not in ("baseline_", "blend_")}}
-    old = fs.new_from_state(arrays, config, {"TransformerForecaster": attnx.TransformerForecaster})
-    assert old.baseline == old.baseline_ == "none" and old.blend_ == 1.0
-    f.baseline_, f.blend_ = "none", 1.0   # the same weights, as before the baseline
-    np.testing.assert_array_equal(old.predict(), f.predict())
 
 
 @pytest.mark.parametrize("kw,msg", [

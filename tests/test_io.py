@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from legacy_defaults import OLD  # noqa: F401
+from bare_settings import BARE as OLD  # noqa: F401
 import attnx
 from attnx import io as aio
 from attnx.datasets import max_position_task, mixing_task

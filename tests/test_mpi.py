@@ -367,21 +367,19 @@ def test_distributed_mode_is_checked():
     with pytest.raises(ValueError, match="distributed must be 'balanced'.*or 'exact'.*got 'fast'"):
         attnx.AttentionRegressor(epochs=1, distributed="fast").fit(X, X)
     assert attnx.TransformerRegressor().distributed == "balanced"
-    from attnx.estimators._hyper import LEGACY_DEFAULTS
-    assert LEGACY_DEFAULTS["distributed"] == "exact"
 
 
-def test_model_files_from_before_the_parameter_load_as_exact():
+def test_a_state_without_the_parameter_is_refused():
     from attnx.estimators import _state
     from attnx.estimators import ESTIMATORS
     X, Y = attnx.datasets.max_position_task(8, 3, 2, random_state=0)
     est = attnx.AttentionRegressor(epochs=1, random_state=0).fit(X, Y)
     arrays, config = _state.get_state(est, portable=False)
     assert _state.new_from_state(arrays, config, ESTIMATORS).distributed == "balanced"
-    del config["params"]["distributed"]  # as written before distributed= existed
-    old = _state.new_from_state(arrays, config, ESTIMATORS)
-    assert old.distributed == "exact"  # how that model was trained with comm
-    np.testing.assert_array_equal(old.predict(X), est.predict(X))
+    del config["params"]["distributed"]  # no value is made up for a missing parameter
+    with pytest.raises(_state.StateError, match=r"stored parameters are not those of "
+                       r"AttentionRegressor: missing \['distributed'\], unknown \[\]"):
+        _state.new_from_state(arrays, config, ESTIMATORS)
 
 
 def test_comm_must_be_an_mpi_communicator():

@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from legacy_defaults import OLD  # noqa: F401
+from bare_settings import BARE as OLD  # noqa: F401
 import attnx
 import attnx.io.onnx as aonnx
 from conftest import rel_err

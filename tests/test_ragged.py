@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from legacy_defaults import OLD, OLD_CLS  # noqa: F401
+from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS  # noqa: F401
 import attnx
 from attnx.estimators._batches import PAD_MULTIPLE, WINDOW_BATCHES, batch_plan
 

@@ -6,7 +6,7 @@ import pytest
 import attnx
 from attnx.estimators import _scaling
 from attnx.layers import schedules
-from legacy_defaults import OLD_CLS
+from bare_settings import BARE_CLS as OLD_CLS
 
 
 def _cls_data(seed=0, n=48, t=8):

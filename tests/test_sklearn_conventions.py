@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from legacy_defaults import OLD, OLD_CLS  # noqa: F401
+from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS  # noqa: F401
 import attnx
 
 ALL = [attnx.AttentionRegressor, attnx.TransformerRegressor, attnx.AttentionClassifier,

@@ -40,20 +40,6 @@ if TYPE_CHECKING:
 
 POSITIONAL = ("none", "sinusoidal", "learned", "rope")
 
-#: The constructor values of the previous release that TransformerRegressor / TransformerClassifier
-#: changed (TransformerRegressor(**LEGACY_DEFAULTS) trains as the previous release did: with y of X's shape,
-#: the bare X -> Y model). A model file written before a hyper-parameter existed gets
-#: the value here for it (see attnx.estimators._state).
-LEGACY_DEFAULTS: dict[str, Any] = {
-    "n_heads": 1, "d_model": None, "positional": "none", "norm": None, "dropout": 0.0,
-    "epochs": 100, "batch_size": 32, "n_iter_no_change": 10,
-    "lr_schedule": "constant", "warmup": 0.1, "max_grad_norm": None, "decay": "all",
-    "standardize": False, "patch_len": 1, "label_smoothing": 0.0, "distributed": "exact",
-    "stem": None, "layout": "ntc", "missing": "error", "instance_norm": None,
-    "instance_affine": False, "tokenizer": "patch", "pretrain": None, "pretrain_epochs": None,
-}
-
-
 class Constraint:
     """One hyper-parameter's rule: check(name, value) returns the validated value
     or raises TypeError / ValueError naming the parameter."""

@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from ._hyper import LEGACY_DEFAULTS
-
 __all__ = ["get_state", "set_state", "new_from_state", "StateError"]
 
 OPT_M, OPT_V, ATTR = "optimizer.exp_avg.", "optimizer.exp_avg_sq.", "attribute."
@@ -196,17 +194,6 @@ def new_from_state(arrays: Arrays, config: Config, classes: dict[str, type]) -> 
     return est
 
 
-#: hyper-parameters added after the previous release, with the values that mean "as the previous release did"
-LEGACY_VALUES: dict[str, Any] = {k: LEGACY_DEFAULTS[k] for k in (
-    "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize", "patch_len",
-    "label_smoothing", "distributed", "stem", "layout", "missing", "instance_norm",
-    "instance_affine", "tokenizer", "pretrain", "pretrain_epochs")}
-# the regressors' training loss, added later (its default is the previous behaviour)
-LEGACY_VALUES.update(loss="squared_error", quantiles=None)
-# the forecaster's worker processes, added later (None: in one process, as before)
-LEGACY_VALUES.update(n_jobs=None)
-
-
 def set_state(est: Any, arrays: Arrays, config: Config) -> None:
     """Fill a new (empty) instance `est` from get_state's output; StateError (a
     ValueError) when the pieces do not fit together."""
@@ -220,12 +207,11 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
     if portable:
         params = {k: _decode(v) for k, v in params.items()}
     valid = set(est._param_names())
-    # files written before a hyper-parameter existed: the value that reproduces how
-    # that model was trained
-    params = {**{k: v for k, v in LEGACY_VALUES.items() if k in valid}, **params}
     if set(params) != valid:
-        raise StateError(f"the stored parameters {sorted(params)} are not those of "
-                         f"{type(est).__name__} {sorted(valid)}")
+        missing, extra = sorted(valid - set(params)), sorted(set(params) - valid)
+        name = getattr(est, "_state_name", type(est).__name__)
+        raise StateError(f"the stored parameters are not those of {name}: "
+                         f"missing {missing}, unknown {extra}")
     est.__dict__.update(params)
     used: set[str] = set()
     if config.get("fitted"):

@@ -19,12 +19,6 @@ from ..estimators._registry import ESTIMATORS
 __all__ = ["get_state", "set_state", "new_from_state"]
 
 REG = "regressor."
-#: parameters added after the first release of the forecaster, with the value that
-#: reproduces how a model saved before them was trained (and its fitted attribute)
-LEGACY: dict[str, Any] = {"baseline": "none", "method": "network",
-                          "quantile_levels": (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)}
-LEGACY_FITTED: dict[str, Any] = {"baseline_": "none", "blend_": 1.0, "levels_": (0.5,),
-                                 "method_": "network"}
 Arrays = dict[str, np.ndarray]
 Config = dict[str, Any]
 
@@ -74,15 +68,8 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
         taken.update({m: arrays[m] for m in names})
     own = {k: v for k, v in arrays.items() if not k.startswith(REG) and k not in taken}
     shell = _Shell(type(est), {})
-    params = config.get("params")
-    if isinstance(params, dict):   # a file from before a parameter existed
-        params = {**{k: v for k, v in LEGACY.items() if k in shell._param_names()}, **params}
-    _state.set_state(shell, own, {**config, "params": params, "class": _Shell.__name__,
-                                  "fitted": False})
-    if "regressor" in config:
-        for k, v in LEGACY_FITTED.items():
-            vars(shell).setdefault(k, v)
-    vars(est).update({k: v for k, v in vars(shell).items() if k != "_cls"})
+    _state.set_state(shell, own, {**config, "class": _Shell.__name__, "fitted": False})
+    vars(est).update({k: v for k, v in vars(shell).items() if k not in ("_cls", "_state_name")})
     vars(est).update(restored)
     if "regressor" in config:
         r_arrays = {k[len(REG):]: v for k, v in arrays.items() if k.startswith(REG)}
@@ -114,6 +101,7 @@ class _Shell:
 
     def __init__(self, cls: Any, attrs: dict[str, Any]) -> None:
         self._cls = cls
+        self._state_name = cls.__name__   # errors name the forecaster, not the shell
         vars(self).update(attrs)
 
     def _param_names(self) -> list[str]:

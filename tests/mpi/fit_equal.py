@@ -21,13 +21,19 @@ import numpy as np
 from mpi4py import MPI
 
 import attnx
-from attnx.estimators._hyper import LEGACY_DEFAULTS  # noqa: E402
+
+#: the bare X -> Y transformer's settings (dropout 0 is needed with comm anyway)
+BARE = dict(d_model=None, positional="none", norm=None, dropout=0.0, epochs=100,
+            batch_size=32, n_iter_no_change=10, lr_schedule="constant", warmup=0.1,
+            max_grad_norm=None, decay="all", standardize=False, patch_len=1,
+            distributed="exact", stem=None, layout="ntc", missing="error",
+            instance_norm=None, instance_affine=False, tokenizer="patch", pretrain=None,
+            pretrain_epochs=None)
 
 
 def _transformer_0_2(*args, **kw):
-    """TransformerRegressor with the previous release's recipe (dropout 0 is needed with comm anyway)."""
-    old = {k: v for k, v in LEGACY_DEFAULTS.items() if k not in ("n_heads", "label_smoothing")}
-    return attnx.TransformerRegressor(*args, **{**old, **kw})
+    """TransformerRegressor with the bare model's settings."""
+    return attnx.TransformerRegressor(*args, **{**BARE, **kw})
 from attnx.distributed import Communicator
 
 COMM = MPI.COMM_WORLD

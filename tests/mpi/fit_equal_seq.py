@@ -15,16 +15,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fit_equal import COMM, P, RANK, Watching, digest, rel, shards  # noqa: E402
+from fit_equal import COMM, P, RANK, Watching, _transformer_0_2, digest, rel, shards  # noqa: E402
 
 import attnx  # noqa: E402
-from attnx.estimators._hyper import LEGACY_DEFAULTS  # noqa: E402
-
-
-def _transformer_0_2(*args, **kw):
-    """TransformerRegressor with the previous release's recipe (dropout 0 is needed with comm anyway)."""
-    old = {k: v for k, v in LEGACY_DEFAULTS.items() if k not in ("n_heads", "label_smoothing")}
-    return attnx.TransformerRegressor(*args, **{**old, **kw})
 
 
 def ragged(n, f, seed, lo=2, hi=15):
