@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, NoReturn, Sequence
 
 import numpy as np
 
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if comm is None or comm.Get_rank() == 0:
             name = "attnx" + (f" {args.command}" if args.command else "")
-            print(f"{name}: error: {exc}", file=sys.stderr)
+            print(f"{name}: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line
         return 1
     except BaseException:
         _abort_others(comm)
@@ -91,10 +91,30 @@ def _world() -> MPI.Intracomm:
 
 
 # ---- argument parsing ------------------------------------------------------
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default only where there is one to show: not for required options, flags
+    (their default is "off"), or options whose default None means "chosen" (their help
+    says how)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if (action.required or action.nargs == 0 or action.default is None
+                or not action.option_strings):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes in one line, with where to look (argparse prints the usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+                     f"options)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     prog = "python -m attnx" if sys.argv[0].endswith("__main__.py") else "attnx"
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-    p = argparse.ArgumentParser(
+    fmt = _Formatter
+    p = _Parser(
         prog=prog, formatter_class=fmt,
         description="attnx: attention and small transformers trained on the CPU. Without a "
                     "command, trains a MultiHeadAttention model on a synthetic task (copy "
