@@ -25,7 +25,10 @@ import safetensors.numpy
 from ..runtime._version import __version__
 
 FORMAT = "attnx-estimator"
-FORMAT_VERSION = 2          # 1 was the .npz layout of attnx 0.1 (no longer read)
+#: the layout of the arrays and config this attnx writes (estimators, forecasters and the
+#: pretrained network alike); raised when it changes, and files of other versions refused
+FORMAT_VERSION = 2          # 1 was an .npz layout of the development before 0.1.0, never released
+SUPPORTED_VERSIONS = (FORMAT_VERSION,)
 
 # a header larger than this is not one attnx wrote (its own are a few kB)
 MAX_HEADER_BYTES = 1 << 20
@@ -108,10 +111,7 @@ def read(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str,
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise _FormatError("is not an attnx model file (a safetensors file without attnx's "
                                "metadata)")
-        if meta.get("format_version") != str(FORMAT_VERSION):
-            raise _FormatError(f"has model file format version {meta.get('format_version')!r}, "
-                               f"which is not supported (this attnx reads version "
-                               f"{FORMAT_VERSION})")
+        _check_version(meta)
         text = meta.get("config")
         if not isinstance(text, str):
             raise _FormatError("is not a valid attnx model file (no configuration)")
@@ -133,6 +133,26 @@ def read(path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str,
 
 class _FormatError(Exception):
     """A clear reason why a file is not readable, reported as is."""
+
+
+def _check_version(meta: dict[str, str]) -> None:
+    """_FormatError unless the file's format_version is one this attnx reads."""
+    found = meta.get("format_version")
+    if found in {str(v) for v in SUPPORTED_VERSIONS}:
+        return
+    reads = (f"this attnx ({__version__}) reads model file format version"
+             f"{'s' if len(SUPPORTED_VERSIONS) > 1 else ''} "
+             f"{', '.join(map(str, SUPPORTED_VERSIONS))}")
+    if found is None:
+        raise _FormatError(f"has no model file format version (no 'format_version' in its "
+                           f"metadata), which is not supported: {reads}")
+    writer = meta.get("attnx_version")
+    notes = [f"written by attnx {writer}"] if isinstance(writer, str) else []
+    if found.isdigit() and int(found) > max(SUPPORTED_VERSIONS):
+        notes.append("a newer format than this attnx knows")
+    why = f" ({'; '.join(notes)})" if notes else ""
+    raise _FormatError(f"has model file format version {found!r}, which is not supported: "
+                       f"{reads}{why}")
 
 
 def _check_header(raw: bytes) -> dict[str, Any]:
