@@ -128,12 +128,32 @@ def loss_curve(est_or_curve: object, ax: Axes | None = None, *, log: bool | None
     if log:
         ax.set_yscale("log")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("MSE loss")
+    ax.set_ylabel(_loss_name(est_or_curve))
     ax.set_title(title or "loss per epoch")
     if len(arrays) > 1:
         ax.legend()
     ax.grid(True, alpha=0.3)
     return ax
+
+
+#: the regressors' loss parameter, as an axis reads it
+_REGRESSION_LOSS_NAMES = {"squared_error": "MSE loss", "absolute_error": "MAE loss",
+                          "huber": "Huber loss", "pinball": "pinball (quantile) loss"}
+
+
+def _loss_name(obj: object) -> str:
+    """The loss the estimator was trained on (its loss parameter; cross-entropy for a
+    classifier), or "loss" for a bare curve."""
+    get_params = getattr(obj, "get_params", None)
+    if get_params is None:
+        return "loss"
+    params = get_params()
+    if getattr(obj, "_estimator_type", None) == "classifier":
+        smoothing = params.get("label_smoothing") or 0.0
+        return "cross-entropy loss" + (f" (label smoothing {smoothing:g})" if smoothing
+                                       else "")
+    name = params.get("loss", "squared_error")
+    return _REGRESSION_LOSS_NAMES.get(name, f"{name} loss")
 
 
 def _weights(obj: object, sample: int, head: int, layer: int | None,
@@ -253,11 +273,36 @@ def attention_over_series(series: npt.ArrayLike, weights: npt.ArrayLike,
 def _series(name: str, values: Any) -> npt.NDArray[np.float64]:
     """values as a flat float64 array (a pandas Series gives its values); a TypeError
     naming the argument for anything that is not numbers."""
+    if isinstance(values, str) and values in ("lower", "upper"):
+        # `lo, hi = f.predict_interval(...)` on pandas unpacks the DataFrame's columns
+        raise TypeError(f"{name} is the column name {values!r}, not its values: on pandas "
+                        f"input predict_interval returns a DataFrame; pass "
+                        f"lower=iv['lower'], upper=iv['upper'] with "
+                        f"iv = f.predict_interval(...)")
     try:
         return np.asarray(values, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a 1-D series of numbers, got "
                         f"{type(values).__name__}") from None
+
+
+def _pandas_x(history: Any, prediction: Any, h: int) -> Any:
+    """The x positions a pandas history implies: its index, then the prediction's (or,
+    for a prediction without one, the next h steps of the history's); None when the
+    history is not pandas or its index has no regular step."""
+    from .forecasting import _pandas
+
+    if not _pandas.is_pandas(history):
+        return None
+    if _pandas.is_pandas(prediction):
+        future = prediction.index
+    else:
+        try:
+            future = _pandas.future_index(_pandas._meta("history", history), h)
+        except (TypeError, ValueError):
+            return None
+    x = history.index.append(future)
+    return x.to_timestamp() if hasattr(x, "to_timestamp") else x
 
 
 def forecast(history: npt.ArrayLike, prediction: npt.ArrayLike, ax: Axes | None = None, *,
@@ -268,8 +313,11 @@ def forecast(history: npt.ArrayLike, prediction: npt.ArrayLike, ax: Axes | None 
     held-out actual values; returns the Axes.
 
     history (T,), prediction (H,), lower/upper (H,) (both or neither), actual (H,) the
-    values that came after. index: T + H x positions (dates or numbers; default 0..);
-    coverage labels the band (e.g. 0.9 -> "90% interval").
+    values that came after; numpy arrays or pandas Series (e.g. the "lower" and "upper"
+    columns of predict_interval's DataFrame). index: T + H x positions (dates or
+    numbers); default: a pandas history's index followed by the prediction's (or the
+    next H steps of the history's frequency), else 0, 1, ...; coverage labels the band
+    (e.g. 0.9 -> "90% interval").
     """
     _matplotlib()
     hist = _series("history", history)
@@ -288,10 +336,14 @@ def forecast(history: npt.ArrayLike, prediction: npt.ArrayLike, ax: Axes | None 
                 raise ValueError(f"{name} must have one value per forecast step ({h}), "
                                  f"got {a.size}")
             arrays[name] = a
-    if index is None:
+    x: Any = _pandas_x(history, prediction, h) if index is None else None
+    if x is not None and len(x) != hist.size + h:   # e.g. a DataFrame of several columns
+        x = None
+    if x is None and index is None:
         x = np.arange(hist.size + h)
-    else:
-        x = np.asarray(index)
+    elif x is None:
+        to_timestamp = getattr(index, "to_timestamp", None)   # a PeriodIndex: its starts
+        x = np.asarray(index if to_timestamp is None else to_timestamp())
         if x.shape != (hist.size + h,):
             raise ValueError(f"index must have len(history) + horizon = {hist.size + h} "
                              f"entries, got shape {x.shape}")

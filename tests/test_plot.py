@@ -101,6 +101,24 @@ def test_loss_curve_of_an_estimator_and_of_a_list(fitted, tmp_path):
     assert len(ax2.get_lines()) == 1 and ax2.get_yscale() == "linear"
     with pytest.raises(ValueError, match="not fitted"):
         plot.loss_curve(attnx.AttentionRegressor())
+    assert ax.get_ylabel() == "MSE loss" and ax2.get_ylabel() == "loss"
+
+
+@pytest.mark.parametrize("make,label", [
+    (lambda: attnx.AttentionClassifier(epochs=2, random_state=0), "cross-entropy loss"),
+    (lambda: attnx.AttentionClassifier(epochs=2, label_smoothing=0.1, random_state=0),
+     "cross-entropy loss (label smoothing 0.1)"),
+    (lambda: attnx.AttentionRegressor(epochs=2, loss="absolute_error", random_state=0),
+     "MAE loss"),
+    (lambda: attnx.AttentionRegressor(epochs=2, loss="huber", random_state=0), "Huber loss"),
+])
+def test_loss_curve_labels_the_loss_the_estimator_was_trained_on(make, label):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 5, 4))
+    est = make()
+    y = (X[:, 0, 0] > 0).astype(int) if "Classifier" in type(est).__name__ else X[:, 0, 0]
+    ax = plot.loss_curve(est.fit(X, y))
+    assert ax.get_ylabel() == label
 
 
 def test_without_matplotlib_the_message_says_what_to_install(monkeypatch):
@@ -135,6 +153,39 @@ def test_forecast_plot(tmp_path):
         plot.forecast(object(), pred)
     with pytest.raises(TypeError, match="upper must be a 1-D series of numbers, got str"):
         plot.forecast(hist, pred, lower=pred, upper="high")
+
+
+def test_forecast_plot_reads_pandas_indexes():
+    """A pandas history is drawn against its dates (the prediction's dates after it, or
+    the next steps of the history's frequency), and lower / upper may be the columns of
+    predict_interval's DataFrame."""
+    pd = pytest.importorskip("pandas")
+    import matplotlib.dates as mdates
+
+    t = pd.date_range("2000-01-01", periods=60, freq="MS")
+    future = pd.date_range("2005-01-01", periods=12, freq="MS")
+    hist = pd.Series(np.sin(np.arange(60) / 4), index=t)
+    pred = pd.Series(np.sin(np.arange(60, 72) / 4), index=future)
+    iv = pd.DataFrame({"lower": pred - 0.3, "upper": pred + 0.3}, index=future)
+    for p in (pred, pred.to_numpy()):
+        ax = plot.forecast(hist, p, lower=iv["lower"], upper=iv["upper"])
+        line = next(ln for ln in ax.lines if ln.get_label() == "forecast")
+        got = pd.DatetimeIndex(mdates.num2date(mdates.date2num(line.get_xdata()))
+                               ).tz_localize(None)
+        assert list(got) == list(future)
+        band = next(c for c in ax.collections if c.get_label() == "interval")
+        ys = band.get_paths()[0].vertices[:, 1]
+        assert ys.min() == pytest.approx(iv["lower"].min())
+    # an index without a regular step: positions 0, 1, ...
+    irregular = hist.set_axis(t.delete([5, 9]).append(pd.DatetimeIndex(["2010-01-01",
+                                                                          "2011-01-01"])))
+    ax = plot.forecast(irregular, pred.to_numpy())
+    line = next(ln for ln in ax.lines if ln.get_label() == "forecast")
+    np.testing.assert_array_equal(line.get_xdata(), np.arange(60, 72))
+    with pytest.raises(TypeError, match=r"lower is the column name 'lower', not its values: "
+                                        r"on pandas input predict_interval returns a DataFrame"):
+        lo, hi = iv
+        plot.forecast(hist, pred, lower=lo, upper=hi)
 
 
 def test_attention_over_series(tmp_path):
