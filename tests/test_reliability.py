@@ -9,8 +9,6 @@ import attnx
 from conftest import rel_err
 from reference import mha_numpy, mha_numpy_backward
 
-INVALID_COUNT = {"n": 0}
-
 
 # ---------------------------------------------------------------- property tests
 @st.composite
@@ -60,23 +58,36 @@ def test_property_forward_and_gradients_match_numpy(c):
         assert np.abs(layer.grads[k] - g[k]).max() <= tol * max(scale, 1e-2), k
 
 
+INVALID_KINDS = ("ndim", "features", "empty_batch", "empty_t", "dtype_complex", "dtype_object",
+                 "nan", "inf", "ctx_batch", "ctx_features", "mask_shape", "mask_dtype",
+                 "out_shape", "out_dtype", "dy_shape", "dy_nan")
+
+
 @st.composite
 def invalid_calls(draw):
-    """A valid layer and one thing wrong with the call: (kind, layer kwargs, call args)."""
-    kind = draw(st.sampled_from([
-        "ndim", "features", "empty_batch", "empty_t", "dtype_complex", "dtype_object", "nan",
-        "inf", "ctx_batch", "ctx_features", "mask_shape", "mask_dtype", "out_shape",
-        "out_dtype", "dy_shape", "dy_nan"]))
+    """One thing wrong with a call of a valid layer: (kind, d_model, batch, steps)."""
+    kind = draw(st.sampled_from(INVALID_KINDS))
     d = draw(st.sampled_from([4, 6, 8]))
     nb, t = draw(st.integers(1, 3)), draw(st.integers(1, 6))
     return kind, d, nb, t
 
 
-@settings(max_examples=300, deadline=None)
-@given(invalid_calls())
-def test_property_invalid_input_raises(case):
-    kind, d, nb, t = case
-    INVALID_COUNT["n"] += 1
+def test_property_invalid_input_raises():
+    """300 drawn invalid calls each raise the expected exception, and hypothesis really
+    drew that many, of every kind."""
+    kinds = []
+
+    @settings(max_examples=300, deadline=None)
+    @given(invalid_calls())
+    def check(case):
+        kinds.append(case[0])
+        _invalid_call_raises(*case)
+
+    check()
+    assert len(kinds) >= 300 and set(kinds) == set(INVALID_KINDS), (len(kinds), set(kinds))
+
+
+def _invalid_call_raises(kind, d, nb, t):
     layer = attnx.MultiHeadAttention(d, 2, random_state=0, dtype=np.float64)
     x = np.ones((nb, t, d))
     args, kw = [x], {}
@@ -117,12 +128,6 @@ def test_property_invalid_input_raises(case):
         return
     with pytest.raises(exc):
         layer.forward(*args, **kw)
-
-
-def test_zz_every_drawn_invalid_case_ran():
-    """Runs after the property test: hypothesis really tried its 300 invalid calls
-    (and each raised the expected exception, or that test would have failed)."""
-    assert INVALID_COUNT["n"] >= 300, INVALID_COUNT
 
 
 # ---------------------------------------------------------------- extremes

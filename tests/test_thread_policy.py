@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -144,9 +145,38 @@ def test_load_sampler_without_proc_stat():
     assert s.idle() is None
 
 
-def test_this_machine_gives_a_reading_or_none():
-    got = _cpus.LoadSampler().idle()
-    assert got is None or 0.0 <= got <= len(_cpus.affinity())
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat (not Linux)")
+def test_this_machine_is_read_from_proc_stat():
+    """On this machine's real counters: every CPU of the affinity set is in /proc/stat;
+    before MIN_WALL has passed the reading is /proc/loadavg's; after it, the CPUs less
+    the busy time of other processes (this one's own CPU time, spent here, not counted)."""
+    cpus = _cpus.affinity()
+    assert _cpus._proc_stat(cpus)[1] == len(cpus)
+    now, busy, own = [0.0], [], []
+
+    def stat(c):
+        got = _cpus._proc_stat(c)
+        busy.append(got[0])
+        return got
+
+    def own_cpu():
+        own.append(time.process_time())
+        return own[-1]
+
+    s = _cpus.LoadSampler(cpus, interval=0.25, stat=stat, clock=lambda: now[0],
+                          own_cpu=own_cpu)
+    now[0] = _cpus.MIN_WALL / 2
+    early = s.idle()
+    assert isinstance(early, float) and 0.0 <= early <= len(cpus)   # from /proc/loadavg
+    start = time.process_time()
+    x = 0
+    while time.process_time() - start < 0.05:      # CPU time of this process
+        x += 1
+    now[0] = 0.5
+    got = s.idle()   # over the interval from the first sample (the short one was not kept)
+    others = max(0.0, (busy[-1] - busy[0]) - (own[-1] - own[0])) / 0.5
+    assert own[-1] - own[0] >= 0.05
+    assert got == pytest.approx(max(0.0, len(cpus) - others), abs=1e-12)
 
 
 def test_sequence_model_shapes_choose_their_threads(automatic):
