@@ -1,5 +1,8 @@
 """Synthetic sequence-to-sequence tasks (arrays X, Y of shape (n_samples, seq_len, d_model)),
-and sliding_windows, which turns a time series into a forecasting data set.
+sliding_windows, which turns a time series into a forecasting data set, and loaders of
+three real data sets shipped inside other PyPI packages (the examples' data; install
+them with ``pip install "attnx[examples]"``): load_japanese_vowels (sktime's copy),
+load_sunspots and load_co2 (statsmodels' copies). Nothing is downloaded.
 
 Values are drawn in float64 from numpy.random.default_rng(random_state) and cast
 to `dtype` at the end, so one seed gives the same data (up to rounding) in
@@ -7,7 +10,9 @@ float32 and float64.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, overload
+import importlib.util
+import os
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -121,3 +126,96 @@ def sliding_windows(series: npt.ArrayLike, window: int,
     if flat:
         y = y[:, :, 0]
     return X, (y[:, 0] if horizon == 1 else y)
+
+
+def _missing(package: str, what: str) -> ImportError:
+    return ImportError(f"{what} reads the copy shipped inside the {package} package, which is "
+                       f'not installed: pip install {package} (or "attnx[examples]")')
+
+
+def read_ts(path: str | os.PathLike[str]) -> tuple[list[FloatArray], npt.NDArray[np.str_]]:
+    """Read a classification file in the time series archive's .ts format.
+
+    Each line after ``@data`` is one case: its channels separated by ':', each a
+    comma-separated series, then the label. Returns (X, y): a list with one
+    (T_i, n_channels) float64 array per case (T_i may differ between cases) and the
+    labels as strings. Missing values ('?') and timestamped series are not supported.
+    """
+    X: list[FloatArray] = []
+    y: list[str] = []
+    data = False
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.lower().startswith("@data"):
+                data = True
+                continue
+            if not data:
+                continue
+            *dims, label = line.split(":")
+            if not dims:
+                raise ValueError(f"{path}, line {number}: expected channels and a label "
+                                 f"separated by ':', got {line[:60]!r}")
+            try:
+                channels = [[float(v) for v in d.split(",")] for d in dims]
+            except ValueError:
+                raise ValueError(f"{path}, line {number}: a value is not a number (missing "
+                                 "values '?' are not supported)") from None
+            if len({len(c) for c in channels}) != 1:
+                raise ValueError(f"{path}, line {number}: the channels have different "
+                                 f"lengths {[len(c) for c in channels]}")
+            X.append(np.array(channels, dtype=np.float64).T)
+            y.append(label.strip())
+    if not X:
+        raise ValueError(f"{path}: no cases after an @data line")
+    return X, np.array(y)
+
+
+def load_japanese_vowels(split: Literal["TRAIN", "TEST"] = "TRAIN"
+                         ) -> tuple[list[FloatArray], npt.NDArray[np.str_]]:
+    """The JapaneseVowels classification set (UCI): nine speakers saying "ae".
+
+    Each case is one utterance, 12 LPC cepstrum coefficients per frame over 7 to 29
+    frames; split "TRAIN" has 270 cases, "TEST" 370. Read from the copy inside the
+    sktime package (without importing sktime). Returns (X, y): a list of
+    (T_i, 12) float64 arrays and the speakers' labels "1" .. "9".
+    """
+    if split not in ("TRAIN", "TEST"):
+        raise ValueError(f"split must be 'TRAIN' or 'TEST', got {split!r}")
+    spec = importlib.util.find_spec("sktime")
+    if spec is None or not spec.submodule_search_locations:
+        raise _missing("sktime", "load_japanese_vowels")
+    folder = os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data",
+                          "JapaneseVowels")
+    return read_ts(os.path.join(folder, f"JapaneseVowels_{split}.ts"))
+
+
+def load_sunspots() -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """Yearly mean sunspot numbers 1700-2008 (309 values), from the copy inside statsmodels.
+
+    Returns (years, values): int64 years and float64 sunspot numbers.
+    """
+    try:
+        from statsmodels.datasets import sunspots
+    except ImportError:
+        raise _missing("statsmodels", "load_sunspots") from None
+    df = sunspots.load_pandas().data
+    return (df["YEAR"].to_numpy().astype(np.int64),
+            df["SUNACTIVITY"].to_numpy(dtype=np.float64))
+
+
+def load_co2() -> Any:
+    """Monthly mean atmospheric CO2 at Mauna Loa, March 1958 - December 2001 (ppm).
+
+    The weekly values inside statsmodels averaged per calendar month, the few months
+    without a value filled with the month before. Returns a pandas Series of 526
+    float64 values with a monthly (month-start) DatetimeIndex.
+    """
+    try:
+        from statsmodels.datasets import co2
+    except ImportError:
+        raise _missing("statsmodels", "load_co2") from None
+    weekly = co2.load_pandas().data["co2"]
+    return weekly.resample("MS").mean().ffill()

@@ -1,17 +1,18 @@
-"""Shared by the examples (and benchmarks/accuracy.py): the data loaders, one-thread
-timing, and the same network trained in PyTorch (optional: `have_torch()`).
+"""The PyTorch twin's training, for the examples' comparisons run from the source
+checkout (and for benchmarks/accuracy.py and benchmarks/torch_forecaster.py); the
+examples run without it (a downloaded copy skips the comparison with a note).
 
 The PyTorch twin is tests/seq_torch_twin.py (the SequenceModel network written with
 torch ops). It starts from attnx's initial weights and trains with torch.optim.AdamW
 and the same batch size, epochs and AdamW settings; its batches are shuffled and
 padded per batch (with a key padding mask), as attnx pads ragged input.
 """
-import importlib.util
 import os
 import sys
-import time
 
 import numpy as np
+
+from attnx.datasets import load_japanese_vowels, load_sunspots  # noqa: F401 (benchmarks)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.join(HERE, "..", "tests")
@@ -23,104 +24,6 @@ def _tests_on_path():
     examples in one process (sphinx-gallery) restores sys.path after each one."""
     if TESTS not in sys.path:
         sys.path.insert(0, TESTS)
-
-
-def have_torch():
-    """True when PyTorch can be imported (the twins need it; attnx does not)."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-TORCH_NOTE = "PyTorch twin skipped: torch is not installed (its CPU build is enough for the twin)"
-
-
-def have_matplotlib():
-    """True when matplotlib can be imported (the examples' figures need it)."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-PLOT_NOTE = 'figure skipped: matplotlib is not installed (pip install "attnx[plot]")'
-
-
-def read_ts(path):
-    """(list of (T_i, d) arrays, labels) from a .ts file of the time series archive."""
-    X, y, data = [], [], False
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.lower().startswith("@data"):
-                data = True
-                continue
-            if not data:
-                continue
-            *dims, label = line.split(":")
-            X.append(np.array([[float(v) for v in d.split(",")] for d in dims]).T)
-            y.append(label)
-    return X, np.array(y)
-
-
-def load_japanese_vowels(split):
-    """JapaneseVowels' "TRAIN" or "TEST" split as shipped inside the sktime wheel
-    (read directly, without importing sktime): list of (T_i, 12) arrays, labels."""
-    spec = importlib.util.find_spec("sktime")
-    if spec is None:
-        raise SystemExit('this example reads data shipped with sktime: '
-                         'pip install "attnx[examples]"')
-    folder = os.path.join(spec.submodule_search_locations[0], "datasets", "data",
-                          "JapaneseVowels")
-    return read_ts(os.path.join(folder, f"JapaneseVowels_{split}.ts"))
-
-
-def load_sunspots():
-    """(years, yearly mean sunspot numbers 1700-2008) as shipped inside statsmodels."""
-    try:
-        from statsmodels.datasets import sunspots
-    except ImportError:
-        raise SystemExit('this example reads data shipped with statsmodels: '
-                         'pip install "attnx[examples]"') from None
-    df = sunspots.load_pandas().data
-    return df["YEAR"].to_numpy().astype(int), df["SUNACTIVITY"].to_numpy(dtype=np.float64)
-
-
-def load_co2():
-    """Monthly mean atmospheric CO2 at Mauna Loa, March 1958 - December 2001 (ppm), as
-    a pandas Series with a monthly DatetimeIndex: the weekly values shipped inside
-    statsmodels, averaged per month, the few empty months filled forward."""
-    try:
-        from statsmodels.datasets import co2
-    except ImportError:
-        raise SystemExit('this example reads data shipped with statsmodels: '
-                         'pip install "attnx[examples]"') from None
-    weekly = co2.load_pandas().data["co2"]
-    return weekly.resample("MS").mean().ffill()
-
-
-def one_thread():
-    """Pin attnx (OpenMP + BLAS) and torch to one thread, for comparable timings."""
-    from threadpoolctl import threadpool_limits
-
-    limits = threadpool_limits(1)
-    try:
-        import torch
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
-    return limits
-
-
-def timed(fn, *args, **kw):
-    t0 = time.perf_counter()
-    out = fn(*args, **kw)
-    return out, time.perf_counter() - t0
 
 
 def initial_model(est, X, y):

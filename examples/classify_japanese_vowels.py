@@ -25,18 +25,57 @@ training loss per epoch.
 """
 
 # %%
+# Set-up
+# ------
+# One thread for every model, so the fit times compare; the PyTorch twin runs
+# only from the source checkout (with torch installed).
+import importlib.util
+import os
+import sys
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import attnx
+from attnx.datasets import load_japanese_vowels
+
+
+def timed(fn, *args, **kw):
+    """fn(*args, **kw) and its wall time in seconds."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, time.perf_counter() - t0
+
+
+def checkout_twin():
+    """(module, None) with the PyTorch twin's trainer from the attnx source checkout
+    this script sits in (examples/_common.py, which trains tests/seq_torch_twin.py's
+    network), or (None, why it is skipped) for a downloaded copy or without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None, ("PyTorch twin skipped: torch is not installed "
+                      "(its CPU build is enough for the twin)")
+    # the gallery runs this in its folder and without __file__
+    here = os.path.dirname(os.path.abspath(globals().get("__file__", "example.py")))
+    if not os.path.exists(os.path.join(here, "_common.py")):
+        return None, ("PyTorch twin skipped: it is trained by examples/_common.py of the "
+                      "attnx source checkout, which is not beside this script")
+    torch.set_num_threads(1)
+    sys.path.insert(0, here)
+    import _common
+    return _common, None
+
+
+limits = threadpool_limits(1)   # attnx's OpenMP and BLAS on one thread: comparable times
+twin_code, twin_note = checkout_twin()
+
+# %%
 # The data
 # --------
 # A list of ``(T_i, 12)`` arrays and a label per utterance. attnx pads each batch on
 # the right and masks the padding, so no resampling to a common length is needed.
-import numpy as np
-
-from _common import (PLOT_NOTE, TORCH_NOTE, have_matplotlib, have_torch, initial_model,
-                     load_japanese_vowels, one_thread, timed, torch_twin_fit)
-
-import attnx
-
-limits = one_thread()
 X_raw, y = load_japanese_vowels("TRAIN")
 Xt_raw, yt = load_japanese_vowels("TEST")
 lengths = [len(x) for x in X_raw + Xt_raw]
@@ -75,10 +114,10 @@ _, t_fixed = timed(fixed.fit, X, y)
 acc_fixed = fixed.score(Xt, yt)
 
 twin = None
-if have_torch():
+if twin_code is not None:
     codes = np.searchsorted(fixed.classes_, y)
-    init = initial_model(fixed, X, y)
-    predict, t_torch = timed(torch_twin_fit, init, X, codes, task="classify",
+    init = twin_code.initial_model(fixed, X, y)
+    predict, t_torch = timed(twin_code.torch_twin_fit, init, X, codes, task="classify",
                              epochs=hp["epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
                              weight_decay=hp["weight_decay"], seed=0)
     twin = (float(np.mean(fixed.classes_[np.argmax(predict(Xt), axis=1)] == yt)), t_torch)
@@ -110,7 +149,7 @@ print(f"{'model':<44} {'test accuracy':>13} {'fit time':>9}")
 for name, acc, t in rows:
     print(f"{name:<44} {acc:>13.3f} {t:>8.1f}s")
 if twin is None:
-    print(TORCH_NOTE)
+    print(twin_note)
 
 wrong_default = int(round((1 - acc_default) * len(yt)))
 wrong_base = int(round((1 - acc_base) * len(yt)))
@@ -124,11 +163,11 @@ print(f"In this run the defaults classify {verdict} test utterances correctly th
 # ---------------------------
 # ``history_`` holds the loss of every epoch; ``attnx.plot.loss_curve`` draws it
 # (matplotlib is an optional extra: ``pip install "attnx[plot]"``).
-if have_matplotlib():
+if importlib.util.find_spec("matplotlib") is not None:
     import matplotlib.pyplot as plt
 
     ax = attnx.plot.loss_curve(default, title="TransformerClassifier() on JapaneseVowels")
     ax.set_ylabel("training loss (cross-entropy)")
     plt.show()
 else:
-    print(PLOT_NOTE)
+    print('figure skipped: matplotlib is not installed (pip install "attnx[plot]")')

@@ -27,12 +27,34 @@ AMD EPYC; the script prints its own times).
 # ----------
 # A pandas Series with a monthly DatetimeIndex: the forecaster reads the season (12)
 # from the index's frequency and answers with pandas objects on the next time stamps.
-import numpy as np
+import importlib.util
+import time
 
-from _common import PLOT_NOTE, have_matplotlib, load_co2, one_thread, timed
+import numpy as np
+from threadpoolctl import threadpool_limits
 
 import attnx
+from attnx.datasets import load_co2
 from attnx.forecasting import interval_coverage, mae, mase
+
+PLOT_NOTE = 'figure skipped: matplotlib is not installed (pip install "attnx[plot]")'
+
+
+def have_matplotlib():
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def one_thread():
+    """attnx's OpenMP and BLAS on one thread, for comparable timings."""
+    return threadpool_limits(1)
+
+
+def timed(fn, *args, **kw):
+    """fn(*args, **kw) and its wall time in seconds."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, time.perf_counter() - t0
+
 
 co2 = load_co2()
 horizon = 24

@@ -24,15 +24,55 @@ test years.
 """
 
 # %%
-# The data
-# --------
-import numpy as np
+# Set-up
+# ------
+# One thread for every model, so the fit times compare; the PyTorch twin runs
+# only from the source checkout (with torch installed).
+import importlib.util
+import os
+import sys
+import time
 
-from _common import (PLOT_NOTE, TORCH_NOTE, have_matplotlib, have_torch, initial_model,
-                     load_sunspots, one_thread, timed, torch_twin_fit)
+import numpy as np
+from threadpoolctl import threadpool_limits
 
 import attnx
-from attnx.datasets import sliding_windows
+from attnx.datasets import load_sunspots, sliding_windows
+
+
+def timed(fn, *args, **kw):
+    """fn(*args, **kw) and its wall time in seconds."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, time.perf_counter() - t0
+
+
+def checkout_twin():
+    """(module, None) with the PyTorch twin's trainer from the attnx source checkout
+    this script sits in (examples/_common.py, which trains tests/seq_torch_twin.py's
+    network), or (None, why it is skipped) for a downloaded copy or without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None, ("PyTorch twin skipped: torch is not installed "
+                      "(its CPU build is enough for the twin)")
+    # the gallery runs this in its folder and without __file__
+    here = os.path.dirname(os.path.abspath(globals().get("__file__", "example.py")))
+    if not os.path.exists(os.path.join(here, "_common.py")):
+        return None, ("PyTorch twin skipped: it is trained by examples/_common.py of the "
+                      "attnx source checkout, which is not beside this script")
+    torch.set_num_threads(1)
+    sys.path.insert(0, here)
+    import _common
+    return _common, None
+
+
+limits = threadpool_limits(1)   # attnx's OpenMP and BLAS on one thread: comparable times
+twin_code, twin_note = checkout_twin()
+
+# %%
+# The data
+# --------
 
 WINDOW = 32
 
@@ -45,7 +85,6 @@ def rmse(y, p):
     return float(np.sqrt(np.mean((y - p) ** 2)))
 
 
-limits = one_thread()
 years, s = load_sunspots()
 X, y = sliding_windows(s, WINDOW)          # X (n, 32, 1), y (n,)
 target_year = years[WINDOW:]
@@ -85,9 +124,9 @@ p_fixed = fixed.predict(Xte) * sd + mu
 
 rows = [("attnx TransformerRegressor(), defaults", p_def, t_def),
         ("attnx, fixed settings (2 x 32 wide)", p_fixed, t_fixed)]
-if have_torch():
-    init = initial_model(fixed, Xtr, ytr)
-    predict, t_torch = timed(torch_twin_fit, init, list(Xtr), ytr, task="regress",
+if twin_code is not None:
+    init = twin_code.initial_model(fixed, Xtr, ytr)
+    predict, t_torch = timed(twin_code.torch_twin_fit, init, list(Xtr), ytr, task="regress",
                              epochs=hp["epochs"], batch_size=hp["batch_size"], lr=hp["lr"],
                              weight_decay=hp["weight_decay"], seed=0)
     rows.append(("PyTorch, same network and fixed settings",
@@ -109,8 +148,8 @@ rows += [("baseline: linear autoregression (ridge)", p_ar, t_ar),
 print(f"{'model':<44} {'test R^2':>8} {'RMSE':>6} {'fit time':>9}")
 for name, p, t in rows:
     print(f"{name:<44} {r2(yte, p):>8.3f} {rmse(yte, p):>6.1f} {t:>8.1f}s")
-if not have_torch():
-    print(TORCH_NOTE)
+if twin_code is None:
+    print(twin_note)
 e_def, e_ar = rmse(yte, p_def), rmse(yte, p_ar)
 verdict = "lower" if e_def < e_ar else "higher" if e_def > e_ar else "the same"
 print(f"In this run the defaults' test RMSE is {verdict} than the linear "
@@ -119,7 +158,7 @@ print(f"In this run the defaults' test RMSE is {verdict} than the linear "
 # %%
 # The test years
 # --------------
-if have_matplotlib():
+if importlib.util.find_spec("matplotlib") is not None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -133,4 +172,4 @@ if have_matplotlib():
     fig.tight_layout()
     plt.show()
 else:
-    print(PLOT_NOTE)
+    print('figure skipped: matplotlib is not installed (pip install "attnx[plot]")')
