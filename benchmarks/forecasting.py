@@ -151,7 +151,8 @@ REPO = os.path.dirname(HERE)
 if os.path.exists(os.path.join(REPO, "attnx", "__init__.py")):
     sys.path.insert(0, REPO)  # the in-place build of this checkout
 
-from attnx.forecasting import backtest, interval_coverage, mase, smape  # noqa: E402
+from attnx.forecasting import (backtest, interval_coverage, mase,  # noqa: E402
+                               scaled_quantile_loss, smape)
 
 SETS = ("sunspots", "co2", "nile", "uschange", "solar", "pbs", "m1_yearly")
 SYNTH_SETS = ("synth_trend", "synth_mult", "synth_multi", "synth_shift", "synth_demand",
@@ -170,6 +171,9 @@ PATCHTST_STEPS = 500
 LEVEL = 90
 #: the levels of the backtests' pinball loss (attnx's predict_quantiles)
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+#: the levels of the held-out scaled quantile loss ("sql"); statsforecast's come from
+#: its central intervals at 20, 40, 60 and 80% and the mean
+SQL_LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 # ---------------------------------------------------------------- the panel
@@ -339,10 +343,21 @@ def _statsforecast(model_name):
     cls = {"seasonal_naive": sfm.SeasonalNaive, "auto_ets": sfm.AutoETS,
            "auto_arima": sfm.AutoARIMA, "auto_theta": sfm.AutoTheta}[model_name]
 
+    central = sorted({round(abs(2 * q - 1) * 100) for q in SQL_LEVELS} - {0})
+
     def run(y, h, m):
-        out = cls(season_length=m).forecast(y=y, h=h, level=[LEVEL])
-        return out["mean"], out[f"lo-{LEVEL}"], out[f"hi-{LEVEL}"]
+        out = cls(season_length=m).forecast(y=y, h=h, level=[LEVEL] + central)
+        quants = np.stack([np.asarray(out["mean"], dtype=float) if q == 0.5 else
+                           np.asarray(out[f"{'lo' if q < 0.5 else 'hi'}-"
+                                          f"{round(abs(2 * q - 1) * 100)}"], dtype=float)
+                           for q in SQL_LEVELS], axis=-1)
+        return out["mean"], out[f"lo-{LEVEL}"], out[f"hi-{LEVEL}"], quants
     return run
+
+
+def _four(out):
+    """(mean, lower, upper, quantiles or None) from a peer's run."""
+    return tuple(out) if len(out) == 4 else (*out, None)
 
 
 def set_patchtst_steps(steps):
@@ -483,7 +498,14 @@ def run_global(factory, ds, seed):
     if hasattr(est, "predict_interval"):
         out = est.predict_interval(coverage=LEVEL / 100)
         bounds = [_split_interval(o) for o in ([out] if single else out)]
-    return [(m_, lo, hi) for m_, (lo, hi) in zip(means, bounds)], elapsed
+    quants = [None] * len(train)
+    if hasattr(est, "predict_quantiles"):
+        try:
+            out = est.predict_quantiles(quantiles=SQL_LEVELS)
+            quants = [out] if single else list(out)
+        except ValueError:   # fitted without intervals: no quantiles
+            pass
+    return [(m_, lo, hi, q) for m_, (lo, hi), q in zip(means, bounds, quants)], elapsed
 
 
 STATSFORECAST = ("seasonal_naive", "auto_ets", "auto_arima", "auto_theta")
@@ -499,7 +521,7 @@ def warm_up(peers):
 
 
 # ---------------------------------------------------------------- scoring
-def score(ds, i, mean, lo, hi):
+def score(ds, i, mean, lo, hi, quants=None):
     h = ds.horizon
     y = ds.series[i]
     train, truth = y[:-h], y[-h:]
@@ -507,13 +529,17 @@ def score(ds, i, mean, lo, hi):
     row = {"mase": mase(truth, mean, train, ds.scale_season), "smape": smape(truth, mean)}
     if lo is not None and hi is not None:
         row["coverage"] = interval_coverage(truth, np.reshape(lo, h), np.reshape(hi, h))
+    if quants is not None:
+        q = np.sort(np.asarray(quants, dtype=float).reshape(h, len(SQL_LEVELS)), axis=1)
+        if np.all(np.isfinite(q)):
+            row["sql"] = scaled_quantile_loss(truth, q, train, SQL_LEVELS, ds.scale_season)
     return row
 
 
 def summarise(rows):
     """Mean of each metric over the series that produced it."""
     out = {"n_series": len(rows)}
-    for k in ("mase", "smape", "coverage"):
+    for k in ("mase", "smape", "coverage", "sql"):
         vals = [r[k] for r in rows if k in r]
         out[k] = float(np.mean(vals)) if vals else None
     return out
@@ -539,8 +565,8 @@ def run_set(ds, peers, seed, log):
                                 "skipped: torch is not installed")
             else:
                 preds, fit_time = got
-                for i, (mean_, lo, hi) in enumerate(preds):
-                    rows.append(dict(series=ds.names[i], **score(ds, i, mean_, lo, hi)))
+                for i, (mean_, lo, hi, q) in enumerate(preds):
+                    rows.append(dict(series=ds.names[i], **score(ds, i, mean_, lo, hi, q)))
         else:
             run = ({"ridge_ar": ridge_ar, "patchtst": patchtst,
                     "attnx_pretrained": attnx_pretrained}.get(peer)
@@ -551,14 +577,14 @@ def run_set(ds, peers, seed, log):
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        mean_, lo, hi = run(train, ds.horizon, ds.season)
+                        mean_, lo, hi, q = _four(run(train, ds.horizon, ds.season))
                 except Exception as exc:  # noqa: BLE001 - counted in the table
                     errors.append(f"{ds.names[i]}: {type(exc).__name__}: {exc}")
                     continue
                 elapsed = time.perf_counter() - t0
                 fit_time += elapsed
                 rows.append(dict(series=ds.names[i], fit_time=elapsed,
-                                 **score(ds, i, mean_, lo, hi)))
+                                 **score(ds, i, mean_, lo, hi, q)))
         entry = summarise(rows) if rows else {"n_series": 0}
         entry.update(fit_time=fit_time, errors=errors, note=note, rows=rows)
         result["peers"][peer] = entry
@@ -566,6 +592,7 @@ def run_set(ds, peers, seed, log):
             cov = entry["coverage"]
             log(f"  {ds.name:10s} {peer:15s} MASE {entry['mase']:.3f}  sMAPE "
                 f"{entry['smape']:.2f}  cov90 {'-' if cov is None else f'{cov:.2f}'}  "
+                f"SQL {_fmt(entry.get('sql'), '.3f')}  "
                 f"{fit_time:.2f}s" + (f"  ({len(errors)} failed)" if errors else ""))
         else:
             log(f"  {ds.name:10s} {peer:15s} {note or 'no result'}")
@@ -590,7 +617,7 @@ class PeerForecaster:
         self.single_ = not isinstance(y, list)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.out_ = [run(np.asarray(s, dtype=float), self.horizon, self.season)
+            self.out_ = [_four(run(np.asarray(s, dtype=float), self.horizon, self.season))[:3]
                          for s in ([y] if self.single_ else y)]
         return self
 
@@ -814,6 +841,7 @@ def markdown(results, meta):
     head = "| set (m, h, series) | " + " | ".join(peers) + " |"
     sep = "|---|" + "---|" * len(peers)
     for title, key, spec in (("MASE", "mase", ".3f"), ("sMAPE (%)", "smape", ".2f"),
+                             ("scaled quantile loss (levels 0.1..0.9)", "sql", ".3f"),
                              (f"{LEVEL}% interval coverage", "coverage", ".2f"),
                              ("fit + predict time (s, whole set)", "fit_time", ".2f")):
         lines += [f"## {title}", "", head, sep]
@@ -829,7 +857,7 @@ def markdown(results, meta):
                     val += f" ({len(e['errors'])} failed)"
                 cells.append(val)
             # the best MASE / sMAPE of a row in bold
-            if key in ("mase", "smape"):
+            if key in ("mase", "smape", "sql"):
                 vals = [r["peers"].get(p, {}).get(key) if r["peers"].get(p, {}).get("rows")
                         else None for p in peers]
                 ok = [v for v in vals if v is not None]

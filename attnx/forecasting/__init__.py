@@ -3,9 +3,9 @@ seasonality, windows, pandas and sktime adapters, and the accuracy metrics and r
 backtesting (attnx.forecasting.mase, .backtest, ...)."""
 from .metrics import (BacktestResult, RollingOriginSplit, backtest, clone, interval_coverage,
                       interval_width, mae, mase, pinball_loss, rmse, rolling_origins,
-                      seasonal_naive_scale, smape)
+                      scaled_quantile_loss, seasonal_naive_scale, smape)
 from .forecaster import FORECASTERS, TransformerForecaster
 
 __all__ = ["TransformerForecaster", "FORECASTERS", "mae", "rmse", "mase", "smape",
-           "pinball_loss", "interval_coverage", "interval_width", "seasonal_naive_scale",
-           "clone", "backtest", "BacktestResult", "RollingOriginSplit", "rolling_origins"]
+           "pinball_loss", "scaled_quantile_loss", "interval_coverage", "interval_width",
+           "seasonal_naive_scale", "clone", "backtest", "BacktestResult", "RollingOriginSplit", "rolling_origins"]

@@ -6,6 +6,8 @@ Metrics (all computed in float64, inputs never modified)
                               forecast y[t] = y[t - season] (the M4 competition's MASE)
     smape                     M4's symmetric MAPE, in percent (0..200)
     pinball_loss              mean quantile (pinball) loss over a set of quantiles
+    scaled_quantile_loss      the pinball loss per level scaled as MASE scales the MAE
+                              (by the in-sample seasonal naive MAE), averaged over levels
     interval_coverage         share of true values inside [lower, upper]
     interval_width            mean upper - lower
 
@@ -209,6 +211,39 @@ def pinball_loss(y_true: object, y_quantiles: object, quantiles: object) -> floa
                          f"{t.shape + (q.size,)}, got {f.shape}")
     diff = t[..., None] - f
     return float(np.maximum(q * diff, (q - 1.0) * diff).mean())
+
+
+def scaled_quantile_loss(y_true: object, y_quantiles: object, y_train: object,
+                         quantiles: object = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+                         season: int = 1) -> float:
+    """The probabilistic counterpart of MASE: the mean over the levels of the pinball
+    loss at that level (mean over the horizon steps) divided by the in-sample MAE of
+    the seasonal naive forecast on y_train (mase's scale; per channel for (horizon, k)
+    arrays, the channels' ratios averaged). At level 0.5 alone it is MASE / 2 (the
+    pinball loss of the median is half the absolute error).
+
+    y_quantiles has shape y_true.shape + (len(quantiles),). ValueError as mase's for a
+    zero scale.
+    """
+    t = _real("y_true", y_true)
+    q = _quantile_levels(quantiles)
+    f = _real("y_quantiles", y_quantiles, ndims=(t.ndim + 1,))
+    if f.shape != t.shape + (q.size,):
+        raise ValueError(f"y_quantiles must have shape y_true.shape + (len(quantiles),) = "
+                         f"{t.shape + (q.size,)}, got {f.shape}")
+    scale = seasonal_naive_scale(y_train, season)
+    k = 1 if t.ndim == 1 else t.shape[1]
+    if scale.shape[0] != k:
+        raise ValueError(f"y_train must have the {k} channel(s) of y_true {t.shape}, got "
+                         f"{scale.shape[0]}")
+    if (scale == 0).any():
+        raise ValueError(f"y_train's seasonal naive error (season={season}) is 0 for "
+                         f"channel(s) {np.flatnonzero(scale == 0).tolist()}: the scaled "
+                         "quantile loss is undefined for a series that repeats exactly")
+    diff = t[..., None] - f
+    loss = np.maximum(q * diff, (q - 1.0) * diff)          # (h, [k,] n_levels)
+    per = loss.reshape(t.shape[0], k, q.size).mean(axis=(0, 2))   # (k,)
+    return float((per / scale).mean())
 
 
 def _lo_hi(lower: object, upper: object) -> tuple[_F64, _F64]:
