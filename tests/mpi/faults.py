@@ -9,7 +9,9 @@ Modes (the failing rank is the last one):
   classifier_bad_input   a balanced classifier; its shard holds a NaN, so it fails
               before the others exchange their labels (classes_ from every rank);
   kill        it kills itself (SIGKILL) in the 20th step of a long fit;
-  hang        it sleeps forever inside a step (run with MPIEXEC_TIMEOUT);
+  hang        it sleeps forever inside a step (run with MPIEXEC_TIMEOUT); every rank writes
+              its pid to rank<r>.pid in the working directory when its fit starts, and the
+              last one writes hanging.pid when it starts sleeping;
   interrupt   it gets a Ctrl-C (SIGINT) in the 20th step of a long fit: every rank must stop
               after the same step, with identical weights ("STOPPED t digest");
   interrupt2  it gets two Ctrl-C inside the 20th step (the second raises KeyboardInterrupt
@@ -88,6 +90,7 @@ def main(mode):
             def hanging(*a, **k):
                 calls[0] += 1
                 if calls[0] == 4:
+                    _write_pid("hanging.pid")
                     time.sleep(10**6)
                 return real(*a, **k)
 
@@ -96,6 +99,8 @@ def main(mode):
     if mode == "classifier_bad_input":
         est = attnx.AttentionClassifier(2, class_weight="balanced", **params)
         Y = (X[:, :, 0].sum(axis=1) > 0).astype(int)
+    if mode == "hang":
+        _write_pid(f"rank{RANK}.pid")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -109,6 +114,13 @@ def main(mode):
         print(f"STOPPED t={est.optimizer_.t} {digest} warned={warned}", flush=True)
         return
     print("FINISHED", flush=True)
+
+
+def _write_pid(name):
+    """This process's pid in `name` (written whole, then renamed: never read half-written)."""
+    with open(name + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(name + ".tmp", name)
 
 
 if __name__ == "__main__":
