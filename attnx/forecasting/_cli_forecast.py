@@ -173,8 +173,8 @@ def _when(t: Any) -> str:
 
     if isinstance(t, pd.Timestamp):
         if t == t.normalize():
-            return t.strftime("%Y-%m-%d")
-        return t.isoformat(sep=" ")
+            return str(t.strftime("%Y-%m-%d"))
+        return str(t.isoformat(sep=" "))
     return str(t)
 
 
