@@ -9,17 +9,10 @@ value (edge padding):
 
     x'[j] = x[clip(j - s, 0, T - 1)]        j = 0 .. T - 1
 
-Validation losses and predict see the series as they are. The default network (some 31,000
-weights) fits a hundred short training series exactly (training accuracy 1.0, with
-or without shifts); the shifts show it each pattern at several places, which is what
-a class that does not depend on a pattern's exact step needs. Measured on
-generated sets of 15-40 steps, seeds 0-4 (benchmarks/results/accuracy_ragged_short.md):
-cylinder-bell-funnel 0.946 -> 0.959 and 0.930 -> 0.960 (ragged), two patterns 0.979 ->
-0.993 and 0.939 -> 0.979, training time unchanged. On other generated draws (seeds
-0-2) k = the stride scored at or above k = 1 and above shifting half of the series on
-cylinder-bell-funnel and control charts, alike on two patterns. Sets whose classes sit
-at fixed steps (Breiman's waveforms) lose about a point on average (-3 to +3 from set
-to set).
+Validation losses and predict see the series as they are. The default network fits a
+hundred short training series exactly; the shifts show it each pattern at several
+places, which a class that does not depend on a pattern's exact step needs (measured in
+benchmarks/results/constants.md and benchmarks/results/accuracy_ragged_short.md).
 
 The draws come from the fit's shuffling generator (shuffle_rng_), one per sample of
 the data set and epoch, so a fit is reproducible from random_state, and with comm

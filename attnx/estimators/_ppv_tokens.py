@@ -45,33 +45,15 @@ if TYPE_CHECKING:
 
 #: the taps of weight 2 of the 84 kernels
 COMB = np.array(list(itertools.combinations(range(9), 3)), dtype=np.int32)
-#: the biases' quantiles. Set on the development sets (seeds 0-4): five scored above
-#: the earlier two (0.2, 0.8) on each long one (OSULeaf 0.902 -> 0.945, PigCVP 0.931
-#: -> 0.948, ACSF1 0.914 -> 0.924) and above three; nine scored 0.002 more than five
-#: at about 1.5x the fit time
+#: the biases' quantiles: five beat two and three, nine cost more than they add
+#: (benchmarks/results/constants.md)
 QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
-#: standardize=True scales each PPV token feature by this many times its training std
-#: (centred by its mean as any input): inputs an eighth of unit variance. With some
-#: 3000 features per token the embedding's output moves fast under Adam (its RMS is
-#: 0.5-1.1 after one epoch on the PPV development sets, against 0.05-0.15 for stem
-#: tokens), and smaller inputs slow that. Set with POSITION_SCALE on the development
-#: sets and generated ones (seeds 0-4): unit variance (1) scored 0.65-0.74 on the
-#: two-patterns sets, 4 (with positions x1) 0.82-0.87 and OSULeaf 0.950; the raw
-#: fractions 0.97-0.99 on two patterns but OSULeaf 0.935, PigCVP 0.928
+#: standardize=True divides each PPV token feature by this many training stds: thousands
+#: of features per token move the embedding fast, smaller inputs slow it
+#: (benchmarks/results/constants.md)
 TOKEN_SCALE = 8.0
-#: the sinusoidal positions of a network fitted on PPV tokens are multiplied by this
-#: (attnx.SequenceModel's position_scale): classes told apart by where a shape comes
-#: (first or second half: two patterns) need the positions to weigh against the
-#: embedded tokens, which grow fast (above). Seeds 0-4, (TOKEN_SCALE, POSITION_SCALE):
-#: two patterns of 15-150 steps (1-NN DTW 0.960) / OSULeaf / PigCVP / ACSF1 / Coffee:
-#: (4, 1) 0.821 / 0.950 / 0.942 / 0.930 / 0.993; (4, 2) 0.917 / 0.950 / 0.944 / 0.930 /
-#: 0.986; (4, 4) 0.953 / 0.946 / 0.942 / 0.932 / 0.986; (4, 8) 0.965 / 0.934 / 0.933 /
-#: 0.934 / 0.986; (8, 1) 0.912 / 0.946 / 0.938 / 0.930 / 1.0; (8, 2) 0.963 / 0.943 /
-#: 0.931 / 0.930 / 1.0; (8, 4) 0.969 / 0.934 / 0.930 / 0.932 / 1.0; (16, 1) 0.955 /
-#: 0.939 / 0.925 / 0.928 / 1.0; (2, 4) 0.897 / 0.953 / 0.951 / 0.934 / 0.993; (2, 8)
-#: 0.937 / 0.947 / 0.948 / 0.930 / 0.979. (8, 2): development mean at MiniRocket's on
-#: every seed; on ragged sets with events of a fixed size in steps (not tuned on) two
-#: patterns 0.783 -> 0.977 and cylinder-bell-funnel 0.973 -> 0.973, 0.968 -> 0.973
+#: position_scale of a network on PPV tokens: where a shape comes must weigh against the
+#: fast-growing tokens (chosen with TOKEN_SCALE: benchmarks/results/constants.md)
 POSITION_SCALE = 2.0
 #: the biases' quantiles when QUANTILES at MAX_DILATIONS would pass MAX_FEATURES (many
 #: channels): the earlier rule's, which keeps its dilations

@@ -58,31 +58,8 @@ class _Last(NamedTuple):
     mask: AnyArray | None        # the key padding mask (uint8)
 
 
-# "auto" and the fused kernels (attnx.kernels._flash), re-measured after the base-2
-# softmax exp, the grouped key sweeps and the batched rescale factors. float32,
-# SkylakeX OpenBLAS kernels (AVX-512 CPU), min / median of 15 interleaved steps,
-# fused vs the other paths, training step (forward, MSE, backward, AdamW), 1 thread
-# (thread CPU time) unless said:
-#   d_head 8-32: B32 T128 d128 H8 29.4 vs 31.9 ms (dense), d256 79.6 vs 82.3,
-#     B16 T128 d64 H4 5.34 vs 5.71, B64 T64 d128 H4 22.7 vs 22.8, B64 T64 d64 H4
-#     8.49 vs 8.73; 2 threads (wall) B32 T128 d128/d256 H8 15.7/41.3 vs 16.7/42.3,
-#     but at T64 dense leads by 1-3% (B64 T64 d128 H4 11.9 vs 11.6); at T <= 32 dense
-#     leads (B16 T32 d64 H4 0.93 vs 0.88, B64 T16 d64 H2 1.28 vs 1.20 ms);
-#   d_head 64-256, where the paths before used per-head BLAS: B32 T128 d512 H8
-#     244 vs 252 (dense; float64 483 vs 498), B16 T256 d256 H4 95.1 vs 102.0
-#     (2 threads 49.5 vs 53.2), B16 T256 d512 H4 279 vs 287, B8 T512 d256 H1 127.0
-#     vs 127.6; long sequences against the blocked path: B2 T1024 d512 H8 251 vs
-#     304, B1 T2048 d512 H8 402 vs 504 (2 threads 202 vs 254), H4 399 vs 474,
-#     B4 T1024 d256 H1 198 vs 224; but B16 T64 d256 H4 16.8 vs 16.3 (dense).
-# Inference (grad=False) favours fused from T64 (B64 T64 d64 H4 2.67 vs 2.80 ms,
-# B8 T512 d256 H1 42.9 vs 47.3, B4 T512 d512 H8 64.7 vs 71.2) and is even at T64
-# with 2 threads. float64, and OpenBLAS's Haswell kernels (AVX2 CPUs: no
-# small-matrix path, see _blas_small_gemm), favour fused at small heads whatever
-# the length. Rule: fused when Tq*Tk >= FUSED_MIN_SCORES (training) or
-# FUSED_INFER_MIN_SCORES (inference), at any d_head; below that, fused for
-# d_head <= FUSED_MAX_D_HEAD when BLAS has no small-matrix kernels, in float64, or
-# at d_head <= FUSED_ALWAYS_D_HEAD; else dense. The blocked path (BLAS per key
-# block) stays available as attention="blocked"; auto no longer takes it.
+# attention="auto" takes the fused kernels where they measured faster than dense (the rule:
+# _path; the numbers: benchmarks/results/constants.md)
 FUSED_MIN_SCORES = 128 * 128
 FUSED_INFER_MIN_SCORES = 64 * 64
 FUSED_MAX_D_HEAD = 32
@@ -131,8 +108,8 @@ class MultiHeadAttention:
         in register-tiled C kernels (no per-head BLAS call, no (Tq, Tk) block
         in memory). Auto picks fused from Tq * Tk = FUSED_MIN_SCORES (128 x 128;
         FUSED_INFER_MIN_SCORES = 64 x 64 for a forward with grad=False) at any
-        d_head, and for small heads at any length where measured faster (the
-        rule next to those constants), else dense. All give the same results
+        d_head, and for small heads at any length where measured faster (see
+        _path), else dense. All give the same results
         to rounding.
 
     Weights are laid out so that Y = X @ W: Wq, Wk, Wv, Wo are (d_model, d_model).
