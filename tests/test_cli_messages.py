@@ -47,7 +47,7 @@ def test_gap_names_the_frequency_the_dates_and_the_fix(tmp_path, capsys):
     msg, src = _run(tmp_path, capsys, df)
     assert (f"{src}: the series is monthly (MS) but has no value between 1950-02-01 and "
             f"1950-06-01 (lines 15 and 16; 3 dates missing, from 1950-03-01): add a row for "
-            f"each missing date") in msg
+            f"each missing date (an empty value is filled in)") in msg
     assert "asfreq" not in msg and "DatetimeIndex" not in msg
 
 
@@ -71,7 +71,8 @@ def test_integer_steps_with_a_gap(tmp_path, capsys):
     df = pd.DataFrame({"date": list(range(10)) + list(range(12, 40)), "y": np.arange(38.0)})
     msg, src = _run(tmp_path, capsys, df)
     assert (f"{src}: the series has integer steps of 1 but no value between 9 and 12 "
-            f"(2 missing, from 10): add a row for each missing step") in msg
+            f"(2 missing, from 10): add a row for each missing step (an empty value is filled "
+            f"in)") in msg
 
 
 def test_dates_without_a_regular_step(tmp_path, capsys):
@@ -225,6 +226,15 @@ def test_the_forecasters_errors_are_told_by_series_id_and_date(tmp_path, capsys,
     msg, src = _run(tmp_path, capsys, df, "--id-col", "store")
     assert msg == (f"attnx forecast: error: {src}: series 'a' has no observed value: all its "
                    f"48 values are empty: write its values in column 'y', or remove its rows")
+
+
+def test_empty_values_are_missing_values(tmp_path, capsys):
+    """The gap messages' advice works: rows for the missing dates with an empty value
+    forecast (the forecaster fills missing values)."""
+    df = _monthly()
+    df.loc[14:16, "y"] = np.nan
+    err, out = _run(tmp_path, capsys, df, ok=True)
+    assert len(out) == 6 and np.all(np.isfinite(out["forecast"].astype(float)))
 
 
 def test_float_format(tmp_path, capsys):

@@ -361,7 +361,7 @@ def _irregular(idx: Any, rows: np.ndarray, table: _Table, what: str) -> str:
             return (f"{table.path}: {what} is {unit} but has no value between {_when(a)} and "
                     f"{_when(b)} ({table.lines(int(rows[i]), int(rows[i + 1]))}; {gap} "
                     f"{'date' if gap == 1 else 'dates'} missing, from {_when(want)}): add a "
-                    f"row for each missing date")
+                    f"row for each missing date (an empty value is filled in)")
         return (f"{table.path}: {what} is {unit} but {table.line(int(rows[i + 1]))} has "
                 f"{_when(b)}, off its steps ({_when(a)} is followed by {_when(want)}): fix "
                 f"or remove that row")
@@ -374,7 +374,7 @@ def _irregular(idx: Any, rows: np.ndarray, table: _Table, what: str) -> str:
     if b - a > step and (b - a) % step == 0:
         return (f"{table.path}: {what} has integer steps of {step} but no value between {a} "
                 f"and {b} ({(b - a) // step - 1} missing, from {a + step}): add a row for "
-                f"each missing step")
+                f"each missing step (an empty value is filled in)")
     return (f"{table.path}: {what} has integer steps of {step} but "
             f"{table.line(int(rows[i + 1]))} has {b} after {a}: the time "
             f"column must advance by one step per row of a series")
