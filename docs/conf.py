@@ -18,7 +18,7 @@ import sys
 _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the checkout's attnx/ when it is built in place (a compiled _ops next to the
 # sources); else the installed attnx
-if any(os.path.exists(os.path.join(_root, "attnx", "_ops" + suffix))
+if any(os.path.exists(os.path.join(_root, "attnx", "kernels", "_ops" + suffix))
        for suffix in importlib.machinery.EXTENSION_SUFFIXES):
     sys.path.insert(0, _root)
 
@@ -54,11 +54,11 @@ sphinx_gallery_conf = {
     "abort_on_example_error": True,
 }
 
-html_theme = "alabaster"
-html_theme_options = {"description": "attention and small transformers trained on the CPU",
-                      "fixed_sidebar": True, "page_width": "1180px",
-                      "sidebar_collapse": True}
-html_sidebars = {"**": ["about.html", "navigation.html", "searchbox.html"]}
+# furo: a maintained theme whose code blocks and tables scroll sideways when wide;
+# attnx.css wraps the gallery's printed output and keeps wide result tables scrolling
+html_theme = "furo"
+html_title = f"attnx {release}"
+html_theme_options = {"sidebar_hide_name": False, "navigation_with_keys": True}
 html_static_path = ["_static"]
 html_css_files = ["attnx.css"]
 
