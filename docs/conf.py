@@ -42,7 +42,8 @@ exclude_patterns = ["_build", "_ext", "README.md"]
 myst_heading_anchors = 3
 
 # The examples gallery: every examples/classify_*.py and forecast_*.py runs during the
-# build (one thread each, about a minute in all); _common.py is their shared helper.
+# build (one thread each, about a minute in all); _common.py trains their PyTorch twins
+# when run from the checkout (the scripts run without it after download).
 sphinx_gallery_conf = {
     "examples_dirs": "../examples",
     "gallery_dirs": "auto_examples",
