@@ -162,6 +162,7 @@ ROWS = [  # (function name pattern, what the loop is, how many loops to take)
     (r"fl_tile_w_", "wide tile k-loop", 1),
     (r"fl_tile_w4_", "4-row wide tile k-loop", 1),
     (r"fl_tile_m_", "one-vector tall tile k-loop", 1),
+    (r"fl_tile_mf_", "one-vector tall tile, full rows", 1),
     (r"fl_tile_n_", "narrow tile k-loop", 1),
     (r"fl_tile_pair_", "key-pair tile k-loop", 1),
     (r"fl_forward_rows_", "forward: heaviest vector loop (exp-sum)", 1),
