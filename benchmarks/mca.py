@@ -20,7 +20,10 @@ Per loop: instructions per iteration, FMAs per iteration, the resource bound
 (llvm-mca's Block RThroughput), the predicted steady-state cycles per iteration
 (Total Cycles / iterations over -iterations=N, which includes loop-carried
 dependency chains), the predicted FMAs per cycle against the two FMA ports of
-every model here, and the bottleneck llvm-mca's -bottleneck-analysis names.
+every model here, the loop's FMA bound on the hardware (FMAs over the FMAs a cycle of that core at that
+register width: FMA_PER_CYCLE; Zen 4, which LLVM 14 cannot model, gets this bound alone
+for the AVX-512 loops) and the predicted cycles over it (1.15 = 15% above the bound), and
+the bottleneck llvm-mca's -bottleneck-analysis names.
 
 Usage (after the in-place build, from anywhere):
   python benchmarks/mca.py                  # the table, float32 and float64
@@ -51,6 +54,16 @@ FMA_RE = re.compile(r"^\s*v?f(n)?m(add|sub)(sub|add)?\d{3}[ps][sd]\b")
 VEC_RE = re.compile(r"%[xyz]mm")
 WIDE_RE = re.compile(r"^\s*\S+\s.*%[yz]mm", re.M)
 ITERATIONS = 100
+# FMAs a cycle of the hardware (not of LLVM 14's models) by register width: the FMA bound
+# of a loop is its FMAs over this. Sapphire Rapids / Ice Lake server: two 512-bit FMA units
+# (p0, p5) and two 256-bit (p0, p1); Zen 3: two 256-bit pipes; Zen 4 (no LLVM 14 model):
+# two 256-bit pipes, a 512-bit FMA takes both, one a cycle.
+FMA_PER_CYCLE = {"sapphirerapids": {"zmm": 2, "ymm": 2, "xmm": 2},
+                 "icelake-server": {"zmm": 2, "ymm": 2, "xmm": 2},
+                 "znver3": {"ymm": 2, "xmm": 2},
+                 "zen4": {"zmm": 1, "ymm": 2, "xmm": 2}}
+# AVX-512 loops also get a Zen 4 row with the FMA bound alone (llvm-mca-14 has no model)
+BOUND_ONLY = {"avx512": ["zen4"]}
 
 
 def flash_compile_command(asm_path, csrc_dir=None):
@@ -162,6 +175,7 @@ ROWS = [  # (function name pattern, what the loop is, how many loops to take)
     (r"fl_tile_w_", "wide tile k-loop", 1),
     (r"fl_tile_w4_", "4-row wide tile k-loop", 1),
     (r"fl_tile_m_", "one-vector tall tile k-loop", 1),
+    (r"fl_tile_mf_", "one-vector tall tile, full rows", 1),
     (r"fl_tile_n_", "narrow tile k-loop", 1),
     (r"fl_tile_pair_", "key-pair tile k-loop", 1),
     (r"fl_forward_rows_", "forward: heaviest vector loop (exp-sum)", 1),
@@ -258,28 +272,39 @@ def fma_width(insns):
 
 
 def table(rows, markdown):
-    head = ["loop", "cpu", "insns", "FMAs", "RThr", "cyc/it", "FMA/cyc", "of 2", "bottleneck"]
+    head = ["loop", "cpu", "insns", "FMAs", "RThr", "cyc/it", "FMA/cyc", "of 2", "FMA bound",
+            "cyc/bound", "bottleneck"]
     out = []
     if markdown:
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "---|" * len(head))
     else:
         out.append(f"{'loop':44s} {'cpu':15s} {'insns':>5s} {'FMAs':>8s} {'RThr':>6s} "
-                   f"{'cyc/it':>7s} {'FMA/cyc':>7s} {'of 2':>5s}  bottleneck")
+                   f"{'cyc/it':>7s} {'FMA/cyc':>7s} {'of 2':>5s} {'bound':>6s} {'/bound':>6s}"
+                   "  bottleneck")
     for name, lab, level, insns in rows:
         nf = sum(bool(FMA_RE.match(i)) for i in insns)
-        for cpu in MODELS[level]:
-            rthr, cyc, what = summarise(mca(insns, cpu))
-            fpc = nf / cyc if cyc else 0.0
+        width = fma_width(insns)
+        for cpu in MODELS[level] + BOUND_ONLY.get(level, []):
+            bound = nf / FMA_PER_CYCLE[cpu][width] if nf else float("nan")
+            if cpu in BOUND_ONLY.get(level, []):
+                rthr = cyc = fpc = float("nan")
+                what = "FMA bound only (no llvm-mca model)"
+            else:
+                rthr, cyc, what = summarise(mca(insns, cpu))
+                fpc = nf / cyc if cyc else 0.0
             cells = [f"{name} {lab}", cpu, str(len(insns)),
-                     f"{nf} {fma_width(insns)}" if nf else "0", f"{rthr:.2f}", f"{cyc:.2f}",
-                     f"{fpc:.2f}", f"{fpc / FMA_PORTS:.0%}" if nf else "-", what]
+                     f"{nf} {width}" if nf else "0",
+                     *(f"{v:.2f}" if v == v else "-" for v in (rthr, cyc, fpc)),
+                     f"{fpc / FMA_PORTS:.0%}" if nf and fpc == fpc else "-",
+                     f"{bound:.2f}" if nf else "-",
+                     f"{cyc / bound:.2f}" if nf and cyc == cyc else "-", what]
             if markdown:
                 out.append("| " + " | ".join(cells) + " |")
             else:
                 out.append(f"{cells[0]:44s} {cells[1]:15s} {cells[2]:>5s} {cells[3]:>8s} "
-                           f"{cells[4]:>6s} {cells[5]:>7s} {cells[6]:>7s} {cells[7]:>5s}  "
-                           f"{cells[8]}")
+                           f"{cells[4]:>6s} {cells[5]:>7s} {cells[6]:>7s} {cells[7]:>5s} "
+                           f"{cells[8]:>6s} {cells[9]:>6s}  {cells[10]}")
     return "\n".join(out)
 
 

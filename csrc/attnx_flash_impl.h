@@ -342,6 +342,42 @@ FL_TILE(fl_tile_w4, FL_MRW4, FL_NRW * (int) sizeof(FL_T) / FL_VWBYTES, FL_NAME(v
  * at B4 T1024 d128 H8) */
 #define FL_NRM (FL_VWBYTES / (int) sizeof(FL_T))
 FL_TILE(fl_tile_m, FL_MRM, 1, FL_NAME(vwide))
+/* The same tile for a full FL_MRM rows: rows r and r + FL_MRM/2 share one row pointer
+ * (the second at a fixed offset). With 16 pointers GCC ran out of general registers
+ * and kept 6 of them in vector registers, moved back every k step (vmovq on the FMA
+ * ports: llvm-mca 11.2 cycles a step for the 8 of the FMA bound). Each accumulator
+ * still sums its k terms in order: the same bits as fl_tile_m. */
+FL_ATTR static inline void FL_NAME(fl_tile_mf)(int kd, const FL_T *restrict a, ptrdiff_t ar,
+        ptrdiff_t ak, const FL_T *restrict b, ptrdiff_t ldb, FL_T *restrict c,
+        ptrdiff_t ldc, FL_T alpha, int accumulate)
+{
+    typedef FL_NAME(vwide) VT;
+    enum { H = FL_MRM / 2 };
+    VT acc[FL_MRM];
+    const FL_T *ap[H];
+    const ptrdiff_t off = H * ar;
+    int r, k;
+    FL_UNROLL
+    for (r = 0; r < H; r++)
+        ap[r] = a + r * ar;
+    FL_UNROLL
+    for (r = 0; r < FL_MRM; r++)
+        acc[r] = (VT) {0};
+    for (k = 0; k < kd; k++) {
+        const VT bv = *(const VT *) (b + k * ldb);
+        FL_UNROLL
+        for (r = 0; r < H; r++) {
+            acc[r] += (ap[r][k * ak] - (VT) {0}) * bv;
+            acc[r + H] += (ap[r][k * ak + off] - (VT) {0}) * bv;
+        }
+        FL_KEEP(bv);
+    }
+    FL_UNROLL
+    for (r = 0; r < FL_MRM; r++) {
+        VT *cr = (VT *) (c + r * ldc);
+        *cr = accumulate ? *cr + alpha * acc[r] : alpha * acc[r];
+    }
+}
 #endif
 #else
 /* Portable: the same tiles as plain arrays (the compiler may vectorise them). */
@@ -402,6 +438,10 @@ FL_ATTR static void FL_NAME(fl_gemm)(int m, int n, int kd, const FL_T *a, ptrdif
 #ifdef FL_NRM
     for (; j + FL_NRM <= n; j += FL_NRM)
         for (i = 0; i < m; i += FL_MRM)
+            if (m - i >= FL_MRM)
+                FL_NAME(fl_tile_mf)(kd, a + i * ar, ar, ak, b + j, ldb, c + i * ldc + j, ldc,
+                                    alpha, accumulate);
+            else
             FL_NAME(fl_tile_m)(kd, a + i * ar, ar, ak, m - i < FL_MRM ? m - i : FL_MRM,
                                b + j, ldb, c + i * ldc + j, ldc, alpha, accumulate);
 #endif
@@ -525,6 +565,47 @@ FL_ATTR static void FL_NAME(fl_transpose)(const FL_T *restrict src, ptrdiff_t ld
     static const M lo[2] = {{0, 4, 2, 6}, {0, 1, 4, 5}};
     static const M hi[2] = {{1, 5, 3, 7}, {2, 3, 6, 7}};
 #endif
+#if FL_NRN == 8
+    /* float32: the first of the three interleaving steps rides on the loads (each
+     * register takes 4 floats of row u and 4 of row u + 4, one load and one 128-bit
+     * insert from memory), the other two are in-lane shuffles: 16 shuffles per 8 x 8
+     * block where the three full steps took 24 (and 8 two-source permutes of those
+     * on the one shuffle port, p5, of the Intel cores); addresses as pointers, not
+     * an int multiply per row */
+    (void) lo;
+    (void) hi;
+    for (i = 0; i + VL <= rows; i += VL) {
+        const FL_T *restrict s0 = src + (ptrdiff_t) i * lds;
+        for (j = 0; j + VL <= cols; j += VL) {
+            __m256 t[8];
+            int u, h;
+            FL_UNROLL
+            for (u = 0; u < 4; u++) {
+                const FL_T *r0 = s0 + (ptrdiff_t) u * lds + j, *r4 = r0 + 4 * lds;
+                t[u] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r0)),
+                                            _mm_loadu_ps(r4), 1);
+                t[u + 4] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(r0 + 4)),
+                                                _mm_loadu_ps(r4 + 4), 1);
+            }
+            FL_T *restrict d0 = dst + (ptrdiff_t) j * ldd + i;
+            FL_UNROLL
+            for (h = 0; h < 2; h++) {
+                const __m256 l01 = _mm256_unpacklo_ps(t[4 * h], t[4 * h + 1]);
+                const __m256 h01 = _mm256_unpackhi_ps(t[4 * h], t[4 * h + 1]);
+                const __m256 l23 = _mm256_unpacklo_ps(t[4 * h + 2], t[4 * h + 3]);
+                const __m256 h23 = _mm256_unpackhi_ps(t[4 * h + 2], t[4 * h + 3]);
+                FL_T *dh = d0 + (ptrdiff_t) (4 * h) * ldd;
+                _mm256_storeu_ps(dh, _mm256_shuffle_ps(l01, l23, 0x44));
+                _mm256_storeu_ps(dh + ldd, _mm256_shuffle_ps(l01, l23, 0xEE));
+                _mm256_storeu_ps(dh + 2 * ldd, _mm256_shuffle_ps(h01, h23, 0x44));
+                _mm256_storeu_ps(dh + 3 * ldd, _mm256_shuffle_ps(h01, h23, 0xEE));
+            }
+        }
+        for (int jj = j; jj < cols; jj++)
+            for (int u = 0; u < VL; u++)
+                dst[(ptrdiff_t) jj * ldd + i + u] = src[(ptrdiff_t) (i + u) * lds + jj];
+    }
+#else
     for (i = 0; i + VL <= rows; i += VL) {
         for (j = 0; j + VL <= cols; j += VL) {
             V v[VL], w[VL];
@@ -555,6 +636,7 @@ FL_ATTR static void FL_NAME(fl_transpose)(const FL_T *restrict src, ptrdiff_t ld
             for (int u = 0; u < VL; u++)
                 dst[(ptrdiff_t) jj * ldd + i + u] = src[(ptrdiff_t) (i + u) * lds + jj];
     }
+#endif
 #endif
     for (; i < rows; i++)
         for (j = 0; j < cols; j++)
