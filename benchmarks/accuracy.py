@@ -41,7 +41,7 @@ classification, RMSE in the target's units for regression):
                     training split goes to fit(..., X_unlabelled=...) too
   attnx best        BEST below: the harness's preprocessing, then the estimator with
                     explicit arguments
-  torch twin        the same network as "attnx best" (tests/seq_torch_twin.py, from
+  torch twin        the same network as "attnx best" (attnx.testing.torch_twin, from
                     attnx's initial weights) trained by PyTorch's AdamW with the same
                     preprocessing, batch size, epochs and hyper-parameters
                     (examples/_common.torch_twin_fit); skipped with a note without torch

@@ -99,7 +99,7 @@ FULL_CONFIGS = (
     Config("transformer", 32, 128, 64, 8, hidden=256, layers=3),
     Config("transformer", 8, 512, 256, 8, hidden=1024, layers=2),
     # attnx.SequenceModel: embedding, 2 pre-norm blocks, final LayerNorm, mean pooling,
-    # linear head. Peers: the PyTorch twin of tests/seq_torch_twin.py ("torch", attention
+    # linear head. Peers: the PyTorch twin of attnx.testing.torch_twin ("torch", attention
     # written out); no NumPy or SDPA version of this model exists, so those are left out.
     Config("sequence", 32, 128, 64, 8, hidden=256, layers=2, features=16, outputs=4),
     # the accuracy panel's shapes (d_model 64, 4 heads, 2 blocks): a univariate series of
@@ -687,11 +687,8 @@ def wait_quiet(limit_s, log, threshold=0.15, probe_s=0.5):
 
 
 def _seq_twin(model, torch):
-    """The PyTorch twin of an attnx.SequenceModel (tests/seq_torch_twin.py), same weights."""
-    tests = os.path.join(REPO, "tests")
-    if tests not in sys.path:
-        sys.path.append(tests)
-    from seq_torch_twin import SeqTwin
+    """The PyTorch twin of an attnx.SequenceModel (attnx.testing.torch_twin), same weights."""
+    from attnx.testing.torch_twin import SeqTwin
     return SeqTwin(model)
 
 

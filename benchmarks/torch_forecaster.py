@@ -3,7 +3,7 @@
 TorchForecaster is attnx.TransformerForecaster with every network it trains (the
 calibration run that picks the epochs and the blend weight, and the final network
 regressor_) trained by PyTorch instead of attnx: the same network written in torch
-(tests/seq_torch_twin.SeqTwin), from attnx's initial weights, on the same tokens and
+(attnx.testing.torch_twin.SeqTwin), from attnx's initial weights, on the same tokens and
 targets, with the same recipe. Everything else (windows, scaling, the baseline, the
 blend weight, the conformal intervals, predict) is attnx's own code.
 
@@ -43,15 +43,15 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-for _path in (ROOT, os.path.join(ROOT, "examples"), os.path.join(ROOT, "tests")):
+for _path in (ROOT, os.path.join(ROOT, "examples")):
     if _path not in sys.path:
-        sys.path.insert(0, _path)  # attnx in place; _common (examples), seq_torch_twin (tests)
+        sys.path.insert(0, _path)  # attnx in place; _common (examples)
 
 import torch  # noqa: E402
 from _common import initial_model, twin_optimizer, twin_predictor, twin_step  # noqa: E402
-from seq_torch_twin import SeqTwin  # noqa: E402
 
 import attnx  # noqa: E402
+from attnx.testing.torch_twin import SeqTwin  # noqa: E402
 from attnx.estimators._batches import batch_plan  # noqa: E402
 from attnx.estimators._training import seeds  # noqa: E402
 from attnx.layers.schedules import estimator_schedule  # noqa: E402

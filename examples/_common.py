@@ -2,29 +2,14 @@
 checkout (and for benchmarks/accuracy.py and benchmarks/torch_forecaster.py); the
 examples run without it (a downloaded copy skips the comparison with a note).
 
-The PyTorch twin is tests/seq_torch_twin.py (the SequenceModel network written with
+The PyTorch twin is attnx.testing.torch_twin (the SequenceModel network written with
 torch ops). It starts from attnx's initial weights and trains with torch.optim.AdamW
 and the same batch size, epochs and AdamW settings; its batches are shuffled and
 padded per batch (with a key padding mask), as attnx pads ragged input.
 """
-import os
-import sys
-
 import numpy as np
 
 from attnx.datasets import load_japanese_vowels, load_sunspots  # noqa: F401 (benchmarks)
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.join(HERE, "..", "tests")
-sys.path.insert(0, TESTS)  # seq_torch_twin
-
-
-def _tests_on_path():
-    """Put tests/ (seq_torch_twin) back on sys.path: a runner that executes several
-    examples in one process (sphinx-gallery) restores sys.path after each one."""
-    if TESTS not in sys.path:
-        sys.path.insert(0, TESTS)
-
 
 def initial_model(est, X, y):
     """The estimator's initial SequenceModel: a fit with lr=0 changes no weight
@@ -105,8 +90,7 @@ def torch_twin_fit(model, X, y, *, task, epochs, batch_size, lr, betas=(0.9, 0.9
     parameter groups (twin_optimizer). after_epoch(predict) is called after every
     epoch (dropout off meanwhile); True stops training."""
     import torch
-    _tests_on_path()
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
 
     from attnx.layers.schedules import estimator_schedule
 

@@ -1,6 +1,10 @@
 """Module structure rules of the developers' guide, checked on the source."""
 import ast
+import os
 import pickle
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +68,8 @@ def test_no_import_runs_back_up_to_the_package_root():
 
 #: the layers, bottom first: a module imports from its own layer and the ones below only
 #: (the root's modules, attnx/*.py, sit above them all)
-LAYERS = ("kernels", "runtime", "layers", "distributed", "estimators", "forecasting", "io")
+LAYERS = ("kernels", "runtime", "layers", "distributed", "estimators", "forecasting", "io",
+          "testing")
 
 
 def _rank(mod):
@@ -305,3 +310,105 @@ def test_kernel_entries_take_few_arguments():
     assert ("_mlp.pyx", "mlp_forward") in entries and len(entries) > 50   # the parser works
     wide = {k: n for k, n in entries.items() if n > MAX_KERNEL_ARGS and k not in BLAS_SHAPED}
     assert not wide, f"kernel entries over {MAX_KERNEL_ARGS} arguments: {wide}"
+
+
+# ---- no compatibility code for unreleased formats; tests/ stays the tests' own -----------
+REPO = SRC.parent
+TESTS = Path(__file__).resolve().parent
+
+
+def _docstrings(tree):
+    return {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+
+
+def _identifiers(tree):
+    """(name, line) of every name a module defines, assigns, imports or reads."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            yield n.id, n.lineno
+        elif isinstance(n, ast.Attribute):
+            yield n.attr, n.lineno
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield n.name, n.lineno
+        elif isinstance(n, ast.arg):
+            yield n.arg, n.lineno
+        elif isinstance(n, ast.alias):
+            yield (n.asname or n.name).split(".")[-1], getattr(n, "lineno", 0)
+
+
+def test_no_name_in_the_package_starts_with_legacy():
+    bad = [f"{p.relative_to(PKG)}:{line} {name}" for p in _modules()
+           for name, line in _identifiers(ast.parse(p.read_text()))
+           if name.lstrip("_").upper().startswith("LEGACY")]
+    for p in list(SRC.rglob("*.pyx")) + list(SRC.rglob("*.pxd")):
+        bad += [f"{p.relative_to(SRC)}: {m}" for m in re.findall(r"\b_*LEGACY\w*", p.read_text(),
+                                                                   re.I)]
+    assert not bad, bad
+
+
+def _python(code):
+    env = dict(os.environ, PYTHONPATH=str(PKG.parent))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=str(TESTS), timeout=300)
+
+
+def test_importing_attnx_installs_no_import_hook_and_imports_no_torch():
+    """sys.meta_path and sys.path_hooks are as before `import attnx`; the old module paths
+    of the flat layout (attnx.sequence, ...) are gone; torch is imported by neither attnx
+    nor attnx.testing.torch_twin until the twin is used."""
+    r = _python("import sys, importlib\n"
+                "before = (list(sys.meta_path), list(sys.path_hooks))\n"
+                "import attnx, attnx.testing.torch_twin\n"
+                "assert (list(sys.meta_path), list(sys.path_hooks)) == before, "
+                "(before, sys.meta_path, sys.path_hooks)\n"
+                "assert 'torch' not in sys.modules, 'torch imported'\n"
+                "for old in ('sequence', 'attention', 'forecaster', 'onnx', 'losses'):\n"
+                "    try:\n"
+                "        importlib.import_module('attnx.' + old)\n"
+                "    except ModuleNotFoundError:\n"
+                "        continue\n"
+                "    raise AssertionError('attnx.' + old + ' still imports')\n"
+                "print('OK')\n")
+    assert r.returncode == 0 and r.stdout.strip() == "OK", r.stdout + r.stderr
+
+
+def _test_helper_modules():
+    """The module names a script would import from tests/ (its helpers and test files)."""
+    return {p.stem for p in TESTS.rglob("*.py")} - {"__init__"}
+
+
+def _reaches_into_tests(path):
+    """Lines of a script that import a module of tests/ or name the tests/ folder (to put
+    it on sys.path): every string but docstrings that is the path component "tests"."""
+    tree = ast.parse(path.read_text())
+    helpers, docs, bad = _test_helper_modules(), _docstrings(tree), []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            bad += [f"{n.lineno}: import {a.name}" for a in n.names
+                    if a.name.split(".")[0] in helpers | {"tests"}]
+        elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module \
+                and n.module.split(".")[0] in helpers | {"tests"}:
+            bad.append(f"{n.lineno}: from {n.module} import ...")
+        elif (isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+              and re.search(r"(^|[/\\])tests([/\\]|$)", n.value)):
+            bad.append(f"{n.lineno}: {n.value!r}")
+    return bad
+
+
+def test_examples_and_benchmarks_do_not_reach_into_tests():
+    """What they share with the tests (the PyTorch twin) lives in attnx.testing."""
+    scripts = [p for d in ("examples", "benchmarks") for p in sorted((REPO / d).rglob("*.py"))]
+    assert len(scripts) > 10, "no examples/ or benchmarks/ beside this tests/ folder"
+    bad = {str(p.relative_to(REPO)): b for p in scripts if (b := _reaches_into_tests(p))}
+    assert not bad, bad
+
+
+def test_the_tests_folder_finder_finds_what_it_should(tmp_path):
+    p = tmp_path / "script.py"
+    p.write_text('"""Uses tests/ helpers."""\nimport os, sys\n'
+                 'sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))\n'
+                 "from seq_numpy_ops import x\nimport reference\nfrom attnx import testing\n")
+    assert sorted(b.split(":")[0] for b in _reaches_into_tests(p)) == ["3", "4", "5"]

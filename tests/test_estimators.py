@@ -511,7 +511,7 @@ def test_target_shapes_choose_the_output(cls):
 
 def test_sequence_regression_matches_pytorch_with_sample_weights(torch):
     """Three full-batch AdamW steps == the torch twin trained on the weighted MSE."""
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
 
     X, y = three_feature_task(16, 3, t=5)
     X, y = X.astype(np.float64), np.stack([y, y ** 2], axis=1)
@@ -576,7 +576,7 @@ def test_bare_model_sample_weight_two_equals_a_duplicate(cls):
 def test_classifier_training_matches_pytorch_with_class_and_sample_weights(torch):
     """Three full-batch AdamW steps of the estimator == the torch twin trained on the
     same weighted cross-entropy from the same initial weights (float64)."""
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(20, 5, 3))

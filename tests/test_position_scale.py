@@ -31,7 +31,7 @@ def _model(dtype, scale, pooling="mean", norm="pre", seed=0):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("pooling,norm", [("mean", "pre"), (None, None), ("cls", "pre")])
 def test_matches_torch_twin(torch, dtype, pooling, norm, rng):
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
     m = _model(dtype, 4.0, pooling, norm)
     x = rng.normal(size=(3, 7, 3)).astype(dtype)
     kpm = np.arange(7)[None, :] >= np.array([7, 4, 2])[:, None]

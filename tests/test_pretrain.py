@@ -90,7 +90,7 @@ def test_reconstruction_gradients_finite_differences(rng, norm, use_mask):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("use_mask", [False, True])
 def test_reconstruction_matches_torch(torch, rng, dtype, use_mask):
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
 
     pre = _pretrain.reconstruction_model(spec(dtype, f=6), 5)
     nb, t = 4, 7

@@ -80,7 +80,7 @@ def test_equal_lengths_in_a_list_train_as_the_dense_array():
 def test_ragged_training_matches_pytorch(torch):
     """Two full-batch steps on ragged per-position targets == the torch twin trained
     with the MSE over the valid positions only, from the same initial weights."""
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
 
     X = ragged(9, f=2, lo=1, hi=7, seed=4)
     y = [np.sin(x) for x in X]

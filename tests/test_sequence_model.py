@@ -66,7 +66,7 @@ def fd_check(m, x, kpm, g, rng, n_probe, names=None):
 
 
 def twin_of(torch, m):
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
     return SeqTwin(m)
 
 

@@ -40,14 +40,14 @@ def make(dtype, pool, stem, pos="none", norm=None, causal=False, rng=None, n_lay
 
 
 def twin(m):
-    from seq_torch_twin import SeqTwin
+    from attnx.testing.torch_twin import SeqTwin
     return SeqTwin(m)
 
 
 def run_both(torch, m, x, kpm, rng):
-    """The model and its torch twin (tests/seq_torch_twin.py; needs the torch fixture)."""
-    import seq_torch_twin
-    return seq_torch_twin.run_both(m, x, kpm, rng)
+    """The model and its torch twin (attnx.testing.torch_twin; needs the torch fixture)."""
+    from attnx.testing import torch_twin
+    return torch_twin.run_both(m, x, kpm, rng)
 
 
 def assert_twin_matches(torch, m, x, kpm, rng, tol):

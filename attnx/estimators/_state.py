@@ -208,10 +208,9 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
         params = {k: _decode(v) for k, v in params.items()}
     valid = set(est._param_names())
     if set(params) != valid:
-        missing, extra = sorted(valid - set(params)), sorted(set(params) - valid)
         name = getattr(est, "_state_name", type(est).__name__)
-        raise StateError(f"the stored parameters are not those of {name}: "
-                         f"missing {missing}, unknown {extra}")
+        raise StateError(f"the stored parameters are not those of {name}: missing "
+                         f"{sorted(valid - set(params))}, unknown {sorted(set(params) - valid)}")
     est.__dict__.update(params)
     used: set[str] = set()
     if config.get("fitted"):
