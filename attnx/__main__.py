@@ -333,11 +333,10 @@ def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
     est: AttentionRegressor | TransformerRegressor
     if args.model == "transformer":
         # the bare X -> Y transformer, as the command always trained
-        bare = dict(d_model=None, positional="none", norm=None, dropout=0.0,
-                    lr_schedule="constant", max_grad_norm=None, decay="all",
-                    standardize=False, patch_len=1, instance_norm=None)
         est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common,
-                                   **bare)
+                                   d_model=None, positional="none", norm=None, dropout=0.0,
+                                   lr_schedule="constant", max_grad_norm=None, decay="all",
+                                   standardize=False, patch_len=1, instance_norm=None)
     else:
         est = AttentionRegressor(args.n_heads, **common)
     start = time.perf_counter()
