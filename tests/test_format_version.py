@@ -105,3 +105,20 @@ def test_the_pretrained_forecaster_file_is_of_a_supported_version():
     from attnx.forecasting import _pretrained_forecaster
     meta = _metadata(_pretrained_forecaster.WEIGHTS)
     assert meta["format_version"] in {str(v) for v in _model_file.SUPPORTED_VERSIONS}
+
+
+def test_the_pretrained_forecaster_file_loads_with_every_parameter_of_today():
+    # the file shipped in the package must load as written: a refusal here would leave
+    # the pretrained candidate out of every forecast
+    from attnx.forecasting import _pretrained_forecaster
+    net = _pretrained_forecaster.load_network(_pretrained_forecaster.WEIGHTS)
+    assert set(net.get_params()) == set(attnx.TransformerRegressor().get_params())
+
+
+def test_a_pretrained_file_that_does_not_load_raises_instead_of_dropping_the_candidate(
+        tmp_path):
+    from attnx.forecasting import _pretrained_forecaster
+    p = _rewrite(_pretrained_forecaster.WEIGHTS, tmp_path / "bad.safetensors",
+                 lambda m: {k: v for k, v in m.items() if k != "format_version"})
+    with pytest.raises(RuntimeError, match="pretrained forecaster's weights do not load"):
+        _pretrained_forecaster.load_network(p)

@@ -178,7 +178,12 @@ def load_network(path: str | None = None) -> Any:
         from ..estimators._registry import ESTIMATORS
         if not os.path.exists(path):
             raise FileNotFoundError(f"the pretrained forecaster's weights are missing: {path}")
-        net = _state.new_from_state(*_model_file.read(path), dict(ESTIMATORS))
+        try:
+            net = _state.new_from_state(*_model_file.read(path), dict(ESTIMATORS))
+        except ValueError as exc:
+            # a RuntimeError: the candidate search drops candidates on ValueError, and a
+            # broken packaged file must not silently leave the pretrained model out
+            raise RuntimeError(f"the pretrained forecaster's weights do not load: {exc}") from exc
         _CACHE[path] = net
     return net
 
