@@ -263,7 +263,9 @@ def test_no_type_only_import_cycle():
     assert _cycles(_import_graph(True)) == []
 
 
-MAX_MODULE_LINES = 600
+#: a guard against a module holding several things, not a reason to split one that holds
+#: one (the model-layer redesign joins files that were split only to stay under 600)
+MAX_MODULE_LINES = 1200
 
 
 def test_modules_stay_under_the_size_limit():
