@@ -462,9 +462,9 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         rows = np.arange(len(targets), dtype=np.intp)
         extra = self._extra(self._per_target(stat), self._per_target(fut), rows, None)
         mu, sd, base, _, xin = self._tokens(np.stack(ctx), np.stack(msk), extra)
-        raw = self._levels_sorted(self.regressor_.predict(xin), len(targets))
-        raw = raw.reshape(len(targets), h, self.k_out_, len(self.levels_))
-        return self.blend_ * raw + base[..., None], mu, sd, was_list, index
+        out = self._levels_sorted(self.regressor_.predict(xin), len(targets))
+        out = out.reshape(len(targets), h, self.k_out_, len(self.levels_))
+        return self.blend_ * out + base[..., None], mu, sd, was_list, index
 
     def _merge(self, a: F64) -> F64:
         """(n_targets, h, k_out) -> (n_series, h, k)."""

@@ -121,7 +121,7 @@ def _running_now(ncpu: int) -> float | None:
         running = int(text.split()[3].split("/")[0]) if text else -1
     except (IndexError, ValueError):
         return None
-    return None if running < 1 else max(0.0, ncpu - (running - 1))
+    return None if running < 1 else float(max(0, ncpu - (running - 1)))
 
 
 class LoadSampler:
