@@ -170,15 +170,7 @@ def mase(y_true: object, y_pred: object, y_train: object, season: int = 1) -> fl
     scale is 0 and MASE undefined).
     """
     t, p = _pair(y_true, y_pred)
-    scale = seasonal_naive_scale(y_train, season)
-    k = 1 if t.ndim == 1 else t.shape[1]
-    if scale.shape[0] != k:
-        raise ValueError(f"y_train must have the {k} channel(s) of y_true {t.shape}, got "
-                         f"{scale.shape[0]}")
-    if (scale == 0).any():
-        raise ValueError(f"y_train's seasonal naive error (season={season}) is 0 for "
-                         f"channel(s) {np.flatnonzero(scale == 0).tolist()}: MASE is "
-                         "undefined for a series that repeats exactly")
+    scale = _checked_scale(t, y_train, season, "MASE is")
     err = np.abs(t - p).reshape(t.shape[0], -1).mean(axis=0)
     return float((err / scale).mean())
 
@@ -203,12 +195,7 @@ def pinball_loss(y_true: object, y_quantiles: object, quantiles: object) -> floa
     y_quantiles has shape y_true.shape + (len(quantiles),): its last axis holds the
     forecast of each quantile level q, scored with max(q (y - f), (q - 1) (y - f)).
     """
-    t = _real("y_true", y_true)
-    q = _quantile_levels(quantiles)
-    f = _real("y_quantiles", y_quantiles, ndims=(t.ndim + 1,))
-    if f.shape != t.shape + (q.size,):
-        raise ValueError(f"y_quantiles must have shape y_true.shape + (len(quantiles),) = "
-                         f"{t.shape + (q.size,)}, got {f.shape}")
+    t, f, q = _quantile_forecast(y_true, y_quantiles, quantiles)
     diff = t[..., None] - f
     return float(np.maximum(q * diff, (q - 1.0) * diff).mean())
 
@@ -225,21 +212,9 @@ def scaled_quantile_loss(y_true: object, y_quantiles: object, y_train: object,
     y_quantiles has shape y_true.shape + (len(quantiles),). ValueError as mase's for a
     zero scale.
     """
-    t = _real("y_true", y_true)
-    q = _quantile_levels(quantiles)
-    f = _real("y_quantiles", y_quantiles, ndims=(t.ndim + 1,))
-    if f.shape != t.shape + (q.size,):
-        raise ValueError(f"y_quantiles must have shape y_true.shape + (len(quantiles),) = "
-                         f"{t.shape + (q.size,)}, got {f.shape}")
-    scale = seasonal_naive_scale(y_train, season)
-    k = 1 if t.ndim == 1 else t.shape[1]
-    if scale.shape[0] != k:
-        raise ValueError(f"y_train must have the {k} channel(s) of y_true {t.shape}, got "
-                         f"{scale.shape[0]}")
-    if (scale == 0).any():
-        raise ValueError(f"y_train's seasonal naive error (season={season}) is 0 for "
-                         f"channel(s) {np.flatnonzero(scale == 0).tolist()}: the scaled "
-                         "quantile loss is undefined for a series that repeats exactly")
+    t, f, q = _quantile_forecast(y_true, y_quantiles, quantiles)
+    scale = _checked_scale(t, y_train, season, "the scaled quantile loss is")
+    k = scale.shape[0]
     diff = t[..., None] - f
     loss = np.maximum(q * diff, (q - 1.0) * diff)          # (h, [k,] n_levels)
     per = loss.reshape(t.shape[0], k, q.size).mean(axis=(0, 2))   # (k,)
@@ -580,3 +555,29 @@ def backtest(estimator: object, y: object, *, horizon: int, initial: int, step: 
             result.rows.append(row)
             result.forecasts.append(p)
     return result
+
+
+def _checked_scale(t: _F64, y_train: object, season: int, what: str) -> _F64:
+    """mase's per-channel scale for y_true `t`, checked: one per channel, none zero."""
+    scale = seasonal_naive_scale(y_train, season)
+    k = 1 if t.ndim == 1 else t.shape[1]
+    if scale.shape[0] != k:
+        raise ValueError(f"y_train must have the {k} channel(s) of y_true {t.shape}, got "
+                         f"{scale.shape[0]}")
+    if (scale == 0).any():
+        raise ValueError(f"y_train's seasonal naive error (season={season}) is 0 for "
+                         f"channel(s) {np.flatnonzero(scale == 0).tolist()}: {what} "
+                         "undefined for a series that repeats exactly")
+    return scale
+
+
+def _quantile_forecast(y_true: object, y_quantiles: object,
+                       quantiles: object) -> tuple[_F64, _F64, _F64]:
+    """(truth, quantile forecasts, levels), the forecasts of shape truth + (n_levels,)."""
+    t = _real("y_true", y_true)
+    q = _quantile_levels(quantiles)
+    f = _real("y_quantiles", y_quantiles, ndims=(t.ndim + 1,))
+    if f.shape != t.shape + (q.size,):
+        raise ValueError(f"y_quantiles must have shape y_true.shape + (len(quantiles),) = "
+                         f"{t.shape + (q.size,)}, got {f.shape}")
+    return t, f, q
