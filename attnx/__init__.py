@@ -12,7 +12,9 @@ try:
     from .runtime import _threads  # noqa: F401  (the thread policy; loads the compiled kernels)
 except ImportError as exc:  # pragma: no cover - only in an unbuilt source checkout
     import os as _os
-    if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "kernels", "_ops.pyx")):
+    # a missing dependency (threadpoolctl, ...) is reported as itself, not as a build problem
+    if (str(getattr(exc, "name", "") or "").startswith("attnx.")
+            and _os.path.exists(_os.path.join(_os.path.dirname(__file__), "kernels", "_ops.pyx"))):
         raise ImportError(
             "attnx's compiled kernels are missing: this is the unbuilt source folder "
             f"({_os.path.dirname(__file__)}). Run from another directory to use the "
