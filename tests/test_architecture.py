@@ -412,5 +412,5 @@ def test_the_tests_folder_finder_finds_what_it_should(tmp_path):
     p = tmp_path / "script.py"
     p.write_text('"""Uses tests/ helpers."""\nimport os, sys\n'
                  'sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))\n'
-                 "from seq_numpy_ops import x\nimport reference\nfrom attnx import testing\n")
+                 "from gradcheck import x\nimport reference\nfrom attnx import testing\n")
     assert sorted(b.split(":")[0] for b in _reaches_into_tests(p)) == ["3", "4", "5"]

@@ -366,7 +366,7 @@ class SequenceModel(_AttentionStack):
         kernels) runs it all in one call; the per-layer path below is the tests'
         reference (their own kernels in m._k, or `applies` turned off)."""
         n, t = b.n, b.tt
-        k, w, nth = self._k, self._w, self._nth(nb * t, threads)
+        k, w, nth = self._k, self._w, row_threads(nb * t, self.d_model, threads)
         x = (_instance_norm.forward(self, b, kms[0], nb, nth) if self.instance_norm
              else b.x)
         if _sequence_blocks.applies(self, b, km):   # the whole model in one call
@@ -400,10 +400,6 @@ class SequenceModel(_AttentionStack):
         if self.pooling is None and km is not None:
             k.zero_masked_rows(y2, km)
 
-    def _nth(self, rows: int, threads: int) -> int:
-        """Threads for the elementwise kernels: one for small work."""
-        return threads if rows * self.d_model >= 16384 else 1
-
     def backward(self, dy: npt.ArrayLike, *,
                  out: FloatArray | None = None) -> FloatArray | None:
         """Fill `grads` from dL/dY of the last forward (grad=True); returns dL/dX
@@ -431,7 +427,7 @@ class SequenceModel(_AttentionStack):
     def _backward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, drop: bool,
                          threads: int, dx2: FloatArray | None) -> None:
         n, t = b.n, b.tt
-        k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
+        k, w, g, nth = self._k, self._w, self._g, row_threads(nb * t, self.d_model, threads)
         whole = _sequence_blocks.applies(self, b, km)
         if self.pooling is None and km is not None and not (whole and b.yn is None):
             k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
@@ -554,6 +550,12 @@ class SequenceModel(_AttentionStack):
                 f"n_heads={self.n_heads}, n_layers={self.n_layers}, "
                 f"n_outputs={self.n_outputs}, d_hidden={self.d_hidden}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
+
+
+def row_threads(rows: int, d_model: int, threads: int) -> int:
+    """Threads for the elementwise kernels over rows x d_model values: one for small work
+    (the compiled pass and attnx.testing.reference_pass split the rows alike)."""
+    return threads if rows * d_model >= 16384 else 1
 
 
 def _check_position_scale(value: Any, positional: str) -> float:
