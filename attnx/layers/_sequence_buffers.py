@@ -9,7 +9,6 @@ import numpy as np
 
 from . import _instance_norm, _stem
 from ..kernels import _seq
-from ..kernels._seq import random_bits
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -163,19 +162,11 @@ class _Buffers:
         # compiled block stacks over these buffers (attnx.layers._sequence_blocks)
         self.stacks: dict[tuple[Any, ...], Any] = {}
 
-    def draw_masks(self, m: SequenceView) -> None:
-        """New dropout multipliers (0 or 1/(1-p)) from the model's generator: 32
-        random bits per element, every mask's bits from one call (one 64-bit draw)."""
+    def draw_masks(self, rng: np.random.Generator, p: float) -> None:
+        """New dropout multipliers (0 or 1/(1-p)) from the generator: 32 random bits per
+        element, the bits and every mask in one call (one 64-bit draw)."""
         assert self.bits is not None   # buffers with masks have their bits
-        if m._k is _seq:   # the bits and every mask in one call
-            _seq.dropout_masks(m.dropout_rng.bit_generator, self.bits, self.m1 + self.m2,
-                               m.dropout)
-            return
-        random_bits(m.dropout_rng.bit_generator, self.bits)
-        at = 0
-        for buf in self.m1 + self.m2:
-            m._k.dropout_mask(self.bits[at:at + buf.size], buf, m.dropout)
-            at += buf.size
+        _seq.dropout_masks(rng.bit_generator, self.bits, self.m1 + self.m2, p)
 
     def for_backward(self, m: SequenceView) -> _Buffers:
         if not self._has_backward:

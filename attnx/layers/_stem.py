@@ -18,9 +18,9 @@ it lies past the ceil(t_b / stride) tokens of the sequence's valid length t_b, o
 every step it covers is padded (attnx.kernels._embed.Windows.mask). A right-padded sequence of
 length t_b thus gives the tokens it gives alone.
 
-forward / backward below are the per-layer reference path's (attnx.layers.sequence); in
-production the compiled whole pass (attnx.kernels._model_pass) runs the same kernels'
-cores in the same order.
+The compiled whole pass (attnx.kernels._model_pass) runs the layers; this module holds
+their geometry, weights and masks (attnx.testing.reference_pass runs them one call at a
+time).
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..kernels import _mlp
 from ..kernels._embed import Windows, same_padding
 
 if TYPE_CHECKING:
@@ -256,32 +255,3 @@ def token_masks(m: SequenceView, b: StemBuffers, km: _U8Array | None, nb: int,
             win.mask(cur, b.smask[i])
             out.append(b.smask[i])
     return out
-
-
-def forward(m: SequenceView, b: StemBuffers, x: FloatArray, kms: list[_U8Array | None],
-            nb: int, lens: list[int], grad: bool, nth: int) -> FloatArray:
-    """Run the stem on x (b.x, or the instance-normalised b.xn); returns its output
-    A_L (B * T_L, d_model)."""
-    k, w, a = m._k, m._w, x
-    for i, win in enumerate(m._windows):
-        n = lens[i + 1]
-        win.forward(a.reshape(nb, lens[i], -1), kms[i], b.su[i].reshape(nb, n, -1), nth)
-        k.linear_forward(b.su[i], w[f"stem.{i}.W"], w[f"stem.{i}.b"], b.sz[i], nth)
-        _mlp.silu_forward(b.sz[i], b.ss[i], b.ssg[i] if grad else None, nth)
-        a = b.ss[i]
-    return a
-
-
-def backward(m: SequenceView, b: StemBuffers, kms: list[_U8Array | None], nb: int,
-             lens: list[int], nth: int, dx2: FloatArray | None) -> None:
-    """Fill the stem's gradients from b.dss[-1] = dL/dA_L; dx2 (B * T, n_features)
-    receives dL/dX (skipped when None)."""
-    k, w, g = m._k, m._w, m._g
-    for i in reversed(range(len(m._windows))):
-        _mlp.silu_backward(b.dss[i], b.sz[i], b.ssg[i], b.dss[i], nth)
-        target = b.dss[i - 1] if i > 0 else dx2
-        k.linear_backward(b.dss[i], b.su[i], w[f"stem.{i}.W"], g[f"stem.{i}.W"],
-                          g[f"stem.{i}.b"], None if target is None else b.dsu[i], nth)
-        if target is not None:
-            m._windows[i].backward(b.dsu[i].reshape(nb, lens[i + 1], -1), kms[i],
-                                   target.reshape(nb, lens[i], -1), nth)

@@ -2,14 +2,12 @@
 
 X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pooled.
 
-One production path each way: the compiled whole pass (attnx.kernels._model_pass.ModelPass,
-built by attnx.layers._sequence_blocks from the model description of
-attnx.layers._model_plan) runs stem, embedding, class token, blocks, final norm, pooling
-and head in one call; the instance norm / RevIN around it stays in Python
-(attnx.layers._instance_norm). The per-layer path in _forward_layers /
-_backward_layers runs the same kernels one by one and is kept as the tests'
-reference (selected only when a test swaps the kernels in m._k or turns
-attnx.layers._sequence_blocks.applies off).
+One path each way: the compiled whole pass (attnx.kernels._model_pass.ModelPass, built
+by attnx.layers._sequence_blocks from the model description of attnx.layers._model_plan)
+runs stem, embedding, class token, blocks, final norm, pooling and head in one call; the
+instance norm / RevIN around it stays in Python (attnx.layers._instance_norm). The same
+stages one kernel call at a time, the reference the pass is tested against, live in
+attnx.testing.reference_pass.
 """
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _instance_norm, _pooling, _sequence_blocks, _sequence_params, _stem
+from . import _instance_norm, _sequence_blocks, _sequence_params, _stem
 from ..kernels import _seq
-from ..kernels._embed import cls_backward, cls_forward
 from ..kernels._blas import check_blas_int
 from ..runtime._threads import blas_single, threads_for
 from ._sequence_blocks import LN_EPS as LN_EPS
@@ -41,8 +38,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..runtime._typing import AnyArray, FloatArray, RandomStateLike
-
-    from ._sequence_view import RowKernels as _Kernels
 
     _T = TypeVar("_T")
     _U8Array = npt.NDArray[np.uint8]
@@ -172,7 +167,6 @@ class SequenceModel(_AttentionStack):
     _g: dict[str, FloatArray]
     _tables: dict[int, FloatArray]
     _last: _Last | None
-    _k: _Kernels
     plan: tuple[Stage, ...]
 
     def __init__(self, n_features: int, d_model: int, n_heads: int, n_layers: int,
@@ -222,7 +216,6 @@ class SequenceModel(_AttentionStack):
         self._bufs = WorkspaceCache()
         self._tables = {}
         self._last = None
-        self._k = _seq   # the kernels (tests swap in their NumPy reference)
         #: the model's stages in order (attnx.layers._model_plan): what the compiled
         #: pass and the ONNX export are built from
         self.plan = model_plan(self.get_config())
@@ -341,7 +334,7 @@ class SequenceModel(_AttentionStack):
             km = b.mask
         drop = grad and self.dropout > 0
         if drop and not self._freeze_dropout:
-            b.draw_masks(self)
+            b.draw_masks(self.dropout_rng, self.dropout)
         kms = _stem.token_masks(self, b, km, nb, b.lens)
         kt = kms[-1]   # the tokens' key padding mask, with the class token's column
         if kt is not None and b.cmask is not None:
@@ -350,55 +343,31 @@ class SequenceModel(_AttentionStack):
             kt = b.cmask
         # BLAS single-threaded beside attnx's own threads
         with blas_single(threads, self.forward_macs(nb, t)):
-            self._forward_layers(b, kms, kt, nb, grad, drop, threads,
-                                 y.reshape(-1, self.n_outputs))
+            self._forward_pass(b, kms, kt, nb, grad, drop, threads,
+                               y.reshape(-1, self.n_outputs))
         if grad:  # inference leaves the last training forward's state alone (thread safety)
             self._last = _Last(nb, t, b, threads, kt, drop)
         return y
 
     __call__ = forward
 
-    def _forward_layers(self, b: _Buffers, kms: list[_U8Array | None], km: _U8Array | None,
-                        nb: int, grad: bool, drop: bool, threads: int, y2: FloatArray) -> None:
-        """Stem, embedding, class token, blocks, final norm, pooling and head on the
-        buffers b; kms the stem layers' masks (attnx.layers._stem), km the blocks'.
-        The compiled pass (attnx.layers._sequence_blocks.applies: the model's own
-        kernels) runs it all in one call; the per-layer path below is the tests'
-        reference (their own kernels in m._k, or `applies` turned off)."""
-        n, t = b.n, b.tt
-        k, w, nth = self._k, self._w, row_threads(nb * t, self.d_model, threads)
-        x = (_instance_norm.forward(self, b, kms[0], nb, nth) if self.instance_norm
-             else b.x)
-        if _sequence_blocks.applies(self, b, km):   # the whole model in one call
-            comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
-            comp.whole.forward(y2 if b.yn is None else b.yn)
-            if grad:
-                for att, last in zip(self.attn, comp.lasts):
-                    att._last = last
-            if b.yn is not None:   # the pass leaves padded rows to the caller here
-                _instance_norm.denorm(self, b, nb, y2, nth)
-                if self.pooling is None and km is not None:
-                    k.zero_masked_rows(y2, km)
-            return
-        a = _stem.forward(self, b, x, kms, nb, b.lens, grad, nth) if self.stem else x
-        h0 = b.hs[0] if b.emb is None else b.emb
-        k.linear_forward(a, w["embed.W"], w["embed.b"], h0, nth, self._positions(n), n)
-        if b.emb is not None:   # the class token first
-            cls_forward(b.emb.reshape(nb, n, -1), w["cls"], b.hs[0].reshape(nb, t, -1),
-                        nthreads=nth)
-        for i in range(self.n_layers):
-            _sequence_blocks.block_forward(self, i, b, km, nb, t, grad, drop, threads, nth)
-        if b.stf is not None:  # pre-norm: the final LayerNorm
-            k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
-        if self.pooling is not None:
-            _pooling.forward(self, b, km, nb, t, nth)
-        if b.yn is not None:   # revin: the head's output, then de-normalised
-            k.linear_forward(b.pooled, w["head.W"], w["head.b"], b.yn, nth)
+    def _forward_pass(self, b: _Buffers, kms: list[_U8Array | None], km: _U8Array | None,
+                      nb: int, grad: bool, drop: bool, threads: int, y2: FloatArray) -> None:
+        """The instance norm, then stem, embedding, class token, blocks, final norm,
+        pooling and head in one compiled call on the buffers b, then RevIN's
+        de-normalisation; kms the stem layers' masks (attnx.layers._stem), km the blocks'."""
+        nth = row_threads(nb * b.tt, self.d_model, threads)
+        if self.instance_norm:
+            _instance_norm.forward(self, b, kms[0], nb, nth)
+        comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
+        comp.whole.forward(y2 if b.yn is None else b.yn)
+        if grad:
+            for att, last in zip(self.attn, comp.lasts):
+                att._last = last
+        if b.yn is not None:   # the pass leaves padded rows to the caller here
             _instance_norm.denorm(self, b, nb, y2, nth)
-        else:
-            k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
-        if self.pooling is None and km is not None:
-            k.zero_masked_rows(y2, km)
+            if self.pooling is None and km is not None:
+                _seq.zero_masked_rows(y2, km)
 
     def backward(self, dy: npt.ArrayLike, *,
                  out: FloatArray | None = None) -> FloatArray | None:
@@ -420,60 +389,27 @@ class SequenceModel(_AttentionStack):
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
         # the forward's thread count: scratch is sized for it
         with blas_single(threads, self.forward_macs(nb, t)):
-            self._backward_layers(b, km, nb, drop, threads,
-                                  None if dx is None else dx.reshape(-1, self.n_features))
+            self._backward_pass(b, km, nb, drop, threads,
+                                None if dx is None else dx.reshape(-1, self.n_features))
         return dx
 
-    def _backward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, drop: bool,
-                         threads: int, dx2: FloatArray | None) -> None:
-        n, t = b.n, b.tt
-        k, w, g, nth = self._k, self._w, self._g, row_threads(nb * t, self.d_model, threads)
-        whole = _sequence_blocks.applies(self, b, km)
-        if self.pooling is None and km is not None and not (whole and b.yn is None):
-            k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
-        # revin: dL/d(the head's output) through the de-normalisation
-        dy = b.dy if b.yn is None else _instance_norm.denorm_backward(self, b, nb, nth)
-        kin = b.mask if km is not None else None   # the input's padding mask
+    def _backward_pass(self, b: _Buffers, km: _U8Array | None, nb: int, drop: bool,
+                       threads: int, dx2: FloatArray | None) -> None:
+        """RevIN's de-normalisation backward, the compiled pass's backward, then the
+        instance norm's; dx2 receives dL/dX (skipped when None)."""
+        nth = row_threads(nb * b.tt, self.d_model, threads)
+        if b.yn is not None:   # revin: dL/d(the head's output) through the de-normalisation
+            if self.pooling is None and km is not None:
+                _seq.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
+            _instance_norm.denorm_backward(self, b, nb, nth)
         # with instance norm: dL/d(normalised X) first, then through the normalisation
         inorm = self.instance_norm is not None
         dxi = (b.dxn if _instance_norm.needs_dxn(self) else None) if inorm else dx2
-        if whole:   # the whole model in one call (it zeroes padded rows of dY itself)
-            comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
-            comp.whole.backward(dxi)
-            if inorm and dxi is not None:
-                _instance_norm.backward(self, b, kin, nb, nth, dx2)
-            return
-        if b.dpooled is None:   # pooling=None
-            k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf, nth)
-        else:
-            k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"],
-                              b.dpooled, nth)
-            _pooling.backward(self, b, km, nb, t, nth)
-        # dcur: dL/d(block output), walking down the stack
-        if b.stf is not None:   # pre-norm: the final LayerNorm
-            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], (g["norm.g"], g["norm.b"]),
-                                 (b.stf, b.part), b.da, None, nth)
-            dcur = b.da
-        else:
-            dcur = b.dhf
-        for i in reversed(range(self.n_layers)):
-            _sequence_blocks.block_backward(self, i, b, dcur, drop, threads, nth)
-        if b.demb is not None:   # the class token's rows
-            cls_backward(dcur.reshape(nb, t, -1), b.demb.reshape(nb, n, -1), g["cls"],
-                         nthreads=nth)
-            dcur = b.demb
-        if self.positional == "learned":
-            k.positions_backward(dcur, g["pos.P"], n, nth)
-        if not self.stem:
-            k.linear_backward(dcur, b.x if b.xn is None else b.xn, w["embed.W"],
-                              g["embed.W"], g["embed.b"], dxi, nth)
-        else:
-            k.linear_backward(dcur, b.ss[-1], w["embed.W"], g["embed.W"], g["embed.b"],
-                              b.dss[-1], nth)
-            kms = [kin] + [m if km is not None else None for m in b.smask]
-            _stem.backward(self, b, kms, nb, b.lens, nth, dxi)
+        # without revin the pass zeroes the padded rows of dY itself
+        comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
+        comp.whole.backward(dxi)
         if inorm and dxi is not None:
-            _instance_norm.backward(self, b, kin, nb, nth, dx2)
+            _instance_norm.backward(self, b, b.mask if km is not None else None, nb, nth, dx2)
 
     def _check_weights_kept(self) -> None:
         if self._last is None:
