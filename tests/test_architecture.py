@@ -258,8 +258,8 @@ def test_no_runtime_import_cycle():
 
 
 def test_no_type_only_import_cycle():
-    """No circle closed by `if TYPE_CHECKING:` imports either: a helper typed with the model
-    it serves reads an interface declared below it (attnx.layers._sequence_view)."""
+    """No circle closed by `if TYPE_CHECKING:` imports either: a helper of a model takes
+    what it needs of the model explicitly instead of importing the model for its type."""
     assert _cycles(_import_graph(True)) == []
 
 

@@ -12,7 +12,7 @@ attnx.testing.reference_pass.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -26,10 +26,26 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..runtime._typing import FloatArray
+    from ._model_plan import Stage
     from ._sequence_buffers import _Buffers
-    from ._sequence_view import SequenceView
+    from .attention import MultiHeadAttention
 
     _U8Array = npt.NDArray[np.uint8]
+
+    class SequenceView(Protocol):
+        """What building the pass reads of its SequenceModel (which imports this
+        module, so it is declared here); it goes once the builders below take their
+        operands explicitly."""
+
+        attn: list[MultiHeadAttention]
+        plan: tuple[Stage, ...]
+        norm: str | None
+        n_features: int
+        n_outputs: int
+        _w: dict[str, FloatArray]
+        _g: dict[str, FloatArray]
+
+        def _positions(self, n: int) -> FloatArray | None: ...
 
 # LayerNorm's epsilon (as torch's default)
 LN_EPS = 1e-5
@@ -58,7 +74,7 @@ def _build(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
            drop: bool, threads: int, nth: int) -> _Compiled:
     t, w, g, pre = b.tt, m._w, m._g, m.norm == "pre"
     if grad:
-        b.for_backward(m)
+        b.for_backward()
     layers: list[dict[str, Any]] = []
     lasts = []
     for blk in stages(m.plan, "block"):

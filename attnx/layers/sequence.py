@@ -167,6 +167,7 @@ class SequenceModel(_AttentionStack):
     _g: dict[str, FloatArray]
     _tables: dict[int, FloatArray]
     _last: _Last | None
+    _inorm: _instance_norm.InstanceNorm | None
     plan: tuple[Stage, ...]
 
     def __init__(self, n_features: int, d_model: int, n_heads: int, n_layers: int,
@@ -213,6 +214,10 @@ class SequenceModel(_AttentionStack):
         self.dtype = check_dtype(dtype)
         self.input_grad = True
         self._build(random_state)
+        #: the instance normalisation around the compiled pass, on views of the weights
+        self._inorm = (None if self.instance_norm is None else _instance_norm.InstanceNorm(
+            self.instance_norm, self.instance_steps, self.n_features // self.instance_steps,
+            self.params, self.grads))
         self._bufs = WorkspaceCache()
         self._tables = {}
         self._last = None
@@ -238,7 +243,7 @@ class SequenceModel(_AttentionStack):
 
     def _build(self, random_state: RandomStateLike) -> None:
         (self.attn, self.dropout_rng, self._w, self._g, self.params,
-         self.grads) = _sequence_params.build(self, random_state)
+         self.grads) = _sequence_params.build(self.get_config(), random_state)
 
     @property
     def n_params(self) -> int:
@@ -267,9 +272,10 @@ class SequenceModel(_AttentionStack):
             check_blas_int(f"a sequence model over batch={nb}, T={t}", **{
                 "batch*T": rows, "d_model": d, "d_hidden": self.d_hidden,
                 "n_features": self.n_features, "n_outputs": self.n_outputs})
-            check_size(nbytes_of(self.dtype, _Buffers.elements(self, nb, t, store, threads)),
+            config = self.get_config()
+            check_size(nbytes_of(self.dtype, _Buffers.elements(config, nb, t, store, threads)),
                        f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")
-            return _Buffers(self, nb, t, store, threads)
+            return _Buffers(config, nb, t, store, threads)
 
         return self._bufs.get(key, store, make), threads
 
@@ -335,7 +341,7 @@ class SequenceModel(_AttentionStack):
         drop = grad and self.dropout > 0
         if drop and not self._freeze_dropout:
             b.draw_masks(self.dropout_rng, self.dropout)
-        kms = _stem.token_masks(self, b, km, nb, b.lens)
+        kms = _stem.token_masks(self._windows, b.smask, km)
         kt = kms[-1]   # the tokens' key padding mask, with the class token's column
         if kt is not None and b.cmask is not None:
             b.cmask[:, 0] = 0
@@ -357,15 +363,15 @@ class SequenceModel(_AttentionStack):
         pooling and head in one compiled call on the buffers b, then RevIN's
         de-normalisation; kms the stem layers' masks (attnx.layers._stem), km the blocks'."""
         nth = row_threads(nb * b.tt, self.d_model, threads)
-        if self.instance_norm:
-            _instance_norm.forward(self, b, kms[0], nb, nth)
+        if self._inorm is not None:
+            self._inorm.forward(b, kms[0], nb, nth)
         comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
         comp.whole.forward(y2 if b.yn is None else b.yn)
         if grad:
             for att, last in zip(self.attn, comp.lasts):
                 att._last = last
-        if b.yn is not None:   # the pass leaves padded rows to the caller here
-            _instance_norm.denorm(self, b, nb, y2, nth)
+        if self._inorm is not None and b.yn is not None:   # revin: the pass leaves
+            self._inorm.denorm(b, nb, y2, nth)             # padded rows to the caller
             if self.pooling is None and km is not None:
                 _seq.zero_masked_rows(y2, km)
 
@@ -385,7 +391,7 @@ class SequenceModel(_AttentionStack):
         if dy.dtype.kind not in "fiu":
             raise TypeError(f"dy must hold real numbers, got dtype {dy.dtype}")
         dx = self._out("out", out, (nb, t, self.n_features)) if self.input_grad else None
-        b.for_backward(self)
+        b.for_backward()
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
         # the forward's thread count: scratch is sized for it
         with blas_single(threads, self.forward_macs(nb, t)):
@@ -398,18 +404,18 @@ class SequenceModel(_AttentionStack):
         """RevIN's de-normalisation backward, the compiled pass's backward, then the
         instance norm's; dx2 receives dL/dX (skipped when None)."""
         nth = row_threads(nb * b.tt, self.d_model, threads)
-        if b.yn is not None:   # revin: dL/d(the head's output) through the de-normalisation
+        inorm = self._inorm
+        if inorm is not None and b.yn is not None:   # revin: dL/d(the head's output) first
             if self.pooling is None and km is not None:
                 _seq.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
-            _instance_norm.denorm_backward(self, b, nb, nth)
+            inorm.denorm_backward(b, nb, nth)
         # with instance norm: dL/d(normalised X) first, then through the normalisation
-        inorm = self.instance_norm is not None
-        dxi = (b.dxn if _instance_norm.needs_dxn(self) else None) if inorm else dx2
+        dxi = dx2 if inorm is None else b.dxn if inorm.needs_dxn(self.input_grad) else None
         # without revin the pass zeroes the padded rows of dY itself
         comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
         comp.whole.backward(dxi)
-        if inorm and dxi is not None:
-            _instance_norm.backward(self, b, b.mask if km is not None else None, nb, nth, dx2)
+        if inorm is not None and dxi is not None:
+            inorm.backward(b, b.mask if km is not None else None, nb, nth, dx2)
 
     def _check_weights_kept(self) -> None:
         if self._last is None:
@@ -441,7 +447,8 @@ class SequenceModel(_AttentionStack):
         torch's layer has no rotary positions; causal is its src_mask / is_causal."""
         from ._torch_layout import encoder_layer_state_dict
 
-        return encoder_layer_state_dict(self, layer)
+        return encoder_layer_state_dict(self.params, self._block_prefix(layer), self.d_model,
+                                        self.bias)
 
     def load_torch_encoder_layer_state_dict(self, layer: int,
                                             state_dict: Any) -> SequenceModel:
@@ -451,8 +458,21 @@ class SequenceModel(_AttentionStack):
         all or nothing. Returns self."""
         from ._torch_layout import load_encoder_layer_state_dict
 
-        load_encoder_layer_state_dict(self, layer, state_dict)
+        load_encoder_layer_state_dict(self.params, self._block_prefix(layer), self.d_model,
+                                      self.d_hidden, self.n_heads, self.bias, state_dict)
         return self
+
+    def _block_prefix(self, layer: object) -> str:
+        """The weights' prefix "layers.{layer}." of a pre-norm model's block (those map
+        to torch's TransformerEncoderLayer); ValueError otherwise."""
+        if self.norm != "pre":
+            raise ValueError("only the blocks of a SequenceModel with norm='pre' map to "
+                             "torch.nn.TransformerEncoderLayer(..., norm_first=True)")
+        n = self.n_layers
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not \
+                0 <= layer < n:
+            raise ValueError(f"layer must be an int in [0, {n}), got {layer!r}")
+        return f"layers.{int(layer)}."
 
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments (without random_state) that rebuild this model."""

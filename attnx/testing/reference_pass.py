@@ -112,7 +112,7 @@ def forward(model: SequenceModel, x: npt.ArrayLike,
     nb, t = x.shape[:2]
     macs = m.forward_macs(nb, t)
     threads = threads_for(macs)
-    b = _Buffers(m, nb, t, grad, threads)
+    b = _Buffers(m.get_config(), nb, t, grad, threads)
     cast_into("x", b.x, x.reshape(nb * t, m.n_features))
     km = None
     if key_padding_mask is not None:
@@ -121,7 +121,7 @@ def forward(model: SequenceModel, x: npt.ArrayLike,
     drop = grad and m.dropout > 0
     if drop:
         _draw_masks(m, b, kernels)
-    kms = _stem.token_masks(m, b, km, nb, b.lens)
+    kms = _stem.token_masks(_stem.windows(m.stem), b.smask, km)
     kt = kms[-1]   # the tokens' key padding mask, with the class token's column
     if kt is not None and b.cmask is not None:
         b.cmask[:, 0] = 0
@@ -138,7 +138,7 @@ def backward(model: SequenceModel, state: State, dy: npt.ArrayLike) -> FloatArra
     the forward that returned `state`; model.grads filled as model.backward fills them."""
     m = model
     b, nb, t = state.bufs, state.nb, state.t
-    b.for_backward(m)
+    b.for_backward()
     dy = np.asarray(dy)
     if dy.shape != m.output_shape(nb, t):
         raise ValueError(f"dy must have the shape {m.output_shape(nb, t)}, got {dy.shape}")
@@ -161,6 +161,14 @@ def _draw_masks(m: SequenceModel, b: _Buffers, k: RowKernels) -> None:
         at += buf.size
 
 
+def _instance_norm_of(m: SequenceModel) -> _instance_norm.InstanceNorm | None:
+    """The model's instance normalisation, on views of its params and grads."""
+    if m.instance_norm is None:
+        return None
+    return _instance_norm.InstanceNorm(m.instance_norm, m.instance_steps,
+                                       m.n_features // m.instance_steps, m.params, m.grads)
+
+
 def _positions(m: SequenceModel, n: int) -> FloatArray | None:
     """The table the embedding adds for n tokens, as the model builds it."""
     if m.positional == "sinusoidal":
@@ -177,7 +185,8 @@ def _forward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], km: _U8A
     de-normalisation on the buffers b; kms the stem layers' masks, km the blocks'."""
     n, t, w = b.n, b.tt, m.params
     nth = row_threads(nb * t, m.d_model, threads)
-    x = (_instance_norm.forward(m, b, kms[0], nb, nth) if m.instance_norm else b.x)
+    inorm = _instance_norm_of(m)
+    x = b.x if inorm is None else inorm.forward(b, kms[0], nb, nth)
     a = _stem_forward(m, b, x, kms, nb, grad, nth, k) if m.stem else x
     h0 = b.hs[0] if b.emb is None else b.emb
     k.linear_forward(a, w["embed.W"], w["embed.b"], h0, nth, _positions(m, n), n)
@@ -190,9 +199,9 @@ def _forward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], km: _U8A
         k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
     if m.pooling is not None:
         _pool_forward(m, b, km, nb, t, nth, k)
-    if b.yn is not None:   # revin: the head's output, then de-normalised
+    if inorm is not None and b.yn is not None:   # revin: the head's output, de-normalised
         k.linear_forward(b.pooled, w["head.W"], w["head.b"], b.yn, nth)
-        _instance_norm.denorm(m, b, nb, y2, nth)
+        inorm.denorm(b, nb, y2, nth)
     else:
         k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
     if m.pooling is None and km is not None:
@@ -206,11 +215,11 @@ def _backward(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, drop:
     if m.pooling is None and km is not None:
         k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
     # revin: dL/d(the head's output) through the de-normalisation
-    dy = b.dy if b.yn is None else _instance_norm.denorm_backward(m, b, nb, nth)
+    inorm = _instance_norm_of(m)
+    dy = b.dy if inorm is None or b.yn is None else inorm.denorm_backward(b, nb, nth)
     kin = b.mask if km is not None else None   # the input's padding mask
     # with instance norm: dL/d(normalised X) first, then through the normalisation
-    inorm = m.instance_norm is not None
-    dxi = (b.dxn if _instance_norm.needs_dxn(m) else None) if inorm else dx2
+    dxi = dx2 if inorm is None else b.dxn if inorm.needs_dxn(m.input_grad) else None
     if b.dpooled is None:   # pooling=None
         k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf, nth)
     else:
@@ -239,8 +248,8 @@ def _backward(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, drop:
                           b.dss[-1], nth)
         kms = [kin] + [s if km is not None else None for s in b.smask]
         _stem_backward(m, b, kms, nb, nth, dxi, k)
-    if inorm and dxi is not None:
-        _instance_norm.backward(m, b, kin, nb, nth, dx2)
+    if inorm is not None and dxi is not None:
+        inorm.backward(b, kin, nb, nth, dx2)
 
 
 # ---- a block: attention and MLP with their residuals, norms and dropout --------------
