@@ -258,8 +258,8 @@ def test_no_runtime_import_cycle():
 
 
 def test_no_type_only_import_cycle():
-    """No circle closed by `if TYPE_CHECKING:` imports either: a helper typed with the model
-    it serves reads an interface declared below it (attnx.layers._sequence_view)."""
+    """No circle closed by `if TYPE_CHECKING:` imports either: a helper of a model takes
+    what it needs of the model explicitly instead of importing the model for its type."""
     assert _cycles(_import_graph(True)) == []
 
 
@@ -360,10 +360,12 @@ def _python(code):
 def test_importing_attnx_installs_no_import_hook_and_imports_no_torch():
     """sys.meta_path and sys.path_hooks are as before `import attnx`; the old module paths
     of the flat layout (attnx.sequence, ...) are gone; torch is imported by neither attnx
-    nor attnx.testing.torch_twin until the twin is used."""
+    nor attnx.testing's modules (the twin, the reference pass, the NumPy kernels) until
+    the twin is used."""
     r = _python("import sys, importlib\n"
                 "before = (list(sys.meta_path), list(sys.path_hooks))\n"
-                "import attnx, attnx.testing.torch_twin\n"
+                "import attnx, attnx.testing.torch_twin, attnx.testing.reference_pass\n"
+                "import attnx.testing.numpy_kernels\n"
                 "assert (list(sys.meta_path), list(sys.path_hooks)) == before, "
                 "(before, sys.meta_path, sys.path_hooks)\n"
                 "assert 'torch' not in sys.modules, 'torch imported'\n"
@@ -412,5 +414,81 @@ def test_the_tests_folder_finder_finds_what_it_should(tmp_path):
     p = tmp_path / "script.py"
     p.write_text('"""Uses tests/ helpers."""\nimport os, sys\n'
                  'sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))\n'
-                 "from seq_numpy_ops import x\nimport reference\nfrom attnx import testing\n")
+                 "from gradcheck import x\nimport reference\nfrom attnx import testing\n")
     assert sorted(b.split(":")[0] for b in _reaches_into_tests(p)) == ["3", "4", "5"]
+
+
+# ---- one production path per model ---------------------------------------------------
+#: the modules SequenceModel runs on (its stages' helpers); the attention layer's own
+#: modules and Transformer's are not among them
+SEQUENCE_MODULES = ("sequence.py", "_sequence_blocks.py", "_sequence_buffers.py",
+                    "_sequence_params.py", "_stem.py", "_instance_norm.py", "_model_plan.py",
+                    "_positions.py")
+#: the calls of a layer-by-layer pass: the row, MLP, embedding and pooling kernels one
+#: stage at a time, and the attention layer's buffer-level entries
+#: (attnx.testing.reference_pass makes them; the compiled pass makes them in C)
+PER_LAYER_CALLS = {"linear_forward", "linear_backward", "layernorm_forward",
+                   "layernorm_backward", "positions_backward", "pool_forward", "pool_backward",
+                   "max_pool_forward", "max_pool_backward", "cls_pool_forward",
+                   "cls_pool_backward", "cls_forward", "cls_backward", "mlp_forward",
+                   "mlp_backward", "silu_forward", "silu_backward", "masked_add", "add_sub",
+                   "dropout_mask", "_forward_buffers", "_backward_buffers"}
+
+
+def _second_paths(tree, per_layer_calls=True):
+    """(line, what) of a module's code that could run a model beside its compiled pass: a
+    `_k` kernel attribute (kernels swapped per model), a function `applies` (a test of
+    whether the compiled pass may run), a per-layer kernel call, or a build of the
+    compiled pass (stack_for) under a condition."""
+    parents = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr == "_k":
+            out.append((n.lineno, "_k"))
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "applies":
+            out.append((n.lineno, "applies"))
+        elif isinstance(n, ast.Call):
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if per_layer_calls and name in PER_LAYER_CALLS:
+                out.append((n.lineno, name))
+            elif name == "stack_for":
+                up = parents.get(id(n))
+                while up is not None and not isinstance(up, (ast.FunctionDef, ast.Module)):
+                    if isinstance(up, (ast.If, ast.IfExp, ast.Try, ast.While, ast.For)):
+                        out.append((n.lineno, "conditional stack_for"))
+                        break
+                    up = parents.get(id(up))
+    return sorted(out)
+
+
+def test_second_path_finder_finds_what_it_should():
+    planted = ("self._k = kernels\n"
+               "def applies(m, b):\n    return True\n"
+               "def forward(m):\n"
+               "    k.linear_forward(x, w, b, y)\n"
+               "    if fast:\n        comp = _sequence_blocks.stack_for(m, b)\n"
+               "    comp = stack_for(m, b)\n")
+    assert [w for _, w in _second_paths(ast.parse(planted))] == [
+        "_k", "applies", "linear_forward", "conditional stack_for"]
+    assert _second_paths(ast.parse("def f(m):\n    stack_for(m)\n")) == []
+
+
+def test_sequence_model_has_one_path():
+    """The compiled whole pass is SequenceModel's only path: its modules swap no kernels
+    (`_k`), test no `applies`, call no per-layer kernel and build the pass
+    unconditionally; the layer-by-layer reference lives in attnx.testing.reference_pass.
+    No module of attnx/layers swaps kernels or has an `applies` either."""
+    layers = PKG / "layers"
+    missing = [n for n in SEQUENCE_MODULES if not (layers / n).exists()]
+    assert not missing, f"SEQUENCE_MODULES names modules that are gone: {missing}"
+    found = {}
+    for path in sorted(layers.glob("*.py")):
+        hits = _second_paths(ast.parse(path.read_text()),
+                             per_layer_calls=path.name in SEQUENCE_MODULES)
+        if hits:
+            found[path.name] = hits
+    assert not found, found
+    calls = [n for n in ast.walk(ast.parse((layers / "sequence.py").read_text()))
+             if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "stack_for"]
+    assert len(calls) == 2, "forward and backward each build the compiled pass"

@@ -1,9 +1,10 @@
-"""attnx.kernels._blocks / attnx.kernels._model_pass / attnx.layers._sequence_blocks: a SequenceModel's blocks,
-and where it applies the whole model, as one compiled call each way give the
-per-layer path's values bit for bit (outputs, dL/dX, every gradient, attention
-weights) on every attention path, norm, dropout, mask, stem, class token, pooling,
-positions, instance norm, dtype and thread count; the stack is built once per
-buffers and checks its input."""
+"""attnx.kernels._blocks / attnx.kernels._model_pass / attnx.layers._sequence_blocks: a
+SequenceModel's one path, its blocks and the whole model as one compiled call each way,
+gives the values of the layer-by-layer reference (attnx.testing.reference_pass) bit for
+bit (outputs, dL/dX, every gradient, attention weights, dropout masks) on every
+attention path, norm, dropout, mask, stem, class token, pooling, positions, instance
+norm, dtype and thread count; the stack is built once per buffers and checks its
+input."""
 import itertools
 
 import numpy as np
@@ -14,6 +15,7 @@ from attnx import SequenceModel
 from attnx.layers import _sequence_blocks
 from attnx.kernels._blocks import BlockStack
 from attnx.kernels._model_pass import ModelPass
+from attnx.testing import reference_pass
 
 CASES = list(itertools.product([None, "pre"], [0.0, 0.3], [False, True],
                                [np.float32, np.float64]))
@@ -27,8 +29,8 @@ def _id(c):
 
 
 def _pair(dtype, path, **kw):
-    """Two identical models (weights and dropout generator): the compiled blocks and
-    the per-layer path."""
+    """Two identical models (weights and dropout generator): one runs its own (compiled)
+    pass, the other the layer-by-layer reference."""
     ms = []
     for _ in range(2):
         m = SequenceModel(3, 8, 2, 2, 4, d_hidden=12, max_len=13, dtype=dtype,
@@ -43,15 +45,23 @@ def _pair(dtype, path, **kw):
     return ms
 
 
-def _run(m, x, kpm, g, compiled, monkeypatch):
-    with monkeypatch.context() as mp:
-        if not compiled:
-            mp.setattr(_sequence_blocks, "applies", lambda *a: False)
+def _run(m, x, kpm, g, compiled):
+    """Output, dL/dX, gradients, attention weights, inference output and dropout masks
+    of one training step and one inference forward: the model's own pass when
+    compiled, else the reference's."""
+    if compiled:
         y = m.forward(x, kpm).copy()
         dx = m.backward(g).copy()
+        masks = m.dropout_masks()
         weights = [w.copy() for w in m.attention_weights()]
         inference = m.forward(x, kpm, grad=False).copy()
-    return y, dx, m.grads.flat.copy(), weights, inference
+    else:
+        y, state = reference_pass.forward(m, x, kpm)
+        dx = reference_pass.backward(m, state, g)
+        masks = state.dropout_masks()
+        weights = [a.attention_weights() for a in m.attn]
+        inference = reference_pass.forward(m, x, kpm, grad=False)[0]
+    return y, dx, m.grads.flat.copy(), weights, inference, masks
 
 
 def _mask(rng, nb, t):
@@ -61,7 +71,7 @@ def _mask(rng, nb, t):
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
 @pytest.mark.parametrize("path", PATHS)
-def test_compiled_blocks_equal_the_per_layer_path(case, path, rng, monkeypatch):
+def test_compiled_blocks_equal_the_per_layer_path(case, path, rng):
     norm, drop, use_mask, dtype = case
     a, b = _pair(dtype, path, pooling="mean", positional="sinusoidal", norm=norm,
                  dropout=drop)
@@ -69,18 +79,17 @@ def test_compiled_blocks_equal_the_per_layer_path(case, path, rng, monkeypatch):
     kpm = _mask(rng, 4, 9) if use_mask else None
     g = rng.normal(size=(4, 4)).astype(dtype)
     for step in range(2):   # the second step reuses the built stack
-        got = _run(a, x, kpm, g, True, monkeypatch)
-        want = _run(b, x, kpm, g, False, monkeypatch)
+        got = _run(a, x, kpm, g, True)
+        want = _run(b, x, kpm, g, False)
         for u, v in zip(got[:3] + (got[4],), want[:3] + (want[4],)):
             np.testing.assert_array_equal(u, v)
         for u, v in zip(got[3], want[3]):
             np.testing.assert_array_equal(u, v)
-        if drop:
-            for n, v in a.dropout_masks().items():
-                np.testing.assert_array_equal(v, b.dropout_masks()[n])
+        assert set(got[5]) == set(want[5]) and bool(got[5]) == bool(drop)
+        for n, v in got[5].items():
+            np.testing.assert_array_equal(v, want[5][n])
     assert a.attn[0]._path(9, 9) == path
     assert all(buf.stacks for buf in a._bufs._items.values())       # compiled
-    assert not any(buf.stacks for buf in b._bufs._items.values())   # per layer
 
 
 @pytest.mark.parametrize("kw", [dict(pooling="cls", norm="pre", positional="learned"),
@@ -89,14 +98,14 @@ def test_compiled_blocks_equal_the_per_layer_path(case, path, rng, monkeypatch):
                                 dict(pooling="last", stem=[(3, 1), (2, 2)], bias=False)],
                          ids=["cls", "stem-max", "rope-causal", "stem2-nobias"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_compiled_blocks_every_model_layout(kw, threads, rng, monkeypatch):
+def test_compiled_blocks_every_model_layout(kw, threads, rng):
     a, b = _pair(np.float64, "fused", **kw)
     x = rng.normal(size=(4, 13, 3))
     kpm = _mask(rng, 4, 13)
     with fixed_threads(threads):
         g = rng.normal(size=a.output_shape(4, 13))
-        got = _run(a, x, kpm, g, True, monkeypatch)
-        want = _run(b, x, kpm, g, False, monkeypatch)
+        got = _run(a, x, kpm, g, True)
+        want = _run(b, x, kpm, g, False)
     for u, v in zip(got[:3], want[:3]):
         np.testing.assert_array_equal(u, v)
 
@@ -129,9 +138,9 @@ WHOLE_IDS = ["last-learned-post", "none-learned-drop", "none-nopos", "revin-mean
 @pytest.mark.parametrize("mask", [False, True])
 @pytest.mark.parametrize("input_grad", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_whole_pass_equals_the_per_call_path(kw, mask, input_grad, dtype, rng, monkeypatch):
+def test_whole_pass_equals_the_per_call_path(kw, mask, input_grad, dtype, rng):
     """The embedding, blocks, final norm, pooling and head in one call (ModelPass)
-    against the per-layer path with its per-call ends."""
+    against the reference's call per stage."""
     kw = dict(kw)
     n_out = kw.pop("n_outputs", 4)
     ms = []
@@ -145,12 +154,11 @@ def test_whole_pass_equals_the_per_call_path(kw, mask, input_grad, dtype, rng, m
     kpm = _mask(rng, 4, 9) if mask else None
     g = rng.normal(size=a.output_shape(4, 9)).astype(dtype)
     for step in range(2):
-        with monkeypatch.context() as mp:
-            y, dx = a.forward(x, kpm).copy(), a.backward(g)
-            ga, inf_a = a.grads.flat.copy(), a.forward(x, kpm, grad=False).copy()
-            mp.setattr(_sequence_blocks, "applies", lambda *args: False)
-            y2, dx2 = b.forward(x, kpm).copy(), b.backward(g)
-            gb, inf_b = b.grads.flat.copy(), b.forward(x, kpm, grad=False).copy()
+        y, dx = a.forward(x, kpm).copy(), a.backward(g)
+        ga, inf_a = a.grads.flat.copy(), a.forward(x, kpm, grad=False).copy()
+        y2, state = reference_pass.forward(b, x, kpm)
+        dx2 = reference_pass.backward(b, state, g)
+        gb, inf_b = b.grads.flat.copy(), reference_pass.forward(b, x, kpm, grad=False)[0]
         np.testing.assert_array_equal(y, y2)
         np.testing.assert_array_equal(ga, gb)
         np.testing.assert_array_equal(inf_a, inf_b)

@@ -25,8 +25,8 @@ from ..kernels._revin import RevIN
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from ..runtime._params import ParamDict
     from ..runtime._typing import AnyArray, FloatArray
-    from ._sequence_view import SequenceView
 
     _U8Array = npt.NDArray[np.uint8]
 
@@ -95,11 +95,6 @@ def denorm_channels(c: int, n_outputs: int) -> int:
     return c
 
 
-def channels(m: SequenceView) -> int:
-    """C: the input series' channels."""
-    return m.n_features // m.instance_steps
-
-
 def param_layout(mode: str | None, affine: bool, c: int) -> list[tuple[str, tuple[int, ...]]]:
     """revin.g, revin.b (C,) each, next to each other (the kernel reads them as one
     (2, C) array), when instance_affine."""
@@ -113,19 +108,20 @@ def init(w: dict[str, FloatArray]) -> None:
         w["revin.b"][...] = 0
 
 
-def pair(m: SequenceView, grads: bool = False) -> FloatArray | None:
-    """The (2, C) view [gamma; beta] of the weights (or of the gradients) over
-    revin.g and revin.b, neighbours in the flat buffer; None without the affine map."""
-    d, flat = (m._g, m.grads.flat) if grads else (m._w, m.params.flat)
-    g = d.get("revin.g")
+def pair(params: ParamDict) -> FloatArray | None:
+    """The (2, C) view [gamma; beta] over revin.g and revin.b of a model's params (or
+    grads), neighbours in the flat buffer; None without the affine map."""
+    g = params.get("revin.g")
     if g is None:
         return None
+    flat = params.flat
     start = (g.__array_interface__["data"][0] - flat.__array_interface__["data"][0]) \
         // flat.itemsize
     return flat[start:start + 2 * g.size].reshape(2, g.size)
 
 
-def buffer_shapes(m: SequenceView, nb: int, t: int, rows: int
+def buffer_shapes(mode: str | None, affine: bool, steps: int, n_features: int,
+                  n_outputs: int, nb: int, t: int, rows: int
                   ) -> tuple[dict[str, list[tuple[int, ...]]],
                              dict[str, list[tuple[int, ...]]]]:
     """Forward and backward buffers: xn (the normalised input), rst (2, B, C) the
@@ -133,77 +129,80 @@ def buffer_shapes(m: SequenceView, nb: int, t: int, rows: int
     dxn (dL/dxn), rdx (dL/dX when the caller wants none: the affine map's gradient
     still needs the pass), rdy (dL/dyn) and rdst (dL/d mean, std) for revin.
     `rows` are the head's output rows."""
-    mode = m.instance_norm
-    c, f = channels(m), m.n_features
-    on, revin, aff = mode is not None, mode == "revin", m.instance_affine
+    c, f = n_features // steps, n_features
+    on, revin = mode is not None, mode == "revin"
     forward: dict[str, list[tuple[int, ...]]] = {
         "xn": [(nb * t, f)] if on else [], "rst": [(2, nb, c)] if on else [],
-        "yn": [(rows, m.n_outputs)] if revin else []}
+        "yn": [(rows, n_outputs)] if revin else []}
     backward: dict[str, list[tuple[int, ...]]] = {
-        "dxn": [(nb * t, f)] if on else [], "rdx": [(nb * t, f)] if on and aff else [],
-        "rdy": [(rows, m.n_outputs)] if revin else [],
+        "dxn": [(nb * t, f)] if on else [], "rdx": [(nb * t, f)] if on and affine else [],
+        "rdy": [(rows, n_outputs)] if revin else [],
         "rdst": [(2, nb, c)] if revin else []}
     return forward, backward
 
 
-def step_mask(m: SequenceView, b: NormBuffers, km: _U8Array | None, nb: int
-              ) -> _U8Array | None:
-    """The series' (B, T * p) padding mask from the rows' (B, T) one."""
-    if km is None or m.instance_steps == 1:
-        return km
-    assert b.rmask is not None
-    b.rmask.reshape(nb, -1, m.instance_steps)[...] = km[:, :, None]
-    return b.rmask
+class InstanceNorm:
+    """A model's instance normalisation ("input" or "revin") run on its buffers
+    (NormBuffers), forward beside backward: the input rows hold `steps` steps of
+    `channels` channels each; the affine map's weights and gradients are (2, C) views
+    (`pair`) of the model's params and grads, None without the map."""
 
+    def __init__(self, mode: str, steps: int, channels: int, params: ParamDict,
+                 grads: ParamDict) -> None:
+        self.revin = mode == "revin"
+        self.steps, self.channels = steps, channels
+        self.coef, self.dcoef = pair(params), pair(grads)
 
-def forward(m: SequenceView, b: NormBuffers, km: _U8Array | None, nb: int,
-            nth: int) -> FloatArray:
-    """b.xn and b.rst from b.x; returns the normalised input (B * T, n_features)."""
-    assert b.xn is not None and b.rst is not None
-    c = channels(m)
-    KERNEL.forward(b.x.reshape(nb, -1, c), step_mask(m, b, km, nb), pair(m),
-                   b.xn.reshape(nb, -1, c), b.rst, nth, check=False)
-    return b.xn
+    def needs_dxn(self, input_grad: bool) -> bool:
+        """Whether backward runs down to the normalised input: for dL/dX, or for the
+        affine map's gradient."""
+        return input_grad or self.coef is not None
 
+    def step_mask(self, b: NormBuffers, km: _U8Array | None, nb: int) -> _U8Array | None:
+        """The series' (B, T * p) padding mask from the rows' (B, T) one."""
+        if km is None or self.steps == 1:
+            return km
+        assert b.rmask is not None
+        b.rmask.reshape(nb, -1, self.steps)[...] = km[:, :, None]
+        return b.rmask
 
-def denorm(m: SequenceView, b: NormBuffers, nb: int, y2: FloatArray, nth: int) -> None:
-    """y2 (the head's rows) = the de-normalised b.yn."""
-    assert b.yn is not None and b.rst is not None
-    c = channels(m)
-    KERNEL.denorm(b.yn.reshape(nb, -1, c), pair(m), b.rst, y2.reshape(nb, -1, c), nth,
-                  check=False)
+    def forward(self, b: NormBuffers, km: _U8Array | None, nb: int, nth: int) -> FloatArray:
+        """b.xn and b.rst from b.x; returns the normalised input (B * T, n_features)."""
+        assert b.xn is not None and b.rst is not None
+        c = self.channels
+        KERNEL.forward(b.x.reshape(nb, -1, c), self.step_mask(b, km, nb), self.coef,
+                       b.xn.reshape(nb, -1, c), b.rst, nth, check=False)
+        return b.xn
 
+    def denorm(self, b: NormBuffers, nb: int, y2: FloatArray, nth: int) -> None:
+        """y2 (the head's rows) = the de-normalised b.yn."""
+        assert b.yn is not None and b.rst is not None
+        c = self.channels
+        KERNEL.denorm(b.yn.reshape(nb, -1, c), self.coef, b.rst, y2.reshape(nb, -1, c), nth,
+                      check=False)
 
-def denorm_backward(m: SequenceView, b: NormBuffers, nb: int, nth: int) -> FloatArray:
-    """dL/dyn (b.rdy) and dL/d(mean, std) (b.rdst) from b.dy; the affine map's
-    gradient written (not added). Returns b.rdy."""
-    assert b.yn is not None and b.rst is not None and b.rdy is not None
-    assert b.rdst is not None
-    c = channels(m)
-    KERNEL.denorm_backward(b.dy.reshape(nb, -1, c), b.yn.reshape(nb, -1, c), pair(m),
-                           b.rst, b.rdy.reshape(nb, -1, c), pair(m, grads=True), b.rdst,
-                           accumulate=False, nthreads=nth, check=False)
-    return b.rdy
+    def denorm_backward(self, b: NormBuffers, nb: int, nth: int) -> FloatArray:
+        """dL/dyn (b.rdy) and dL/d(mean, std) (b.rdst) from b.dy; the affine map's
+        gradient written (not added). Returns b.rdy."""
+        assert b.yn is not None and b.rst is not None and b.rdy is not None
+        assert b.rdst is not None
+        c = self.channels
+        KERNEL.denorm_backward(b.dy.reshape(nb, -1, c), b.yn.reshape(nb, -1, c), self.coef,
+                               b.rst, b.rdy.reshape(nb, -1, c), self.dcoef, b.rdst,
+                               accumulate=False, nthreads=nth, check=False)
+        return b.rdy
 
-
-def needs_dxn(m: SequenceView) -> bool:
-    """Whether backward runs down to the normalised input: for dL/dX, or for the
-    affine map's gradient."""
-    return m.instance_norm is not None and (m.input_grad or m.instance_affine)
-
-
-def backward(m: SequenceView, b: NormBuffers, km: _U8Array | None, nb: int, nth: int,
-             dx2: FloatArray | None) -> None:
-    """dL/dX into dx2 (or scratch when None) from b.dxn (km: the forward's; its
-    series mask b.rmask is still the forward's), through the statistics
-    (and, with revin, the gradients b.rdst reaching them from the outputs); the
-    affine map's gradient added to the de-normalisation's (revin) or written."""
-    assert b.dxn is not None and b.rst is not None
-    c = channels(m)
-    dx = dx2 if dx2 is not None else b.rdx
-    assert dx is not None
-    revin = m.instance_norm == "revin"
-    KERNEL.backward(b.dxn.reshape(nb, -1, c), b.x.reshape(nb, -1, c),
-                    km if km is None or m.instance_steps == 1 else b.rmask, pair(m), b.rst, b.rdst if revin else None,
-                    dx.reshape(nb, -1, c), pair(m, grads=True), accumulate=revin, nthreads=nth,
-                    check=False)
+    def backward(self, b: NormBuffers, km: _U8Array | None, nb: int, nth: int,
+                 dx2: FloatArray | None) -> None:
+        """dL/dX into dx2 (or scratch when None) from b.dxn (km: the forward's; its
+        series mask b.rmask is still the forward's), through the statistics
+        (and, with revin, the gradients b.rdst reaching them from the outputs); the
+        affine map's gradient added to the de-normalisation's (revin) or written."""
+        assert b.dxn is not None and b.rst is not None
+        c = self.channels
+        dx = dx2 if dx2 is not None else b.rdx
+        assert dx is not None
+        KERNEL.backward(b.dxn.reshape(nb, -1, c), b.x.reshape(nb, -1, c),
+                        km if km is None or self.steps == 1 else b.rmask, self.coef, b.rst,
+                        b.rdst if self.revin else None, dx.reshape(nb, -1, c), self.dcoef,
+                        accumulate=self.revin, nthreads=nth, check=False)

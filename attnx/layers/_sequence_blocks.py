@@ -1,25 +1,22 @@
-"""A SequenceModel's whole pass as one compiled call each way, and its per-layer
-reference.
+"""A SequenceModel's whole pass as one compiled call each way: its only path.
 
 attnx.kernels._blocks.BlockStack runs every block's forward (or backward) on pointers
 it checked once; attnx.kernels._model_pass.ModelPass runs the stem, the embedding, the
-class token, that stack, the final norm, the pooling and the head: every
-configuration, wherever `applies` holds (the model's own kernels and a key padding
-mask of its buffers'). `stack_for` builds both per signature of a set of buffers (the
-blocks' key padding mask, training or inference, dropout, thread counts, the
-attention layers' paths) and keeps them on those buffers, so a training step spends
-no Python between the kernels. The per-layer path (block_forward / block_backward
-below and the ends around them in attnx.layers.sequence) runs only when a test swaps
-in its own kernels (m._k) or turns `applies` off: it is the reference the compiled
-pass is tested against, running the same kernels in the same order.
+class token, that stack, the final norm, the pooling and the head, for every
+configuration. `stack_for` builds both per signature of a set of buffers (the
+blocks' key padding mask, one of the buffers' own arrays, training or inference,
+dropout, thread counts, the attention layers' paths) and keeps them on those
+buffers, so a training step spends no Python between the kernels. The same stages
+one kernel call at a time, the reference this pass is tested against, live in
+attnx.testing.reference_pass.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from ..kernels import _attnargs, _mlp, _seq
+from ..kernels import _attnargs
 from ..kernels._blocks import BlockStack
 from ..kernels._model_pass import ModelPass
 from ._model_plan import stages
@@ -29,10 +26,26 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..runtime._typing import FloatArray
+    from ._model_plan import Stage
     from ._sequence_buffers import _Buffers
-    from ._sequence_view import SequenceView
+    from .attention import MultiHeadAttention
 
     _U8Array = npt.NDArray[np.uint8]
+
+    class SequenceView(Protocol):
+        """What building the pass reads of its SequenceModel (which imports this
+        module, so it is declared here); it goes once the builders below take their
+        operands explicitly."""
+
+        attn: list[MultiHeadAttention]
+        plan: tuple[Stage, ...]
+        norm: str | None
+        n_features: int
+        n_outputs: int
+        _w: dict[str, FloatArray]
+        _g: dict[str, FloatArray]
+
+        def _positions(self, n: int) -> FloatArray | None: ...
 
 # LayerNorm's epsilon (as torch's default)
 LN_EPS = 1e-5
@@ -42,13 +55,6 @@ class _Compiled(NamedTuple):
     stack: BlockStack
     lasts: list[_AttentionLast]   # each attention layer's state after a training forward
     whole: ModelPass              # the whole pass
-
-
-def applies(m: SequenceView, b: _Buffers, km: _U8Array | None) -> bool:
-    """Whether the compiled stack runs these blocks: the model's own kernels, and a
-    key padding mask that is one of the buffers' own (stable arrays)."""
-    return m._k is _seq and (km is None or km is b.mask or km is b.cmask
-                             or any(km is s for s in b.smask))
 
 
 def stack_for(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
@@ -68,7 +74,7 @@ def _build(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
            drop: bool, threads: int, nth: int) -> _Compiled:
     t, w, g, pre = b.tt, m._w, m._g, m.norm == "pre"
     if grad:
-        b.for_backward(m)
+        b.for_backward()
     layers: list[dict[str, Any]] = []
     lasts = []
     for blk in stages(m.plan, "block"):
@@ -154,80 +160,3 @@ def _whole(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
         elif st.kind == "pool":
             ends["pooling"] = st.how
     return ModelPass(stack, ends)
-
-
-# ---- the per-layer path, forward beside backward --------------------------------
-def block_forward(m: SequenceView, i: int, b: _Buffers, km: _U8Array | None, nb: int, t: int,
-                   grad: bool, drop: bool, threads: int, nth: int) -> None:
-    """Block i of the per-layer path: H_{i+1} from H_i (b.hs[i]); the formulas are
-    SequenceModel's docstring's."""
-    k, w, p = m._k, m._w, f"layers.{i}."
-    att = m.attn[i]
-    ws, _ = att._workspace(nb, t, t, False, grad, threads)
-    hi, zt = b.hs[i], b.zt[i]
-    if m.norm == "pre":
-        k.layernorm_forward(hi, w[p + "ln1.g"], w[p + "ln1.b"], b.u1[i], b.st1[i],
-                            LN_EPS, nth)
-        ain = b.u1[i]
-    else:
-        ain = hi
-    branch = b.branch if drop else None   # set whenever drop
-    if branch is not None:  # Z~ = H + mask1 * Attn(.)
-        att._forward_buffers(ain, None, km, branch, nb, grad, ws, threads)
-        k.masked_add(zt, hi, branch, None, b.m1[i], nth)
-    else:     # the attention kernel adds the residual itself
-        att._forward_buffers(ain, None, km, zt, nb, grad, ws, threads, residual=hi)
-    if m.norm == "pre":
-        k.layernorm_forward(zt, w[p + "ln2.g"], w[p + "ln2.b"], b.u2[i], b.st2[i],
-                            LN_EPS, nth)
-        u2 = b.u2[i]
-    else:
-        u2 = zt
-    # the MLP kernel returns MLP(u2) + u2 (its own residual)
-    out = branch if branch is not None else b.hs[i + 1]
-    _mlp.mlp_forward(u2, (w[p + "W1"], w.get(p + "b1"), w[p + "W2"], w.get(p + "b2")),
-                     (b.hid[i], b.s[i], b.sg[i] if grad else None), out, nthreads=threads)
-    if branch is not None:  # H' = Z~ + mask2 * (out - u2)
-        k.masked_add(b.hs[i + 1], zt, branch, u2, b.m2[i], nth)
-    elif u2 is not zt:  # pre-norm: the residual is Z~, not u2
-        k.add_sub(b.hs[i + 1], zt, u2, nth)
-
-
-def block_backward(m: SequenceView, i: int, b: _Buffers, dcur: FloatArray, drop: bool, threads: int,
-                    nth: int) -> None:
-    """dcur: dL/dH_{i+1} on entry, dL/dH_i on return; fills layer i's grads."""
-    k, w, g, p = m._k, m._w, m._g, f"layers.{i}."
-    pre = m.norm == "pre"
-    u2 = b.u2[i] if pre else b.zt[i]
-    # MLP branch: dbr = dL/d(branch output); the kernel returns dL/du2 + dbr in db
-    drop_buf = b.dbr if drop else None   # set whenever drop
-    if drop_buf is not None:
-        k.masked_add(drop_buf, None, dcur, None, b.m2[i], nth)
-        dbr = drop_buf
-    else:
-        dbr = dcur
-    _mlp.mlp_backward(dbr, u2, (w[p + "W1"], w[p + "W2"]), (b.hid[i], b.s[i], b.sg[i]),
-                      b.dhid, (g[p + "W1"], g.get(p + "b1"), g[p + "W2"], g.get(p + "b2")),
-                      b.db, nthreads=threads)
-    if pre:   # dZ~ = LN2'(db - dbr) + dcur
-        k.add_sub(b.db, None, dbr, nth)
-        k.layernorm_backward(b.db, b.zt[i], w[p + "ln2.g"], (g[p + "ln2.g"], g[p + "ln2.b"]),
-                             (b.st2[i], b.part), b.dzt, dcur, nth)
-    elif drop:  # dZ~ = (db - dbr) + dcur
-        np.copyto(b.dzt, b.db)
-        k.add_sub(b.dzt, dcur, dbr, nth)
-    else:       # the kernel's residual already is dcur
-        b.dzt, b.db = b.db, b.dzt
-    # attention branch: datt = dL/d(attention output)
-    if drop_buf is not None:
-        k.masked_add(drop_buf, None, b.dzt, None, b.m1[i], nth)
-        datt = drop_buf
-    else:
-        datt = b.dzt
-    if pre:   # db = dL/d(LN1 output); dH = LN1'(db) + dZ~
-        m.attn[i]._backward_buffers(datt, b.db, None, dx_accumulate=False)
-        k.layernorm_backward(b.db, b.hs[i], w[p + "ln1.g"], (g[p + "ln1.g"], g[p + "ln1.b"]),
-                             (b.st1[i], b.part), dcur, b.dzt, nth)
-    else:     # dH = dZ~ + attention'(datt)
-        np.copyto(dcur, b.dzt)
-        m.attn[i]._backward_buffers(datt, dcur, None, dx_accumulate=True)

@@ -9,13 +9,13 @@ import numpy as np
 
 from . import _instance_norm, _stem
 from ..kernels import _seq
-from ..kernels._seq import random_bits
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from collections.abc import Mapping
+
     from ..runtime._typing import FloatArray
-    from ._sequence_view import SequenceView
 
     _Shapes = dict[str, list[tuple[int, ...]]]
     _Index = dict[str, list[tuple[tuple[int, ...], type[np.generic]]]]
@@ -24,6 +24,37 @@ if TYPE_CHECKING:
 
 # backward scratch held as one array per stem layer
 _PER_LAYER = ("dss", "dsu")
+
+
+class Sizes(NamedTuple):
+    """What a SequenceModel's buffers are sized by, read from its get_config()."""
+
+    n_features: int
+    d_model: int
+    d_hidden: int
+    n_layers: int
+    n_outputs: int
+    stem: tuple[tuple[int, int], ...] | None
+    pooling: str | None
+    norm: str | None
+    dropout: bool        # whether there are dropout masks
+    instance_norm: str | None
+    instance_affine: bool
+    instance_steps: int
+    dtype: np.dtype[Any]
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> Sizes:
+        d = int(config["d_model"])
+        stem = config.get("stem")
+        return cls(int(config["n_features"]), d,
+                   4 * d if config["d_hidden"] is None else int(config["d_hidden"]),
+                   int(config["n_layers"]), int(config["n_outputs"]),
+                   None if stem is None else tuple((int(k), int(s)) for k, s in stem),
+                   config.get("pooling"), config.get("norm"),
+                   float(config.get("dropout", 0.0)) > 0,
+                   config.get("instance_norm"), bool(config.get("instance_affine", False)),
+                   int(config.get("instance_steps", 1)), np.dtype(config["dtype"]))
 
 
 class _Buffers:
@@ -54,7 +85,7 @@ class _Buffers:
     rdst: FloatArray | None
 
     @staticmethod
-    def shapes(m: SequenceView, nb: int, t: int, store: bool,
+    def shapes(config: Mapping[str, Any], nb: int, t: int, store: bool,
                threads: int) -> tuple[_Shapes, _Shapes, _Index]:
         """The one size table of the buffers: name -> the shapes of its distinct
         arrays, for the forward, for the backward scratch, and (shape, dtype) of the
@@ -63,16 +94,20 @@ class _Buffers:
         (inference) the per-layer activations are one array shared by every layer and
         the block outputs two that alternate (a block never writes its own input).
         The blocks run over tt tokens per sequence: the stem's output length n (t
-        without a stem), plus the class token with pooling="cls"."""
+        without a stem), plus the class token with pooling="cls". config: the
+        model's get_config()."""
+        m = Sizes.of(config)
         lens = _stem.lengths(m.stem, t)
         n = lens[-1]
         cls = m.pooling == "cls"
         tt = n + cls
         rows, d, dh, L = nb * tt, m.d_model, m.d_hidden, m.n_layers
         nl = L if store else 1
-        pre, pooled, drop = m.norm == "pre", m.pooling is not None, m.dropout > 0
-        stem_fwd, stem_bwd = _stem.buffer_shapes(m, nb, lens, store)
-        inorm_fwd, inorm_bwd = _instance_norm.buffer_shapes(m, nb, t, nb if pooled else rows)
+        pre, pooled, drop = m.norm == "pre", m.pooling is not None, m.dropout
+        stem_fwd, stem_bwd = _stem.buffer_shapes(m.stem, m.n_features, d, nb, lens, store)
+        inorm_fwd, inorm_bwd = _instance_norm.buffer_shapes(
+            m.instance_norm, m.instance_affine, m.instance_steps, m.n_features, m.n_outputs,
+            nb, t, nb if pooled else rows)
         forward: _Shapes = {
             "x": [(nb * t, m.n_features)], **inorm_fwd, **stem_fwd,
             "emb": [(nb * n, d)] if cls else [],    # tokens before the class token
@@ -113,18 +148,22 @@ class _Buffers:
         return forward, backward, index
 
     @classmethod
-    def elements(cls, m: SequenceView, nb: int, t: int, store: bool, threads: int) -> int:
+    def elements(cls, config: Mapping[str, Any], nb: int, t: int, store: bool,
+                 threads: int) -> int:
         """Floats held by the buffers (with the backward scratch when store: a
         training forward is followed by a backward); the integer buffers aside."""
-        forward, backward, _ = cls.shapes(m, nb, t, store, threads)
+        forward, backward, _ = cls.shapes(config, nb, t, store, threads)
         tables = (forward, backward) if store else (forward,)
         return sum(math.prod(sh) for tab in tables for shapes in tab.values() for sh in shapes)
 
-    def __init__(self, m: SequenceView, nb: int, t: int, store: bool, threads: int) -> None:
-        forward, self._backward, index = self.shapes(m, nb, t, store, threads)
+    def __init__(self, config: Mapping[str, Any], nb: int, t: int, store: bool,
+                 threads: int) -> None:
+        m = Sizes.of(config)
+        forward, self._backward, index = self.shapes(config, nb, t, store, threads)
+        self.dtype = m.dtype
         # the floats held once a training forward's backward scratch exists (the
         # workspace cache weighs entries by it)
-        self.nbytes = self.elements(m, nb, t, store, threads) * np.dtype(m.dtype).itemsize
+        self.nbytes = self.elements(config, nb, t, store, threads) * m.dtype.itemsize
         a = {name: [np.empty(sh, dtype=m.dtype) for sh in shapes]
              for name, shapes in forward.items()}
         L = m.n_layers
@@ -163,28 +202,21 @@ class _Buffers:
         # compiled block stacks over these buffers (attnx.layers._sequence_blocks)
         self.stacks: dict[tuple[Any, ...], Any] = {}
 
-    def draw_masks(self, m: SequenceView) -> None:
-        """New dropout multipliers (0 or 1/(1-p)) from the model's generator: 32
-        random bits per element, every mask's bits from one call (one 64-bit draw)."""
+    def draw_masks(self, rng: np.random.Generator, p: float) -> None:
+        """New dropout multipliers (0 or 1/(1-p)) from the generator: 32 random bits per
+        element, the bits and every mask in one call (one 64-bit draw)."""
         assert self.bits is not None   # buffers with masks have their bits
-        if m._k is _seq:   # the bits and every mask in one call
-            _seq.dropout_masks(m.dropout_rng.bit_generator, self.bits, self.m1 + self.m2,
-                               m.dropout)
-            return
-        random_bits(m.dropout_rng.bit_generator, self.bits)
-        at = 0
-        for buf in self.m1 + self.m2:
-            m._k.dropout_mask(self.bits[at:at + buf.size], buf, m.dropout)
-            at += buf.size
+        _seq.dropout_masks(rng.bit_generator, self.bits, self.m1 + self.m2, p)
 
-    def for_backward(self, m: SequenceView) -> _Buffers:
+    def for_backward(self) -> _Buffers:
+        """The backward scratch, made on first use."""
         if not self._has_backward:
             for name, shapes in self._backward.items():
                 if name in _PER_LAYER:
-                    setattr(self, name, [np.empty(sh, dtype=m.dtype) for sh in shapes])
+                    setattr(self, name, [np.empty(sh, dtype=self.dtype) for sh in shapes])
                 else:
                     setattr(self, name,
-                            np.empty(shapes[0], dtype=m.dtype) if shapes else None)
+                            np.empty(shapes[0], dtype=self.dtype) if shapes else None)
             self._has_backward = True
         return self
 

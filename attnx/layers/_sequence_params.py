@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..runtime._typing import FloatArray, RandomStateLike
-    from ._sequence_view import SequenceView
 
 
 class _Built(NamedTuple):
@@ -66,23 +65,26 @@ def param_layout(config: Mapping[str, Any]) -> list[tuple[str, tuple[int, ...]]]
     return out
 
 
-def build(m: SequenceView, random_state: RandomStateLike) -> _Built:
-    """The weights of m (its configuration set), initialised as SequenceModel's
-    docstring says, and its attention layers on views of them."""
-    d, dh, L, k = m.d_model, m.d_hidden, m.n_layers, m.n_outputs
-    pre = m.norm == "pre"
+def build(config: Mapping[str, Any], random_state: RandomStateLike) -> _Built:
+    """The weights of the model get_config() describes (its checked configuration),
+    initialised as SequenceModel's docstring says, and its attention layers on views
+    of them."""
+    d, L, k = int(config["d_model"]), int(config["n_layers"]), int(config["n_outputs"])
+    dh = 4 * d if config["d_hidden"] is None else int(config["d_hidden"])
+    pre, bias = config["norm"] == "pre", bool(config["bias"])
+    dtype, positional = np.dtype(config["dtype"]), config["positional"]
     a = FlatAllocator()
     spans: dict[str, tuple[int, tuple[int, ...]]] = {}
     att_start = []
-    for name, shape in param_layout(m.get_config()):
+    for name, shape in param_layout(config):
         start = a.reserve(int(np.prod(shape)))
         if name.endswith(".attn"):
             att_start.append(start)
         else:
             spans[name] = (start, shape)
-    max_len = m.max_len   # an int with positional="learned" (checked in __init__)
-    theta = np.zeros(a.size, m.dtype)
-    grad = np.zeros(a.size, m.dtype)
+    max_len = config["max_len"]   # an int with positional="learned" (checked by the model)
+    theta = np.zeros(a.size, dtype)
+    grad = np.zeros(a.size, dtype)
 
     def view(flat: FloatArray, name: str) -> FloatArray:
         st, shape = spans[name]
@@ -95,8 +97,8 @@ def build(m: SequenceView, random_state: RandomStateLike) -> _Built:
     w["embed.W"][...] = rng.uniform(-1 / np.sqrt(fe), 1 / np.sqrt(fe), size=(fe, d))
     attn: list[MultiHeadAttention] = []
     for i in range(L):
-        att = MultiHeadAttention(d, m.n_heads, causal=m.causal, bias=m.bias,
-                                 rope=m.positional == "rope", dtype=m.dtype,
+        att = MultiHeadAttention(d, int(config["n_heads"]), causal=bool(config["causal"]),
+                                 bias=bias, rope=positional == "rope", dtype=dtype,
                                  random_state=rng, attention="auto",
                                  _storage=(theta, grad, att_start[i]))
         attn.append(att)
@@ -110,33 +112,35 @@ def build(m: SequenceView, random_state: RandomStateLike) -> _Built:
             w[f"layers.{i}.ln2.g"][...] = 1
     if pre:
         w["norm.g"][...] = 1
-    if m.positional == "learned" and max_len is not None:
+    if positional == "learned" and max_len is not None:
         w["pos.P"][...] = rng.normal(0.0, 0.02, size=(max_len, d))
     w["head.W"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, k))
-    _stem.init(m.stem, w, rng)
+    _stem.init(config.get("stem"), w, rng)
     _instance_norm.init(w)
-    if m.pooling == "cls":
+    if config["pooling"] == "cls":
         w["cls"][...] = rng.normal(0.0, 0.02, size=d)
     # dropout masks come from their own stream, seeded from the same random_state
     dropout_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
-    names = order(m)
+    names = order(config)
     return _Built(attn, dropout_rng, w, g, ParamDict(theta, {n: w[n] for n in names}),
                   ParamDict(grad, {n: g[n] for n in names}))
 
 
-def order(m: SequenceView) -> list[str]:
-    """The names of `params`, in order."""
-    names = [n for n, _ in _instance_norm.param_layout(m.instance_norm, m.instance_affine, 1)]
-    names += [n for n, _ in _stem.param_layout(m.stem, 1, 1)] + ["embed.W", "embed.b"]
-    names += (["pos.P"] if m.positional == "learned" else [])
-    names += ["cls"] if m.pooling == "cls" else []
+def order(config: Mapping[str, Any]) -> list[str]:
+    """The names of `params`, in order, of the model get_config() describes."""
+    names = [n for n, _ in _instance_norm.param_layout(
+        config.get("instance_norm"), bool(config.get("instance_affine", False)), 1)]
+    names += [n for n, _ in _stem.param_layout(config.get("stem"), 1, 1)]
+    names += ["embed.W", "embed.b"]
+    names += (["pos.P"] if config["positional"] == "learned" else [])
+    names += ["cls"] if config["pooling"] == "cls" else []
     per = ["Wq", "Wk", "Wv", "Wo", "W1", "W2"]
-    if m.bias:
+    if config["bias"]:
         per += ["bq", "bk", "bv", "bo", "b1", "b2"]
-    if m.norm == "pre":
+    if config["norm"] == "pre":
         per += ["ln1.g", "ln1.b", "ln2.g", "ln2.b"]
-    for i in range(m.n_layers):
+    for i in range(int(config["n_layers"])):
         names += [f"layers.{i}.{n}" for n in per]
-    if m.norm == "pre":
+    if config["norm"] == "pre":
         names += ["norm.g", "norm.b"]
     return names + ["head.W", "head.b"]

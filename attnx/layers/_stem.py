@@ -18,50 +18,25 @@ it lies past the ceil(t_b / stride) tokens of the sequence's valid length t_b, o
 every step it covers is padded (attnx.kernels._embed.Windows.mask). A right-padded sequence of
 length t_b thus gives the tokens it gives alone.
 
-forward / backward below are the per-layer reference path's (attnx.layers.sequence); in
-production the compiled whole pass (attnx.kernels._model_pass) runs the same kernels'
-cores in the same order.
+The compiled whole pass (attnx.kernels._model_pass) runs the layers; this module holds
+their geometry, weights and masks (attnx.testing.reference_pass runs them one call at a
+time).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..kernels import _mlp
 from ..kernels._embed import Windows, same_padding
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ..runtime._typing import AnyArray, BoolArray, FloatArray, IntArray
-    from ._sequence_view import SequenceView
+    from ..runtime._typing import BoolArray, FloatArray, IntArray
 
     _U8Array = npt.NDArray[np.uint8]
-
-    class StemBuffers(Protocol):
-        """What the stem reads and writes of a SequenceModel's buffers
-        (attnx.layers._sequence_buffers._Buffers)."""
-
-        @property
-        def x(self) -> FloatArray: ...
-        @property
-        def xn(self) -> FloatArray | None: ...
-        @property
-        def su(self) -> list[FloatArray]: ...
-        @property
-        def sz(self) -> list[FloatArray]: ...
-        @property
-        def ss(self) -> list[FloatArray]: ...
-        @property
-        def ssg(self) -> list[FloatArray]: ...
-        @property
-        def dss(self) -> list[FloatArray]: ...
-        @property
-        def dsu(self) -> list[FloatArray]: ...
-        @property
-        def smask(self) -> list[AnyArray]: ...
 
 Stem = tuple[tuple[int, int], ...]
 
@@ -229,59 +204,29 @@ def pad_short(stem: Stem | None, x: FloatArray, lengths: IntArray | None
     return out, (np.full(n, t, dtype=np.intp) if lengths is None else lengths)
 
 
-def buffer_shapes(m: SequenceView, nb: int, lens: list[int],
+def buffer_shapes(stem: Stem | None, n_features: int, d: int, nb: int, lens: list[int],
                   store: bool) -> tuple[dict[str, list[tuple[int, ...]]],
                                         dict[str, list[tuple[int, ...]]]]:
     """Forward and backward buffers of the stem, per layer i: su (windows), sz (before
     SiLU), ss (after SiLU), ssg (sigmoid, training only); dss (dL/d ss, then dL/d sz in
-    place) and dsu (dL/d su)."""
-    stem, d = m.stem or (), m.d_model
-    su: list[tuple[int, ...]] = [(nb * lens[i + 1], k * (m.n_features if i == 0 else d))
-                                 for i, (k, _) in enumerate(stem)]
-    rows: list[tuple[int, ...]] = [(nb * lens[i + 1], d) for i in range(len(stem))]
+    place) and dsu (dL/d su). lens: the steps of each layer's input, then the tokens."""
+    su: list[tuple[int, ...]] = [(nb * lens[i + 1], k * (n_features if i == 0 else d))
+                                 for i, (k, _) in enumerate(stem or ())]
+    rows: list[tuple[int, ...]] = [(nb * lens[i + 1], d) for i in range(len(stem or ()))]
     forward = {"su": su, "sz": rows, "ss": rows, "ssg": rows if store else []}
     return forward, {"dss": rows, "dsu": su}
 
 
-def token_masks(m: SequenceView, b: StemBuffers, km: _U8Array | None, nb: int,
-                lens: list[int]) -> list[_U8Array | None]:
+def token_masks(windows: list[Windows], smask: list[_U8Array],
+                km: _U8Array | None) -> list[_U8Array | None]:
     """[km_0 = km, km_1, ..., km_L]: the key padding mask each layer reads, then the
-    tokens' (all None without a mask)."""
+    tokens' (all None without a mask); layer i's output mask is written into smask[i]."""
     out = [km]
-    for i, win in enumerate(m._windows):
+    for win, dst in zip(windows, smask):
         cur = out[-1]
         if cur is None:
             out.append(None)
         else:
-            win.mask(cur, b.smask[i])
-            out.append(b.smask[i])
+            win.mask(cur, dst)
+            out.append(dst)
     return out
-
-
-def forward(m: SequenceView, b: StemBuffers, x: FloatArray, kms: list[_U8Array | None],
-            nb: int, lens: list[int], grad: bool, nth: int) -> FloatArray:
-    """Run the stem on x (b.x, or the instance-normalised b.xn); returns its output
-    A_L (B * T_L, d_model)."""
-    k, w, a = m._k, m._w, x
-    for i, win in enumerate(m._windows):
-        n = lens[i + 1]
-        win.forward(a.reshape(nb, lens[i], -1), kms[i], b.su[i].reshape(nb, n, -1), nth)
-        k.linear_forward(b.su[i], w[f"stem.{i}.W"], w[f"stem.{i}.b"], b.sz[i], nth)
-        _mlp.silu_forward(b.sz[i], b.ss[i], b.ssg[i] if grad else None, nth)
-        a = b.ss[i]
-    return a
-
-
-def backward(m: SequenceView, b: StemBuffers, kms: list[_U8Array | None], nb: int,
-             lens: list[int], nth: int, dx2: FloatArray | None) -> None:
-    """Fill the stem's gradients from b.dss[-1] = dL/dA_L; dx2 (B * T, n_features)
-    receives dL/dX (skipped when None)."""
-    k, w, g = m._k, m._w, m._g
-    for i in reversed(range(len(m._windows))):
-        _mlp.silu_backward(b.dss[i], b.sz[i], b.ssg[i], b.dss[i], nth)
-        target = b.dss[i - 1] if i > 0 else dx2
-        k.linear_backward(b.dss[i], b.su[i], w[f"stem.{i}.W"], g[f"stem.{i}.W"],
-                          g[f"stem.{i}.b"], None if target is None else b.dsu[i], nth)
-        if target is not None:
-            m._windows[i].backward(b.dsu[i].reshape(nb, lens[i + 1], -1), kms[i],
-                                   target.reshape(nb, lens[i], -1), nth)

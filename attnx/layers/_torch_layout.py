@@ -125,21 +125,12 @@ def _encoder_layer_shapes(d: int, d_hidden: int, bias: bool) -> dict[str, tuple[
     return shapes
 
 
-def _check_block(model: Any, layer: Any) -> tuple[int, str]:
-    if getattr(model, "norm", None) != "pre" or not hasattr(model, "attn"):
-        raise ValueError("only the blocks of a SequenceModel with norm='pre' map to "
-                         "torch.nn.TransformerEncoderLayer(..., norm_first=True)")
-    n = len(model.attn)
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not \
-            0 <= layer < n:
-        raise ValueError(f"layer must be an int in [0, {n}), got {layer!r}")
-    return int(layer), f"layers.{int(layer)}."
-
-
-def encoder_layer_state_dict(model: Any, layer: int) -> dict[str, np.ndarray]:
-    """Block `layer` of a pre-norm SequenceModel as the state dict (NumPy arrays) of
-    ``torch.nn.TransformerEncoderLayer(d_model, n_heads, d_hidden, dropout=0,
-    activation=F.silu, batch_first=True, norm_first=True, bias=model.bias)``.
+def encoder_layer_state_dict(params: Mapping[str, np.ndarray], prefix: str, d: int,
+                             bias: bool) -> dict[str, np.ndarray]:
+    """A pre-norm SequenceModel block's weights (params[prefix + "Wq"], ...; d_model d)
+    as the state dict (NumPy arrays) of ``torch.nn.TransformerEncoderLayer(d_model,
+    n_heads, d_hidden, dropout=0, activation=F.silu, batch_first=True, norm_first=True,
+    bias=bias)``.
 
     Keys: self_attn.* (see attention_to_torch), linear1/linear2 weight (out, in) and
     bias, norm1/norm2 weight and bias (ln1/ln2 gains and biases). torch's layer has
@@ -147,16 +138,15 @@ def encoder_layer_state_dict(model: Any, layer: int) -> dict[str, np.ndarray]:
     takes the causal mask as src_mask / is_causal. With bias=False torch's
     LayerNorms have no bias either, so attnx's ln biases must then be zero.
     """
-    _, p = _check_block(model, layer)
-    w = model.params
-    out = attention_to_torch(w, model.d_model, model.bias, src=p, dst="self_attn.")
+    w, p = params, prefix
+    out = attention_to_torch(w, d, bias, src=p, dst="self_attn.")
     for tname, wname, bname in _LINEAR:
         out[f"{tname}.weight"] = np.ascontiguousarray(w[p + wname].T)
-        if model.bias:
+        if bias:
             out[f"{tname}.bias"] = w[p + bname].copy()
     for tname, aname in _LN:
         out[f"{tname}.weight"] = w[f"{p}{aname}.g"].copy()
-        if model.bias:
+        if bias:
             out[f"{tname}.bias"] = w[f"{p}{aname}.b"].copy()
         elif np.any(w[f"{p}{aname}.b"] != 0):
             raise ValueError(f"{p}{aname}.b is not zero, but torch's TransformerEncoderLayer "
@@ -164,15 +154,16 @@ def encoder_layer_state_dict(model: Any, layer: int) -> dict[str, np.ndarray]:
     return out
 
 
-def load_encoder_layer_state_dict(model: Any, layer: int, state_dict: Any) -> None:
-    """Set block `layer` of a pre-norm SequenceModel from a
-    torch.nn.TransformerEncoderLayer state dict (the inverse of
+def load_encoder_layer_state_dict(params: Mapping[str, np.ndarray], prefix: str, d: int,
+                                  d_hidden: int, n_heads: int, bias: bool,
+                                  state_dict: Any) -> None:
+    """Set a pre-norm SequenceModel block's weights (params[prefix + ...], live views)
+    from a torch.nn.TransformerEncoderLayer state dict (the inverse of
     encoder_layer_state_dict; keys and shapes must match exactly; all or nothing).
     With bias=False the ln biases are set to zero."""
-    _, p = _check_block(model, layer)
-    d, dh, bias = model.d_model, model.d_hidden, model.bias
-    sd = as_arrays(state_dict, _encoder_layer_shapes(d, dh, bias),
-                   f"torch.nn.TransformerEncoderLayer({d}, {model.n_heads}, {dh}, "
+    p = prefix
+    sd = as_arrays(state_dict, _encoder_layer_shapes(d, d_hidden, bias),
+                   f"torch.nn.TransformerEncoderLayer({d}, {n_heads}, {d_hidden}, "
                    f"bias={bias}, norm_first=True)")
     values = attention_from_torch(sd, d, bias, src="self_attn.", dst=p)
     for tname, wname, bname in _LINEAR:
@@ -182,4 +173,4 @@ def load_encoder_layer_state_dict(model: Any, layer: int, state_dict: Any) -> No
     for tname, aname in _LN:
         values[f"{p}{aname}.g"] = sd[f"{tname}.weight"]
         values[f"{p}{aname}.b"] = sd[f"{tname}.bias"] if bias else np.zeros(d)
-    check_and_assign(model.params, values)
+    check_and_assign(params, values)

@@ -2,14 +2,12 @@
 
 X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pooled.
 
-One production path each way: the compiled whole pass (attnx.kernels._model_pass.ModelPass,
-built by attnx.layers._sequence_blocks from the model description of
-attnx.layers._model_plan) runs stem, embedding, class token, blocks, final norm, pooling
-and head in one call; the instance norm / RevIN around it stays in Python
-(attnx.layers._instance_norm). The per-layer path in _forward_layers /
-_backward_layers runs the same kernels one by one and is kept as the tests'
-reference (selected only when a test swaps the kernels in m._k or turns
-attnx.layers._sequence_blocks.applies off).
+One path each way: the compiled whole pass (attnx.kernels._model_pass.ModelPass, built
+by attnx.layers._sequence_blocks from the model description of attnx.layers._model_plan)
+runs stem, embedding, class token, blocks, final norm, pooling and head in one call; the
+instance norm / RevIN around it stays in Python (attnx.layers._instance_norm). The same
+stages one kernel call at a time, the reference the pass is tested against, live in
+attnx.testing.reference_pass.
 """
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _instance_norm, _pooling, _sequence_blocks, _sequence_params, _stem
+from . import _instance_norm, _sequence_blocks, _sequence_params, _stem
 from ..kernels import _seq
-from ..kernels._embed import cls_backward, cls_forward
 from ..kernels._blas import check_blas_int
 from ..runtime._threads import blas_single, threads_for
 from ._sequence_blocks import LN_EPS as LN_EPS
@@ -41,8 +38,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..runtime._typing import AnyArray, FloatArray, RandomStateLike
-
-    from ._sequence_view import RowKernels as _Kernels
 
     _T = TypeVar("_T")
     _U8Array = npt.NDArray[np.uint8]
@@ -172,7 +167,7 @@ class SequenceModel(_AttentionStack):
     _g: dict[str, FloatArray]
     _tables: dict[int, FloatArray]
     _last: _Last | None
-    _k: _Kernels
+    _inorm: _instance_norm.InstanceNorm | None
     plan: tuple[Stage, ...]
 
     def __init__(self, n_features: int, d_model: int, n_heads: int, n_layers: int,
@@ -219,10 +214,13 @@ class SequenceModel(_AttentionStack):
         self.dtype = check_dtype(dtype)
         self.input_grad = True
         self._build(random_state)
+        #: the instance normalisation around the compiled pass, on views of the weights
+        self._inorm = (None if self.instance_norm is None else _instance_norm.InstanceNorm(
+            self.instance_norm, self.instance_steps, self.n_features // self.instance_steps,
+            self.params, self.grads))
         self._bufs = WorkspaceCache()
         self._tables = {}
         self._last = None
-        self._k = _seq   # the kernels (tests swap in their NumPy reference)
         #: the model's stages in order (attnx.layers._model_plan): what the compiled
         #: pass and the ONNX export are built from
         self.plan = model_plan(self.get_config())
@@ -245,7 +243,7 @@ class SequenceModel(_AttentionStack):
 
     def _build(self, random_state: RandomStateLike) -> None:
         (self.attn, self.dropout_rng, self._w, self._g, self.params,
-         self.grads) = _sequence_params.build(self, random_state)
+         self.grads) = _sequence_params.build(self.get_config(), random_state)
 
     @property
     def n_params(self) -> int:
@@ -274,9 +272,10 @@ class SequenceModel(_AttentionStack):
             check_blas_int(f"a sequence model over batch={nb}, T={t}", **{
                 "batch*T": rows, "d_model": d, "d_hidden": self.d_hidden,
                 "n_features": self.n_features, "n_outputs": self.n_outputs})
-            check_size(nbytes_of(self.dtype, _Buffers.elements(self, nb, t, store, threads)),
+            config = self.get_config()
+            check_size(nbytes_of(self.dtype, _Buffers.elements(config, nb, t, store, threads)),
                        f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")
-            return _Buffers(self, nb, t, store, threads)
+            return _Buffers(config, nb, t, store, threads)
 
         return self._bufs.get(key, store, make), threads
 
@@ -341,8 +340,8 @@ class SequenceModel(_AttentionStack):
             km = b.mask
         drop = grad and self.dropout > 0
         if drop and not self._freeze_dropout:
-            b.draw_masks(self)
-        kms = _stem.token_masks(self, b, km, nb, b.lens)
+            b.draw_masks(self.dropout_rng, self.dropout)
+        kms = _stem.token_masks(self._windows, b.smask, km)
         kt = kms[-1]   # the tokens' key padding mask, with the class token's column
         if kt is not None and b.cmask is not None:
             b.cmask[:, 0] = 0
@@ -350,59 +349,31 @@ class SequenceModel(_AttentionStack):
             kt = b.cmask
         # BLAS single-threaded beside attnx's own threads
         with blas_single(threads, self.forward_macs(nb, t)):
-            self._forward_layers(b, kms, kt, nb, grad, drop, threads,
-                                 y.reshape(-1, self.n_outputs))
+            self._forward_pass(b, kms, kt, nb, grad, drop, threads,
+                               y.reshape(-1, self.n_outputs))
         if grad:  # inference leaves the last training forward's state alone (thread safety)
             self._last = _Last(nb, t, b, threads, kt, drop)
         return y
 
     __call__ = forward
 
-    def _forward_layers(self, b: _Buffers, kms: list[_U8Array | None], km: _U8Array | None,
-                        nb: int, grad: bool, drop: bool, threads: int, y2: FloatArray) -> None:
-        """Stem, embedding, class token, blocks, final norm, pooling and head on the
-        buffers b; kms the stem layers' masks (attnx.layers._stem), km the blocks'.
-        The compiled pass (attnx.layers._sequence_blocks.applies: the model's own
-        kernels) runs it all in one call; the per-layer path below is the tests'
-        reference (their own kernels in m._k, or `applies` turned off)."""
-        n, t = b.n, b.tt
-        k, w, nth = self._k, self._w, self._nth(nb * t, threads)
-        x = (_instance_norm.forward(self, b, kms[0], nb, nth) if self.instance_norm
-             else b.x)
-        if _sequence_blocks.applies(self, b, km):   # the whole model in one call
-            comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
-            comp.whole.forward(y2 if b.yn is None else b.yn)
-            if grad:
-                for att, last in zip(self.attn, comp.lasts):
-                    att._last = last
-            if b.yn is not None:   # the pass leaves padded rows to the caller here
-                _instance_norm.denorm(self, b, nb, y2, nth)
-                if self.pooling is None and km is not None:
-                    k.zero_masked_rows(y2, km)
-            return
-        a = _stem.forward(self, b, x, kms, nb, b.lens, grad, nth) if self.stem else x
-        h0 = b.hs[0] if b.emb is None else b.emb
-        k.linear_forward(a, w["embed.W"], w["embed.b"], h0, nth, self._positions(n), n)
-        if b.emb is not None:   # the class token first
-            cls_forward(b.emb.reshape(nb, n, -1), w["cls"], b.hs[0].reshape(nb, t, -1),
-                        nthreads=nth)
-        for i in range(self.n_layers):
-            _sequence_blocks.block_forward(self, i, b, km, nb, t, grad, drop, threads, nth)
-        if b.stf is not None:  # pre-norm: the final LayerNorm
-            k.layernorm_forward(b.hs[-1], w["norm.g"], w["norm.b"], b.hf, b.stf, LN_EPS, nth)
-        if self.pooling is not None:
-            _pooling.forward(self, b, km, nb, t, nth)
-        if b.yn is not None:   # revin: the head's output, then de-normalised
-            k.linear_forward(b.pooled, w["head.W"], w["head.b"], b.yn, nth)
-            _instance_norm.denorm(self, b, nb, y2, nth)
-        else:
-            k.linear_forward(b.pooled, w["head.W"], w["head.b"], y2, nth)
-        if self.pooling is None and km is not None:
-            k.zero_masked_rows(y2, km)
-
-    def _nth(self, rows: int, threads: int) -> int:
-        """Threads for the elementwise kernels: one for small work."""
-        return threads if rows * self.d_model >= 16384 else 1
+    def _forward_pass(self, b: _Buffers, kms: list[_U8Array | None], km: _U8Array | None,
+                      nb: int, grad: bool, drop: bool, threads: int, y2: FloatArray) -> None:
+        """The instance norm, then stem, embedding, class token, blocks, final norm,
+        pooling and head in one compiled call on the buffers b, then RevIN's
+        de-normalisation; kms the stem layers' masks (attnx.layers._stem), km the blocks'."""
+        nth = row_threads(nb * b.tt, self.d_model, threads)
+        if self._inorm is not None:
+            self._inorm.forward(b, kms[0], nb, nth)
+        comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
+        comp.whole.forward(y2 if b.yn is None else b.yn)
+        if grad:
+            for att, last in zip(self.attn, comp.lasts):
+                att._last = last
+        if self._inorm is not None and b.yn is not None:   # revin: the pass leaves
+            self._inorm.denorm(b, nb, y2, nth)             # padded rows to the caller
+            if self.pooling is None and km is not None:
+                _seq.zero_masked_rows(y2, km)
 
     def backward(self, dy: npt.ArrayLike, *,
                  out: FloatArray | None = None) -> FloatArray | None:
@@ -420,64 +391,31 @@ class SequenceModel(_AttentionStack):
         if dy.dtype.kind not in "fiu":
             raise TypeError(f"dy must hold real numbers, got dtype {dy.dtype}")
         dx = self._out("out", out, (nb, t, self.n_features)) if self.input_grad else None
-        b.for_backward(self)
+        b.for_backward()
         cast_into("dy", b.dy, dy.reshape(b.dy.shape))
         # the forward's thread count: scratch is sized for it
         with blas_single(threads, self.forward_macs(nb, t)):
-            self._backward_layers(b, km, nb, drop, threads,
-                                  None if dx is None else dx.reshape(-1, self.n_features))
+            self._backward_pass(b, km, nb, drop, threads,
+                                None if dx is None else dx.reshape(-1, self.n_features))
         return dx
 
-    def _backward_layers(self, b: _Buffers, km: _U8Array | None, nb: int, drop: bool,
-                         threads: int, dx2: FloatArray | None) -> None:
-        n, t = b.n, b.tt
-        k, w, g, nth = self._k, self._w, self._g, self._nth(nb * t, threads)
-        whole = _sequence_blocks.applies(self, b, km)
-        if self.pooling is None and km is not None and not (whole and b.yn is None):
-            k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
-        # revin: dL/d(the head's output) through the de-normalisation
-        dy = b.dy if b.yn is None else _instance_norm.denorm_backward(self, b, nb, nth)
-        kin = b.mask if km is not None else None   # the input's padding mask
+    def _backward_pass(self, b: _Buffers, km: _U8Array | None, nb: int, drop: bool,
+                       threads: int, dx2: FloatArray | None) -> None:
+        """RevIN's de-normalisation backward, the compiled pass's backward, then the
+        instance norm's; dx2 receives dL/dX (skipped when None)."""
+        nth = row_threads(nb * b.tt, self.d_model, threads)
+        inorm = self._inorm
+        if inorm is not None and b.yn is not None:   # revin: dL/d(the head's output) first
+            if self.pooling is None and km is not None:
+                _seq.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
+            inorm.denorm_backward(b, nb, nth)
         # with instance norm: dL/d(normalised X) first, then through the normalisation
-        inorm = self.instance_norm is not None
-        dxi = (b.dxn if _instance_norm.needs_dxn(self) else None) if inorm else dx2
-        if whole:   # the whole model in one call (it zeroes padded rows of dY itself)
-            comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
-            comp.whole.backward(dxi)
-            if inorm and dxi is not None:
-                _instance_norm.backward(self, b, kin, nb, nth, dx2)
-            return
-        if b.dpooled is None:   # pooling=None
-            k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"], b.dhf, nth)
-        else:
-            k.linear_backward(dy, b.pooled, w["head.W"], g["head.W"], g["head.b"],
-                              b.dpooled, nth)
-            _pooling.backward(self, b, km, nb, t, nth)
-        # dcur: dL/d(block output), walking down the stack
-        if b.stf is not None:   # pre-norm: the final LayerNorm
-            k.layernorm_backward(b.dhf, b.hs[-1], w["norm.g"], (g["norm.g"], g["norm.b"]),
-                                 (b.stf, b.part), b.da, None, nth)
-            dcur = b.da
-        else:
-            dcur = b.dhf
-        for i in reversed(range(self.n_layers)):
-            _sequence_blocks.block_backward(self, i, b, dcur, drop, threads, nth)
-        if b.demb is not None:   # the class token's rows
-            cls_backward(dcur.reshape(nb, t, -1), b.demb.reshape(nb, n, -1), g["cls"],
-                         nthreads=nth)
-            dcur = b.demb
-        if self.positional == "learned":
-            k.positions_backward(dcur, g["pos.P"], n, nth)
-        if not self.stem:
-            k.linear_backward(dcur, b.x if b.xn is None else b.xn, w["embed.W"],
-                              g["embed.W"], g["embed.b"], dxi, nth)
-        else:
-            k.linear_backward(dcur, b.ss[-1], w["embed.W"], g["embed.W"], g["embed.b"],
-                              b.dss[-1], nth)
-            kms = [kin] + [m if km is not None else None for m in b.smask]
-            _stem.backward(self, b, kms, nb, b.lens, nth, dxi)
-        if inorm and dxi is not None:
-            _instance_norm.backward(self, b, kin, nb, nth, dx2)
+        dxi = dx2 if inorm is None else b.dxn if inorm.needs_dxn(self.input_grad) else None
+        # without revin the pass zeroes the padded rows of dY itself
+        comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
+        comp.whole.backward(dxi)
+        if inorm is not None and dxi is not None:
+            inorm.backward(b, b.mask if km is not None else None, nb, nth, dx2)
 
     def _check_weights_kept(self) -> None:
         if self._last is None:
@@ -509,7 +447,8 @@ class SequenceModel(_AttentionStack):
         torch's layer has no rotary positions; causal is its src_mask / is_causal."""
         from ._torch_layout import encoder_layer_state_dict
 
-        return encoder_layer_state_dict(self, layer)
+        return encoder_layer_state_dict(self.params, self._block_prefix(layer), self.d_model,
+                                        self.bias)
 
     def load_torch_encoder_layer_state_dict(self, layer: int,
                                             state_dict: Any) -> SequenceModel:
@@ -519,8 +458,21 @@ class SequenceModel(_AttentionStack):
         all or nothing. Returns self."""
         from ._torch_layout import load_encoder_layer_state_dict
 
-        load_encoder_layer_state_dict(self, layer, state_dict)
+        load_encoder_layer_state_dict(self.params, self._block_prefix(layer), self.d_model,
+                                      self.d_hidden, self.n_heads, self.bias, state_dict)
         return self
+
+    def _block_prefix(self, layer: object) -> str:
+        """The weights' prefix "layers.{layer}." of a pre-norm model's block (those map
+        to torch's TransformerEncoderLayer); ValueError otherwise."""
+        if self.norm != "pre":
+            raise ValueError("only the blocks of a SequenceModel with norm='pre' map to "
+                             "torch.nn.TransformerEncoderLayer(..., norm_first=True)")
+        n = self.n_layers
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not \
+                0 <= layer < n:
+            raise ValueError(f"layer must be an int in [0, {n}), got {layer!r}")
+        return f"layers.{int(layer)}."
 
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments (without random_state) that rebuild this model."""
@@ -554,6 +506,12 @@ class SequenceModel(_AttentionStack):
                 f"n_heads={self.n_heads}, n_layers={self.n_layers}, "
                 f"n_outputs={self.n_outputs}, d_hidden={self.d_hidden}"
                 + "".join(", " + o for o in opts) + f", dtype={self.dtype.name})")
+
+
+def row_threads(rows: int, d_model: int, threads: int) -> int:
+    """Threads for the elementwise kernels over rows x d_model values: one for small work
+    (the compiled pass and attnx.testing.reference_pass split the rows alike)."""
+    return threads if rows * d_model >= 16384 else 1
 
 
 def _check_position_scale(value: Any, positional: str) -> float:
