@@ -7,7 +7,7 @@ import pytest
 import attnx
 from gradcheck import check_grads
 from reference import mha_numpy
-from conftest import rel_err
+from numeric_checks import rel_err
 
 SHAPES = [  # (B, T, d_model, n_heads)
     (2, 5, 8, 2),

@@ -10,7 +10,7 @@ from sklearn.base import clone
 
 import attnx
 import attnx.io.onnx as aonnx
-from conftest import rel_err
+from numeric_checks import rel_err
 
 TC, TR = attnx.TransformerClassifier, attnx.TransformerRegressor
 SMALL = dict(n_heads=2, n_layers=1, d_model=8, batch_size=8, random_state=0)

@@ -18,11 +18,11 @@ import pytest
 import attnx
 from attnx.kernels import _attnargs, _flash, _ops, _testing
 from attnx.layers.attention import FUSED_MAX_D_HEAD
-from conftest import rel_err
+from numeric_checks import rel_err
 from gradcheck import check_grads
 from reference import mha_torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HELPERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers")
 TOL = {np.float32: 1e-4, np.float64: 1e-10}
 
 
@@ -282,7 +282,7 @@ def test_every_simd_level(level):
     env = dict(os.environ, ATTNX_SIMD=str(level))
     env.pop("ATTNX_NO_SIMD", None)
     # cwd: not the checkout, whose unbuilt attnx/ would shadow the attnx under test
-    out = subprocess.run([sys.executable, "-c", _LEVEL_SCRIPT, HERE], env=env,
+    out = subprocess.run([sys.executable, "-c", _LEVEL_SCRIPT, HELPERS], env=env,
                          capture_output=True, text=True, timeout=300,
                          cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr

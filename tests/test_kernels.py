@@ -11,7 +11,7 @@ from attnx.runtime._threads import fixed_threads
 
 import attnx
 from attnx.kernels import _attnargs, _ops, _testing
-from conftest import rel_err
+from numeric_checks import rel_err
 from reference import mha_numpy
 
 
@@ -45,7 +45,7 @@ def test_lower_simd_levels_match_reference(level, opts, tmp_path):
     has AVX2): each path must agree with the reference, exp included."""
     code = f"""
 import numpy as np, attnx, sys
-sys.path.insert(0, {os.path.dirname(__file__)!r})
+sys.path.insert(0, {os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers")!r})
 from reference import mha_numpy
 from attnx.kernels import _ops, _testing
 assert _ops.cpu_level() <= {level}

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import load_script
+from bench_scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 

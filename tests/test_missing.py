@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import attnx
-from conftest import rel_err
+from numeric_checks import rel_err
 
 TINY = dict(d_model=8, n_heads=2, n_layers=1, epochs=3, batch_size=8, dropout=0.0,
             random_state=0, dtype=np.float64)

@@ -12,7 +12,7 @@ import pytest
 from bare_settings import BARE as OLD  # noqa: F401
 import attnx
 import attnx.io.onnx as aonnx
-from conftest import rel_err
+from numeric_checks import rel_err
 
 TOL = {np.float32: 1e-5, np.float64: 1e-10}
 LENGTHS = (1, 5, 13)          # none of them is special to the export

@@ -10,7 +10,7 @@ import attnx
 from attnx import SequenceModel
 from attnx.estimators import _ppv_tokens as P
 from attnx.layers._positions import sinusoidal_table
-from conftest import rel_err
+from numeric_checks import rel_err
 from gradcheck import check_grads
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}

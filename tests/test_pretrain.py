@@ -8,7 +8,7 @@ import pytest
 
 import attnx
 from attnx.estimators import _pretrain
-from conftest import rel_err
+from numeric_checks import rel_err
 from gradcheck import check_grads
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attnx
-from conftest import rel_err
+from numeric_checks import rel_err
 from reference import mha_numpy, mha_numpy_backward
 
 

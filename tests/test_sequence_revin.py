@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from attnx import SequenceModel
-from test_sequence_model import fd_check, ragged_mask, step_peak_bytes
-from test_sequence_stem import assert_twin_matches
+from .test_sequence_model import fd_check, ragged_mask, step_peak_bytes
+from .test_sequence_stem import assert_twin_matches
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}
 # (mode, affine, pooling, stem, steps, n_features, n_outputs)

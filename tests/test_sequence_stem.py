@@ -8,8 +8,8 @@ import pytest
 
 from attnx import SequenceModel
 from attnx.kernels import _mlp
-from conftest import rel_err
-from test_sequence_model import check_grads_vs, fd_check, ragged_mask
+from numeric_checks import rel_err
+from .test_sequence_model import check_grads_vs, fd_check, ragged_mask
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}
 STEMS = [None, ((3, 1),), ((4, 2), (3, 2)), ((1, 1), (5, 3))]

@@ -5,7 +5,7 @@ import ast
 import json
 from pathlib import Path
 
-from conftest import load_script
+from bench_scripts import load_script
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 threads_bench = load_script("attnx_bench_threads", BENCH / "threads.py")

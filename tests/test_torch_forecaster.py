@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import attnx
-from conftest import rel_err
+from numeric_checks import rel_err
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import attnx
-from conftest import rel_err
+from numeric_checks import rel_err
 
 TOL = {np.float32: 2e-5, np.float64: 1e-10}
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import attnx
-from conftest import rel_err
+from numeric_checks import rel_err
 from reference import mha_torch
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}

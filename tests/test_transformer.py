@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 import attnx
-from conftest import rel_err
+from numeric_checks import rel_err
 from gradcheck import check_grads
 from reference import transformer_torch
-from test_torch_oracle import TOL, _record
+from .test_torch_oracle import TOL, _record
 
 COMBOS = [
     {},
