@@ -415,3 +415,112 @@ def test_the_tests_folder_finder_finds_what_it_should(tmp_path):
                  "from seq_numpy_ops import x\nimport reference\nfrom attnx import testing\n")
     assert sorted(b.split(":")[0] for b in _reaches_into_tests(p)) == ["3", "4", "5"]
 
+
+# ---- tests/ mirrors the package --------------------------------------------------------
+#: the folders of tests/ that name no part of attnx: the command line, the documentation's
+#: code, and the project around the package (structure rules, build, typing, benchmarks)
+PROJECT_TEST_FOLDERS = {"cli", "docs", "project"}
+HELPERS = TESTS / "helpers"
+
+
+def _test_folders():
+    """The folders a test file may live in: one per subpackage and per top-level module of
+    attnx (datasets, plot), and the project folders."""
+    subpackages = {p.parent.name for p in SRC.glob("*/__init__.py")}
+    modules = {p.stem for p in SRC.glob("*.py")} - {"__init__", "__main__"}
+    return subpackages | modules | PROJECT_TEST_FOLDERS
+
+
+def test_every_test_file_lives_in_a_folder_named_for_what_it_tests():
+    files = sorted(TESTS.rglob("test_*.py"))
+    assert len(files) > 50, "the test files are not found"
+    folders = _test_folders()
+    assert {"kernels", "estimators", "io", "plot"} <= folders   # the finder works
+    bad = [str(p.relative_to(TESTS)) for p in files
+           if len(p.relative_to(TESTS).parts) != 2 or p.parent.name not in folders]
+    assert not bad, f"test files outside tests/<{'|'.join(sorted(folders))}>/: {bad}"
+
+
+def test_each_test_folder_is_a_package_and_the_top_holds_no_module():
+    """tests/<folder>/__init__.py names a test module tests.<folder>.<file> (two folders may
+    hold files of one name); a helper module belongs in tests/helpers/, the top has only
+    the package's __init__ and the fixtures' conftest."""
+    folders = {p.parent for p in TESTS.rglob("test_*.py")}
+    assert not [str(f) for f in folders if not (f / "__init__.py").is_file()]
+    assert (TESTS / "__init__.py").is_file()
+    assert sorted(p.name for p in TESTS.glob("*.py")) == ["__init__.py", "conftest.py"]
+
+
+def test_pytest_imports_test_files_by_path_and_only_the_helpers_by_name():
+    import tomllib
+    ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--import-mode=importlib" in ini["addopts"], ini
+    assert ini["pythonpath"] == [str(HELPERS.relative_to(REPO))], ini
+
+
+def test_no_helper_module_shadows_another_module():
+    """A module of tests/helpers/ is imported by its bare name: no other module on sys.path
+    (or built into Python, or of the standard library) may have it, and none is a test file."""
+    names = sorted(p.stem for p in HELPERS.glob("*.py"))
+    assert {"gradcheck", "reference"} <= set(names)
+    others = [p for p in sys.path if not (p and Path(p).resolve() == HELPERS.resolve())]
+    import importlib.machinery
+    bad = [n for n in names if n.startswith("test_") or n in sys.builtin_module_names
+           or n in sys.stdlib_module_names
+           or importlib.machinery.PathFinder.find_spec(n, others) is not None]
+    assert not bad, bad
+
+
+def test_no_test_imports_conftest():
+    """conftest.py is pytest's plugin (loaded as tests.conftest): `import conftest` would run a
+    second copy; what tests share is in tests/helpers/."""
+    bad = []
+    for p in sorted(TESTS.rglob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in n.names] if isinstance(n, ast.Import)
+                     else [n.module] if isinstance(n, ast.ImportFrom) and n.level == 0 else [])
+            bad += [f"{p.relative_to(TESTS)}:{n.lineno}" for m in names
+                    if (m or "").split(".")[0] == "conftest"]
+    assert not bad, bad
+
+
+def _ci_test_paths(text):
+    """The test files a CI script names: $T/<path>, "$ROOT"/tests/<path> (brace lists
+    expanded) and the bare <folder>/test_*.py items of its loops, relative to tests/."""
+    out = set()
+    for m in re.finditer(r"(?:\$T/|tests/)?((?:[a-z_]+/)?test_(?:\w+|\{[\w,]+\})\.py)", text):
+        path = m.group(1)
+        brace = re.search(r"\{([\w,]+)\}", path)
+        names = brace.group(1).split(",") if brace else [None]
+        out |= {path.replace(brace.group(0), n) if brace else path for n in names}
+    return out
+
+
+def test_every_test_file_a_ci_script_names_exists():
+    named = {f"{s.name}: {p}" for s in sorted((REPO / ".ci").iterdir()) if s.is_file()
+             for p in _ci_test_paths(s.read_text(errors="replace"))
+             if not (TESTS / p).is_file()}
+    assert not named, f"missing test files named in .ci/: {sorted(named)}"
+    assert len(_ci_test_paths((REPO / ".ci" / "simd_levels.sh").read_text())) > 10
+
+
+def test_the_ci_path_finder_finds_what_it_should():
+    text = ('T="$ROOT/tests"\nFILES="$T/kernels/test_blas.py"\nfor f in layers/test_x.py; do\n'
+            'pytest "$ROOT"/tests/io/test_{onnx,io}.py tests/test_top.py\n')
+    assert _ci_test_paths(text) == {"kernels/test_blas.py", "layers/test_x.py", "io/test_onnx.py",
+                                    "io/test_io.py", "test_top.py"}
+
+
+def test_every_test_file_a_page_or_comment_names_exists():
+    """README, docs/, .ci/, benchmarks/, examples/, csrc/ and the package's sources name test
+    files by their path in the checkout (the changelog keeps the paths of its time)."""
+    texts = [REPO / "README.md", REPO / "pyproject.toml", REPO / "setup.py"]
+    for d in ("docs", ".ci", "benchmarks", "examples", "csrc", "attnx"):
+        texts += [p for p in (REPO / d).rglob("*") if p.is_file()
+                  and (p.suffix in {".py", ".pyx", ".pxd", ".pyi", ".rst", ".md", ".h"}
+                       or d == ".ci")
+                  and not {"_build", "build", "__pycache__"} & set(p.relative_to(REPO).parts)]
+    bad = [f"{p.relative_to(REPO)}: {m}" for p in texts if p.is_file()
+           for m in re.findall(r"tests/[\w/]+\.py", p.read_text(errors="replace"))
+           if not (REPO / m).is_file()]
+    assert len(texts) > 100 and not bad, bad
