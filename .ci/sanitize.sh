@@ -11,7 +11,7 @@
 # Python binary itself is not instrumented). detect_leaks=0: CPython keeps
 # interned objects, module state and arenas alive until exit on purpose, and
 # LeakSanitizer would report all of it as leaks at shutdown; leaks of attnx's own
-# buffers are covered by tests/test_leaks.py. PYTHONMALLOC=malloc routes small
+# buffers are covered by tests/estimators/test_leaks.py. PYTHONMALLOC=malloc routes small
 # Python objects through malloc so ASan sees them too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,15 +57,18 @@ $PY -c "import attnx, sys; assert attnx.__file__.startswith('$WORK'), attnx.__fi
 from attnx.kernels import _ops; print('sanitized attnx from', attnx.__file__, '- SIMD', _ops.simd_level_name())"
 
 T="$ROOT/tests"
-SUBSET="$T/test_kernels.py $T/test_blas.py $T/test_blocked.py $T/test_attention.py
-        $T/test_transformer.py $T/test_concurrency.py $T/test_simd_levels.py"
-[ -f "$T/test_flash.py" ] && SUBSET="$SUBSET $T/test_flash.py"   # kernel modules added later
-[ -f "$T/test_sequence_blocks.py" ] && SUBSET="$SUBSET $T/test_sequence_blocks.py"
+SUBSET="$T/kernels/test_kernels.py $T/kernels/test_blas.py $T/layers/test_blocked.py
+        $T/layers/test_attention.py $T/layers/test_transformer.py $T/runtime/test_concurrency.py
+        $T/kernels/test_simd_levels.py"
+# kernel modules added later
+[ -f "$T/kernels/test_flash.py" ] && SUBSET="$SUBSET $T/kernels/test_flash.py"
+[ -f "$T/layers/test_sequence_blocks.py" ] && SUBSET="$SUBSET $T/layers/test_sequence_blocks.py"
 echo "== subset at the CPU's best SIMD level"
 run $PY -m pytest -q -p no:cacheprovider $SUBSET "$@"
 # (test_simd_levels above already ran forward/backward of every kernel at each level
 # in its own interpreter, under the sanitizers too)
 echo "== kernel tests again at the portable level"
-run env ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/test_kernels.py" "$T/test_blocked.py" \
+run env ATTNX_SIMD=0 $PY -m pytest -q -p no:cacheprovider "$T/kernels/test_kernels.py" \
+    "$T/layers/test_blocked.py" \
     "$@"
 echo "== sanitizer run passed: no ASan/UBSan report"

@@ -8,11 +8,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
 T="$ROOT/tests"
-FILES="$T/test_kernels.py $T/test_simd_levels.py $T/test_attention.py $T/test_blocked.py
-       $T/test_transformer.py $T/test_torch_oracle.py $T/test_blas.py $T/test_optim.py
-       $T/test_embed.py"
+FILES="$T/kernels/test_kernels.py $T/kernels/test_simd_levels.py $T/layers/test_attention.py
+       $T/layers/test_blocked.py $T/layers/test_transformer.py $T/layers/test_torch_oracle.py
+       $T/kernels/test_blas.py $T/kernels/test_optim.py $T/kernels/test_embed.py"
 # kernel modules added later, tested when their test files exist
-for f in test_flash.py test_sequence_model.py test_sequence_blocks.py test_sequence_stem.py test_sequence_revin.py test_ppv_tokens.py; do
+for f in kernels/test_flash.py layers/test_sequence_model.py layers/test_sequence_blocks.py \
+         layers/test_sequence_stem.py layers/test_sequence_revin.py estimators/test_ppv_tokens.py; do
     [ -f "$T/$f" ] && FILES="$FILES $T/$f"
 done
 # run outside the checkout: `python -m` puts the working directory first on sys.path,

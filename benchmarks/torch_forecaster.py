@@ -25,7 +25,7 @@ _TorchRegressor stands in for the attnx.TransformerRegressor the forecaster buil
   warm_start); otherwise a fit starts again from the initial weights.
 So with dropout=0 the twin trains the network attnx trains, up to rounding, which
 grows with the steps: in float64 the forecasts agree to ~1e-16 after a few epochs
-(tests/test_torch_forecaster.py) and to ~1e-8 after the default fit on the Nile
+(tests/project/test_torch_forecaster.py) and to ~1e-8 after the default fit on the Nile
 series (180 epochs); in float32 to ~1e-2 there, where the calibration run's choices
 (best check, blend weight) may also differ. With dropout > 0 the twin drops
 with torch's own masks (torch's global generator, seeded at the start of each fit):

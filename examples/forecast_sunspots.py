@@ -49,7 +49,7 @@ def timed(fn, *args, **kw):
 
 def checkout_twin():
     """(module, None) with the PyTorch twin's trainer from the attnx source checkout
-    this script sits in (examples/_common.py, which trains tests/seq_torch_twin.py's
+    this script sits in (examples/_common.py, which trains attnx/testing/torch_twin.py's
     network), or (None, why it is skipped) for a downloaded copy or without torch."""
     try:
         import torch

@@ -1,3 +1,6 @@
+"""Fixtures for every test folder. The shared helper modules are in tests/helpers/ (put on
+sys.path by pyproject's pytest `pythonpath`); the test files are imported by their path
+(--import-mode=importlib), never through sys.path, so two folders may hold files of one name."""
 import os
 
 import numpy as np
@@ -22,23 +25,3 @@ def torch():
 def rng():
     return np.random.default_rng(12345)
 
-
-def rel_err(a, b, floor=1e-300):
-    """max |a - b| / max |b| (a scale-aware relative error); `floor` bounds the
-    denominator for arrays that are zero in exact arithmetic."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), floor))
-
-
-def load_script(name, path):
-    """A script of benchmarks/ as a module under `name` (registered in sys.modules,
-    where dataclasses look their module up); its module level must import only the
-    standard library."""
-    import importlib.util
-    import sys
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod

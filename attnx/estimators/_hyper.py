@@ -267,7 +267,7 @@ def _same(rule: Constraint, default: Any) -> Param:
 
 #: THE table of the estimators' hyper-parameters, in the order of their signatures:
 #: the constructors (make_init), their validation (parameters_of, validate) and the
-#: checks of their docstrings (tests/test_parameters.py) all come from it, so a new
+#: checks of their docstrings (tests/estimators/test_parameters.py) all come from it, so a new
 #: hyper-parameter is one row here (and its paragraph in attnx.estimators._docs)
 PARAMETERS: dict[str, Param] = {
     "n_heads": Param(PositiveInt(), 1, 4),

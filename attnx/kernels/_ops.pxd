@@ -10,7 +10,7 @@
 #
 #       from attnx.kernels._ops cimport simd_attach, attnx_get_level, attnx_dispatched_levels
 #       simd_attach()                       # module level, before any kernel runs
-#       def dispatch_state():               # for tests/test_simd_levels.py
+#       def dispatch_state():               # for tests/kernels/test_simd_levels.py
 #           return attnx_get_level(), attnx_dispatched_levels()
 #
 #   This is the one dispatch mechanism (the fused attention kernels and AdamW use it

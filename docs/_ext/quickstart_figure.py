@@ -4,7 +4,7 @@ docs/_static/quickstart_forecast.png, the image the landing page shows.
 
     python docs/_ext/quickstart_figure.py      # needs attnx built, statsmodels, matplotlib
 
-It prints what the quick start prints. tests/test_docs_quickstart.py runs the same block.
+It prints what the quick start prints. tests/docs/test_docs_quickstart.py runs the same block.
 """
 import os
 import re

@@ -1,0 +1,1 @@
+"""Tests of the command line (attnx/__main__.py, `attnx forecast`)."""

@@ -1,0 +1,1 @@
+"""Tests of attnx.distributed (fits over MPI ranks) and of fits over Dask's worker processes."""

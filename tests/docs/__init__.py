@@ -1,0 +1,1 @@
+"""The documentation's code runs and agrees with the code (README, docs/)."""

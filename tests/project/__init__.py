@@ -1,0 +1,1 @@
+"""The project around the package: its structure rules, build, typing, benchmarks."""
