@@ -154,7 +154,7 @@ def test_nct_layout_ragged_lists_partial_fit_and_score():
     c = attnx.TransformerClassifier(**kw).partial_fit(Xn, y, classes=[0, 1])
     c.partial_fit(ragged, y)
     assert np.isfinite(c.predict_proba(Xn)).all() and c.n_iter_ == 2
-    reg = attnx.TransformerRegressor(**kw, validation_fraction=0.25).fit(ragged, y * 2.0)
+    reg = attnx.TransformerRegressor(**kw, options={"validation_fraction": 0.25}).fit(ragged, y * 2.0)
     assert np.isfinite(reg.score(ragged, y * 2.0))
 
 

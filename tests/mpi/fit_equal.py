@@ -146,24 +146,22 @@ def main():
     tmp = sys.argv[1]
     figures = {}
     _, figures["attention_val_es"] = run(lambda: attnx.AttentionRegressor(
-        2, epochs=8, batch_size=8, lr=0.01, validation_fraction=0.2, early_stopping=True,
-        n_iter_no_change=2, tol=0.05, random_state=1, dtype=np.float64,
-        distributed="exact"), 45)
+        2, epochs=8, batch_size=8, lr=0.01, random_state=1, dtype=np.float64, options={"validation_fraction": 0.2, "early_stopping": True, "n_iter_no_change": 2, "tol": 0.05, "distributed": "exact"}), 45)
     assert RANK != 0 or figures["attention_val_es"]["n_iter"] < 8  # early stopping acted
     _, figures["transformer_noshuffle"] = run(lambda: _transformer_0_2(
         2, n_layers=2, d_hidden=8, epochs=3, batch_size=6, lr=0.01, shuffle=False,
         random_state=2, dtype=np.float64), 38)
     _, figures["attention_partial_fit"] = run(lambda: attnx.AttentionRegressor(
-        1, batch_size=5, lr=0.01, random_state=3, dtype=np.float64, distributed="exact"), 29,
+        1, batch_size=5, lr=0.01, random_state=3, dtype=np.float64, options={"distributed": "exact"}), 29,
         method="partial_fit", epochs_pf=3)
     # random_state=None: every rank must still start from the same (rank 0's) weights
     _, figures["random_state_none"] = run(lambda: attnx.AttentionRegressor(
-        1, epochs=2, batch_size=5, random_state=None, dtype=np.float64, distributed="exact"),
+        1, epochs=2, batch_size=5, random_state=None, dtype=np.float64, options={"distributed": "exact"}),
         23, compare=False)
     # a Generator per rank, each in another state: rank 0's seeds still rule
     _, figures["random_state_generator"] = run(lambda: attnx.AttentionRegressor(
         1, epochs=2, batch_size=5, random_state=np.random.default_rng(RANK),
-        dtype=np.float64, distributed="exact"), 23, compare=False)
+        dtype=np.float64, options={"distributed": "exact"}), 23, compare=False)
     figures["checkpoint"] = checkpoint(os.path.join(tmp, "ckpt.safetensors"))
     if RANK == 0:
         print("RESULT " + json.dumps(dict(P=P, **figures)), flush=True)

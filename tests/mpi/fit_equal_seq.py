@@ -109,14 +109,14 @@ def main():
     Xm[rng.random(Xm.shape[:2]) < 0.25, 1] = np.nan
     Xm[:, 0] = X[:, 0]   # every sequence keeps an observed step
     f["missing_dense"] = run(lambda: attnx.AttentionClassifier(
-        missing="mask", standardize=True, pooling="max", **common), Xm, labels)
+        missing="mask", pooling="max", **common, options={"standardize": True}), Xm, labels)
     Xrm = [np.where(np.random.default_rng(i).random((len(x), 1)) < 0.25, np.nan, x)
            for i, x in enumerate(Xr)]
     for x, x0 in zip(Xrm, Xr):
         x[0] = x0[0]
     f["missing_ragged"] = run(lambda: attnx.AttentionRegressor(
-        missing="mask", standardize=True, d_model=8, **{k: v for k, v in common.items()
-                                                      if k != "d_model"}),
+        missing="mask", d_model=8, **{k: v for k, v in common.items()
+                                                      if k != "d_model"}, options={"standardize": True}),
         Xrm, np.array([x[:, 0].sum() for x in Xr]))
     # tokenizer="auto"'s short path: ragged univariate series resampled to the longest,
     # the short stem, and every training batch shifted in time by one draw per global
