@@ -82,7 +82,8 @@ def test_fit_on_trailing_nan_is_the_fit_on_the_shorter_sequences(arch):
     (positions, standardisation statistics, pooling), so both train the same weights."""
     X, y = _data()
     Xn, short = _trailing(X)
-    kw = {**TINY, **arch, "batch_size": len(X), "shuffle": False, "epochs": 4}
+    kw = {**TINY, **arch, "batch_size": len(X), "epochs": 4}
+    kw["options"] = {**kw.get("options", {}), "shuffle": False}
     a = attnx.TransformerClassifier(**kw, missing="mask").fit(Xn, y)
     b = attnx.TransformerClassifier(**kw).fit(short, y)
     np.testing.assert_allclose(a.input_mean_, b.input_mean_, rtol=1e-13, atol=1e-15)

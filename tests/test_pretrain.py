@@ -183,7 +183,7 @@ def series(n=40, t=80, c=1, seed=0):
 @pytest.mark.parametrize("tokenizer", ["patch", "ppv"])
 def test_classifier_pretrains_and_fits(tokenizer):
     X, y = series()
-    kw = dict(random_state=0, epochs=3, tokenizer=tokenizer, pretrain_epochs=6)
+    kw = dict(random_state=0, epochs=3, tokenizer=tokenizer, options={"pretrain_epochs": 6})
     a = attnx.TransformerClassifier(pretrain="masked", **kw).fit(X[:20], y[:20],
                                                                 X_unlabelled=X[20:])
     b = attnx.TransformerClassifier(pretrain="masked", **kw).fit(X[:20], y[:20],
@@ -261,7 +261,7 @@ def test_warm_start_does_not_pretrain_again():
 @pytest.mark.parametrize("value", ["bert", True, 1])
 def test_bad_pretrain(value):
     X, y = series(n=8)
-    with pytest.raises(ValueError, match="pretrain must be None or 'masked'.*got"):
+    with pytest.raises(ValueError, match=r"pretrain must be one of \(None, 'masked'\).*got"):
         attnx.TransformerClassifier(pretrain=value, epochs=1).fit(X, y)
 
 

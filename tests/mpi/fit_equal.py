@@ -24,16 +24,17 @@ import attnx
 
 #: the bare X -> Y transformer's settings (dropout 0 is needed with comm anyway)
 BARE = dict(d_model=None, positional="none", norm=None, dropout=0.0, epochs=100,
-            batch_size=32, n_iter_no_change=10, lr_schedule="constant", warmup=0.1,
-            max_grad_norm=None, decay="all", standardize=False, patch_len=1,
-            distributed="exact", stem=None, layout="ntc", missing="error",
-            instance_norm=None, instance_affine=False, tokenizer="patch", pretrain=None,
-            pretrain_epochs=None)
+            batch_size=32, patch_len=1, stem=None, layout="ntc", missing="error",
+            instance_norm=None, tokenizer="patch", pretrain=None,
+            options=dict(n_iter_no_change=10, lr_schedule="constant", warmup=0.1,
+                         max_grad_norm=None, decay="all", standardize=False,
+                         distributed="exact", instance_affine=False, pretrain_epochs=None))
 
 
 def _transformer_0_2(*args, **kw):
-    """TransformerRegressor with the bare model's settings."""
-    return attnx.TransformerRegressor(*args, **{**BARE, **kw})
+    """TransformerRegressor with the bare model's settings (options merged key by key)."""
+    options = {**BARE["options"], **(kw.pop("options", None) or {})}
+    return attnx.TransformerRegressor(*args, **{**BARE, **kw, "options": options})
 from attnx.distributed import Communicator
 
 COMM = MPI.COMM_WORLD
