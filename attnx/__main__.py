@@ -322,23 +322,25 @@ def _train(args: argparse.Namespace, comm: MPI.Intracomm | None = None) -> int:
             part = distributed.shard(X.shape[0], dist.rank, dist.size)
             X, Y = X[part], Y[part]  # this rank's samples; the rest is freed
     dist.setup(X.shape[0])
-    common = dict(causal=args.causal, bias=args.bias, rope=args.rope, epochs=args.epochs,
-                  batch_size=args.batch_size, lr=args.lr, betas=tuple(args.betas),
-                  eps=args.eps, weight_decay=args.weight_decay, shuffle=args.shuffle,
-                  validation_fraction=args.validation_fraction,
-                  early_stopping=args.early_stopping, n_iter_no_change=args.n_iter_no_change,
-                  tol=args.tol, random_state=args.seed, verbose=int(args.verbose),
-                  dtype=np.dtype(args.dtype).type,
-                  distributed="exact" if args.exact else "balanced")
+    options = dict(causal=args.causal, bias=args.bias, betas=tuple(args.betas), eps=args.eps,
+                   shuffle=args.shuffle, validation_fraction=args.validation_fraction,
+                   early_stopping=args.early_stopping, n_iter_no_change=args.n_iter_no_change,
+                   tol=args.tol, distributed="exact" if args.exact else "balanced")
+    common = dict(positional="rope" if args.rope else "none", epochs=args.epochs,
+                  batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+                  random_state=args.seed, verbose=int(args.verbose),
+                  dtype=np.dtype(args.dtype).type)
     est: AttentionRegressor | TransformerRegressor
     if args.model == "transformer":
         # the bare X -> Y transformer, as the command always trained
         est = TransformerRegressor(args.n_heads, args.n_layers, args.d_hidden, **common,
-                                   d_model=None, positional="none", norm=None, dropout=0.0,
-                                   lr_schedule="constant", max_grad_norm=None, decay="all",
-                                   standardize=False, patch_len=1, instance_norm=None)
+                                   d_model=None, norm=None, dropout=0.0, patch_len=1,
+                                   instance_norm=None,
+                                   options={**options, "lr_schedule": "constant",
+                                            "max_grad_norm": None, "decay": "all",
+                                            "standardize": False})
     else:
-        est = AttentionRegressor(args.n_heads, **common)
+        est = AttentionRegressor(args.n_heads, **common, options=options)
     start = time.perf_counter()
     est.fit(X, Y, comm=comm)
     seconds = time.perf_counter() - start

@@ -149,7 +149,8 @@ def _loss_name(obj: object) -> str:
         return "loss"
     params = get_params()
     if getattr(obj, "_estimator_type", None) == "classifier":
-        smoothing = params.get("label_smoothing") or 0.0
+        options = params.get("options")
+        smoothing = (options or {}).get("label_smoothing") or 0.0
         return "cross-entropy loss" + (f" (label smoothing {smoothing:g})" if smoothing
                                        else "")
     name = params.get("loss", "squared_error")

@@ -112,13 +112,13 @@ BEST = dict(
     select_epochs=True,
     params=dict(d_model=32, n_heads=4, n_layers=2, d_hidden=None, positional="sinusoidal",
                 norm="pre", pooling="mean", dropout=0.1, lr=1e-3, weight_decay=0.01,
-                n_iter_no_change=1_000_000,
                 # the harness does the patching, the tokens and the scaling; the
                 # estimator's recipe (warm-up and cosine decay, clipping, decay on the
                 # weight matrices only), which the PyTorch twin reproduces
-                standardize=False, patch_len=1, lr_schedule="warmup_cosine", warmup=0.1,
-                max_grad_norm=1.0, decay="matrices", instance_norm=None,
-                tokenizer="patch"),
+                patch_len=1, instance_norm=None, tokenizer="patch",
+                options=dict(n_iter_no_change=1_000_000, standardize=False,
+                             lr_schedule="warmup_cosine", warmup=0.1, max_grad_norm=1.0,
+                             decay="matrices")),
 )
 
 DEV = ["ACSF1", "OSULeaf", "UnitTest", "JapaneseVowels", "Coffee", "PigCVP",
@@ -566,7 +566,9 @@ def run_torch_twin(d, seed, quick, cfg):
     torch.manual_seed(seed)
     Xtr, Xte, ytr, y_back = preprocess(d, cfg)
     est = _best_estimator(d, cfg, seed, quick, len(Xtr))
-    p = est.get_params()
+    from attnx.estimators._hyper import resolve_options
+    # every setting the fit used: the parameters and each option (given or default)
+    p = {**est.get_params(), **resolve_options(type(est).__name__, est.options)}
     init = initial_model(est, for_attnx(Xtr), ytr)
     xtr = [x.astype(np.float32) for x in Xtr]
     if d.task == "classify":

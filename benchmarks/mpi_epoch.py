@@ -44,15 +44,17 @@ def _make(name, dtype, mode):
     import attnx
 
     kind, h, layers, hidden, _, _, bs = MODELS[name]
-    common = dict(batch_size=bs, lr=1e-3, random_state=0, dtype=dtype, distributed=mode)
+    common = dict(batch_size=bs, lr=1e-3, random_state=0, dtype=dtype, options={"distributed": mode})
     if kind == "attention":
         return attnx.AttentionRegressor(h, **common)
     # the bare X -> Y Transformer (no dropout, which comm refuses, no schedule, no
     # standardisation), as this benchmark always timed
     bare = dict(d_model=None, positional="none", norm=None, dropout=0.0, epochs=100,
-                n_iter_no_change=10, lr_schedule="constant", max_grad_norm=None,
-                decay="all", standardize=False, patch_len=1, instance_norm=None)
-    return attnx.TransformerRegressor(h, layers, hidden, **{**bare, **common})
+                patch_len=1, instance_norm=None)
+    options = dict(n_iter_no_change=10, lr_schedule="constant", max_grad_norm=None,
+                   decay="all", standardize=False, distributed=mode)
+    return attnx.TransformerRegressor(h, layers, hidden, **{**bare, **common},
+                                      options=options)
 
 
 def worker(args):

@@ -93,7 +93,7 @@ CASES = {
     "reg_ragged": _regressor(_ragged=True),
     "reg_per_position": _regressor(_per_position=True),
     "reg_same_shape": _regressor(_same_shape=True),
-    "reg_quantiles": _regressor(loss="pinball", quantiles=(0.9,)),
+    "reg_quantiles": _regressor(loss="pinball", options={"quantiles": (0.9,)}),
     "reg_revin": _regressor(_same_shape=True, instance_norm="revin"),
     "reg_huber_float64": _regressor(loss="huber", dtype="float64"),
     "fc_auto": _forecaster(),

@@ -54,6 +54,7 @@ import attnx  # noqa: E402
 from attnx.testing.torch_twin import SeqTwin  # noqa: E402
 from attnx.estimators._batches import batch_plan  # noqa: E402
 from attnx.estimators._training import seeds  # noqa: E402
+from attnx.estimators._hyper import resolve_options  # noqa: E402
 from attnx.layers.schedules import estimator_schedule  # noqa: E402
 
 __all__ = ["TorchForecaster"]
@@ -101,7 +102,9 @@ class _TorchRegressor:
         return self
 
     def fit(self, X, y):
-        p = self.regressor.get_params()
+        # every setting the fit uses: the parameters and each option (given or default)
+        p = {**self.regressor.get_params(),
+             **resolve_options(type(self.regressor).__name__, self.regressor.options)}
         if not (p["warm_start"] and hasattr(self, "twin_")):
             self._start(X, y, p)
         self._train(X, np.asarray(y, np.float64).reshape(len(X), -1), p)

@@ -116,10 +116,10 @@ def main(argv=None):
     net = TransformerRegressor(
         n_heads=a.n_heads, n_layers=a.n_layers, d_hidden=a.d_hidden, d_model=a.d_model,
         positional="sinusoidal", norm="pre", pooling="mean", dropout=a.dropout,
-        max_len=pf.N_TOKENS, epochs=a.epochs, batch_size=a.batch_size, lr=a.lr,
-        weight_decay=0.01, random_state=a.seed, standardize=False, patch_len=1,
-        instance_norm=None, missing="mask", lr_schedule="warmup_cosine", warmup=0.05,
-        loss=a.loss, verbose=0)
+        epochs=a.epochs, batch_size=a.batch_size, lr=a.lr, weight_decay=0.01,
+        random_state=a.seed, patch_len=1, instance_norm=None, missing="mask", loss=a.loss,
+        verbose=0, options={"max_len": pf.N_TOKENS, "standardize": False,
+                            "lr_schedule": "warmup_cosine", "warmup": 0.05})
     t1 = time.perf_counter()
     net.fit(x, y)
     train_s = time.perf_counter() - t1

@@ -106,9 +106,10 @@ Xt = [((x - mu) / sd).astype(np.float32) for x in Xt_raw]
 
 hp = dict(n_heads=4, n_layers=2, d_model=32, norm="pre", positional="sinusoidal",
           pooling="mean", epochs=40, batch_size=16, lr=2e-3, weight_decay=0.01,
-          n_iter_no_change=40, random_state=0,  # all 40 epochs, as the twin
-          dropout=0.0, lr_schedule="constant", max_grad_norm=None, decay="all",
-          standardize=False, patch_len=1)
+          random_state=0, dropout=0.0, patch_len=1,
+          options=dict(n_iter_no_change=40,   # all 40 epochs, as the twin
+                       lr_schedule="constant", max_grad_norm=None, decay="all",
+                       standardize=False))
 fixed = attnx.TransformerClassifier(**hp)
 _, t_fixed = timed(fixed.fit, X, y)
 acc_fixed = fixed.score(Xt, yt)

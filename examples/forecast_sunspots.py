@@ -115,9 +115,10 @@ Xtr, ytr, Xte, yte = Xs[train], ys[train], Xs[~train], y[~train]
 
 hp = dict(n_heads=4, n_layers=2, d_model=32, norm="pre", positional="sinusoidal",
           pooling="last", epochs=150, batch_size=16, lr=1e-3, weight_decay=0.01,
-          n_iter_no_change=150, random_state=0,  # all 150 epochs, as the twin
-          dropout=0.0, lr_schedule="constant", max_grad_norm=None, decay="all",
-          standardize=False, patch_len=1, instance_norm=None)
+          random_state=0, dropout=0.0, patch_len=1, instance_norm=None,
+          options=dict(n_iter_no_change=150,   # all 150 epochs, as the twin
+                       lr_schedule="constant", max_grad_norm=None, decay="all",
+                       standardize=False))
 fixed = attnx.TransformerRegressor(**hp)
 _, t_fixed = timed(fixed.fit, Xtr, ytr)
 p_fixed = fixed.predict(Xte) * sd + mu

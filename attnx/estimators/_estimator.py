@@ -19,7 +19,7 @@ from ._ppv_tokens import POSITION_SCALE, RAGGED_TOKENS, PPVTokens, ragged as _ra
 from ._base import EstimatorParams, sklearn_class
 from ._auto_choices import AutoChoices
 from ._inference import Inference
-from ._hyper import ESTIMATOR_NAMES, Config, make_init, parameters_of, validate
+from ._hyper import ESTIMATOR_NAMES, Config, option, parameters_of, validate
 from ._networks import Network, SequenceNetwork, network_of
 from ..runtime._progress import phase_name
 from . import _snapshots
@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from typing import Union
 
     from numpy.typing import ArrayLike, DTypeLike, NDArray
-    from typing_extensions import Self, Unpack
+    from typing_extensions import Self
 
-    from ._hyper import Constraint, HyperParameters, Norm, Pooling, Positional
+    from ._hyper import Constraint
     from ._networks import BareClass, Model
     from ..runtime._typing import AnyArray, FloatArray, IntArray, RandomStateLike
 
@@ -60,15 +60,12 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     _parameter_constraints: ClassVar[dict[str, Constraint]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """An estimator the table of hyper-parameters names (attnx.estimators._hyper:
-        PARAMETERS) gets its constructor and its constraints from it."""
+        """An estimator the parameter table names (attnx.estimators._hyper: PARAMETERS)
+        gets its constraints from it (its constructor is written out in its module)."""
         super().__init_subclass__(**kwargs)
         if cls.__name__ in ESTIMATOR_NAMES and cls.__module__.startswith(__package__ + "."):
-            setattr(cls, "__init__", make_init(cls.__name__))
             cls._parameter_constraints = parameters_of(cls.__name__)
 
-    if TYPE_CHECKING:   # the estimators' signatures are make_init's, from the table
-        def __init__(self, *args: Any, **kwargs: Unpack[HyperParameters]) -> None: ...
     #: the bare X -> Y network of the original regressors
     _bare_class: ClassVar[BareClass | None] = None
     #: whether tokenizer="auto" may pick PPV tokens (the classifiers)
@@ -76,39 +73,11 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     #: whether epochs=None chooses the epochs on held-out samples (the regressors)
     _epoch_selection: ClassVar[bool] = False
 
-    # hyper-parameters, as given to the constructor (validated at fit)
-    n_heads: int
-    d_model: int | None
-    positional: Positional
-    norm: Norm
-    pooling: Pooling
-    d_hidden: int | None
-    dropout: float
-    max_len: int | None
-    stem: Any   # None or ((kernel, stride), ...), see attnx.layers._stem
-    tokenizer: str   # "auto", "patch" or "ppv" (attnx.estimators._ppv_tokens)
-    instance_norm: str | None   # None, "input" or "revin" (attnx.layers._instance_norm)
-    instance_affine: bool
-    causal: bool
-    bias: bool
-    rope: bool
-    epochs: int
-    batch_size: int
-    lr: float
-    betas: tuple[float, float]
-    eps: float
-    weight_decay: float
-    shuffle: bool
-    validation_fraction: float
-    early_stopping: bool
-    n_iter_no_change: int
-    tol: float
-    warm_start: bool
-    max_iter: int | None
-    learning_rate_init: float | None
+    # the parameters this shared code reads as given (each constructor, written out in
+    # classifiers.py / regressors.py, stores them all; validated at fit)
+    tokenizer: str
     random_state: RandomStateLike
-    verbose: int
-    dtype: DTypeLike  # float32 or float64 in any spelling np.dtype accepts
+    options: Mapping[str, Any] | None
 
     # fitted attributes
     model_: Model
@@ -573,7 +542,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         np.copyto(model.params.flat, params)
         opt = AdamW(model.params, lr=opt_hyper["lr"], betas=tuple(opt_hyper["betas"]),
                     eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"],
-                    decay=self.__dict__.get("decay", "all"))
+                    decay=option(self, "decay"))
         opt.load_state_dict(opt_state)
         self.model_, self.optimizer_, self._spec = model, opt, spec
 

@@ -27,7 +27,9 @@ from ..runtime._version import __version__
 FORMAT = "attnx-estimator"
 #: the layout of the arrays and config this attnx writes (estimators, forecasters and the
 #: pretrained network alike); raised when it changes, and files of other versions refused
-FORMAT_VERSION = 2          # 1 was an .npz layout of the development before 0.1.0, never released
+# 1 was an .npz layout of the development before 0.1.0, never released; 2 stored the
+# estimators' parameters before the rarely changed ones became keys of `options`
+FORMAT_VERSION = 3
 SUPPORTED_VERSIONS = (FORMAT_VERSION,)
 
 # a header larger than this is not one attnx wrote (its own are a few kB)
@@ -148,11 +150,14 @@ def _check_version(meta: dict[str, str]) -> None:
                            f"metadata), which is not supported: {reads}")
     writer = meta.get("attnx_version")
     notes = [f"written by attnx {writer}"] if isinstance(writer, str) else []
-    if found.isdigit() and int(found) > max(SUPPORTED_VERSIONS):
+    newer = found.isdigit() and int(found) > max(SUPPORTED_VERSIONS)
+    if newer:
         notes.append("a newer format than this attnx knows")
     why = f" ({'; '.join(notes)})" if notes else ""
+    todo = ("" if newer else "; refit the model with this attnx and save it again (older "
+            "formats are not converted)")
     raise _FormatError(f"has model file format version {found!r}, which is not supported: "
-                       f"{reads}{why}")
+                       f"{reads}{why}{todo}")
 
 
 def _check_header(raw: bytes) -> dict[str, Any]:

@@ -148,8 +148,9 @@ class BareNetwork(Network):
 
     def fits(self, cfg: Config) -> bool:
         """Whether the settings ask for nothing the bare network lacks (no width,
-        positions, norm, dropout or max_len; an MLP width for a Transformer only)."""
-        return (cfg.d_model is None and cfg.positional == "none" and cfg.norm is None
+        positions other than rotary ones, norm, dropout or max_len; an MLP width for a
+        Transformer only)."""
+        return (cfg.d_model is None and cfg.positional in ("none", "rope") and cfg.norm is None
                 and cfg.dropout == 0 and cfg.max_len is None and cfg.stem is None
                 and cfg.instance_norm in (None, "auto")
                 and (issubclass(self.cls, Transformer) or cfg.d_hidden is None))

@@ -18,7 +18,7 @@ from ._inference import ExportSpec
 from ._batches import Batch
 from ..layers.losses import log_softmax
 from ._batch_losses import classification_batch_loss
-from ._docs import _COMMON_DOC
+from ._docs import docstring
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ._estimator import Prepared
-    from ._hyper import Config
+    from ._hyper import Config, InstanceNorm, Norm, Pooling, Positional
     from ._networks import Network
-    from ..runtime._typing import AnyArray, FloatArray, IntArray
+    from ..layers._stem import Stem
+    from ..runtime._typing import AnyArray, FloatArray, IntArray, RandomStateLike
 
     F64Array = NDArray[np.float64]
     #: class_weight: None, "balanced" or a dict label -> weight.
@@ -167,31 +168,90 @@ class _Classifier(ClassifierParams, SequenceEstimator):
 
 
 class AttentionClassifier(_Classifier):
-    __doc__ = """A SequenceModel with one transformer block (attention and its SiLU MLP) trained
-    with softmax cross-entropy: labels per sequence (y (n,), pooled) or per position
-    (y (n, T)). Labels may be any sortable type; classes_ holds them sorted.
+    __doc__ = docstring("AttentionClassifier", """
+    A SequenceModel with one transformer block (attention and its SiLU MLP) trained with
+    softmax cross-entropy: labels per sequence (y (n,), pooled) or per position (y (n,
+    T)). Labels may be any sortable type; classes_ holds them sorted.""", """
+    classes_, and those of AttentionRegressor.""")
 
-    Parameters
-    ----------""" + _COMMON_DOC + """
-    class_weight : None, "balanced" (n_labels / (n_classes * count of the class),
-        counted in fit's y, or in each partial_fit call's y) or a dict label -> weight
-        (missing labels weigh 1); multiplies sample_weight in the loss.
-    label_smoothing : e in [0, 1): the targets are (1 - e) onehot + e / n_classes.
-
-    Fitted attributes: classes_, and those of AttentionRegressor.
-    """
-
+    def __init__(self, n_heads: int = 1, *, d_hidden: int | None = None,
+                 d_model: int | None = None, positional: Positional = "none",
+                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
+                 epochs: int | None = 100, batch_size: int = 32, lr: float = 1e-3,
+                 weight_decay: float = 0.01, warm_start: bool = False,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32, patch_len: int | None = 1,
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 tokenizer: str = "patch", class_weight: ClassWeight = None,
+                 pretrain: str | None = None,
+                 options: Mapping[str, Any] | None = None) -> None:
+        self.n_heads = n_heads
+        self.d_hidden = d_hidden
+        self.d_model = d_model
+        self.positional = positional
+        self.norm = norm
+        self.pooling = pooling
+        self.dropout = dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
+        self.dtype = dtype
+        self.patch_len = patch_len
+        self.stem = stem
+        self.layout = layout
+        self.missing = missing
+        self.instance_norm = instance_norm
+        self.tokenizer = tokenizer
+        self.class_weight = class_weight
+        self.pretrain = pretrain
+        self.options = options
 
 
 class TransformerClassifier(_Classifier):
-    __doc__ = """A SequenceModel of n_layers transformer blocks trained with softmax
-    cross-entropy; otherwise as AttentionClassifier.
+    __doc__ = docstring("TransformerClassifier", """
+    A SequenceModel of n_layers transformer blocks trained with softmax cross-entropy;
+    otherwise as AttentionClassifier.""", """
+    classes_, and those of AttentionRegressor.""")
 
-    Parameters
-    ----------
-    n_layers : number of transformer blocks.""" + _COMMON_DOC + """
-    class_weight, label_smoothing : as for AttentionClassifier.
-    """
-
-    n_layers: int
-
+    def __init__(self, n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None, *,
+                 d_model: int | None = 32, positional: Positional = "sinusoidal",
+                 norm: Norm = "pre", pooling: Pooling = "mean", dropout: float = 0.1,
+                 epochs: int | None = None, batch_size: int = 16, lr: float = 1e-3,
+                 weight_decay: float = 0.01, warm_start: bool = False,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32, patch_len: int | None = None,
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 tokenizer: str = "auto", class_weight: ClassWeight = None,
+                 pretrain: str | None = None,
+                 options: Mapping[str, Any] | None = None) -> None:
+        self.n_heads = n_heads
+        self.n_layers = n_layers
+        self.d_hidden = d_hidden
+        self.d_model = d_model
+        self.positional = positional
+        self.norm = norm
+        self.pooling = pooling
+        self.dropout = dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
+        self.dtype = dtype
+        self.patch_len = patch_len
+        self.stem = stem
+        self.layout = layout
+        self.missing = missing
+        self.instance_norm = instance_norm
+        self.tokenizer = tokenizer
+        self.class_weight = class_weight
+        self.pretrain = pretrain
+        self.options = options

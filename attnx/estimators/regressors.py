@@ -14,11 +14,10 @@ of positional / norm / dropout / max_len (nor d_hidden for AttentionRegressor)
 set, the regressors train the bare MultiHeadAttention / Transformer that maps X to
 Y directly, as before, bit for bit.
 
-Canonical spellings: epochs and lr (attnx's and PyTorch's words, used by the
-command line and the model files); scikit-learn's max_iter and learning_rate_init
-are accepted as aliases (None = not given; giving both spellings different values
-is an error). scikit-learn is not needed at run time (see _base.py), yet clone,
-cross_val_score and GridSearchCV work on 3-D arrays.
+The settings are spelled epochs and lr (attnx's and PyTorch's words, used by the
+command line and the model files); the rarely changed ones are keys of `options`
+(attnx.estimators._hyper). scikit-learn is not needed at run time (see _base.py), yet
+clone, cross_val_score and GridSearchCV work on 3-D arrays.
 """
 from __future__ import annotations
 
@@ -34,23 +33,22 @@ from ._batches import Batch
 from ..layers.attention import MultiHeadAttention
 from ._batch_losses import regression_batch_loss
 from ..layers.transformer import Transformer
-from ._docs import _COMMON_DOC, _LOSS_DOC
+from ._docs import docstring
+from ._hyper import option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Literal, Union
 
     from numpy.typing import ArrayLike, DTypeLike, NDArray
     from typing_extensions import Self
 
     from ._estimator import Prepared
-    from ._hyper import Config
+    from ._hyper import Config, InstanceNorm, Norm, Pooling, Positional
     from ._networks import Network
-    from ..runtime._typing import FloatArray, IntArray
+    from ..layers._stem import Stem
+    from ..runtime._typing import FloatArray, IntArray, RandomStateLike
 
     F64Array = NDArray[np.float64]
-    #: class_weight: None, "balanced" or a dict label -> weight.
-    ClassWeight = Union[None, Literal["balanced"], Mapping[Any, float]]
 
 __all__ = ["AttentionRegressor", "TransformerRegressor"]
 
@@ -98,7 +96,7 @@ class _Regressor(SequenceEstimator):
         return k or 1
 
     def _note_outputs(self, n_out: int) -> None:
-        q = self.get_params()["quantiles"]
+        q = option(self, "quantiles")
         if q is not None and np.size(q) != n_out:
             raise ValueError(f"quantiles must give one level per output column of y "
                              f"({n_out}), got {np.size(q)}")
@@ -171,37 +169,103 @@ class _Regressor(SequenceEstimator):
 
 
 class AttentionRegressor(_Regressor):
-    __doc__ = """One attention layer trained as a regressor.
+    __doc__ = docstring("AttentionRegressor", """
+    One attention layer trained as a regressor.
 
     With d_model=None and y of X's shape: Y = MultiHeadAttention(X), as before. In
     every other case (sequence-level y, d_model set, a new option set): a
     SequenceModel with ONE transformer block (attention and its SiLU MLP, whose
-    width is d_hidden), between the input embedding and the output head.
-
-    Parameters
-    ----------""" + _COMMON_DOC + _LOSS_DOC + """
-    Fitted attributes: model_, optimizer_, shuffle_rng_, n_features_in_,
-    n_outputs_ (sequence model), n_iter_ (completed epochs), loss_curve_ (mean
-    training loss per epoch), best_loss_, with validation
-    validation_loss_curve_ and best_validation_loss_, and after epochs=None's
-    held-out run epoch_selection_ (dict: epochs trained, budget, held_out_epochs,
-    best_epoch, held_out_r2, strong, held_out_loss per epoch).
-    """
+    width is d_hidden), between the input embedding and the output head.""", """
+    model_, optimizer_, shuffle_rng_, n_features_in_, n_outputs_
+    (sequence model), n_iter_ (completed epochs), loss_curve_ (mean training loss per
+    epoch), best_loss_, with validation validation_loss_curve_ and
+    best_validation_loss_, and after epochs=None's held-out run epoch_selection_ (dict:
+    epochs trained, budget, held_out_epochs, best_epoch, held_out_r2, strong,
+    held_out_loss per epoch).""")
 
     _bare_class = MultiHeadAttention
 
+    def __init__(self, n_heads: int = 1, *, d_hidden: int | None = None,
+                 d_model: int | None = None, positional: Positional = "none",
+                 norm: Norm = None, pooling: Pooling = "mean", dropout: float = 0.0,
+                 epochs: int | None = 100, batch_size: int = 32, lr: float = 1e-3,
+                 weight_decay: float = 0.01, warm_start: bool = False,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32, patch_len: int | None = 1,
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error", instance_norm: InstanceNorm = None,
+                 tokenizer: str = "patch", loss: str = "squared_error",
+                 pretrain: str | None = None,
+                 options: Mapping[str, Any] | None = None) -> None:
+        self.n_heads = n_heads
+        self.d_hidden = d_hidden
+        self.d_model = d_model
+        self.positional = positional
+        self.norm = norm
+        self.pooling = pooling
+        self.dropout = dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
+        self.dtype = dtype
+        self.patch_len = patch_len
+        self.stem = stem
+        self.layout = layout
+        self.missing = missing
+        self.instance_norm = instance_norm
+        self.tokenizer = tokenizer
+        self.loss = loss
+        self.pretrain = pretrain
+        self.options = options
+
 
 class TransformerRegressor(_Regressor):
-    __doc__ = """A transformer (n_layers blocks of attention + SiLU MLP with residuals) trained
-    as a regressor: the bare Transformer for y of X's shape with d_model=None, else
-    a SequenceModel of n_layers blocks.
-
-    Parameters
-    ----------
-    n_layers : number of transformer blocks.""" + _COMMON_DOC + _LOSS_DOC + """
-    Fitted attributes as for AttentionRegressor.
-    """
-
-    n_layers: int
+    __doc__ = docstring("TransformerRegressor", """
+    A transformer (n_layers blocks of attention + SiLU MLP with residuals) trained as a
+    regressor: the bare Transformer for y of X's shape with d_model=None, else a
+    SequenceModel of n_layers blocks.""", """
+    as for AttentionRegressor.""")
 
     _bare_class = Transformer
+
+    def __init__(self, n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None, *,
+                 d_model: int | None = 32, positional: Positional = "sinusoidal",
+                 norm: Norm = "pre", pooling: Pooling = "mean", dropout: float = 0.1,
+                 epochs: int | None = None, batch_size: int = 16, lr: float = 1e-3,
+                 weight_decay: float = 0.01, warm_start: bool = False,
+                 random_state: RandomStateLike = None, verbose: int = 0,
+                 dtype: DTypeLike = np.float32, patch_len: int | None = None,
+                 stem: Stem | str | None = None, layout: str = "ntc",
+                 missing: str = "error", instance_norm: InstanceNorm = "auto",
+                 tokenizer: str = "patch", loss: str = "squared_error",
+                 pretrain: str | None = None,
+                 options: Mapping[str, Any] | None = None) -> None:
+        self.n_heads = n_heads
+        self.n_layers = n_layers
+        self.d_hidden = d_hidden
+        self.d_model = d_model
+        self.positional = positional
+        self.norm = norm
+        self.pooling = pooling
+        self.dropout = dropout
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
+        self.dtype = dtype
+        self.patch_len = patch_len
+        self.stem = stem
+        self.layout = layout
+        self.missing = missing
+        self.instance_norm = instance_norm
+        self.tokenizer = tokenizer
+        self.loss = loss
+        self.pretrain = pretrain
+        self.options = options

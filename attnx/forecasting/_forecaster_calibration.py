@@ -80,6 +80,7 @@ class ConformalIntervals:
             return [xin[i] for i in ix] if isinstance(xin, list) else xin[ix]
         model = self._regressor(len(pick), n_tok, seed, tgt.shape[1])
         total = model.epochs
+        assert total is not None   # _regressor always sets the epochs
         chunk = max(1, total // _CHECKS)
         model.set_params(epochs=chunk, warm_start=True)
         x_fit, x_held, y_fit = sub(pick), sub(held), self._repeat_levels(tgt[pick])

@@ -1,58 +1,25 @@
-"""TransformerForecaster's parameters, in one table: the constructor (its signature and
-defaults), the checks fit runs first and the types a user's type checker sees come from
-it (a new parameter is one row here, one line of ForecasterParameters, and its entry in
-the class docstring, which a test requires)."""
+"""TransformerForecaster's parameters, declared once: PARAMETERS (each one's default,
+rule and line of documentation). The checks fit runs first and the Parameters section of
+the class docstring come from it; the constructor is written out in forecaster.py
+(tests/estimators/test_parameters.py checks its names and defaults against the table)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypedDict
+import textwrap
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..estimators._docs import notes, parameters_section
 from ..estimators._hyper import (Bool, Constraint, Dtype, OneOf, PositiveInt, Real, Unchecked,
-                                 Verbose, build_init)
+                                 Verbose)
 from ..runtime._params import check_int
 from ._candidates import is_candidate
 from ._forecaster_auto import METHODS
-
-if TYPE_CHECKING:
-    import numpy.typing as npt
-
-    from ..runtime._typing import RandomStateLike
 
 #: intervals="quantile": the levels the network learns unless quantile_levels says
 QUANTILE_LEVELS = (0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95)
 BASELINES = ("auto", "seasonal_naive", "seasonal_mean", "combined", "none")
 INTERVALS = ("conformal", "quantile", None)
-
-
-class ForecasterParameters(TypedDict, total=False):
-    """The types of TransformerForecaster's parameters (its keyword arguments)."""
-
-    horizon: int
-    window: int | None
-    patch_len: int | None
-    patch_stride: int | None
-    season: int | None
-    baseline: str
-    d_model: int
-    n_heads: int
-    n_layers: int
-    d_hidden: int | None
-    dropout: float
-    channel_independent: bool
-    intervals: str | None
-    quantile_levels: Any
-    calibration: int | None
-    steps: int
-    epochs: int | None
-    batch_size: int
-    lr: float
-    weight_decay: float
-    random_state: RandomStateLike
-    verbose: int
-    dtype: npt.DTypeLike
-    method: str | None
-    n_jobs: int | None
 
 
 class AtLeast(Constraint):
@@ -65,6 +32,9 @@ class AtLeast(Constraint):
         if value is None and self.optional:
             return None
         return check_int(name, value, self.lo)
+
+    def describe(self) -> str:
+        return f"None or int >= {self.lo}" if self.optional else f"int >= {self.lo}"
 
 
 class Jobs(Constraint):
@@ -81,6 +51,9 @@ class Jobs(Constraint):
                              f"this process only), got {int(value)}")
         return check_int(name, value, 1)
 
+    def describe(self) -> str:
+        return "None, -1 or int >= 1"
+
 
 class Method(Constraint):
     """None (chosen at fit), "network", "auto" or the name of one classical candidate."""
@@ -93,52 +66,77 @@ class Method(Constraint):
                              f"got {value!r}")
         return value
 
+    def describe(self) -> str:
+        return 'None, "network", "auto" or a candidate\'s name'
 
-#: name -> (default, rule), in the constructor's order (horizon is positional);
-#: quantile_levels is checked with intervals="quantile" only (TransformerForecaster._check)
-PARAMETERS: dict[str, tuple[Any, Constraint]] = {
-    "horizon": (1, AtLeast(1)),
-    "window": (None, AtLeast(1, optional=True)),
-    "patch_len": (None, AtLeast(1, optional=True)),
-    "patch_stride": (None, AtLeast(1, optional=True)),
-    "season": (None, AtLeast(1, optional=True)),
-    "baseline": ("auto", OneOf(BASELINES, "{name} must be one of {options}, got {value!r}")),
-    "d_model": (64, PositiveInt()),
-    "n_heads": (4, PositiveInt()),
-    "n_layers": (2, PositiveInt()),
-    "d_hidden": (None, PositiveInt(optional=True)),
-    "dropout": (0.1, Real(0.0, 1.0, "in [0, 1)")),
-    "channel_independent": (True, Bool()),
-    "intervals": ("conformal", OneOf(INTERVALS, "{name} must be one of {options}, "
-                                                "got {value!r}")),
-    "quantile_levels": (QUANTILE_LEVELS, Unchecked()),
-    "calibration": (None, AtLeast(1, optional=True)),
-    "steps": (500, AtLeast(1)),
-    "epochs": (None, AtLeast(1, optional=True)),
-    "batch_size": (32, AtLeast(1)),
-    "lr": (1e-3, Unchecked()),            # with weight_decay: AdamW's checks, at fit
-    "weight_decay": (0.01, Unchecked()),
-    "random_state": (None, Unchecked()),  # where the seeds are drawn
-    "verbose": (0, Verbose()),
-    "dtype": (np.float32, Dtype()),
-    "method": (None, Method()),
-    "n_jobs": (None, Jobs()),
+
+class Row(NamedTuple):
+    """One parameter: its default, its rule and its line of documentation."""
+
+    default: Any
+    rule: Constraint
+    doc: str
+
+
+#: name -> Row, in the constructor's order (horizon is positional); quantile_levels is
+#: checked with intervals="quantile" only (TransformerForecaster._check)
+PARAMETERS: dict[str, Row] = {
+    "horizon": Row(1, AtLeast(1), "How many steps ahead to forecast (all at once)."),
+    "window": Row(None, AtLeast(1, optional=True), "Context length (None: chosen from the "
+                  "data; see Notes)."),
+    "patch_len": Row(None, AtLeast(1, optional=True), "Patch size (None: clip(window // 8, "
+                     "1, 16))."),
+    "patch_stride": Row(None, AtLeast(1, optional=True), "Patch step (None: half of "
+                        "patch_len: half-overlapping patches)."),
+    "season": Row(None, AtLeast(1, optional=True), "Seasonal period (1: none; None: from "
+                  "the index's frequency or the data; see Notes)."),
+    "baseline": Row("auto", OneOf(BASELINES), "What the network forecasts the residual "
+                    "from (see Notes)."),
+    "d_model": Row(64, PositiveInt(), "The transformer's width."),
+    "n_heads": Row(4, PositiveInt(), "Attention heads per layer."),
+    "n_layers": Row(2, PositiveInt(), "Transformer blocks."),
+    "d_hidden": Row(None, PositiveInt(optional=True), "Width of each block's MLP (None: 4 * "
+                    "d_model)."),
+    "dropout": Row(0.1, Real(0.0, 1.0, "in [0, 1)"), "Dropout in training."),
+    "channel_independent": Row(True, Bool(), "Multivariate y as separate series through "
+                               "one model."),
+    "intervals": Row("conformal", OneOf(INTERVALS), "Prediction intervals: split-conformal, "
+                     "learned quantiles calibrated conformally (CQR), or none."),
+    "quantile_levels": Row(QUANTILE_LEVELS, Unchecked("sequence of floats in (0, 1)"),
+                           "With intervals=\"quantile\": the levels the network learns "
+                           "(0.5 is added when missing)."),
+    "calibration": Row(None, AtLeast(1, optional=True), "Origins per series kept for "
+                       "calibration (None: about 200 calibration windows in all)."),
+    "steps": Row(500, AtLeast(1), "Optimizer steps to train for when epochs is None (see "
+                 "Notes)."),
+    "epochs": Row(None, AtLeast(1, optional=True), "Passes over the windows (None: from "
+                  "steps)."),
+    "batch_size": Row(32, AtLeast(1), "Windows per AdamW step."),
+    "lr": Row(1e-3, Unchecked("float >= 0"), "AdamW's learning rate (constant)."),
+    "weight_decay": Row(0.01, Unchecked("float >= 0"), "AdamW's weight decay, on the weight "
+                        "matrices only."),
+    "random_state": Row(None, Unchecked("None, int, numpy Generator or RandomState"),
+                        "Seeds the network's weights, shuffling and calibration split."),
+    "verbose": Row(0, Verbose(), "0: silent; 1: a progress bar per phase."),
+    "dtype": Row(np.float32, Dtype(), "The network's dtype."),
+    "method": Row(None, Method(), "What forecasts: the network, classical candidates chosen "
+                  "per series (\"auto\"), one candidate, or None (see Notes)."),
+    "n_jobs": Row(None, Jobs(), "Worker processes of the classical path (None: this "
+                  "process; -1: one per CPU)."),
 }
-POSITIONAL = ("horizon",)
 
 
-def signature() -> list[tuple[str, Any, bool]]:
-    """(name, default, positional) of every parameter, in the constructor's order."""
-    return [(name, default, name in POSITIONAL) for name, (default, _) in PARAMETERS.items()]
-
-
-def make_init() -> Callable[..., None]:
-    """TransformerForecaster's constructor, from PARAMETERS."""
-    return build_init("TransformerForecaster", signature(),
-                      ForecasterParameters.__annotations__)
+def docs_of(summary: str, paragraphs: list[tuple[str, str]]) -> str:
+    """TransformerForecaster's docstring: `summary`, the Parameters section from the
+    table and the Notes `paragraphs` ((topic, text), prose)."""
+    section = parameters_section([(name, row.rule.describe(), row.default, row.doc)
+                                  for name, row in PARAMETERS.items()])
+    lines = [textwrap.dedent(summary).strip(), "", section, ""]
+    lines += notes([(topic, " ".join(text.split())) for topic, text in paragraphs])
+    return "\n".join(lines) + "\n"
 
 
 def check(params: dict[str, Any]) -> dict[str, Any]:
     """Every parameter's rule, in the table's order: the checked values (ValueError /
     TypeError naming the parameter)."""
-    return {name: rule.check(name, params[name]) for name, (_, rule) in PARAMETERS.items()}
+    return {name: row.rule.check(name, params[name]) for name, row in PARAMETERS.items()}

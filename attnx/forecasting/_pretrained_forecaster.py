@@ -342,7 +342,8 @@ class PretrainedForecaster:
             toks.append(tok)
         net.set_params(warm_start=True, epochs=int(epochs), lr=float(self.lr),
                        batch_size=int(self.batch_size), random_state=self.random_state,
-                       verbose=0, validation_fraction=0.0, early_stopping=False)
+                       verbose=0, options={**(net.options or {}), "validation_fraction": 0.0,
+                                           "early_stopping": False})
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -37,10 +37,8 @@ from ..estimators.regressors import TransformerRegressor
 
 if TYPE_CHECKING:
     import numpy.typing as npt
-    from typing_extensions import Unpack
 
     from ..runtime._typing import RandomStateLike
-    from ._forecaster_params import ForecasterParameters
 
     F64 = npt.NDArray[np.float64]
 
@@ -86,115 +84,112 @@ class ForecastSpec(NamedTuple):
 
 
 class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, EstimatorParams):
-    """Multi-horizon forecaster over one series or many (one global model).
+    __doc__ = _params.docs_of("""
+    Multi-horizon forecaster over one series or many (one global model).""", [
+        ("window", """context length; None chooses it from the data (``min(max(3*horizon, 4*season,
+        16), median length - horizon)``, at least ``max(2*horizon, 8)``)."""),
+        ("patch_len, patch_stride", """patch size and step; None: ``clip(window // 8, 1, 16)`` and half of it
+        (half-overlapping patches, about 16 tokens)."""),
+        ("season", """seasonal period of the data (12 for monthly with a yearly cycle; 1 none); None
+        (default): from the frequency of a pandas DatetimeIndex / PeriodIndex when y
+        carries one (attnx.forecasting._pandas.season: 12 monthly, 4 quarterly, 48 for
+        half-hours, ...; used when the median series holds two cycles), else from the
+        data (attnx.forecasting._season: the highest clear peak of the autocorrelation
+        of the detrended series). Sets the default window and the baseline; the fitted
+        value is ``season_``."""),
+        ("baseline", """what the network forecasts the residual from, in the window's scaled units.
+        "seasonal_naive": the seasonal naive forecast (each horizon step's value one
+        season before, taken from the context), so a network that outputs zeros
+        forecasts exactly seasonal naive (naive, the last value, with season 1 or when
+        the window is shorter than the season); "seasonal_mean": the context's seasonal
+        profile (each phase's mean over the context's real steps; the context's mean
+        with season 1); "none": the context's mean (the network forecasts the scaled
+        values themselves, as model files from before this parameter do); "combined":
+        the mean of seasonal naive and the profile; "auto" (default): seasonal naive for
+        a seasonal series and the context's mean ("seasonal_mean" with season 1) without
+        a season, unless the other has a significantly smaller mean absolute error on
+        the held-out calibration windows (on every window with intervals=None);
+        "combined" when the held-out windows are too few to tell (module docstring,
+        point 6). The choice is ``baseline_``; the network's weight on top of it (0: the
+        baseline alone) is ``blend_``."""),
+        ("intervals", """"conformal" (split-conformal calibration of the point forecast's errors, one
+        extra fit), "quantile" (the network learns quantile_levels of each future value
+        with the pinball loss; its intervals are calibrated conformally on the same
+        held-out windows, CQR) or None."""),
+        ("quantile_levels", """with intervals="quantile": the levels the network learns (0.5 is added when
+        missing: the point forecast is the median); predict_interval(coverage) needs (1
+        - coverage) / 2 within them (levels in between are interpolated linearly)."""),
+        ("calibration", """origins per series kept for calibration; None: enough for about 200 calibration
+        windows in all, between 1 and a quarter of each series' windows."""),
+        ("steps", """optimizer steps to train for when epochs is None: epochs = steps / batches per
+        epoch, clipped to [20, 300], the floor of 20 epochs costing at most 2 * steps
+        optimizer steps (a large panel of many windows trains for round(2 * steps /
+        batches per epoch) epochs, at least 1)."""),
+        ("epochs, batch_size, lr, weight_decay", """training; AdamW at a constant learning rate (the calibration run is resumed in
+        chunks to check its held-out error), weight decay on the weight matrices only,
+        gradient clipping at norm 1."""),
+        ("method", """None (default): "auto" for series alone; "network" when X, X_future or static is
+        given or intervals="quantile" (only the network uses them). "auto" had the
+        smaller mean MASE per series on 392 generated series of every kind (1.31 against
+        the network's 1.41) and fits a 500-value series in about a second (the network:
+        several seconds); the network was ahead on the development series (3.16 against
+        3.19, from its global model over 181 yearly series). "network": the transformer
+        above (one global model over all the series given); series too short for its
+        training and calibration windows fall back to "auto" with a UserWarning. "auto":
+        classical candidates (attnx's own naive, seasonal naive, drift, SES, Theta and a
+        seasonal autoregression; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL
+        when it is installed) chosen per series on rolling-origin errors, intervals
+        calibrated conformally on the same origins (attnx.forecasting._selection); or
+        one candidate's name. The fitted ``method_`` says what forecasts
+        (attnx.forecasting._forecaster_auto). The classical path always has intervals
+        (``intervals`` and the network's sizes and training settings do not apply to it)
+        and ignores X, X_future, static."""),
+        ("n_jobs", """None (default: in this process), -1 (one worker process per CPU this process may
+        use) or the number of worker processes the classical path chooses the series'
+        candidates in (at most one per 50 series; the same forecasts as in one process).
+        Workers start with the "spawn" method, so a script needs the ``if __name__ ==
+        "__main__":`` guard; where they cannot start, the series are chosen in this
+        process after a UserWarning. The network path ignores it (its threads follow
+        attnx.set_num_threads)."""),
+    ])
 
-    Parameters
-    ----------
-    horizon : how many steps ahead to forecast (all at once).
-    window : context length; None chooses it from the data
-        (``min(max(3*horizon, 4*season, 16), median length - horizon)``, at least
-        ``max(2*horizon, 8)``).
-    patch_len, patch_stride : patch size and step; None: ``clip(window // 8, 1, 16)`` and
-        half of it (half-overlapping patches, about 16 tokens).
-    season : seasonal period of the data (12 for monthly with a yearly cycle; 1 none);
-        None (default): from the frequency of a pandas DatetimeIndex / PeriodIndex
-        when y carries one (attnx.forecasting._pandas.season: 12 monthly, 4 quarterly, 48 for
-        half-hours, ...; used when the median series holds two cycles), else from
-        the data (attnx.forecasting._season: the highest clear peak of the autocorrelation of the
-        detrended series). Sets the default window and the baseline; the fitted
-        value is ``season_``.
-    baseline : what the network forecasts the residual from, in the window's scaled
-        units. "seasonal_naive": the seasonal naive forecast (each horizon step's
-        value one season before, taken from the context), so a network that outputs
-        zeros forecasts exactly seasonal naive (naive, the last value, with season 1
-        or when the window is shorter than the season); "seasonal_mean": the
-        context's seasonal profile (each phase's mean over the context's real
-        steps; the context's mean with season 1); "none": the context's mean
-        (the network forecasts the scaled values themselves, as model files from
-        before this parameter do); "combined": the mean of seasonal naive and the
-        profile; "auto" (default): seasonal naive for a seasonal series and the
-        context's mean ("seasonal_mean" with season 1) without a season, unless
-        the other has a significantly smaller mean absolute error on the held-out
-        calibration windows (on every window with intervals=None); "combined"
-        when the held-out windows are too few to tell (module docstring, point 6).
-        The choice is ``baseline_``; the network's weight on top of it (0: the
-        baseline alone) is ``blend_``.
-    d_model, n_heads, n_layers, d_hidden, dropout : the transformer's sizes.
-    channel_independent : multivariate y as separate series through one model.
-    intervals : "conformal" (split-conformal calibration of the point forecast's
-        errors, one extra fit), "quantile" (the network learns quantile_levels of
-        each future value with the pinball loss; its intervals are calibrated
-        conformally on the same held-out windows, CQR) or None.
-    quantile_levels : with intervals="quantile": the levels the network learns
-        (0.5 is added when missing: the point forecast is the median);
-        predict_interval(coverage) needs (1 - coverage) / 2 within them (levels in
-        between are interpolated linearly).
-    calibration : origins per series kept for calibration; None: enough for about 200
-        calibration windows in all, between 1 and a quarter of each series' windows.
-    steps : optimizer steps to train for when epochs is None: epochs = steps / batches
-        per epoch, clipped to [20, 300], the floor of 20 epochs costing at most
-        2 * steps optimizer steps (a large panel of many windows trains for
-        round(2 * steps / batches per epoch) epochs, at least 1).
-    epochs, batch_size, lr, weight_decay : training; AdamW at a constant learning rate
-        (the calibration run is resumed in chunks to check its held-out error),
-        weight decay on the weight matrices only, gradient clipping at norm 1.
-    random_state, verbose, dtype : as the other estimators.
-    method : None (default): "auto" for series alone; "network" when X, X_future or
-        static is given or intervals="quantile" (only the network uses them). "auto"
-        had the smaller mean MASE per series on 392 generated series of every kind
-        (1.31 against the network's 1.41) and fits a 500-value series in about a
-        second (the network: several seconds); the network was ahead on the
-        development series (3.16 against 3.19, from its global model over 181 yearly
-        series).
-        "network": the transformer above (one global model over all the series given);
-        series too short for its training and calibration windows fall back to "auto"
-        with a UserWarning.
-        "auto": classical candidates (attnx's own naive, seasonal naive, drift, SES,
-        Theta and a seasonal autoregression; statsforecast's AutoETS, AutoTheta, AutoARIMA and MSTL when it is
-        installed) chosen per series on rolling-origin errors, intervals calibrated
-        conformally on the same origins (attnx.forecasting._selection); or one candidate's name.
-        The fitted ``method_`` says what forecasts (attnx.forecasting._forecaster_auto). The
-        classical path always has intervals (``intervals`` and the network's sizes
-        and training settings do not apply to it) and ignores X, X_future, static.
-    n_jobs : None (default: in this process), -1 (one worker process per CPU this
-        process may use) or the number of worker processes the classical path chooses
-        the series' candidates in (at most one per 50 series; the same forecasts as in
-        one process). Workers start with the "spawn" method, so a script needs the
-        ``if __name__ == "__main__":`` guard; where they cannot start, the series are
-        chosen in this process after a UserWarning. The network path ignores it (its
-        threads follow attnx.set_num_threads).
-    """
-
-    horizon: int
-    window: int | None
-    patch_len: int | None
-    patch_stride: int | None
-    season: int | None
-    baseline: str
-    d_model: int
-    n_heads: int
-    n_layers: int
-    d_hidden: int | None
-    dropout: float
-    channel_independent: bool
-    intervals: str | None
-    quantile_levels: Any
-    calibration: int | None
-    steps: int
-    epochs: int | None
-    batch_size: int
-    lr: float
-    weight_decay: float
-    random_state: RandomStateLike
-    verbose: int
-    dtype: npt.DTypeLike
-    method: str | None
-    n_jobs: int | None
-
-    if TYPE_CHECKING:   # the signature is _forecaster_params.make_init's, from its table
-        def __init__(self, *args: Any, **kwargs: Unpack[ForecasterParameters]) -> None: ...
-    else:
-        __init__ = _params.make_init()
+    def __init__(self, horizon: int = 1, *, window: int | None = None,
+                 patch_len: int | None = None, patch_stride: int | None = None,
+                 season: int | None = None, baseline: str = "auto", d_model: int = 64,
+                 n_heads: int = 4, n_layers: int = 2, d_hidden: int | None = None,
+                 dropout: float = 0.1, channel_independent: bool = True,
+                 intervals: str | None = "conformal",
+                 quantile_levels: Any = _params.QUANTILE_LEVELS,
+                 calibration: int | None = None, steps: int = 500,
+                 epochs: int | None = None, batch_size: int = 32, lr: float = 1e-3,
+                 weight_decay: float = 0.01, random_state: RandomStateLike = None,
+                 verbose: int = 0, dtype: npt.DTypeLike = np.float32,
+                 method: str | None = None, n_jobs: int | None = None) -> None:
+        self.horizon = horizon
+        self.window = window
+        self.patch_len = patch_len
+        self.patch_stride = patch_stride
+        self.season = season
+        self.baseline = baseline
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.n_layers = n_layers
+        self.d_hidden = d_hidden
+        self.dropout = dropout
+        self.channel_independent = channel_independent
+        self.intervals = intervals
+        self.quantile_levels = quantile_levels
+        self.calibration = calibration
+        self.steps = steps
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.random_state = random_state
+        self.verbose = verbose
+        self.dtype = dtype
+        self.method = method
+        self.n_jobs = n_jobs
 
     @classmethod
     def pretrained(cls, horizon: int = 1, **kw: Any) -> Any:
@@ -235,14 +230,14 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
         return TransformerRegressor(
             n_heads=self.n_heads, n_layers=self.n_layers, d_hidden=self.d_hidden,
             d_model=self.d_model, positional="sinusoidal", norm="pre", pooling="mean",
-            dropout=self.dropout, max_len=n_tokens, epochs=epochs, batch_size=bs, lr=self.lr,
+            dropout=self.dropout, epochs=epochs, batch_size=bs, lr=self.lr,
             weight_decay=self.weight_decay, random_state=seed, verbose=self.verbose,
-            dtype=self.dtype,
+            dtype=self.dtype, patch_len=1, instance_norm=None,
+            loss="pinball" if pinball else "squared_error",
             # the windows are scaled and patched here; a constant rate, as the
             # calibration fit is resumed in chunks to check its held-out error
-            standardize=False, patch_len=1, lr_schedule="constant", instance_norm=None,
-            loss="pinball" if pinball else "squared_error",
-            quantiles=self.levels_ * n_targets if pinball else None)
+            options={"max_len": n_tokens, "standardize": False, "lr_schedule": "constant",
+                     "quantiles": self.levels_ * n_targets if pinball else None})
 
     # ---- fit / predict ---------------------------------------------------
     def fit(self, y: Any, X: Any = None, *, X_future: Any = None, static: Any = None,

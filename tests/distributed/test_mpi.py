@@ -402,7 +402,7 @@ def test_balanced_plans_use_each_shard_row_once_in_equal_step_counts(ragged):
 def test_distributed_mode_is_checked():
     X = np.zeros((4, 3, 2))
     with pytest.raises(ValueError, match="distributed must be 'balanced'.*or 'exact'.*got 'fast'"):
-        attnx.AttentionRegressor(epochs=1, distributed="fast").fit(X, X)
+        attnx.AttentionRegressor(epochs=1, options={"distributed": "fast"}).fit(X, X)
     assert attnx.TransformerRegressor().distributed == "balanced"
 
 

@@ -150,7 +150,7 @@ def test_each_training_row_gets_its_samples_shift_and_validation_none(monkeypatc
             super().apply(batch, m, shifts)
     monkeypatch.setattr(G, "hook", lambda shift: Recorder(shift) if shift else None)
     X, y = _series(n=30)
-    est = TC(**{**SMALL, "validation_fraction": 0.2}).fit(X, y)
+    est = TC(**{**SMALL, "options": {"validation_fraction": 0.2}}).fit(X, y)
     assert len(est.validation_loss_curve_) == SMALL["epochs"]
     n_train = 30 - 6   # ceil(0.2 * 30) held out
     assert len(draws) == SMALL["epochs"] and all(d.shape == (n_train,) for d in draws)

@@ -4,7 +4,7 @@ import pickle
 import numpy as np
 import pytest
 
-from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS  # noqa: F401
+from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS, merged  # noqa: F401
 import attnx
 
 CLASSIFIERS = [attnx.AttentionClassifier, attnx.TransformerClassifier]
@@ -21,9 +21,8 @@ def sign_task(n, t=8, f=3, seed=0, labels=("neg", "pos")):
 def small(cls=attnx.AttentionClassifier, **kw):
     opts = dict(n_heads=2, d_model=8, epochs=15, batch_size=32, lr=1e-2, random_state=0)
     if cls is attnx.TransformerClassifier:   # with the previous release's recipe
-        opts = {**OLD_CLS, **opts, "n_layers": 1, "d_hidden": 16}
-    opts.update(kw)
-    return cls(**opts)
+        opts = merged(OLD_CLS, opts, n_layers=1, d_hidden=16)
+    return cls(**merged(opts, kw))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +58,7 @@ def test_integer_labels_and_more_classes():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(240, 6, 2))
     y = np.argmax(X.mean(axis=1) @ np.array([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]]), axis=1) * 10
-    est = small(epochs=25, n_iter_no_change=25, dtype=np.float64).fit(X, y)
+    est = small(epochs=25, dtype=np.float64, options={"n_iter_no_change": 25}).fit(X, y)
     assert est.classes_.tolist() == [0, 10, 20] and est.classes_.dtype.kind == "i"
     assert est.predict_proba(X).shape == (240, 3) and est.predict_proba(X).dtype == np.float64
     chance = np.bincount(y // 10).max() / len(y)
@@ -70,7 +69,7 @@ def test_per_position_labels():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 7, 2)).astype(np.float32)
     y = (np.cumsum(X[:, :, 0], axis=1) > 0).astype(int)   # needs the past: causal
-    est = small(attnx.TransformerClassifier, causal=True, epochs=30).fit(X, y)
+    est = small(attnx.TransformerClassifier, epochs=30, options={"causal": True}).fit(X, y)
     assert est.predict(X).shape == (120, 7)
     assert est.predict_proba(X).shape == (120, 7, 2)
     assert est.model_.pooling is None

@@ -65,8 +65,8 @@ def test_held_out_rule_beats_the_whole_budget_on_noise():
     assert mse[0] < mse[1], mse
 
 
-@pytest.mark.parametrize("kw", [dict(epochs=7), dict(validation_fraction=0.2),
-                                dict(early_stopping=True), dict(max_iter=7)])
+@pytest.mark.parametrize("kw", [dict(epochs=7), dict(options={"validation_fraction": 0.2}),
+                                dict(options={"early_stopping": True})])
 def test_not_applied_when_the_user_chose(kw):
     X, y = _data(signal=False)
     est = attnx.TransformerRegressor(**SMALL, **kw).fit(X, y)

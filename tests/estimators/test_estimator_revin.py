@@ -57,7 +57,7 @@ def test_predictions_follow_each_series_level_and_scale(mode):
 
 def test_patches_are_series_steps_and_affine_trains():
     X, y = _forecast(t=40)   # auto patches: ceil(40 / 16) = 3 steps per token
-    est = TR(**SMALL, instance_norm="revin", instance_affine=True, epochs=2).fit(X, y[:, 0])
+    est = TR(**SMALL, instance_norm="revin", epochs=2, options={"instance_affine": True}).fit(X, y[:, 0])
     assert est.patch_len_ == 3 and est.model_.instance_steps == 3
     assert est.model_.n_features == 3
     g = est.model_.params["revin.g"]
@@ -67,7 +67,7 @@ def test_patches_are_series_steps_and_affine_trains():
 def test_classifier_input_norm_and_no_revin():
     X, y = _forecast()
     lab = (y[:, 0] > X[:, -1, 0]).astype(int)
-    est = TC(**SMALL, instance_norm="input", instance_affine=True, epochs=2).fit(X, lab)
+    est = TC(**SMALL, instance_norm="input", epochs=2, options={"instance_affine": True}).fit(X, lab)
     assert est.predict_proba(X).shape == (40, 2) and "revin.g" in est.model_.params
     with pytest.raises(ValueError, match="instance_norm='revin'.*classifier"):
         TC(**SMALL, instance_norm="revin").fit(X, lab)
@@ -75,8 +75,9 @@ def test_classifier_input_norm_and_no_revin():
 
 @pytest.mark.parametrize("kw, err, match", [
     (dict(instance_norm="batch"), ValueError, "instance_norm must be one of"),
-    (dict(instance_norm=None, instance_affine=True), ValueError, "instance_affine=True needs instance_norm"),
-    (dict(instance_norm="input", instance_affine=1), TypeError, "instance_affine must be"),
+    (dict(instance_norm=None, options={"instance_affine": True}), ValueError,
+         r"instance_affine'\]=True needs instance_norm"),
+    (dict(instance_norm="input", options={"instance_affine": 1}), TypeError, r"options\['instance_affine'\] must be"),
 ])
 def test_bad_parameters(kw, err, match):
     X, y = _forecast()
@@ -97,12 +98,12 @@ def test_revin_needs_outputs_that_match_the_channels():
 
 def test_save_load_pickle_clone(tmp_path):
     X, y = _forecast(t=20)
-    kw = dict(SMALL, instance_norm="revin", instance_affine=True, lr_schedule="constant")
+    kw = dict(SMALL, instance_norm="revin", options={"instance_affine": True, "lr_schedule": "constant"})
     full = TR(**kw, epochs=4).fit(X, y[:, 0])
     half = TR(**kw, epochs=2).fit(X, y[:, 0])
     half.save(tmp_path / "m.safetensors")
     back = attnx.load(tmp_path / "m.safetensors")
-    assert back.get_params()["instance_norm"] == "revin" and back.instance_affine is True
+    assert back.get_params()["instance_norm"] == "revin" and back.options["instance_affine"] is True
     np.testing.assert_array_equal(back.predict(X), half.predict(X))
     back.partial_fit(X, y[:, 0])
     back.partial_fit(X, y[:, 0])
@@ -121,8 +122,8 @@ def test_save_load_pickle_clone(tmp_path):
 ], ids=["revin-patches", "revin-last", "input-stem"])
 def test_onnx_matches_predict(dtype, mode, affine, t, extra, tmp_path):
     X, y = _forecast(t=t)
-    est = TR(**SMALL, instance_norm=mode, instance_affine=affine, epochs=2, dtype=dtype,
-             **extra).fit(X, y[:, 0])
+    est = TR(**SMALL, instance_norm=mode, epochs=2, dtype=dtype,
+             **extra, options={"instance_affine": affine}).fit(X, y[:, 0])
     if affine:   # away from the initial gain 1 and bias 0
         est.model_.params["revin.g"][...] = 1.3
         est.model_.params["revin.b"][...] = -0.2

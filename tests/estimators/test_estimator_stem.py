@@ -85,7 +85,7 @@ def test_kernel_longer_than_the_shortest_sequence():
     (dict(stem=((3.5, 1),)), TypeError, r"stem\[0\] kernel must be an int, got float"),
     (dict(stem=[]), ValueError, "stem must hold at least one"),
     (dict(pooling="min"), ValueError, "pooling must be one of .*'max', 'cls'.*got 'min'"),
-    (dict(pooling="cls", causal=True), ValueError, "pooling='cls' needs causal=False"),
+    (dict(pooling="cls", options={"causal": True}), ValueError, "pooling='cls' needs causal=False"),
 ])
 def test_bad_parameters(kw, err, match):
     X, y = _classes(16)
@@ -112,7 +112,7 @@ def test_attention_weights_with_a_stem(pooling):
 def test_standardize_with_a_stem_folds_exactly():
     X, y = _classes(24, seed=1)
     X = X * 5 + 3
-    est = TC(**SMALL, stem=((3, 2),), standardize=True, epochs=2, dtype=np.float64).fit(X, y)
+    est = TC(**SMALL, stem=((3, 2),), epochs=2, dtype=np.float64, options={"standardize": True}).fit(X, y)
     assert np.all(est.input_mean_ == 0)   # scaled, not centred: zero padding stays zero
     m = est.model_
     folded = m.forward(X, grad=False).copy()
@@ -127,7 +127,7 @@ def test_standardize_with_a_stem_folds_exactly():
 def test_save_load_resumes_exactly(pooling, stem, tmp_path):
     X = _ragged(21, 3, lo=6, hi=12)
     y = np.arange(21) % 3
-    kw = dict(SMALL, stem=stem, pooling=pooling, dropout=0.1, lr_schedule="constant")
+    kw = dict(SMALL, stem=stem, pooling=pooling, dropout=0.1, options={"lr_schedule": "constant"})
     full = TC(**kw, epochs=4).fit(X, y)
     half = TC(**kw, epochs=2).fit(X, y)
     half.save(tmp_path / "m.safetensors")

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS  # noqa: F401
+from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS, merged  # noqa: F401
 import attnx
+from attnx.estimators import _hyper
 import attnx.estimators._inference as inference_mod
 import attnx.layers.losses as losses_mod
 from attnx.datasets import max_position_task, mixing_task
@@ -31,29 +32,24 @@ def task():
 def small(cls=attnx.AttentionRegressor, **kw):
     opts = dict(n_heads=2, epochs=3, batch_size=32, lr=0.02, random_state=0)
     if cls is attnx.TransformerRegressor:   # the previous release's defaults: the bare X -> Y model
-        opts = {**OLD, **opts, "n_layers": 1, "d_hidden": 8}
-    opts.update(kw)
-    return cls(**opts)
+        opts = merged(OLD, opts, n_layers=1, d_hidden=8)
+    return cls(**merged(opts, kw))
 
 
 # ---- parameters --------------------------------------------------------------
 def test_constructor_stores_hyperparameters_unchanged():
     betas = (0.8, 0.95)
     gen = np.random.default_rng(0)
-    est = attnx.AttentionRegressor(3, betas=betas, dtype="float64", random_state=gen,
-                                   epochs=-5)  # checked at fit, not here
+    est = attnx.AttentionRegressor(3, dtype="float64", random_state=gen,
+                                   epochs=-5, options={"betas": betas})  # checked at fit, not here
     p = est.get_params()
-    assert p["betas"] is betas and p["random_state"] is gen and p["dtype"] == "float64"
-    assert p["n_heads"] == 3 and p["epochs"] == -5
-    assert set(p) == {"n_heads", "causal", "bias", "rope", "epochs", "batch_size", "lr",
-                      "betas", "eps", "weight_decay", "shuffle", "validation_fraction",
-                      "early_stopping", "n_iter_no_change", "tol", "random_state", "verbose",
-                      "dtype", "d_model", "positional", "norm", "pooling", "d_hidden",
-                      "dropout", "max_len", "warm_start", "max_iter", "learning_rate_init",
-                      "lr_schedule", "warmup", "max_grad_norm", "decay", "standardize",
-                      "patch_len", "distributed", "stem", "layout", "missing",
-                      "instance_norm", "instance_affine", "tokenizer", "loss", "quantiles",
-                      "pretrain", "pretrain_epochs"}
+    assert p["options"]["betas"] is betas and p["random_state"] is gen
+    assert p["n_heads"] == 3 and p["epochs"] == -5 and p["dtype"] == "float64"
+    assert set(p) == {"n_heads", "epochs", "batch_size", "lr", "weight_decay",
+                      "random_state", "verbose", "dtype", "d_model", "positional", "norm",
+                      "pooling", "d_hidden", "dropout", "warm_start", "patch_len", "stem",
+                      "layout", "missing", "instance_norm", "tokenizer", "loss", "pretrain",
+                      "options"}
     tp = attnx.TransformerRegressor().get_params()
     assert set(tp) == set(p) | {"n_layers"}
     with pytest.raises(ValueError, match="epochs"):
@@ -80,8 +76,10 @@ def test_set_params_and_repr():
 ])
 def test_bad_hyperparameters_raise_at_fit_naming_them(task, name, value, exc):
     X, Y, _, _ = task
+    kw = ({"options": {name: value}} if name in _hyper.options_of("AttentionRegressor")
+          else {name: value})
     with pytest.raises(exc, match=name):
-        small(**{name: value}).fit(X[:16], Y[:16])
+        small(**kw).fit(X[:16], Y[:16])
 
 
 # ---- fit / attributes ----------------------------------------------------------
@@ -112,10 +110,10 @@ def test_fit_learns_and_sets_fitted_attributes(cls, task):
 
 def test_fit_twice_starts_over_and_drops_stale_attributes(task):
     X, Y, _, _ = task
-    est = small(validation_fraction=0.25).fit(X, Y)
+    est = small(options={"validation_fraction": 0.25}).fit(X, Y)
     assert len(est.validation_loss_curve_) == 3
     first = est.model_.params.flat.copy()
-    est.set_params(validation_fraction=0.0).fit(X, Y)
+    est.set_params(options={"validation_fraction": 0.0}).fit(X, Y)
     assert not hasattr(est, "validation_loss_curve_") and not hasattr(est,
                                                                       "best_validation_loss_")
     assert est.n_iter_ == 3 and len(est.loss_curve_) == 3
@@ -136,8 +134,8 @@ def test_same_seed_gives_bit_identical_weights(task):
 
 def test_shuffle_changes_the_trajectory(task):
     X, Y, _, _ = task
-    a = small(shuffle=True).fit(X, Y)
-    b = small(shuffle=False).fit(X, Y)
+    a = small(options={"shuffle": True}).fit(X, Y)
+    b = small(options={"shuffle": False}).fit(X, Y)
     assert not np.array_equal(a.model_.params.flat, b.model_.params.flat)
 
 
@@ -145,8 +143,8 @@ def test_short_last_batch_gives_the_unpadded_gradient():
     """n = 13 with batch_size 8: the second batch holds 5 samples (padded to 8 rows with
     zero-weighted rows inside the estimator); the result must equal plain training."""
     X, Y = mixing_task(13, 5, 4, random_state=2, dtype=np.float64)
-    kw = dict(n_heads=2, epochs=2, batch_size=8, lr=0.01, shuffle=False, random_state=3,
-              dtype=np.float64)
+    kw = dict(n_heads=2, epochs=2, batch_size=8, lr=0.01, random_state=3,
+              dtype=np.float64, options={"shuffle": False})
     est = attnx.AttentionRegressor(**kw).fit(X, Y)
     init = attnx.AttentionRegressor(**{**kw, "lr": 0.0}).fit(X, Y)  # lr 0: initial weights
     model = attnx.MultiHeadAttention(4, 2, bias=True, dtype=np.float64, input_grad=False)
@@ -233,22 +231,21 @@ def test_attention_weights_of_the_fitted_model(task):
 # ---- validation / early stopping ---------------------------------------------------
 def test_validation_curve_and_early_stopping_keep_the_best_weights(task):
     X, Y, _, _ = task
-    est = small(epochs=40, validation_fraction=0.25, early_stopping=True, n_iter_no_change=3,
-                tol=0.5)  # a huge tol: every epoch after the first counts as no improvement
+    est = small(epochs=40, options={"validation_fraction": 0.25, "early_stopping": True, "n_iter_no_change": 3, "tol": 0.5})  # a huge tol: every epoch after the first counts as no improvement
     est.fit(X, Y)
     assert est.n_iter_ == 4 and len(est.validation_loss_curve_) == 4
     assert est.best_validation_loss_ == min(est.validation_loss_curve_)
     assert est.optimizer_.t == 4 * math.ceil(192 / 32)   # 64 of 256 samples held out
     best_epoch = int(np.argmin(est.validation_loss_curve_)) + 1
-    ref = small(epochs=best_epoch, validation_fraction=0.25).fit(X, Y)
+    ref = small(epochs=best_epoch, options={"validation_fraction": 0.25}).fit(X, Y)
     np.testing.assert_array_equal(est.model_.params.flat, ref.model_.params.flat)
 
 
 def test_early_stopping_without_validation_watches_the_training_loss(task):
     X, Y, _, _ = task
-    est = small(epochs=50, early_stopping=True, n_iter_no_change=2, tol=10.0).fit(X, Y)
+    est = small(epochs=50, options={"early_stopping": True, "n_iter_no_change": 2, "tol": 10.0}).fit(X, Y)
     assert est.n_iter_ == 3 and not hasattr(est, "validation_loss_curve_")
-    assert small(epochs=5, tol=10.0).fit(X, Y).n_iter_ == 5  # off by default
+    assert small(epochs=5, options={"tol": 10.0}).fit(X, Y).n_iter_ == 5  # off by default
 
 
 # ---- failures ----------------------------------------------------------------------
@@ -337,7 +334,7 @@ def test_input_validation_names_the_argument(task):
     with pytest.raises(ValueError, match="X is empty"):
         est.fit(X[:0], Y[:0])
     with pytest.raises(ValueError, match="validation_fraction=0.5 leaves no training sample"):
-        small(validation_fraction=0.5).fit(X[:1], Y[:1])
+        small(options={"validation_fraction": 0.5}).fit(X[:1], Y[:1])
     est.fit(X.astype(np.float64).tolist(), Y.astype(np.int64))  # lists and ints are fine
     with pytest.raises(ValueError, match=r"X must have 4 features.*\(2, 6, 5\)"):
         est.predict(np.zeros((2, 6, 5)))
@@ -348,10 +345,10 @@ def test_input_validation_names_the_argument(task):
 # ---- verbose -----------------------------------------------------------------------
 def test_verbose_zero_prints_nothing_and_one_shows_one_bar_per_phase(task, capsys):
     X, Y, _, _ = task
-    small(epochs=2, verbose=0, validation_fraction=0.25).fit(X, Y)
+    small(epochs=2, verbose=0, options={"validation_fraction": 0.25}).fit(X, Y)
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
-    small(epochs=2, verbose=1, validation_fraction=0.25).fit(X, Y)
+    small(epochs=2, verbose=1, options={"validation_fraction": 0.25}).fit(X, Y)
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.count("\n") == 1              # one bar for the whole fit, left on screen
@@ -421,7 +418,7 @@ def test_pickle_drops_scratch_buffers_and_resumes_exactly(cls, tmp_path):
 # ---- memory / imports ------------------------------------------------------------------
 def test_training_steps_allocate_no_batch_sized_arrays():
     X, Y = mixing_task(100, 32, 16, random_state=0)
-    est = attnx.TransformerRegressor(2, n_layers=1, **{**OLD, "epochs": 1, "batch_size": 16},
+    est = attnx.TransformerRegressor(2, n_layers=1, **merged(OLD, epochs=1, batch_size=16),
                                      random_state=0)
     est.partial_fit(X, Y)        # builds the model, buffers and workspaces
     tracemalloc.start()
@@ -451,7 +448,7 @@ def test_no_warnings_in_a_normal_fit(task):
     X, Y, _, _ = task
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        small(validation_fraction=0.2, early_stopping=True).fit(X, Y).predict(X)
+        small(options={"validation_fraction": 0.2, "early_stopping": True}).fit(X, Y).predict(X)
 
 
 # ---- sequence-level and per-position targets (SequenceModel) -------------------------
@@ -482,7 +479,7 @@ def test_a_three_feature_series_trains_a_64_wide_model_in_two_lines():
 @pytest.mark.parametrize("cls", REGRESSORS)
 def test_target_shapes_choose_the_output(cls):
     X, y = three_feature_task(60, 2, t=6)
-    kw = dict(OLD, n_heads=1, epochs=2, random_state=0)
+    kw = merged(OLD, n_heads=1, epochs=2, random_state=0)
     two = cls(**kw).fit(X, np.stack([y, -y], axis=1))
     assert two.predict(X).shape == (60, 2) and two.n_outputs_ == 2
     assert two.model_.d_model == 3            # d_model=None: the number of features
@@ -497,7 +494,7 @@ def test_target_shapes_choose_the_output(cls):
         assert seq.model_.n_layers == 1 and seq.model_.d_hidden == 12
     with pytest.raises(ValueError, match=r"n_heads=2 must divide d_model=3 \(d_model=None "
                                          r"means the number of features"):
-        cls(**dict(OLD, n_heads=2, epochs=1)).fit(X, y)
+        cls(**merged(OLD, n_heads=2, epochs=1)).fit(X, y)
     bad = y.copy()
     bad[4] = np.nan
     with pytest.raises(ValueError, match="y contains NaN"):
@@ -516,8 +513,8 @@ def test_sequence_regression_matches_pytorch_with_sample_weights(torch):
     X, y = three_feature_task(16, 3, t=5)
     X, y = X.astype(np.float64), np.stack([y, y ** 2], axis=1)
     sw = np.linspace(0.2, 2.0, 16)
-    kw = dict(OLD, n_heads=2, n_layers=2, d_model=8, positional="learned", pooling="last",
-              causal=True, batch_size=16, shuffle=False, random_state=1, dtype=np.float64)
+    kw = merged(OLD, n_heads=2, n_layers=2, d_model=8, positional="learned", pooling="last",
+              batch_size=16, random_state=1, dtype=np.float64, options={"causal": True, "shuffle": False})
     del kw["epochs"]
     init = attnx.TransformerRegressor(**kw, epochs=1, lr=0.0).fit(X, y, sample_weight=sw)
     est = attnx.TransformerRegressor(**kw, epochs=3, lr=0.01).fit(X, y, sample_weight=sw)
@@ -550,7 +547,7 @@ def test_dropout_trains_reproducibly_and_predicts_deterministically():
 @pytest.mark.parametrize("cls", REGRESSORS)
 def test_bare_model_sample_weight_two_equals_a_duplicate(cls):
     X, Y = mixing_task(12, 4, 4, random_state=5, dtype=np.float64)
-    kw = dict(OLD, n_heads=2, epochs=3, batch_size=64, lr=0.01, random_state=0,
+    kw = merged(OLD, n_heads=2, epochs=3, batch_size=64, lr=0.01, random_state=0,
               dtype=np.float64)
     if cls is attnx.TransformerRegressor:
         kw.update(n_layers=1, d_hidden=8)
@@ -582,12 +579,11 @@ def test_classifier_training_matches_pytorch_with_class_and_sample_weights(torch
     X = rng.normal(size=(20, 5, 3))
     y = rng.choice(np.array(["a", "b", "c"]), size=20)
     sw = rng.uniform(0.5, 2.0, size=20)
-    kw = dict(OLD_CLS, n_heads=2, d_model=8, n_layers=1, norm="pre", positional="sinusoidal",
-              batch_size=20, shuffle=False, random_state=4, dtype=np.float64,
-              class_weight={"a": 2.0, "c": 0.5}, lr=0.01)
+    kw = merged(OLD_CLS, n_heads=2, d_model=8, n_layers=1, norm="pre", positional="sinusoidal",
+              batch_size=20, random_state=4, dtype=np.float64,
+              class_weight={"a": 2.0, "c": 0.5}, lr=0.01, options={"shuffle": False})
     del kw["epochs"]
-    init = attnx.TransformerClassifier(**kw, epochs=1, learning_rate_init=0.0)
-    init.set_params(lr=1e-3)  # the alias wins over the default spelling
+    init = attnx.TransformerClassifier(**{**kw, "lr": 0.0}, epochs=1)
     init.fit(X, y, sample_weight=sw)
     est = attnx.TransformerClassifier(**kw, epochs=3).fit(X, y, sample_weight=sw)
     twin = SeqTwin(init.model_)

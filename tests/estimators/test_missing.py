@@ -82,7 +82,8 @@ def test_fit_on_trailing_nan_is_the_fit_on_the_shorter_sequences(arch):
     (positions, standardisation statistics, pooling), so both train the same weights."""
     X, y = _data()
     Xn, short = _trailing(X)
-    kw = {**TINY, **arch, "batch_size": len(X), "shuffle": False, "epochs": 4}
+    kw = {**TINY, **arch, "batch_size": len(X), "epochs": 4}
+    kw["options"] = {**kw.get("options", {}), "shuffle": False}
     a = attnx.TransformerClassifier(**kw, missing="mask").fit(Xn, y)
     b = attnx.TransformerClassifier(**kw).fit(short, y)
     np.testing.assert_allclose(a.input_mean_, b.input_mean_, rtol=1e-13, atol=1e-15)
@@ -154,7 +155,7 @@ def test_nct_layout_ragged_lists_partial_fit_and_score():
     c = attnx.TransformerClassifier(**kw).partial_fit(Xn, y, classes=[0, 1])
     c.partial_fit(ragged, y)
     assert np.isfinite(c.predict_proba(Xn)).all() and c.n_iter_ == 2
-    reg = attnx.TransformerRegressor(**kw, validation_fraction=0.25).fit(ragged, y * 2.0)
+    reg = attnx.TransformerRegressor(**kw, options={"validation_fraction": 0.25}).fit(ragged, y * 2.0)
     assert np.isfinite(reg.score(ragged, y * 2.0))
 
 

@@ -183,7 +183,7 @@ def series(n=40, t=80, c=1, seed=0):
 @pytest.mark.parametrize("tokenizer", ["patch", "ppv"])
 def test_classifier_pretrains_and_fits(tokenizer):
     X, y = series()
-    kw = dict(random_state=0, epochs=3, tokenizer=tokenizer, pretrain_epochs=6)
+    kw = dict(random_state=0, epochs=3, tokenizer=tokenizer, options={"pretrain_epochs": 6})
     a = attnx.TransformerClassifier(pretrain="masked", **kw).fit(X[:20], y[:20],
                                                                 X_unlabelled=X[20:])
     b = attnx.TransformerClassifier(pretrain="masked", **kw).fit(X[:20], y[:20],
@@ -203,8 +203,7 @@ def test_classifier_pretrains_and_fits(tokenizer):
 def test_pretrain_off_is_the_plain_fit():
     X, y = series(n=16)
     a = attnx.TransformerClassifier(random_state=1, epochs=2).fit(X, y)
-    b = attnx.TransformerClassifier(random_state=1, epochs=2, pretrain=None,
-                                    pretrain_epochs=7).fit(X, y)
+    b = attnx.TransformerClassifier(random_state=1, epochs=2, pretrain=None, options={"pretrain_epochs": 7}).fit(X, y)
     assert np.array_equal(a.model_.params.flat, b.model_.params.flat)
 
 
@@ -213,8 +212,7 @@ def test_ragged_and_unlabelled_of_other_lengths():
     X = [r.normal(size=(int(k), 3)).astype(np.float32) for k in r.integers(10, 30, 24)]
     y = r.integers(0, 3, 24)
     un = r.normal(size=(10, 40, 3)).astype(np.float32)   # dense, longer than X
-    est = attnx.TransformerClassifier(random_state=0, epochs=2, pretrain="masked",
-                                      pretrain_epochs=3).fit(X, y, X_unlabelled=un)
+    est = attnx.TransformerClassifier(random_state=0, epochs=2, pretrain="masked", options={"pretrain_epochs": 3}).fit(X, y, X_unlabelled=un)
     assert len(est.pretrain_loss_curve_) == 3 and np.isfinite(est.pretrain_loss_curve_).all()
     assert len(est.predict(X)) == 24
 
@@ -229,8 +227,7 @@ def test_regressor_epoch_selection_keeps_the_pretrained_encoder(monkeypatch):
         loads.append("_pretrained" in vars(est))
         real(est)
     monkeypatch.setattr(_pretrain, "load", counted)
-    est = attnx.TransformerRegressor(random_state=0, pretrain="masked", pretrain_epochs=2,
-                                     instance_norm=None)
+    est = attnx.TransformerRegressor(random_state=0, pretrain="masked", instance_norm=None, options={"pretrain_epochs": 2})
     est.fit(X, target)
     assert "epoch_selection_" in vars(est) and len(est.pretrain_loss_curve_) == 2
     assert loads == [False, True]   # the first initialisation, then the re-initialised one
@@ -238,8 +235,7 @@ def test_regressor_epoch_selection_keeps_the_pretrained_encoder(monkeypatch):
 
 def test_save_load_and_pickle(tmp_path):
     X, y = series(n=16)
-    est = attnx.TransformerClassifier(random_state=0, epochs=2, pretrain="masked",
-                                      pretrain_epochs=2).fit(X, y)
+    est = attnx.TransformerClassifier(random_state=0, epochs=2, pretrain="masked", options={"pretrain_epochs": 2}).fit(X, y)
     path = tmp_path / "m.safetensors"
     est.save(path)
     back = attnx.load(path)
@@ -253,7 +249,7 @@ def test_save_load_and_pickle(tmp_path):
 def test_warm_start_does_not_pretrain_again():
     X, y = series(n=16)
     est = attnx.TransformerClassifier(random_state=0, epochs=1, pretrain="masked",
-                                      pretrain_epochs=2, warm_start=True).fit(X, y)
+                                      warm_start=True, options={"pretrain_epochs": 2}).fit(X, y)
     curve = list(est.pretrain_loss_curve_)
     est.fit(X, y)
     assert est.pretrain_loss_curve_ == curve and est.n_iter_ == 2
@@ -265,7 +261,7 @@ def test_warm_start_does_not_pretrain_again():
 @pytest.mark.parametrize("value", ["bert", True, 1])
 def test_bad_pretrain(value):
     X, y = series(n=8)
-    with pytest.raises(ValueError, match="pretrain must be None or 'masked'.*got"):
+    with pytest.raises(ValueError, match=r"pretrain must be one of \(None, 'masked'\).*got"):
         attnx.TransformerClassifier(pretrain=value, epochs=1).fit(X, y)
 
 
@@ -274,8 +270,7 @@ def test_bad_pretrain(value):
 def test_bad_pretrain_epochs(value, exc):
     X, y = series(n=8)
     with pytest.raises(exc, match="pretrain_epochs"):
-        attnx.AttentionClassifier(pretrain="masked", pretrain_epochs=value,
-                                  epochs=1).fit(X, y)
+        attnx.AttentionClassifier(pretrain="masked", epochs=1, options={"pretrain_epochs": value}).fit(X, y)
 
 
 def test_unlabelled_needs_pretrain_and_X_channels():

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS  # noqa: F401
+from bare_settings import BARE as OLD, BARE_CLS as OLD_CLS, merged  # noqa: F401
 import attnx
 from attnx.estimators._batches import PAD_MULTIPLE, WINDOW_BATCHES, batch_plan
 
@@ -17,9 +17,8 @@ def reg(cls=attnx.TransformerRegressor, **kw):
                 dtype=np.float64)
     if cls in (attnx.TransformerRegressor, attnx.TransformerClassifier):   # the previous release's recipe
         old = OLD_CLS if cls is attnx.TransformerClassifier else OLD
-        opts = {**old, **opts, "n_layers": 1, "d_hidden": 16}
-    opts.update(kw)
-    return cls(**opts)
+        opts = merged(old, opts, n_layers=1, d_hidden=16)
+    return cls(**merged(opts, kw))
 
 
 @pytest.mark.parametrize("pooling", ["mean", "last"])
@@ -37,7 +36,7 @@ def test_ragged_predict_equals_one_sequence_at_a_time(pooling):
 def test_ragged_per_position_targets_come_back_ragged():
     X = ragged(30, seed=1)
     y = [np.cumsum(x[:, :2], axis=0) for x in X]           # (T_i, 2)
-    est = reg(causal=True).fit(X, y)
+    est = reg(options={"causal": True}).fit(X, y)
     p = est.predict(X)
     assert isinstance(p, list) and [a.shape for a in p] == [a.shape for a in y]
     for i in (0, 7, 29):
@@ -70,8 +69,8 @@ def test_equal_lengths_in_a_list_train_as_the_dense_array():
     rng = np.random.default_rng(3)
     Xd = rng.normal(size=(20, 6, 3))
     y = Xd[:, :, 0].mean(axis=1)
-    a = reg(shuffle=False).fit(Xd, y)
-    b = reg(shuffle=False).fit(list(Xd), y)
+    a = reg(options={"shuffle": False}).fit(Xd, y)
+    b = reg(options={"shuffle": False}).fit(list(Xd), y)
     np.testing.assert_allclose(b.model_.params.flat, a.model_.params.flat, rtol=1e-9,
                                atol=1e-12)
     assert isinstance(b.predict(list(Xd)), np.ndarray)  # pooled: one row per sequence
@@ -84,7 +83,7 @@ def test_ragged_training_matches_pytorch(torch):
 
     X = ragged(9, f=2, lo=1, hi=7, seed=4)
     y = [np.sin(x) for x in X]
-    kw = dict(batch_size=9, shuffle=False, weight_decay=0.05, positional="learned", max_len=8)
+    kw = dict(batch_size=9, weight_decay=0.05, positional="learned", options={"shuffle": False, "max_len": 8})
     init = reg(**kw, epochs=1, lr=0.0).fit(X, y)
     est = reg(**kw, epochs=2, lr=0.02).fit(X, y)
     twin = SeqTwin(init.model_)

@@ -6,7 +6,7 @@ import pytest
 import attnx
 from attnx.estimators import _scaling
 from attnx.layers import schedules
-from bare_settings import BARE_CLS as OLD_CLS
+from bare_settings import BARE_CLS as OLD_CLS, merged
 
 
 def _cls_data(seed=0, n=48, t=8):
@@ -17,30 +17,29 @@ def _cls_data(seed=0, n=48, t=8):
 
 
 # the previous release's recipe (every option off), small: each test turns one option on
-KW = dict(OLD_CLS, n_heads=2, d_model=8, n_layers=1, epochs=4, batch_size=16, random_state=0,
+KW = merged(OLD_CLS, n_heads=2, d_model=8, n_layers=1, epochs=4, batch_size=16, random_state=0,
           dtype=np.float64)
-KW_REG = {k: v for k, v in KW.items() if k != "label_smoothing"}
+KW_REG = {**KW, "options": {k: v for k, v in KW["options"].items() if k != "label_smoothing"}}
 
 
 def clf(**kw):
-    return attnx.TransformerClassifier(**{**KW, **kw})
+    return attnx.TransformerClassifier(**merged(KW, kw))
 
 
 def reg(**kw):
-    return attnx.TransformerRegressor(**{**KW_REG, **kw})
+    return attnx.TransformerRegressor(**merged(KW_REG, kw))
 
 
 def test_schedule_drives_each_step_and_is_recorded():
     X, y = _cls_data()
-    est = clf(lr=0.01, lr_schedule="warmup_cosine",
-                                      warmup=0.25).fit(X, y)
+    est = clf(lr=0.01, options={"lr_schedule": "warmup_cosine", "warmup": 0.25}).fit(X, y)
     total = 4 * 3   # 48 samples / 16 per batch, 4 epochs
     w = 3           # 25% of 12 steps
     want = [0.01 * schedules.warmup_cosine_factor(t, total, w) for t in range(total)]
     # lr_curve_ holds the lr of the last step of each epoch
     np.testing.assert_allclose(est.lr_curve_, [want[3 * e + 2] for e in range(4)], rtol=1e-12)
     assert est.history_["lr"] == est.lr_curve_ and est.history_["loss"] == est.loss_curve_
-    oc = clf(lr=0.01, lr_schedule="one_cycle").fit(X, y)
+    oc = clf(lr=0.01, options={"lr_schedule": "one_cycle"}).fit(X, y)
     assert max(oc.lr_curve_) <= 0.01 and oc.lr_curve_[-1] < 1e-4
     const = clf(lr=0.01).fit(X, y)
     assert const.lr_curve_ == [0.01] * 4
@@ -49,8 +48,8 @@ def test_schedule_drives_each_step_and_is_recorded():
 def test_clipping_changes_training_only_when_the_norm_exceeds_it():
     X, y = _cls_data()
     plain = clf().fit(X, y)
-    loose = clf(max_grad_norm=1e9).fit(X, y)
-    tight = clf(max_grad_norm=1e-3).fit(X, y)
+    loose = clf(options={"max_grad_norm": 1e9}).fit(X, y)
+    tight = clf(options={"max_grad_norm": 1e-3}).fit(X, y)
     np.testing.assert_array_equal(plain.model_.params.flat, loose.model_.params.flat)
     assert not np.array_equal(plain.model_.params.flat, tight.model_.params.flat)
 
@@ -58,7 +57,7 @@ def test_clipping_changes_training_only_when_the_norm_exceeds_it():
 def test_decay_matrices_leaves_biases_and_norms_undecayed():
     X, y = _cls_data()
     # lr 0 except through decay: p <- p (1 - lr wd) is the only change with zero gradient
-    est = clf(decay="matrices", weight_decay=0.5, norm="pre")
+    est = clf(weight_decay=0.5, norm="pre", options={"decay": "matrices"})
     est.fit(X, y)
     assert est.optimizer_.decay == "matrices"
     runs = est.optimizer_._runs[0]
@@ -73,10 +72,10 @@ def test_decay_matrices_leaves_biases_and_norms_undecayed():
 def test_label_smoothing_changes_the_fit_and_is_checked():
     X, y = _cls_data()
     a = clf().fit(X, y)
-    b = clf(label_smoothing=0.2).fit(X, y)
+    b = clf(options={"label_smoothing": 0.2}).fit(X, y)
     assert not np.array_equal(a.model_.params.flat, b.model_.params.flat)
     with pytest.raises(ValueError, match="label_smoothing"):
-        clf(label_smoothing=1.0).fit(X, y)
+        clf(options={"label_smoothing": 1.0}).fit(X, y)
 
 
 def test_standardize_folds_into_the_model_exactly():
@@ -84,7 +83,7 @@ def test_standardize_folds_into_the_model_exactly():
     what the unfolded model gives on standardised X, destandardised."""
     X, _ = _cls_data()
     t = X[:, :, 1].mean(axis=1) * 3.0 + 1000.0
-    est = reg(standardize=True).fit(X, t)
+    est = reg(options={"standardize": True}).fit(X, t)
     assert est.input_mean_.shape == (3,) and est.target_scale_.shape == (1,)
     X0 = X.copy()
     pred = est.predict(X)
@@ -105,7 +104,7 @@ def test_standardize_folds_into_the_model_exactly():
 
 def test_standardize_survives_save_warm_start_and_partial_fit(tmp_path):
     X, y = _cls_data()
-    est = clf(standardize=True).fit(X, y)
+    est = clf(options={"standardize": True}).fit(X, y)
     est.save(tmp_path / "m.safetensors")
     back = attnx.load(tmp_path / "m.safetensors")
     np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
@@ -114,18 +113,18 @@ def test_standardize_survives_save_warm_start_and_partial_fit(tmp_path):
     est.set_params(warm_start=True, epochs=1).fit(X[:20] + 100.0, y[:20])
     np.testing.assert_array_equal(est.input_mean_, mean0)   # warm start keeps the stats
     assert est.score(X, y) > 0.5
-    p = clf(standardize=True)
+    p = clf(options={"standardize": True})
     for _ in range(3):
         p.partial_fit(X, y, classes=[0, 1])
     assert p.input_mean_.shape == (3,) and np.isfinite(p.predict_proba(X)).all()
 
 
-@pytest.mark.parametrize("bad,err", [(dict(lr_schedule="cosine"), ValueError),
-                                     (dict(warmup=1.0), ValueError),
-                                     (dict(max_grad_norm=0.0), ValueError),
-                                     (dict(max_grad_norm="1"), TypeError),
-                                     (dict(decay="weights"), ValueError),
-                                     (dict(standardize=1), TypeError)])
+@pytest.mark.parametrize("bad,err", [(dict(options={"lr_schedule": "cosine"}), ValueError),
+                                     (dict(options={"warmup": 1.0}), ValueError),
+                                     (dict(options={"max_grad_norm": 0.0}), ValueError),
+                                     (dict(options={"max_grad_norm": "1"}), TypeError),
+                                     (dict(options={"decay": "weights"}), ValueError),
+                                     (dict(options={"standardize": 1}), TypeError)])
 def test_recipe_arguments_are_checked(bad, err):
     X, y = _cls_data()
     with pytest.raises(err, match=next(iter(bad))):
@@ -162,8 +161,7 @@ def test_patched_standardized_estimator_exports_to_onnx(tmp_path):
     from attnx.io import onnx as ax
     X, y = _cls_data(n=24, t=19)
     X = X.astype(np.float32)
-    est = clf(dtype=np.float32, patch_len=4,
-                                      standardize=True).fit(X, y)
+    est = clf(dtype=np.float32, patch_len=4, options={"standardize": True}).fit(X, y)
     ax.export(est, tmp_path / "m.onnx")
     s = ort.InferenceSession(str(tmp_path / "m.onnx"))
     out = s.run(None, {"x": X, "key_padding_mask": np.zeros(X.shape[:2], bool)})[0]

@@ -20,7 +20,7 @@ def _data(n=300, seed=0):
 def test_pinball_columns_learn_their_levels():
     X, y = _data()
     levels = (0.1, 0.5, 0.9)
-    est = attnx.TransformerRegressor(**SMALL, loss="pinball", quantiles=levels)
+    est = attnx.TransformerRegressor(**SMALL, loss="pinball", options={"quantiles": levels})
     pred = est.fit(X, np.repeat(y[:, None], 3, axis=1)).predict(X)
     below = (y[:, None] < pred).mean(axis=0)      # the share under each column
     np.testing.assert_allclose(below, levels, atol=0.08)
@@ -69,10 +69,10 @@ def test_held_out_reference_uses_the_loss():
 @pytest.mark.parametrize("kw,err,msg", [
     (dict(loss="l1"), ValueError, "loss must be one of"),
     (dict(loss="pinball"), ValueError, "quantiles"),
-    (dict(quantiles=(0.5,)), ValueError, "quantiles"),
-    (dict(loss="pinball", quantiles=(0.0, 0.5)), ValueError, r"levels in \(0, 1\)"),
-    (dict(loss="pinball", quantiles="0.5"), ValueError, "quantiles"),
-    (dict(loss="pinball", quantiles=(0.1, 0.9)), ValueError, "one level per output column"),
+    (dict(options={"quantiles": (0.5,)}), ValueError, "quantiles"),
+    (dict(loss="pinball", options={"quantiles": (0.0, 0.5)}), ValueError, r"levels in \(0, 1\)"),
+    (dict(loss="pinball", options={"quantiles": "0.5"}), ValueError, "quantiles"),
+    (dict(loss="pinball", options={"quantiles": (0.1, 0.9)}), ValueError, "one level per output column"),
 ])
 def test_bad_loss_settings(kw, err, msg):
     X, y = _data(40)
@@ -83,7 +83,7 @@ def test_bad_loss_settings(kw, err, msg):
 def test_pinball_regressor_file_resumes_exactly(tmp_path):
     X, y = _data(80)
     yy = np.repeat(y[:, None], 2, axis=1)
-    kw = dict(SMALL, epochs=2, loss="pinball", quantiles=(0.25, 0.75))
+    kw = dict(SMALL, epochs=2, loss="pinball", options={"quantiles": (0.25, 0.75)})
     a = attnx.AttentionRegressor(**{k: v for k, v in kw.items() if k != "n_layers"})
     a.fit(X, yy)
     a.save(tmp_path / "a.safetensors")

@@ -4,6 +4,7 @@ import warnings
 import numpy as np
 
 import attnx
+from bare_settings import merged
 
 
 def _data(rng):
@@ -13,15 +14,15 @@ def _data(rng):
 
 def test_early_stopping_restores_the_optimizer_state_of_the_best_epoch(rng):
     X, Y = _data(rng)
-    kw = dict(n_heads=2, batch_size=8, random_state=3, validation_fraction=0.25,
-              dtype=np.float64, lr=0.05)
-    es = attnx.AttentionRegressor(epochs=30, early_stopping=True, n_iter_no_change=2,
-                                  tol=1e-3, **kw).fit(X, Y)
+    kw = dict(n_heads=2, batch_size=8, random_state=3, dtype=np.float64, lr=0.05, options={"validation_fraction": 0.25})
+    es = attnx.AttentionRegressor(epochs=30, **merged(kw, options={
+        "early_stopping": True, "n_iter_no_change": 2, "tol": 1e-3})).fit(X, Y)
     best = int(np.argmin(es.validation_loss_curve_))
     assert es.n_iter_ > best + 1  # it stopped after the best epoch
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = attnx.AttentionRegressor(epochs=best + 1, n_iter_no_change=100, **kw).fit(X, Y)
+        ref = attnx.AttentionRegressor(epochs=best + 1,
+                                       **merged(kw, options={"n_iter_no_change": 100})).fit(X, Y)
     np.testing.assert_array_equal(es.model_.params.flat, ref.model_.params.flat)
     got, want = es.optimizer_.state_dict(), ref.optimizer_.state_dict()
     assert got["t"] == want["t"]
@@ -50,7 +51,7 @@ def test_the_setup_collective_runs_once_per_training_set(rng, monkeypatch):
     est.fit(X, Y)
     assert calls == [40]
     calls.clear()
-    est.set_params(validation_fraction=0.25).fit(X, Y)
+    est.set_params(options={"validation_fraction": 0.25}).fit(X, Y)
     assert calls == [40, 30]
 
 

@@ -111,7 +111,7 @@ def test_quantile_intervals_learn_levels_and_calibrate_them():
     f = attnx.TransformerForecaster(6, **FAST, intervals="quantile",
                                     quantile_levels=(0.1, 0.25, 0.75, 0.9)).fit(y)
     assert f.levels_ == (0.1, 0.25, 0.5, 0.75, 0.9)
-    assert f.regressor_.loss == "pinball" and len(f.regressor_.quantiles) == 6 * 5
+    assert f.regressor_.loss == "pinball" and len(f.regressor_.options["quantiles"]) == 6 * 5
     s = f.calibration_scores_
     assert s.ndim == 3 and s.shape[1:] == (6, 5)
     p = f.predict()

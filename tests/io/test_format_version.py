@@ -122,3 +122,16 @@ def test_a_pretrained_file_that_does_not_load_raises_instead_of_dropping_the_can
                  lambda m: {k: v for k, v in m.items() if k != "format_version"})
     with pytest.raises(RuntimeError, match="pretrained forecaster's weights do not load"):
         _pretrained_forecaster.load_network(p)
+
+
+@pytest.mark.parametrize("kind", ["classifier", "regressor", "forecaster"])
+def test_a_file_of_the_previous_format_is_refused_asking_for_a_refit(kind, fitted, tmp_path):
+    """Format 2 stored the parameters before options: refused (no conversion), naming the
+    version and the attnx that wrote it, and saying to refit."""
+    est = fitted[1][kind]
+    est.save(tmp_path / "m.safetensors")
+    p = _rewrite(tmp_path / "m.safetensors", tmp_path / "old.safetensors",
+                 lambda m: {**m, "format_version": "2", "attnx_version": "0.1.0"})
+    with pytest.raises(ValueError, match=r"format version '2'.*written by attnx 0\.1\.0.*"
+                                         r"refit the model"):
+        attnx.load(p)

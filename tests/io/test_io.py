@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from bare_settings import BARE as OLD  # noqa: F401
+from bare_settings import BARE as OLD, merged  # noqa: F401
 import attnx
 from attnx import io as aio
 from attnx.datasets import max_position_task, mixing_task
@@ -20,9 +20,8 @@ def data():
 def _est(cls=attnx.AttentionRegressor, **kw):
     opts = dict(n_heads=2, epochs=2, batch_size=16, lr=0.02, random_state=4)
     if cls is attnx.TransformerRegressor:   # the previous release's defaults: the bare X -> Y model
-        opts = {**OLD, **opts, "n_layers": 2, "d_hidden": 12}
-    opts.update(kw)
-    return cls(**opts)
+        opts = merged(OLD, opts, n_layers=2, d_hidden=12)
+    return cls(**merged(opts, kw))
 
 
 def _same_state(a, b):
@@ -39,8 +38,8 @@ def _same_state(a, b):
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_fit_2_save_load_2_partial_fits_equals_fit_4(cls, shuffle, data, tmp_path):
     X, Y = data   # 90 samples in batches of 16: the last batch is short
-    full = _est(cls, epochs=4, shuffle=shuffle).fit(X, Y)
-    half = _est(cls, epochs=2, shuffle=shuffle).fit(X, Y)
+    full = _est(cls, epochs=4, options={"shuffle": shuffle}).fit(X, Y)
+    half = _est(cls, epochs=2, options={"shuffle": shuffle}).fit(X, Y)
     half.save(tmp_path / "half.safetensors")
     resumed = attnx.load(tmp_path / "half.safetensors")
     _same_state(resumed, half)
@@ -53,12 +52,10 @@ def test_fit_2_save_load_2_partial_fits_equals_fit_4(cls, shuffle, data, tmp_pat
 SEQUENCE_CASES = [
     (attnx.TransformerClassifier, dict(n_layers=1, d_model=8, d_hidden=16, norm="pre",
                                        positional="learned", dropout=0.1, pooling="last",
-                                       class_weight={"b": 2.0, "a": 1.0},
-                                       lr_schedule="constant")),
-    (attnx.AttentionClassifier, dict(d_model=8, positional="rope", causal=True)),
+                                       class_weight={"b": 2.0, "a": 1.0}, options={"lr_schedule": "constant"})),
+    (attnx.AttentionClassifier, dict(d_model=8, positional="rope", options={"causal": True})),
     (attnx.TransformerRegressor, dict(n_layers=2, d_model=8, norm="pre", dropout=0.2,
-                                      positional="sinusoidal", dtype=np.float64,
-                                      lr_schedule="constant")),
+                                      positional="sinusoidal", dtype=np.float64, options={"lr_schedule": "constant"})),
     (attnx.AttentionRegressor, dict(d_model=6, pooling="mean")),
 ]
 
@@ -95,15 +92,14 @@ def test_sequence_estimators_resume_exactly_from_a_file_and_a_pickle(cls, kw, tm
 
 def test_load_restores_configuration_and_fitted_attributes(data, tmp_path):
     X, Y = data
-    est = _est(attnx.TransformerRegressor, causal=True, rope=True, betas=(0.8, 0.99),
-               dtype=np.float64, validation_fraction=0.2, epochs=3).fit(X, Y)
+    est = _est(attnx.TransformerRegressor, positional="rope", dtype=np.float64, epochs=3, options={"causal": True, "betas": (0.8, 0.99), "validation_fraction": 0.2}).fit(X, Y)
     path = tmp_path / "model"          # no suffix: the file is written exactly there
     aio.save(est, path)
     assert os.listdir(tmp_path) == ["model"]
     back = attnx.load(str(path))
     assert type(back) is attnx.TransformerRegressor
     assert back.get_params() == est.get_params()
-    assert back.get_params()["dtype"] is np.float64 and back.betas == (0.8, 0.99)
+    assert back.get_params()["dtype"] is np.float64 and back.options["betas"] == (0.8, 0.99)
     assert back.model_.causal and back.model_.rope and back.model_.n_layers == 2
     assert back.model_.d_hidden == 12 and back.model_.dtype == np.float64
     assert back.validation_loss_curve_ == est.validation_loss_curve_
@@ -155,7 +151,7 @@ def test_file_is_plain_safetensors_with_params_names_and_metadata(data, tmp_path
     with safe_open(path, framework="np") as f:
         meta = f.metadata()
     assert meta["format"] == "attnx-estimator"
-    assert meta["format_version"] == str(aio.FORMAT_VERSION) == "2"
+    assert meta["format_version"] == str(aio.FORMAT_VERSION) == "3"
     assert meta["checksum"].startswith("sha256:")
     config = json.loads(meta["config"])
     assert config["class"] == "TransformerRegressor"
@@ -169,7 +165,7 @@ def test_file_is_plain_safetensors_with_params_names_and_metadata(data, tmp_path
 @pytest.fixture()
 def saved(data, tmp_path):
     X, Y = data
-    est = _est(validation_fraction=0.2).fit(X, Y)
+    est = _est(options={"validation_fraction": 0.2}).fit(X, Y)
     path = tmp_path / "good.safetensors"
     est.save(path)
     return est, path, path.read_bytes()
@@ -349,13 +345,11 @@ def _ragged(n, seed):
 
 @pytest.mark.parametrize("cls, opts", [
     (attnx.TransformerRegressor, dict(d_model=8, positional="learned", norm="pre",
-                                      pooling="last", dropout=0.2, causal=True,
-                                      lr_schedule="constant")),
+                                      pooling="last", dropout=0.2, options={"causal": True, "lr_schedule": "constant"})),
     (attnx.AttentionRegressor, dict(d_model=4, positional="sinusoidal", d_hidden=6,
                                     dropout=0.1)),
     (attnx.TransformerClassifier, dict(d_model=8, positional="rope", norm="pre",
-                                       class_weight={2: 0.5, 7: 2.0}, dropout=0.3,
-                                       lr_schedule="constant")),
+                                       class_weight={2: 0.5, 7: 2.0}, dropout=0.3, options={"lr_schedule": "constant"})),
     (attnx.AttentionClassifier, dict(d_model=8, class_weight="balanced", pooling="last")),
 ])
 @pytest.mark.parametrize("ragged", [False, True])

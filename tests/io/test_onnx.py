@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from bare_settings import BARE as OLD  # noqa: F401
+from bare_settings import BARE as OLD, merged  # noqa: F401
 import attnx
 import attnx.io.onnx as aonnx
 from numeric_checks import rel_err
@@ -119,9 +119,9 @@ def test_estimators_match_predict(dtype, tmp_path):
     labels = np.array(["x", "y", "z"])[(X[:, :, 0].sum(axis=1) > 0).astype(int)
                                        + (X[:, 0, 1] > 0.5)]
     cases = [
-        (attnx.AttentionRegressor(2, epochs=2, random_state=0, dtype=dtype, causal=True), X),
-        (attnx.TransformerRegressor(2, n_layers=1, **{**OLD, "epochs": 2}, random_state=0,
-                                    dtype=dtype, rope=True), X),       # the bare X -> Y model
+        (attnx.AttentionRegressor(2, epochs=2, random_state=0, dtype=dtype, options={"causal": True}), X),
+        (attnx.TransformerRegressor(2, n_layers=1, **merged(OLD, epochs=2, positional="rope"),
+                                    random_state=0, dtype=dtype), X),       # the bare X -> Y model
         (attnx.TransformerRegressor(2, n_layers=1, d_model=8, norm="pre", epochs=2,
                                     random_state=0, dtype=dtype), X[:, :, :2].mean(axis=1)),
         (attnx.TransformerRegressor(2, n_layers=1, d_model=8, epochs=2, pooling="last",

@@ -147,5 +147,5 @@ def test_ppv_token_fits_scale_their_positions(tmp_path):
     assert TC(**SMALL).fit(ragged, y).model_.position_scale == P.POSITION_SCALE
     # other tokens keep the plain table and write nothing new
     for other in (TC(**SMALL, tokenizer="patch").fit(X, y), TC(**SMALL).fit(X[:, :40], y),
-                  TC(**SMALL, rope=True, tokenizer="ppv").fit(X, y)):
+                  TC(**SMALL, positional="rope", tokenizer="ppv").fit(X, y)):
         assert other.model_.position_scale == 1.0 and "position_scale" not in other._spec

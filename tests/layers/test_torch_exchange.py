@@ -194,8 +194,8 @@ def test_saved_model_file_loads_into_torch(torch, tmp_path):
     from attnx.datasets import max_position_task
 
     X, Y = max_position_task(64, seq_len=6, d_model=8, random_state=0)
-    est = attnx.AttentionRegressor(2, bias=True, epochs=3, random_state=0,
-                                   dtype=np.float64).fit(X, Y)
+    est = attnx.AttentionRegressor(2, epochs=3, random_state=0,
+                                   dtype=np.float64, options={"bias": True}).fit(X, Y)
     est.save(tmp_path / "model.safetensors")
     w = load_file(tmp_path / "model.safetensors")
     mha = torch.nn.MultiheadAttention(8, 2, bias=True, batch_first=True).double()

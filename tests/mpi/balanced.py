@@ -123,7 +123,7 @@ def main():
 
     def make():
         return attnx.AttentionRegressor(2, epochs=8, batch_size=8, lr=0.01, random_state=4,
-                                        dtype=np.float64, n_iter_no_change=None)
+                                        dtype=np.float64, options={"n_iter_no_change": None})
     est, fig = fit_shard(make, X, Y)
     again, fig2 = fit_shard(make, X, Y)
     assert fig2["digest"] == fig["digest"], "a second fit with the same seed differs"
@@ -139,20 +139,19 @@ def main():
             assert est.optimizer_.t == ref.optimizer_.t
     # validation split (global) and early stopping: the same decisions on every rank
     _, figures["validation_early_stopping"] = fit_shard(lambda: attnx.AttentionRegressor(
-        2, epochs=30, batch_size=8, lr=0.01, validation_fraction=0.2, early_stopping=True,
-        n_iter_no_change=2, tol=0.05, random_state=1, dtype=np.float64), X[:61], Y[:61])
+        2, epochs=30, batch_size=8, lr=0.01, random_state=1, dtype=np.float64, options={"validation_fraction": 0.2, "early_stopping": True, "n_iter_no_change": 2, "tol": 0.05}), X[:61], Y[:61])
     # a TransformerRegressor through d_model with sample-level targets (standardize=False:
     # the recorded batch values are the data's own)
     y = X[:97, :, 0].sum(axis=1)
     _, figures["transformer"] = fit_shard(lambda: attnx.TransformerRegressor(
-        2, 1, 16, d_model=8, dropout=0.0, standardize=False, epochs=3, batch_size=10,
-        random_state=2, dtype=np.float64), X[:97], y)
+        2, 1, 16, d_model=8, dropout=0.0, epochs=3, batch_size=10,
+        random_state=2, dtype=np.float64, options={"standardize": False}), X[:97], y)
     # dropout (the Transformer estimators' default): each rank its own masks, from one
     # shared generator that stays the same on every rank
     MASKS.clear()
     est, figures["transformer_dropout"] = fit_shard(lambda: attnx.TransformerRegressor(
-        2, 1, 16, d_model=8, standardize=False, epochs=3, batch_size=8, random_state=5,
-        dtype=np.float64), X[:97], y)
+        2, 1, 16, d_model=8, epochs=3, batch_size=8, random_state=5,
+        dtype=np.float64, options={"standardize": False}), X[:97], y)
     assert est.dropout == 0.1 and len(MASKS) == 3
     masks = COMM.allgather(list(MASKS))
     for e in range(3):  # every epoch's first masks differ between ranks

@@ -42,7 +42,7 @@ def main(mode):
     X, Y = (a[24 * RANK:24 * (RANK + 1)].astype(np.float64) for a in (X, Y))
     params = dict(epochs=3, batch_size=8, lr=0.01, random_state=0, dtype=np.float64)
     if mode == "dropout":  # on every rank: refused before any training in exact mode
-        params.update(d_model=8, dropout=0.1, distributed="exact")
+        params.update(d_model=8, dropout=0.1, options={"distributed": "exact"})
     if mode in ("kill", "hang", "interrupt", "interrupt2"):
         params["epochs"] = 10**6  # would run for hours: the fault must end it
     if RANK == LAST:

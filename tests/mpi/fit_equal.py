@@ -24,16 +24,17 @@ import attnx
 
 #: the bare X -> Y transformer's settings (dropout 0 is needed with comm anyway)
 BARE = dict(d_model=None, positional="none", norm=None, dropout=0.0, epochs=100,
-            batch_size=32, n_iter_no_change=10, lr_schedule="constant", warmup=0.1,
-            max_grad_norm=None, decay="all", standardize=False, patch_len=1,
-            distributed="exact", stem=None, layout="ntc", missing="error",
-            instance_norm=None, instance_affine=False, tokenizer="patch", pretrain=None,
-            pretrain_epochs=None)
+            batch_size=32, patch_len=1, stem=None, layout="ntc", missing="error",
+            instance_norm=None, tokenizer="patch", pretrain=None,
+            options=dict(n_iter_no_change=10, lr_schedule="constant", warmup=0.1,
+                         max_grad_norm=None, decay="all", standardize=False,
+                         distributed="exact", instance_affine=False, pretrain_epochs=None))
 
 
 def _transformer_0_2(*args, **kw):
-    """TransformerRegressor with the bare model's settings."""
-    return attnx.TransformerRegressor(*args, **{**BARE, **kw})
+    """TransformerRegressor with the bare model's settings (options merged key by key)."""
+    options = {**BARE["options"], **(kw.pop("options", None) or {})}
+    return attnx.TransformerRegressor(*args, **{**BARE, **kw, "options": options})
 from attnx.distributed import Communicator
 
 COMM = MPI.COMM_WORLD
@@ -146,24 +147,22 @@ def main():
     tmp = sys.argv[1]
     figures = {}
     _, figures["attention_val_es"] = run(lambda: attnx.AttentionRegressor(
-        2, epochs=8, batch_size=8, lr=0.01, validation_fraction=0.2, early_stopping=True,
-        n_iter_no_change=2, tol=0.05, random_state=1, dtype=np.float64,
-        distributed="exact"), 45)
+        2, epochs=8, batch_size=8, lr=0.01, random_state=1, dtype=np.float64, options={"validation_fraction": 0.2, "early_stopping": True, "n_iter_no_change": 2, "tol": 0.05, "distributed": "exact"}), 45)
     assert RANK != 0 or figures["attention_val_es"]["n_iter"] < 8  # early stopping acted
     _, figures["transformer_noshuffle"] = run(lambda: _transformer_0_2(
         2, n_layers=2, d_hidden=8, epochs=3, batch_size=6, lr=0.01, shuffle=False,
         random_state=2, dtype=np.float64), 38)
     _, figures["attention_partial_fit"] = run(lambda: attnx.AttentionRegressor(
-        1, batch_size=5, lr=0.01, random_state=3, dtype=np.float64, distributed="exact"), 29,
+        1, batch_size=5, lr=0.01, random_state=3, dtype=np.float64, options={"distributed": "exact"}), 29,
         method="partial_fit", epochs_pf=3)
     # random_state=None: every rank must still start from the same (rank 0's) weights
     _, figures["random_state_none"] = run(lambda: attnx.AttentionRegressor(
-        1, epochs=2, batch_size=5, random_state=None, dtype=np.float64, distributed="exact"),
+        1, epochs=2, batch_size=5, random_state=None, dtype=np.float64, options={"distributed": "exact"}),
         23, compare=False)
     # a Generator per rank, each in another state: rank 0's seeds still rule
     _, figures["random_state_generator"] = run(lambda: attnx.AttentionRegressor(
         1, epochs=2, batch_size=5, random_state=np.random.default_rng(RANK),
-        dtype=np.float64, distributed="exact"), 23, compare=False)
+        dtype=np.float64, options={"distributed": "exact"}), 23, compare=False)
     figures["checkpoint"] = checkpoint(os.path.join(tmp, "ckpt.safetensors"))
     if RANK == 0:
         print("RESULT " + json.dumps(dict(P=P, **figures)), flush=True)

@@ -76,7 +76,7 @@ def run(make, X, y, w=None, method="fit", epochs_pf=1, classes=None):
 def main():
     f = {}
     common = dict(n_heads=2, d_model=8, epochs=3, batch_size=8, lr=5e-3, random_state=0,
-                  dtype=np.float64, distributed="exact")
+                  dtype=np.float64, options={"distributed": "exact"})
     rng = np.random.default_rng(0)
     X = rng.normal(size=(43, 7, 3))
     y = X[:, :, 0].sum(axis=1)
@@ -84,7 +84,7 @@ def main():
     w[::5] = 0.0
     f["weighted_sequence_regression"] = run(lambda: _transformer_0_2(
         n_layers=1, d_hidden=16, pooling="mean", positional="sinusoidal", norm="pre",
-        validation_fraction=0.2, **common), X, y, w)
+        **{**common, "options": {"distributed": "exact", "validation_fraction": 0.2}}), X, y, w)
     # epochs=None: the held-out run that chooses the epochs (weak signal: y is noise)
     y_noise = rng.normal(size=43)
     f["epoch_selection"] = run(lambda: _transformer_0_2(
@@ -98,7 +98,8 @@ def main():
     Xr = ragged(47, 3, seed=1)
     yr = [np.cumsum(x[:, :2], axis=0) for x in Xr]
     f["ragged_per_position"] = run(lambda: _transformer_0_2(
-        n_layers=1, d_hidden=16, positional="learned", causal=True, **common), Xr, yr)
+        n_layers=1, d_hidden=16, positional="learned",
+        **{**common, "options": {"distributed": "exact", "causal": True}}), Xr, yr)
     lr_ = [(x[:, 0] > 0).astype(int) for x in Xr]
     f["ragged_classifier_partial_fit"] = run(lambda: attnx.AttentionClassifier(**common),
                                              Xr, lr_, method="partial_fit", epochs_pf=2,
@@ -109,14 +110,16 @@ def main():
     Xm[rng.random(Xm.shape[:2]) < 0.25, 1] = np.nan
     Xm[:, 0] = X[:, 0]   # every sequence keeps an observed step
     f["missing_dense"] = run(lambda: attnx.AttentionClassifier(
-        missing="mask", standardize=True, pooling="max", **common), Xm, labels)
+        missing="mask", pooling="max",
+        **{**common, "options": {"distributed": "exact", "standardize": True}}), Xm, labels)
     Xrm = [np.where(np.random.default_rng(i).random((len(x), 1)) < 0.25, np.nan, x)
            for i, x in enumerate(Xr)]
     for x, x0 in zip(Xrm, Xr):
         x[0] = x0[0]
     f["missing_ragged"] = run(lambda: attnx.AttentionRegressor(
-        missing="mask", standardize=True, d_model=8, **{k: v for k, v in common.items()
-                                                      if k != "d_model"}),
+        missing="mask", d_model=8,
+        **{k: v for k, v in common.items() if k not in ("d_model", "options")},
+        options={"distributed": "exact", "standardize": True}),
         Xrm, np.array([x[:, 0].sum() for x in Xr]))
     # tokenizer="auto"'s short path: ragged univariate series resampled to the longest,
     # the short stem, and every training batch shifted in time by one draw per global

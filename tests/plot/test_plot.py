@@ -18,8 +18,7 @@ from attnx import plot  # noqa: E402
 @pytest.fixture(scope="module")
 def fitted():
     X, Y = max_position_task(128, 6, 4, random_state=0)
-    est = attnx.AttentionRegressor(2, epochs=6, lr=0.03, validation_fraction=0.25,
-                                   random_state=0).fit(X, Y)
+    est = attnx.AttentionRegressor(2, epochs=6, lr=0.03, random_state=0, options={"validation_fraction": 0.25}).fit(X, Y)
     return est, X
 
 
@@ -106,7 +105,7 @@ def test_loss_curve_of_an_estimator_and_of_a_list(fitted, tmp_path):
 
 @pytest.mark.parametrize("make,label", [
     (lambda: attnx.AttentionClassifier(epochs=2, random_state=0), "cross-entropy loss"),
-    (lambda: attnx.AttentionClassifier(epochs=2, label_smoothing=0.1, random_state=0),
+    (lambda: attnx.AttentionClassifier(epochs=2, random_state=0, options={"label_smoothing": 0.1}),
      "cross-entropy loss (label smoothing 0.1)"),
     (lambda: attnx.AttentionRegressor(epochs=2, loss="absolute_error", random_state=0),
      "MAE loss"),

@@ -41,14 +41,16 @@ def test_regressor_twin_trains_the_network_attnx_trains(tf, ragged):
     if ragged:
         X = [x[:rng.integers(2, 7)] for x in X]
     y = np.stack([np.array([s[:, 0].sum(), s[:, 1].mean()]) for s in X])
-    kw = dict(n_heads=2, n_layers=2, d_model=8, dropout=0.0, max_len=6, epochs=2,
-              batch_size=8, lr=3e-3, random_state=5, dtype=np.float64, standardize=False,
-              patch_len=1, instance_norm=None, lr_schedule="warmup_cosine")
+    kw = dict(n_heads=2, n_layers=2, d_model=8, dropout=0.0, epochs=2,
+              batch_size=8, lr=3e-3, random_state=5, dtype=np.float64, patch_len=1,
+              instance_norm=None,
+              options={"max_len": 6, "standardize": False, "lr_schedule": "warmup_cosine"})
     ref = attnx.TransformerRegressor(**kw)
     twin = tf._TorchRegressor(attnx.TransformerRegressor(**kw))
     for est in (ref, twin):
         est.fit(X, y)
-        est.set_params(epochs=3, warm_start=True, lr_schedule="constant")
+        est.set_params(epochs=3, warm_start=True,
+                       options={**kw["options"], "lr_schedule": "constant"})
         est.fit(X, y)
         est.set_params(epochs=1)
         est.fit(X, y)
