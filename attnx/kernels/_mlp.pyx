@@ -30,7 +30,7 @@ cdef _check(str what, Py_ssize_t rows, Py_ssize_t d, Py_ssize_t dh, int nthreads
     require_simd()
     if nthreads < 1:
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
-    check_blas_int(what, rows=rows, d_model=d, d_hidden=dh)
+    check_blas_int(what, ("rows", rows), ("d_model", d), ("d_hidden", dh))
     for name, r, c, width in bufs:
         if r != rows or c != width:
             raise ValueError(f"{what}: {name} must be ({rows}, {width}), got ({r}, {c})")
