@@ -81,7 +81,7 @@ cdef class AttnBuffers:
 cdef class AttnParams:
     cdef readonly Py_ssize_t d
     cdef readonly int type_num
-    cdef readonly object weights, grads
+    cdef readonly object w_qkv, w_o, b_qkv, b_o, dw_qkv, dw_o, db_qkv, db_o
     cdef Call ptrs                      # weight and gradient pointers
 
 

@@ -80,6 +80,13 @@ class AttnBuffers:
 class AttnParams:
     d: int
     type_num: int
-    weights: dict[str, _F | None]
-    grads: dict[str, _F | None]
-    def __init__(self, weights: Any, grads: Any) -> None: ...
+    w_qkv: _F
+    w_o: _F
+    b_qkv: _F | None
+    b_o: _F | None
+    dw_qkv: _F
+    dw_o: _F
+    db_qkv: _F | None
+    db_o: _F | None
+    def __init__(self, w_qkv: _F, w_o: _F, b_qkv: _F | None, b_o: _F | None, dw_qkv: _F,
+                 dw_o: _F, db_qkv: _F | None, db_o: _F | None) -> None: ...

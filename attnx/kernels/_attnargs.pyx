@@ -86,8 +86,8 @@ def check_sizes(Py_ssize_t nb, Py_ssize_t tq, Py_ssize_t tk, Py_ssize_t d_model)
     width d_model has a dimension or leading dimension beyond BLAS's 32-bit int.
     Pure arithmetic: callable before allocating anything."""
     check_blas_int(f"attention over batch={nb}, Tq={tq}, Tk={tk}, d_model={d_model}",
-                   **{"batch*Tq": nb * tq, "batch*Tk": nb * tk, "3*d_model": 3 * d_model,
-                      "Tq": tq, "Tk": tk})
+                   ("batch*Tq", nb * tq), ("batch*Tk", nb * tk), ("3*d_model", 3 * d_model),
+                   ("Tq", tq), ("Tk", tk))
 
 
 # ---------------------------------------------------------------- fused work split
@@ -340,49 +340,41 @@ cdef class AttnBuffers:
 
 # ---------------------------------------------------------------- parameters
 cdef class AttnParams:
-    """A layer's weights and gradients, checked once: each a dict with qkv (d, 3d),
-    o (d, d), bqkv (3d,) and bo (d,) (both None without bias), C-contiguous arrays
-    of one float dtype; gradients writeable. The arrays are kept (so the pointers
-    stay valid); updating them in place is what training does."""
+    """A layer's weights and gradients, checked once: w_qkv (d, 3d) = [Wq | Wk | Wv],
+    w_o (d, d), b_qkv (3d,) and b_o (d,) (both None without bias), and their
+    gradients dw_qkv, dw_o, db_qkv, db_o alike: C-contiguous arrays of one float
+    dtype, gradients writeable. The arrays are kept (so the pointers stay valid);
+    updating them in place is what training does."""
 
-    def __init__(self, weights, grads):
-        cdef void *p
+    def __init__(self, w_qkv, w_o, b_qkv, b_o, dw_qkv, dw_o, db_qkv, db_o):
         cdef Call *c = &self.ptrs
-        o = weights["o"]
-        if not isinstance(o, np.ndarray) or o.ndim != 2:
-            raise ValueError(f"weights['o'] must be a 2-D array, got {type(o).__name__}")
-        dt = o.dtype
+        cdef void *p
+        if not isinstance(w_o, np.ndarray) or w_o.ndim != 2:
+            raise ValueError(f"w_o must be a 2-D array, got {type(w_o).__name__}")
+        dt = w_o.dtype
         if dt != np.float32 and dt != np.float64:
-            raise ValueError(f"weights must be float32 or float64, got {dt}")
-        self.type_num = cnp.NPY_FLOAT32 if dt == np.float32 else cnp.NPY_FLOAT64
-        self.d = d = o.shape[0]
-        bias = weights["bqkv"] is not None
-        for what, src, write in (("weights", weights, False), ("grads", grads, True)):
-            if (src["bqkv"] is not None) != bias or (src["bo"] is not None) != bias:
-                raise ValueError(f"{what}: bqkv and bo must both be arrays (bias) or "
-                                 f"both None, as in weights")
-            take(f"{what}['qkv']", src["qkv"], d, 3 * d, self.type_num, write, False, &p)
-            if write:
-                c.dw_qkv = p
-            else:
-                c.w_qkv = p
-            take(f"{what}['o']", src["o"], d, d, self.type_num, write, False, &p)
-            if write:
-                c.dw_o = p
-            else:
-                c.w_o = p
-            take(f"{what}['bqkv']", src["bqkv"], 3 * d, -1, self.type_num, write, True, &p)
-            if write:
-                c.db_qkv = p
-            else:
-                c.b_qkv = p
-            take(f"{what}['bo']", src["bo"], d, -1, self.type_num, write, True, &p)
-            if write:
-                c.db_o = p
-            else:
-                c.b_o = p
-        self.weights = dict(weights)
-        self.grads = dict(grads)
+            raise ValueError(f"w_o must be float32 or float64, got {dt}")
+        self.type_num = tn = cnp.NPY_FLOAT32 if dt == np.float32 else cnp.NPY_FLOAT64
+        self.d = d = w_o.shape[0]
+        bias = b_qkv is not None
+        if (b_o is not None) != bias or (db_qkv is not None) != bias or (
+                db_o is not None) != bias:
+            raise ValueError("b_qkv, b_o, db_qkv and db_o must all be arrays (bias) or all "
+                             "None")
+        take("w_qkv", w_qkv, d, 3 * d, tn, False, False, &p)
+        c.w_qkv = p
+        take("w_o", w_o, d, d, tn, False, False, &p)
+        c.w_o = p
+        take("b_qkv", b_qkv, 3 * d, -1, tn, False, True, &p)
+        c.b_qkv = p
+        take("b_o", b_o, d, -1, tn, False, True, &p)
+        c.b_o = p
+        take("dw_qkv", dw_qkv, d, 3 * d, tn, True, False, &c.dw_qkv)
+        take("dw_o", dw_o, d, d, tn, True, False, &c.dw_o)
+        take("db_qkv", db_qkv, 3 * d, -1, tn, True, True, &c.db_qkv)
+        take("db_o", db_o, d, -1, tn, True, True, &c.db_o)
+        self.w_qkv, self.w_o, self.b_qkv, self.b_o = w_qkv, w_o, b_qkv, b_o
+        self.dw_qkv, self.dw_o, self.db_qkv, self.db_o = dw_qkv, dw_o, db_qkv, db_o
 
 
 # ---------------------------------------------------------------- the prologue
@@ -400,8 +392,7 @@ cdef int begin_call(AttnShape s, AttnBuffers b, AttnParams p, object x, object c
     if b.shape is not s:
         raise ValueError(f"buffers were made for {b.shape!r}, not for {s!r}")
     if p.d != s.d or p.type_num != s.type_num:
-        raise ValueError(f"params of width {p.d} and type {p.weights['o'].dtype} do not "
-                         f"fit {s!r}")
+        raise ValueError(f"params of width {p.d} and type {p.w_o.dtype} do not fit {s!r}")
     if nthreads < 1 or nthreads > s.threads:
         raise ValueError(f"nthreads must be in [1, {s.threads}] (the workspace's thread "
                          f"count), got {nthreads}")

@@ -31,13 +31,13 @@ def dispatch_state():
     return attnx_get_level(), attnx_dispatched_levels()
 
 
-def check_blas_int(what, **sizes):
+def check_blas_int(str what, *sizes):
     """ValueError naming the size when a GEMM dimension or leading dimension
     does not fit BLAS's 32-bit int (scipy's BLAS takes C int arguments).
 
-    what: the computation, for the message; sizes: name=value pairs.
+    what: the computation, for the message; sizes: (name, value) pairs.
     """
-    for name, value in sizes.items():
+    for name, value in sizes:
         if value > BLAS_INT_MAX:
             raise ValueError(
                 f"{what}: {name} = {value} exceeds {BLAS_INT_MAX} (2**31 - 1), the largest "

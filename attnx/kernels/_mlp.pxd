@@ -11,14 +11,14 @@ cdef struct Mlp:
     const void *b1          # (dh,) or NULL
     const void *w2          # (dh, d)
     const void *b2          # (d,) or NULL
-    void *h                 # (rows, dh) z W1 + b1
-    void *s                 # (rows, dh) silu(h)
-    void *sg                # (rows, dh) sigmoid(h), NULL at inference
+    void *hid               # (rows, dh) z W1 + b1
+    void *s                 # (rows, dh) silu(hid)
+    void *sg                # (rows, dh) sigmoid(hid), NULL at inference
     void *dw1               # gradients (backward; db1, db2 NULL without biases)
     void *db1
     void *dw2
     void *db2
-    void *dh_buf            # (rows, dh) backward scratch
+    void *dhid              # (rows, dh) backward scratch: dL/dhid
 
 # The rows' and GEMMs' thread count for rows x dh hidden values.
 cdef int mlp_threads(Py_ssize_t rows, Py_ssize_t dh, int nthreads) noexcept nogil

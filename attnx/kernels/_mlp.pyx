@@ -30,7 +30,7 @@ cdef _check(str what, Py_ssize_t rows, Py_ssize_t d, Py_ssize_t dh, int nthreads
     require_simd()
     if nthreads < 1:
         raise ValueError(f"nthreads must be >= 1, got {nthreads}")
-    check_blas_int(what, rows=rows, d_model=d, d_hidden=dh)
+    check_blas_int(what, ("rows", rows), ("d_model", d), ("d_hidden", dh))
     for name, r, c, width in bufs:
         if r != rows or c != width:
             raise ValueError(f"{what}: {name} must be ({rows}, {width}), got ({r}, {c})")
@@ -60,7 +60,7 @@ cdef int mlp_threads(Py_ssize_t rows, Py_ssize_t dh, int nthreads) noexcept nogi
 cdef void mlp_fwd(const floating *z, floating *out, const Mlp *m) noexcept nogil:
     cdef Py_ssize_t rows = m.rows, d = m.d, dh = m.dh, i, j
     cdef int nth = m.nthreads
-    cdef floating *h = <floating *> m.h
+    cdef floating *h = <floating *> m.hid
     cdef floating *s = <floating *> m.s
     cdef floating *sg = <floating *> m.sg
     cdef const floating *b1 = <const floating *> m.b1
@@ -81,9 +81,9 @@ cdef void mlp_bwd(const floating *dout, const floating *z, floating *dz,
                   const Mlp *m) noexcept nogil:
     cdef Py_ssize_t rows = m.rows, d = m.d, dh = m.dh, i, j
     cdef int nth = m.nthreads
-    cdef const floating *h = <const floating *> m.h
+    cdef const floating *h = <const floating *> m.hid
     cdef const floating *sg = <const floating *> m.sg
-    cdef floating *dhb = <floating *> m.dh_buf
+    cdef floating *dhb = <floating *> m.dhid
     pgemm(TR, NT, dh, d, rows, <floating> 1, <const floating *> m.s, dh, dout, d,
           <floating> 0, <floating *> m.dw2, d, nth)
     if m.db2 != NULL:
@@ -142,7 +142,7 @@ def mlp_forward(const floating[:, ::1] z, weights, acts, floating[:, ::1] out,
     if rows == 0:
         return
     m.rows, m.d, m.dh, m.nthreads = rows, d, dh, mlp_threads(rows, dh, nthreads)
-    m.w1, m.w2, m.h, m.s = &w1[0, 0], &w2[0, 0], &h[0, 0], &s[0, 0]
+    m.w1, m.w2, m.hid, m.s = &w1[0, 0], &w2[0, 0], &h[0, 0], &s[0, 0]
     m.b1 = &b1[0] if b1 is not None else NULL
     m.b2 = &b2[0] if b2 is not None else NULL
     m.sg = &sg[0, 0] if sg is not None else NULL
@@ -188,8 +188,8 @@ def mlp_backward(const floating[:, ::1] dout, const floating[:, ::1] z, weights,
             db2[:] = 0
         return
     m.rows, m.d, m.dh, m.nthreads = rows, d, dh, mlp_threads(rows, dh, nthreads)
-    m.w1, m.w2, m.h, m.s, m.sg = &w1[0, 0], &w2[0, 0], <void *> &h[0, 0], <void *> &s[0, 0], <void *> &sg[0, 0]
-    m.dw1, m.dw2, m.dh_buf = &dw1[0, 0], &dw2[0, 0], &dh_buf[0, 0]
+    m.w1, m.w2, m.hid, m.s, m.sg = &w1[0, 0], &w2[0, 0], <void *> &h[0, 0], <void *> &s[0, 0], <void *> &sg[0, 0]
+    m.dw1, m.dw2, m.dhid = &dw1[0, 0], &dw2[0, 0], &dh_buf[0, 0]
     m.db1 = &db1[0] if db1 is not None else NULL
     m.db2 = &db2[0] if db2 is not None else NULL
     with nogil:

@@ -5,20 +5,20 @@ from libc.stdint cimport uint8_t
 
 from attnx.kernels._blas cimport floating
 
-# One LayerNorm's operands beside the rows it normalises.
+# One LayerNorm's operands beside the rows it normalises and their statistics st
+# (2, rows): mean, 1/sqrt(var + eps) per row (an activation: passed with the rows).
 cdef struct Norm:
     const void *g           # (d,) gain
     const void *b           # (d,) bias
     void *dg                # (d,) gradients (backward)
     void *db
-    void *st                # (2, rows): mean, 1/sqrt(var + eps) per row
     void *part              # (>= nthreads, 2d) backward scratch: per-thread dg, db sums
     Py_ssize_t rows, d, ldpart
     double eps
     int nthreads            # the backward's reduction uses min(nthreads, part rows)
 
-cdef void norm_forward(const floating *x, floating *y, const Norm *n) noexcept nogil
-cdef void norm_backward(const floating *dy, const floating *x, floating *dx,
+cdef void norm_forward(const floating *x, floating *y, floating *st, const Norm *n) noexcept nogil
+cdef void norm_backward(const floating *dy, const floating *x, const floating *st, floating *dx,
                         const floating *add, const Norm *n) noexcept nogil
 # out = res + mult * (a - b) (res, b may be NULL)
 cdef void masked_add_rows(floating *out, const floating *res, const floating *a,

@@ -181,9 +181,8 @@ def positions_backward(const floating[:, ::1] dh, floating[:, ::1] dp, Py_ssize_
                       nthreads)
 
 
-cdef void norm_forward(const floating *x, floating *y, const Norm *n) noexcept nogil:
+cdef void norm_forward(const floating *x, floating *y, floating *st, const Norm *n) noexcept nogil:
     cdef Py_ssize_t rows = n.rows, d = n.d, r
-    cdef floating *st = <floating *> n.st
     for r in prange(rows, schedule="static", num_threads=n.nthreads, use_threads_if=n.nthreads > 1):
         if floating is float:
             attnx_ln_fwd_f32(x + r * d, <const float *> n.g, <const float *> n.b, y + r * d, d,
@@ -193,11 +192,10 @@ cdef void norm_forward(const floating *x, floating *y, const Norm *n) noexcept n
                              d, n.eps, st + r, st + rows + r)
 
 
-cdef void norm_backward(const floating *dy, const floating *x, floating *dx,
+cdef void norm_backward(const floating *dy, const floating *x, const floating *st, floating *dx,
                         const floating *add, const Norm *n) noexcept nogil:
     cdef Py_ssize_t rows = n.rows, d = n.d, ld = n.ldpart, r, j, c, lo, hi
     cdef int nth = n.nthreads
-    cdef const floating *st = <const floating *> n.st
     cdef floating *part = <floating *> n.part
     cdef floating *dg = <floating *> n.dg
     cdef floating *db = <floating *> n.db
@@ -239,9 +237,9 @@ def layernorm_forward(const floating[:, ::1] x, const floating[::1] g, const flo
     _shape("LayerNorm", "st", st, 2, rows)
     if rows == 0:
         return
-    n.g, n.b, n.st, n.rows, n.d, n.eps, n.nthreads = &g[0], &b[0], &st[0, 0], rows, d, eps, nthreads
+    n.g, n.b, n.rows, n.d, n.eps, n.nthreads = &g[0], &b[0], rows, d, eps, nthreads
     with nogil:
-        norm_forward(&x[0, 0], &y[0, 0], &n)
+        norm_forward(&x[0, 0], &y[0, 0], &st[0, 0], &n)
 
 
 def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x, const floating[::1] g,
@@ -273,11 +271,11 @@ def layernorm_backward(const floating[:, ::1] dy, const floating[:, ::1] x, cons
         dg[:] = 0
         db[:] = 0
         return
-    n.g, n.dg, n.db, n.st, n.part = &g[0], &dg[0], &db[0], <void *> &st[0, 0], &part[0, 0]
+    n.g, n.dg, n.db, n.part = &g[0], &dg[0], &db[0], &part[0, 0]
     n.rows, n.d, n.ldpart, n.nthreads = rows, d, part.shape[1], min(nthreads, part.shape[0])
     with nogil:
-        norm_backward(&dy[0, 0], &x[0, 0], &dx[0, 0], &add[0, 0] if add is not None else NULL,
-                      &n)
+        norm_backward(&dy[0, 0], &x[0, 0], &st[0, 0], &dx[0, 0],
+                      &add[0, 0] if add is not None else NULL, &n)
 
 
 cdef inline Py_ssize_t last_valid(const uint8_t *km, Py_ssize_t b,

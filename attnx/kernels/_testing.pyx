@@ -67,7 +67,8 @@ def gemm_into(bint ta, bint tb, floating[:, ::1] a, floating[:, ::1] b,
         raise ValueError("b is too small for op(b) of shape (k, n)")
     if c.shape[0] < m or c.shape[1] < n:
         raise ValueError("c is too small for (m, n)")
-    check_blas_int("gemm_into", m=m, n=n, k=k, lda=a.shape[1], ldb=b.shape[1], ldc=c.shape[1])
+    check_blas_int("gemm_into", ("m", m), ("n", n), ("k", k), ("lda", a.shape[1]),
+                   ("ldb", b.shape[1]), ("ldc", c.shape[1]))
     with nogil:
         gemm(ta, tb, m, n, k, <floating> alpha, &a[0, 0], a.shape[1],
              &b[0, 0], b.shape[1], <floating> beta, &c[0, 0], c.shape[1])

@@ -12,13 +12,16 @@ attnx.testing.reference_pass.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
+from . import _block_operands
 from ..kernels import _attnargs
-from ..kernels._blocks import BlockStack
-from ..kernels._model_pass import ModelPass
+from ..kernels._blocks import BlockActivations, BlockStack, NormWeights, StackScratch
+from ..kernels._model_pass import (ClassToken, EmbedEnd, HeadEnd, ModelPass, PoolEnd,
+                                   StemActivations, StemOperands)
+from ._block_operands import LN_EPS as LN_EPS
 from ._model_plan import stages
 from .attention import _Last as _AttentionLast
 
@@ -47,9 +50,6 @@ if TYPE_CHECKING:
 
         def _positions(self, n: int) -> FloatArray | None: ...
 
-# LayerNorm's epsilon (as torch's default)
-LN_EPS = 1e-5
-
 
 class _Compiled(NamedTuple):
     stack: BlockStack
@@ -72,40 +72,30 @@ def stack_for(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: 
 
 def _build(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: bool,
            drop: bool, threads: int, nth: int) -> _Compiled:
+    """The block stack and the whole pass over the buffers b, from typed operands (a
+    keyword names the buffer each argument points into)."""
     t, w, g, pre = b.tt, m._w, m._g, m.norm == "pre"
     if grad:
         b.for_backward()
-    layers: list[dict[str, Any]] = []
-    lasts = []
+    attention, weights, acts, lasts = [], [], [], []
     for blk in stages(m.plan, "block"):
-        i, att = blk.layer, m.attn[blk.layer]
-        ws, _ = att._workspace(nb, t, t, False, grad, threads)
-        run = threads if ws.parallel else 1
-        rope = att._rope_tables(t) if att.rope else None
-        ain = b.u1[i] if pre else b.hs[i]
-        p = blk.prefix
-        lay: dict[str, Any] = {
-            "ws": ws, "threads": run, "mask": km, "rope": rope, "eps": LN_EPS,
-            "h": b.hs[i], "h_out": b.hs[i + 1], "zt": b.zt[i],
-            "u1": b.u1[i] if pre else None, "u2": b.u2[i] if pre else None,
-            "st1": b.st1[i] if pre else None, "st2": b.st2[i] if pre else None,
-            "hid": b.hid[i], "s": b.s[i], "sg": b.sg[i] if grad else None,
-            "m1": b.m1[i] if drop else None, "m2": b.m2[i] if drop else None}
-        for name in ("W1", "b1", "W2", "b2"):
-            lay[name] = w.get(p + name)
-            lay["d" + name] = g.get(p + name)
-        for ln in ("ln1", "ln2"):
-            for part in ("g", "b"):
-                lay[f"{ln}.{part}"] = w.get(f"{p}{ln}.{part}")
-                lay[f"{ln}.d{part}"] = g.get(f"{p}{ln}.{part}")
-        layers.append(lay)
-        rc, rs = rope if rope is not None else (None, None)
-        lasts.append(_AttentionLast(ain, None, nb, t, t, ws, threads, rc, rs, km))
-    shared = {"branch": b.branch, "mlp_threads": threads}
-    if grad:
-        shared.update(dcur=b.da if b.stf is not None else b.dhf, db=b.db, dzt=b.dzt,
-                      dbr=b.dbr, dhid=b.dhid, part=b.part)
-    stack = BlockStack(layers, shared, pre, drop, grad, nth)
+        i = blk.layer
+        ops, last = _block_operands.attention(m.attn[i], nb, t, t, grad, threads, km,
+                                              b.u1[i] if pre else b.hs[i], None)
+        attention.append(ops)
+        lasts.append(last)
+        weights.append(_block_operands.weights(w, g, blk.prefix, pre))
+        acts.append(BlockActivations(
+            h=b.hs[i], h_out=b.hs[i + 1], zt=b.zt[i], u1=b.u1[i] if pre else None,
+            u2=b.u2[i] if pre else None, st1=b.st1[i] if pre else None,
+            st2=b.st2[i] if pre else None, hid=b.hid[i], s=b.s[i],
+            sg=b.sg[i] if grad else None, m1=b.m1[i] if drop else None,
+            m2=b.m2[i] if drop else None))
+    # the blocks' dL/dH_L: after the final norm's backward (da), else the head's (dhf)
+    scratch = (StackScratch(branch=b.branch, dcur=b.da if pre else b.dhf, dbr=b.dbr, db=b.db,
+                            dzt=b.dzt, dhid=b.dhid, part=b.part) if grad else
+               StackScratch(b.branch, None, None, None, None, None, None))
+    stack = BlockStack(attention, weights, acts, scratch, pre, drop, grad, nth, threads)
     return _Compiled(stack, lasts, _whole(m, b, km, nb, grad, nth, stack))
 
 
@@ -115,48 +105,46 @@ def _whole(m: SequenceView, b: _Buffers, km: _U8Array | None, nb: int, grad: boo
     description (attnx.layers._model_plan), pointing into the buffers b."""
     w, g = m._w, m._g
 
-    def weights(prefix: str, *names: str) -> None:
-        for name in names:
-            ends[prefix + name] = w[prefix + name]
-            ends[f"{prefix}d{name}"] = g[prefix + name]
+    def grad_of(name: str) -> FloatArray | None:
+        return g[name] if grad else None
 
     x = b.x if b.xn is None else b.xn
-    ends: dict[str, Any] = {
-        "nb": nb, "t": b.tt, "n": b.n, "steps": b.lens[0], "n_features": m.n_features,
-        "n_outputs": m.n_outputs, "nth": nth, "x_in": x, "x": x, "stem": [], "pos": None,
-        "pos.dP": None, "cls": None, "pooling": None, "final_norm": False, "eps": LN_EPS,
-        "h0": b.hs[0], "h_top": b.hs[-1], "hf": b.hf, "km": km, "pooled": b.pooled,
-        "idx": b.idx, "st": b.stf, "part": b.part if grad else None,
-        # revin de-normalises the head's output (b.yn) and runs its gradient first
-        "dy": (b.dy if b.rdy is None else b.rdy) if grad else None,
-        "zero_padded": b.yn is None, "dpooled": b.dpooled if grad else None,
-        "dhf": b.dhf if grad else None,
-        "dcur": (b.da if b.stf is not None else b.dhf) if grad else None}
+    emb_in, pos, dpos = x, None, None
+    stem: list[StemOperands] = []
+    cls = None
+    pooling, norm = None, None
     for st in m.plan:
         if st.kind == "stem":
             i = st.layer
-            ends["stem"].append({
-                "kernel": st.kernel, "stride": st.stride, "pad_left": st.pad_left,
-                "pad_right": st.pad_right, "t_in": b.lens[i],
-                "km": None if km is None else b.mask if i == 0 else b.smask[i - 1],
-                "W": w[st.prefix + "W"], "b": w[st.prefix + "b"], "u": b.su[i],
-                "z": b.sz[i], "s": b.ss[i], "sg": b.ssg[i] if grad else None,
-                "dW": g[st.prefix + "W"] if grad else None,
-                "db": g[st.prefix + "b"] if grad else None,
-                "ds": b.dss[i] if grad else None, "du": b.dsu[i] if grad else None})
-            ends["x"] = b.ss[i]
-        elif st.kind in ("embed", "head"):
-            weights(st.prefix, "W", "b")
+            stem.append(StemOperands(
+                st.kernel, st.stride, st.pad_left, st.pad_right, t_in=b.lens[i],
+                km=None if km is None else b.mask if i == 0 else b.smask[i - 1],
+                W=w[st.prefix + "W"], b=w[st.prefix + "b"], dW=grad_of(st.prefix + "W"),
+                db=grad_of(st.prefix + "b"),
+                acts=StemActivations(su=b.su[i], sz=b.sz[i], ss=b.ss[i],
+                                     ssg=b.ssg[i] if grad else None,
+                                     dss=b.dss[i] if grad else None,
+                                     dsu=b.dsu[i] if grad else None)))
+            emb_in = b.ss[i]
         elif st.kind == "positions":
-            ends["pos"] = m._positions(b.n)
+            pos = m._positions(b.n)
             if st.how == "learned" and grad:
-                ends["pos.dP"] = g[st.prefix + "P"]
+                dpos = g[st.prefix + "P"]
         elif st.kind == "cls":
-            ends.update(cls=w[st.prefix], emb=b.emb, demb=b.demb if grad else None,
-                        dcls=g[st.prefix] if grad else None)
+            cls = ClassToken(cls=w[st.prefix], dcls=grad_of(st.prefix), emb=b.emb,
+                             demb=b.demb if grad else None)
         elif st.kind == "final_norm":
-            ends["final_norm"] = True
-            weights(st.prefix, "g", "b")
+            p = st.prefix
+            norm = NormWeights(w[p + "g"], w[p + "b"], g[p + "g"], g[p + "b"], LN_EPS)
         elif st.kind == "pool":
-            ends["pooling"] = st.how
-    return ModelPass(stack, ends)
+            pooling = st.how
+    embed = EmbedEnd(x_in=x, x=emb_in, W=w["embed.W"], b=w["embed.b"], dW=grad_of("embed.W"),
+                     db=grad_of("embed.b"), pos=pos, dpos=dpos, h0=b.hs[0])
+    pool = PoolEnd(pooling, norm, h_top=b.hs[-1], hf=b.hf, stf=b.stf, pooled=b.pooled,
+                   idx=b.idx, dhf=b.dhf if grad else None,
+                   dpooled=b.dpooled if grad else None)
+    # revin de-normalises the head's output (b.yn) and runs its gradient first (rdy)
+    head = HeadEnd(W=w["head.W"], b=w["head.b"], dW=grad_of("head.W"), db=grad_of("head.b"),
+                   dy=(b.dy if b.rdy is None else b.rdy) if grad else None,
+                   zero_padded=b.yn is None)
+    return ModelPass(stack, nb, km, nth, stem, embed, cls, pool, head)

@@ -253,7 +253,10 @@ class MultiHeadAttention:
                                         self.causal, store, threads, self.dtype)
             check_size(nbytes_of(self.dtype, shape.elements()),
                        f"attention over batch={nb}, Tq={tq}, Tk={tk}")
-            return _Workspace(shape, _attnargs.AttnParams(self._w, self._g),
+            w, g = self._w, self._g
+            params = _attnargs.AttnParams(w["qkv"], w["o"], w["bqkv"], w["bo"], g["qkv"],
+                                          g["o"], g["bqkv"], g["bo"])
+            return _Workspace(shape, params,
                               self._goes_parallel(nb, tq, tk))
 
         return self._ws.get(key, store, make), threads

@@ -269,9 +269,9 @@ class SequenceModel(_AttentionStack):
             rows, d = nb * (t + 1), self.d_model   # the class token may add a row
             # BLAS takes 32-bit sizes: check before allocating (the attention layers
             # check theirs in their own workspace call)
-            check_blas_int(f"a sequence model over batch={nb}, T={t}", **{
-                "batch*T": rows, "d_model": d, "d_hidden": self.d_hidden,
-                "n_features": self.n_features, "n_outputs": self.n_outputs})
+            check_blas_int(f"a sequence model over batch={nb}, T={t}", ("batch*T", rows),
+                           ("d_model", d), ("d_hidden", self.d_hidden),
+                           ("n_features", self.n_features), ("n_outputs", self.n_outputs))
             config = self.get_config()
             check_size(nbytes_of(self.dtype, _Buffers.elements(config, nb, t, store, threads)),
                        f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")

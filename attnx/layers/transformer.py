@@ -1,4 +1,5 @@
-"""Transformer: stacked (attention + residual, SiLU MLP + residual) layers."""
+"""Transformer: stacked (attention + residual, SiLU MLP + residual) layers on the
+compiled block stack (attnx.kernels._blocks)."""
 from __future__ import annotations
 
 import math
@@ -6,13 +7,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..kernels import _mlp
+from . import _block_operands
+from ..kernels import _attnargs
+from ..kernels._blocks import BlockActivations, BlockStack, StackScratch
 from ..runtime._threads import blas_single, threads_for
 from ..runtime._params import FlatAllocator, ParamDict, check_dtype, check_positive_int, rebuild_model
 from ..runtime._validate import as_dtype, as_input, as_mask, cast_into, check_params
 from ._attention_stack import _AttentionStack
 from ._attention_workspace import _copy_rows
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, _Last as _AttentionLast
 from ..runtime._workspace import WorkspaceCache, check_size, nbytes_of
 
 if TYPE_CHECKING:
@@ -32,19 +35,22 @@ if TYPE_CHECKING:
 
 
 class _Buffers:
-    """Activations of one (batch, T, Tk, store, threads) signature, reused across steps."""
+    """Activations of one (batch, T, Tk, store, threads) signature, reused across steps,
+    named as SequenceModel's (attnx.layers._sequence_buffers) and the block stack's
+    operands (attnx.kernels._blocks)."""
 
-    xs: list[FloatArray]   # xs[i] is layer i's input; xs[n_layers] the model output
+    hs: list[FloatArray]   # hs[i] is block i's input; hs[n_layers] its output (a training
+                           # forward's input copy in hs[0]; the caller's y is written)
     zt: list[FloatArray]   # Z~ = attention(X) + X
-    h: list[FloatArray]
+    hid: list[FloatArray]  # Z~ W1 + b1
     s: list[FloatArray]
-    sg: list[FloatArray]   # sigmoid(H), for backward (inference does not write it)
+    sg: list[FloatArray]   # sigmoid(hid), for backward (inference does not write it)
     ctx: FloatArray | None
     mask: npt.NDArray[np.uint8] | None
     # backward scratch, made by for_backward
     dzt: FloatArray
-    dh: FloatArray
-    dx: FloatArray
+    dhid: FloatArray
+    dcur: FloatArray       # dL/dH_i between the blocks
 
     @staticmethod
     def shapes(n_layers: int, rows: int, d: int, d_hidden: int, store: bool
@@ -53,10 +59,10 @@ class _Buffers:
         lists (name -> one shape per array) and the backward scratch (name -> shape).
         __init__ and for_backward allocate from it, elements() sums it."""
         L = n_layers
-        forward = {"xs": [(rows, d)] * (L + 1), "zt": [(rows, d)] * L,
-                   "h": [(rows, d_hidden)] * L, "s": [(rows, d_hidden)] * L,
+        forward = {"hs": [(rows, d)] * (L + 1), "zt": [(rows, d)] * L,
+                   "hid": [(rows, d_hidden)] * L, "s": [(rows, d_hidden)] * L,
                    "sg": [(rows, d_hidden)] * L if store else []}
-        backward = {"dzt": (rows, d), "dh": (rows, d_hidden), "dx": (rows, d)}
+        backward = {"dzt": (rows, d), "dhid": (rows, d_hidden), "dcur": (rows, d)}
         return forward, backward
 
     @classmethod
@@ -76,6 +82,8 @@ class _Buffers:
         self.ctx = None
         self.mask = None
         self._has_backward = False
+        # compiled block stacks over these buffers (Transformer._stack)
+        self.stacks: dict[tuple[Any, ...], _Compiled] = {}
 
     def for_backward(self) -> _Buffers:
         if not self._has_backward:
@@ -83,6 +91,11 @@ class _Buffers:
                 setattr(self, name, np.empty(sh, dtype=self._dtype))
             self._has_backward = True
         return self
+
+
+class _Compiled(NamedTuple):
+    stack: BlockStack
+    lasts: list[_AttentionLast]   # each attention layer's state after a training forward
 
 
 class _Last(NamedTuple):
@@ -94,6 +107,7 @@ class _Last(NamedTuple):
     cross: bool
     bufs: _Buffers
     threads: int  # the forward's thread count
+    stack: BlockStack
 
 
 class Transformer(_AttentionStack):
@@ -114,12 +128,14 @@ class Transformer(_AttentionStack):
 
     `params` / `grads`: names `layers.{i}.Wq` ... `layers.{i}.W2` (and biases),
     live views into one flat buffer, so AdamW updates the model in one call.
+
+    The layers run as one compiled call each way on the block stack SequenceModel's
+    blocks run on (attnx.kernels._blocks.BlockStack, without norm or dropout; with
+    context every block attends to it and dL/dcontext sums their shares).
     """
 
     validation_grad = True  # as MultiHeadAttention's
     attn: list[MultiHeadAttention]
-    _mlp_w: list[_MLPViews]
-    _mlp_g: list[_MLPViews]
     _last: _Last | None
 
     def __init__(self, d_model: int, n_heads: int, n_layers: int = 2,
@@ -144,7 +160,7 @@ class Transformer(_AttentionStack):
         grad = np.zeros(alloc.size, self.dtype)
 
         rng = np.random.default_rng(random_state)
-        self.attn, self._mlp_w, self._mlp_g = [], [], []
+        self.attn = []
         pviews: dict[str, FloatArray] = {}
         gviews: dict[str, FloatArray] = {}
         for i, st in enumerate(starts):
@@ -157,8 +173,6 @@ class Transformer(_AttentionStack):
             mw["W1"][...] = rng.uniform(-1 / np.sqrt(d), 1 / np.sqrt(d), size=(d, d_hidden))
             mw["W2"][...] = rng.uniform(-1 / np.sqrt(d_hidden), 1 / np.sqrt(d_hidden),
                                         size=(d_hidden, d))
-            self._mlp_w.append(mw)
-            self._mlp_g.append(mg)
             for src, dst in ((att.params, pviews), (att.grads, gviews)):
                 for k, v in src.items():
                     dst[f"layers.{i}.{k}"] = v
@@ -241,6 +255,37 @@ class Transformer(_AttentionStack):
             return threads
         return 1
 
+    def _stack(self, bufs: _Buffers, nb: int, t: int, tk: int, cross: bool, grad: bool,
+               threads: int, mask: npt.NDArray[np.uint8] | None) -> _Compiled:
+        """The compiled blocks over bufs (built on first use, then kept on bufs): no
+        norm, no dropout, every layer's attention over the same context when cross."""
+        paths = tuple(a._path(t, tk, grad) for a in self.attn)
+        key = (mask is not None, paths, _attnargs.block_sizes() if "blocked" in paths else None)
+        got = bufs.stacks.get(key)
+        if got is not None:
+            return got
+        if grad:
+            bufs.for_backward()
+        attention, weights, acts, lasts = [], [], [], []
+        for i, att in enumerate(self.attn):
+            ops, last = _block_operands.attention(att, nb, t, tk, grad, threads, mask,
+                                                  bufs.hs[i], bufs.ctx if cross else None)
+            attention.append(ops)
+            lasts.append(last)
+            weights.append(_block_operands.weights(self.params, self.grads, f"layers.{i}.",
+                                                   False))
+            acts.append(BlockActivations(
+                h=bufs.hs[i], h_out=bufs.hs[i + 1], zt=bufs.zt[i], u1=None, u2=None, st1=None,
+                st2=None, hid=bufs.hid[i], s=bufs.s[i], sg=bufs.sg[i] if grad else None,
+                m1=None, m2=None))
+        scratch = (StackScratch(branch=None, dcur=bufs.dcur, dbr=None, db=None, dzt=bufs.dzt,
+                                dhid=bufs.dhid, part=None) if grad else
+                   StackScratch(None, None, None, None, None, None, None))
+        # nth: no elementwise pass runs without norm and dropout
+        stack = BlockStack(attention, weights, acts, scratch, False, False, grad, 1, threads)
+        got = bufs.stacks[key] = _Compiled(stack, lasts)
+        return got
+
     # ---- public API ----------------------------------------------------
     def forward(self, x: npt.ArrayLike, context: npt.ArrayLike | None = None,
                 key_padding_mask: npt.ArrayLike | None = None, *, grad: bool = True,
@@ -264,31 +309,26 @@ class Transformer(_AttentionStack):
         if grad:  # the buffers below may be the last forward's: it can no longer be backed
             self._last = None
         rows = nb * t
+        x_in: FloatArray | None = None
         if grad:  # backward needs the input as it was, whatever the caller does next
-            cast_into("x", bufs.xs[0], x.reshape(rows, d))
+            cast_into("x", bufs.hs[0], x.reshape(rows, d))
         else:     # inference reads it in place when its dtype and layout allow
-            bufs.xs[0] = as_dtype("x", x, self.dtype).reshape(rows, d)
+            x_in = as_dtype("x", x, self.dtype).reshape(rows, d)
         if ctx is not None:
             bufs.ctx = _copy_rows(bufs.ctx, ctx, self.dtype, "context")
         if mask is not None:
             if bufs.mask is None:
                 bufs.mask = np.empty((nb, tk), dtype=np.uint8)
             np.copyto(bufs.mask, mask)
-            mask = bufs.mask
-        bufs.xs[-1] = y.reshape(rows, d)  # the last layer writes straight into y
+        comp = self._stack(bufs, nb, t, tk, cross, grad, threads,
+                           None if mask is None else bufs.mask)
         with blas_single(self._run_threads(threads, nb, t, tk), self._macs(nb, t, tk)):
-            for i, att in enumerate(self.attn):
-                ws, _ = att._workspace(nb, t, tk, cross, grad, threads)
-                xi = bufs.xs[i]
-                att._forward_buffers(xi, bufs.ctx if cross else None, mask, bufs.zt[i], nb,
-                                     grad, ws, threads, residual=xi)
-                mw = self._mlp_w[i]
-                _mlp.mlp_forward(bufs.zt[i], (mw["W1"], mw["b1"], mw["W2"], mw["b2"]),
-                                 (bufs.h[i], bufs.s[i], bufs.sg[i] if grad else None),
-                                 bufs.xs[i + 1],
-                                 nthreads=threads)
+            # the last block writes straight into y
+            comp.stack.forward(x=x_in, y=y.reshape(rows, d))
         if grad:  # inference leaves the last training forward's state alone (thread safety)
-            self._last = _Last(nb, t, tk, cross, bufs, threads)
+            for att, last in zip(self.attn, comp.lasts):
+                att._last = last
+            self._last = _Last(nb, t, tk, cross, bufs, threads, comp.stack)
         return y
 
     __call__ = forward
@@ -301,7 +341,7 @@ class Transformer(_AttentionStack):
         dL/dX when input_grad is False."""
         if self._last is None:
             raise RuntimeError("backward needs a forward with grad=True first")
-        nb, t, tk, cross, bufs, threads = self._last   # the forward's thread count
+        nb, t, tk, cross, bufs, threads, stack = self._last   # the forward's thread count
         d, rows = self.d_model, nb * t
         dy = as_input("dy", dy, d, batch=nb, length=t)
         dy = as_dtype("dy", dy, self.dtype).reshape(rows, d)
@@ -309,33 +349,12 @@ class Transformer(_AttentionStack):
         att0 = self.attn[0]
         dx = att0._out("out", outs[0], (nb, t, d)) if self.input_grad else None
         dctx = att0._out("out", outs[1], (nb, tk, d)) if cross else None
-        bufs.for_backward()
         with blas_single(self._run_threads(threads, nb, t, tk), self._macs(nb, t, tk)):
-            self._backward_layers(dy, dx, dctx, bufs, nb, tk, rows, d, threads)
+            # dL/dX of the first block straight into dx (not computed without it)
+            stack.backward(dy=dy, dx=None if dx is None else dx.reshape(rows, d),
+                           dctx=None if dctx is None else dctx.reshape(nb * tk, d),
+                           input_grad=dx is not None)
         return (dx, dctx) if cross else dx
-
-    def _backward_layers(self, dy: FloatArray, dx: FloatArray | None, dctx: FloatArray | None,
-                         bufs: _Buffers, nb: int, tk: int, rows: int, d: int,
-                         threads: int) -> None:
-        dcur = dy
-        for i in reversed(range(self.n_layers)):
-            mw, mg = self._mlp_w[i], self._mlp_g[i]
-            _mlp.mlp_backward(dcur, bufs.zt[i], (mw["W1"], mw["W2"]),
-                              (bufs.h[i], bufs.s[i], bufs.sg[i]), bufs.dh,
-                              (mg["W1"], mg["b1"], mg["W2"], mg["b2"]),
-                              bufs.dzt, nthreads=threads)
-            # dX_i = dZ~ (residual) + attention backward, accumulated in place
-            target: FloatArray | None
-            if i > 0:
-                target = bufs.dx
-            else:
-                target = None if dx is None else dx.reshape(rows, d)
-            if target is not None:
-                np.copyto(target, bufs.dzt)
-            self.attn[i]._backward_buffers(
-                bufs.dzt, target, None if dctx is None else dctx.reshape(nb * tk, d),
-                dx_accumulate=True, dctx_accumulate=i < self.n_layers - 1)
-            dcur = bufs.dx  # = target below layer 0 (unused after it)
 
     def __repr__(self) -> str:
         opts = [f"{k}=True" for k in ("causal", "bias", "rope") if getattr(self, k)]

@@ -304,7 +304,7 @@ def test_workspace_of_another_shape_is_refused():
     with pytest.raises(ValueError, match="buffers were made for"):
         _flash.attention_forward(ws.shape, small, ws.params, ws.x, None, None, None, None,
                                  np.empty((4, 16), np.float32), 1)
-    assert ws.params.weights["qkv"] is layer._w["qkv"]
+    assert ws.params.w_qkv is layer._w["qkv"] and ws.params.dw_o is layer._g["o"]
 
 
 # one or two heads whose keys span several key blocks: the backward splits each

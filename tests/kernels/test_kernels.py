@@ -168,9 +168,9 @@ def test_blas_int_limit_is_a_clear_error():
     is a ValueError naming it, raised before any allocation or work (checked with
     sizes only, nothing this large is allocated)."""
     from attnx.kernels import _blas
-    _blas.check_blas_int("x", m=2**31 - 1, n=5)          # the largest that fits
-    with pytest.raises(ValueError, match=r"m = 2147483648 exceeds 2147483647"):
-        _blas.check_blas_int("x", m=2**31)
+    _blas.check_blas_int("x", ("m", 2**31 - 1), ("n", 5))     # the largest that fits
+    with pytest.raises(ValueError, match=r"x: m = 2147483648 exceeds 2147483647"):
+        _blas.check_blas_int("x", ("n", 5), ("m", 2**31))
     with pytest.raises(ValueError, match=r"batch\*Tq = 4294967296"):
         _attnargs.check_sizes(65536, 65536, 16, 8)
     with pytest.raises(ValueError, match=r"batch\*Tk"):
@@ -207,6 +207,10 @@ def test_block_sizes_changed_after_a_forward(rng):
     assert rel_err(dx3, dx2) < 1e-4
 
 
+#: AttnParams' weights (then their gradients) in its argument order
+ORDER = ("qkv", "o", "bqkv", "bo")
+
+
 def _kernel_call(path="dense", nb=2, t=40, d=8, h=2, store=True, threads=1, bias=False,
                  dtype=np.float32):
     """A shape, its buffers, parameters and per-call arrays for a direct kernel call."""
@@ -216,7 +220,7 @@ def _kernel_call(path="dense", nb=2, t=40, d=8, h=2, store=True, threads=1, bias
     w = {"qkv": np.full((d, 3 * d), 0.1, f), "o": np.full((d, d), 0.1, f),
          "bqkv": np.zeros(3 * d, f) if bias else None, "bo": np.zeros(d, f) if bias else None}
     g = {k: None if v is None else np.empty_like(v) for k, v in w.items()}
-    params = _attnargs.AttnParams(w, g)
+    params = _attnargs.AttnParams(*(w[k] for k in ORDER), *(g[k] for k in ORDER))
     x = np.ones((nb * t, d), f)
     y = np.empty((nb * t, d), f)
     return shape, bufs, params, x, y
@@ -292,22 +296,28 @@ def test_params_check_weight_bias_and_gradient_shapes():
     w = {"qkv": np.ones((d, 3 * d), f), "o": np.ones((d, d), f), "bqkv": np.zeros(3 * d, f),
          "bo": np.zeros(d, f)}
     g = {k: np.empty_like(v) for k, v in w.items()}
-    _attnargs.AttnParams(w, g)
+
+    def params(ww, gg):
+        return _attnargs.AttnParams(*(ww[k] for k in ORDER), *(gg[k] for k in ORDER))
+
+    p = params(w, g)
+    assert p.w_qkv is w["qkv"] and p.db_o is g["bo"] and p.d == d
     for which, key, bad, match in [
-            ("w", "qkv", np.ones((d, 2 * d), f), r"weights\['qkv'\] must have shape \(8, 24\)"),
-            ("w", "bqkv", np.zeros(2 * d, f), r"weights\['bqkv'\]"),
-            ("g", "o", np.ones((d, d + 1), f), r"grads\['o'\]"),
-            ("g", "bo", None, "both None"),
+            ("w", "qkv", np.ones((d, 2 * d), f), r"w_qkv must have shape \(8, 24\)"),
+            ("w", "bqkv", np.zeros(2 * d, f), r"b_qkv must have shape"),
+            ("w", "o", np.ones((d, d), np.float16), "w_o must be float32 or float64"),
+            ("g", "o", np.ones((d, d + 1), f), r"dw_o must have shape"),
+            ("g", "bo", None, "all None"),
             ("g", "qkv", np.ones((d, 3 * d), np.float64), "float32"),
             ("g", "qkv", np.ones((3 * d, d), f).T, "shape|C-contiguous")]:
         ww, gg = dict(w), dict(g)
         (ww if which == "w" else gg)[key] = bad
         with pytest.raises(ValueError, match=match):
-            _attnargs.AttnParams(ww, gg)
+            params(ww, gg)
     ro = {k: v.copy() for k, v in g.items()}
     ro["o"].flags.writeable = False
-    with pytest.raises(ValueError, match="writeable"):
-        _attnargs.AttnParams(w, ro)
+    with pytest.raises(ValueError, match="dw_o must be writeable"):
+        params(w, ro)
 
 
 def test_shape_checks_sizes_first():

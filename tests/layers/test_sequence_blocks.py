@@ -13,8 +13,10 @@ from attnx.runtime._threads import fixed_threads
 
 from attnx import SequenceModel
 from attnx.layers import _sequence_blocks
-from attnx.kernels._blocks import BlockStack
-from attnx.kernels._model_pass import ModelPass
+from attnx.kernels._blocks import (AttentionOperands, BlockActivations, BlockStack,
+                                   BlockWeights, NormWeights, StackScratch)
+from attnx.kernels._model_pass import (ClassToken, EmbedEnd, HeadEnd, ModelPass, PoolEnd,
+                                       StemActivations, StemOperands)
 from attnx.testing import reference_pass
 
 CASES = list(itertools.product([None, "pre"], [0.0, 0.3], [False, True],
@@ -170,12 +172,29 @@ def test_whole_pass_equals_the_per_call_path(kw, mask, input_grad, dtype, rng):
     assert built and all(c.whole is not None for c in built)
 
 
-def _ends_of(m, x, monkeypatch, grad=True):
-    """The BlockStack and ends dict the model builds its ModelPass from."""
+#: the constructor arguments of the typed operands, in order (they are attributes too)
+FIELDS = {
+    StemOperands: ("kernel", "stride", "pad_left", "pad_right", "t_in", "km", "W", "b", "dW",
+                   "db", "acts"),
+    StemActivations: ("su", "sz", "ss", "ssg", "dss", "dsu"),
+    EmbedEnd: ("x_in", "x", "W", "b", "dW", "db", "pos", "dpos", "h0"),
+    ClassToken: ("cls", "dcls", "emb", "demb"),
+    PoolEnd: ("pooling", "norm", "h_top", "hf", "stf", "pooled", "idx", "dhf", "dpooled"),
+    HeadEnd: ("W", "b", "dW", "db", "dy", "zero_padded")}
+PASS_ARGS = ("stack", "nb", "km", "nth", "stem", "embed", "cls", "pool", "head")
+
+
+def _with(obj, **change):
+    """A copy of a typed operand with some arguments replaced."""
+    return type(obj)(**{f: change.get(f, getattr(obj, f)) for f in FIELDS[type(obj)]})
+
+
+def _pass_args(m, x, monkeypatch, grad=True):
+    """The arguments the model builds its ModelPass from (name -> value)."""
     seen = []
     with monkeypatch.context() as mp:
         mp.setattr(_sequence_blocks, "ModelPass",
-                   lambda stack, ends: seen.append((stack, ends)) or ModelPass(stack, ends))
+                   lambda *a: seen.append(dict(zip(PASS_ARGS, a))) or ModelPass(*a))
         m.forward(x, grad=grad)
     return seen[-1]
 
@@ -187,43 +206,53 @@ def test_whole_pass_checks_its_new_ends(kw, rng, monkeypatch):
     """The stem, class token and max pooling operands: a wrong one is named."""
     m = SequenceModel(3, 8, 2, 1, 4, random_state=0, **kw)
     x = rng.normal(size=(2, 9, 3)).astype(np.float32)
-    stack, ends = _ends_of(m, x, monkeypatch)
-    ModelPass(stack, ends)   # as built
+    args = _pass_args(m, x, monkeypatch)
+    ModelPass(**args)   # as built
+    lay = args["stem"][0]
 
-    def bad(match, **change):
-        e = dict(ends)
+    def bad(match, err=ValueError, **change):
+        got = dict(args)
         for k, v in change.items():
-            if k.startswith("stem0_"):
-                e["stem"] = [dict(ends["stem"][0], **{k[6:]: v})] + ends["stem"][1:]
+            part, name = k.split("__")
+            if part == "stem0":
+                got["stem"] = [_with(lay, **{name: v})] + args["stem"][1:]
+            elif part == "acts0":
+                got["stem"] = [_with(lay, acts=_with(lay.acts, **{name: v}))]
+            elif part == "pass":
+                got[name] = v
             else:
-                e[k] = v
-        with pytest.raises(ValueError, match=match):
-            ModelPass(stack, e)
+                got[part] = _with(args[part], **{name: v})
+        with pytest.raises(err, match=match):
+            ModelPass(**got)
 
-    lay = ends["stem"][0]
-    bad(r"stem\.0\.u must have shape", stem0_u=np.zeros((3, 3), np.float32))
-    bad(r"stem\.0\.W must be float32", stem0_W=lay["W"].astype(np.float64))
-    bad(r"stem\.0\.ds is required", stem0_ds=None)
-    bad(r"stem\.0\.kernel, stride", stem0_kernel=10)
-    bad(r"stem\.0\.t_in must be 9", stem0_t_in=8)
-    bad(r"stem\.0\.km must be given", stem0_km=np.zeros((2, 9), np.uint8))
-    bad(r"x must be the last stem layer's s", x=lay["u"][:, :8].copy())
-    bad("stem must be a list", stem=tuple(ends["stem"]))
+    bad(r"stem\.0\.su must have shape", acts0__su=np.zeros((3, 3), np.float32))
+    bad(r"stem\.0\.W must be float32", stem0__W=lay.W.astype(np.float64))
+    bad(r"stem\.0\.dss is required", acts0__dss=None)
+    bad(r"stem\.0\.kernel, stride", stem0__kernel=10)
+    bad(r"stem\.0\.t_in must be 9", stem0__t_in=8)
+    bad(r"stem\.0\.km must be given", stem0__km=np.zeros((2, 9), np.uint8))
+    bad(r"x must be the last stem layer's ss", embed__x=lay.acts.su[:, :8].copy())
+    bad("'stem' has incorrect type", TypeError, pass__stem=tuple(args["stem"]))
+    bad("the class token", pass__cls=ClassToken(np.zeros(8, np.float32), None, None, None)
+        if kw["pooling"] == "max" else None)
+    bad("nb must be >= 1 and divide", pass__nb=3)
     if kw["pooling"] == "max":
-        bad("idx is required", idx=None)
-        bad("idx must be int64", idx=ends["idx"].astype(np.int32))
-        bad("the class token", cls=np.zeros(8, np.float32))
+        bad("idx is required", pool__idx=None)
+        bad("idx must be int64", pool__idx=args["pool"].idx.astype(np.int32))
     else:
-        bad("the class token", pooling="mean")
-        bad(r"cls must have shape \(8,\)", cls=np.zeros(7, np.float32))
-        bad(r"emb must have shape", emb=np.zeros((3, 8), np.float32))
-        bad("dcls is required", dcls=None)
-        bad(r"n must be t - 1", n=ends["t"])
-    bad("pooling must be one of", pooling="median")
+        bad("the class token", pool__pooling="mean")
+        bad(r"cls must have shape \(8,\)", cls__cls=np.zeros(7, np.float32))
+        bad(r"emb must have shape", cls__emb=np.zeros((3, 8), np.float32))
+        bad("dcls is required", cls__dcls=None)
+        bad("stf must have shape", pool__stf=np.zeros((2, 3), np.float32))
+        bad(r"norm\.dg is required", pool__norm=NormWeights(*(
+            getattr(args["pool"].norm, f) for f in ("g", "b")), None, None, 1e-5))
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        _with(args["pool"], pooling="median")
     # dL/dX has the input's steps, not the tokens'
-    whole = ModelPass(stack, ends)
+    whole = ModelPass(**args)
     with pytest.raises(ValueError, match=r"dx must have shape \(18, 3\)"):
-        whole.backward(np.zeros((ends["nb"] * ends["t"], 3), np.float32))
+        whole.backward(np.zeros((args["stack"].scratch.dcur.shape[0], 3), np.float32))
 
 
 def test_whole_pass_checks_its_arrays(rng):
@@ -259,21 +288,57 @@ def test_stack_is_built_once_per_buffers_and_signature(rng):
 
 
 def test_block_stack_checks_its_buffers(rng):
+    from attnx.layers import _block_operands
     m = SequenceModel(3, 8, 2, 1, 4, pooling="mean", norm="pre", random_state=0)
     m.forward(rng.normal(size=(2, 5, 3)).astype(np.float32))
     b = next(iter(m._bufs._items.values()))
     built = next(iter(b.stacks.values())).stack
     assert not built.f64
-    with pytest.raises(ValueError, match="at least one layer"):
-        BlockStack([], {}, True, False, True, 1)
-    with pytest.raises(ValueError, match="nth must be >= 1"):
-        BlockStack([{}], {}, True, False, True, 0)
-    # a block input of the wrong width is named
-    ws, _ = m.attn[0]._workspace(2, 5, 5, False, True, 1)
-    lay = dict(ws=ws, threads=1, mask=None, rope=None, eps=1e-5,
-               h=np.zeros((10, 7), np.float32))
-    with pytest.raises(ValueError, match="h must have shape"):
-        BlockStack([lay], {"branch": None, "mlp_threads": 1}, True, False, True, 1)
+    att, _ = _block_operands.attention(m.attn[0], 2, 5, 5, True, 1, None, b.u1[0], None)
+    assert isinstance(att, AttentionOperands)
+    w = _block_operands.weights(m._w, m._g, "layers.0.", True)
+    assert isinstance(w, BlockWeights)
+    names = ("h", "h_out", "zt", "u1", "u2", "st1", "st2", "hid", "s", "sg", "m1", "m2")
+    kept = dict(zip(names, (b.hs[0], b.hs[1], b.zt[0], b.u1[0], b.u2[0], b.st1[0], b.st2[0],
+                            b.hid[0], b.s[0], b.sg[0], None, None)))
+    scratch = StackScratch(None, b.da, None, b.db, b.dzt, b.dhid, b.part)
+    BlockStack([att], [w], [BlockActivations(**kept)], scratch, True, False, True, 1, 1)
+
+    def bad(match, err=ValueError, acts=None, attention=None, weights=None, **kw):
+        args = dict(attention=[att] if attention is None else attention,
+                    weights=[w] if weights is None else weights,
+                    acts=[BlockActivations(**dict(kept, **(acts or {})))], scratch=scratch,
+                    pre=True, drop=False, store=True, nth=1, mlp_threads=1)
+        args.update(kw)
+        with pytest.raises(err, match=match):
+            BlockStack(**args)
+
+    bad("at least one layer", attention=[], weights=[])
+    bad("one entry per block", weights=[w, w])
+    bad("nth and mlp_threads must be >= 1", nth=0)
+    bad("nth and mlp_threads must be >= 1", mlp_threads=0)
+    bad("dropout runs in training forwards only", drop=True, store=False)
+    bad("h must have shape", acts=dict(h=np.zeros((10, 7), np.float32)))
+    bad(r"st2 must have shape \(2, 10\)", acts=dict(st2=np.zeros((10, 2), np.float32)))
+    bad("sg is required", acts=dict(sg=None))
+    bad("m1 is required", acts=dict(m1=None), drop=True, scratch=StackScratch(
+        b.dzt, b.da, b.db, b.db, b.dzt, b.dhid, b.part))
+    bad("ln1 is required with pre-norm",
+        weights=[_block_operands.weights(m._w, m._g, "layers.0.", False)])
+    bad("W1 must be float32", weights=[BlockWeights(w.ln1, w.ln2, w.W1.astype(np.float64),
+                                                    w.b1, w.W2, w.b2, w.dW1, w.db1, w.dW2,
+                                                    w.db2)])
+    bad("must have store=True", store=True, attention=[
+        _block_operands.attention(m.attn[0], 2, 5, 5, False, 1, None, b.u1[0], None)[0]])
+    bad("dcur is required", scratch=StackScratch(None, None, None, b.db, b.dzt, b.dhid,
+                                                 b.part))
+    bad("scratch must be a StackScratch", TypeError, scratch=None)
+    with pytest.raises(ValueError, match="a training stack reads its built input"):
+        built.forward(x=b.hs[0])
+    with pytest.raises(ValueError, match="dctx is for a stack with cross-attention"):
+        built.backward(dctx=b.hs[0])
+    with pytest.raises(ValueError, match=r"dy must have shape \(10, 8\)"):
+        built.backward(dy=b.hid[0])
     with pytest.raises(RuntimeError, match="store=True"):
         infer = SequenceModel(3, 8, 2, 1, 4, pooling="mean", random_state=0)
         infer.forward(rng.normal(size=(2, 5, 3)).astype(np.float32), grad=False)

@@ -181,3 +181,53 @@ def test_inference_reads_input_in_place(n_layers, rng):
     dx = m.backward(dy)
     m2.forward(x0)
     np.testing.assert_allclose(dx, m2.backward(dy), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_runs_on_the_compiled_block_stack(cross, rng):
+    """Training and inference run on one BlockStack per buffers and signature, built
+    once; a training step after the first allocates less than one (B*T, d_model)
+    buffer (16 KiB here), dL/dX and dL/dcontext written into the caller's arrays."""
+    import tracemalloc
+
+    from attnx.kernels._blocks import BlockStack
+    m, x, c, kpm = _setup(rng, 2, np.float32, cross=cross, mask=True, nb=4, t=64, d=16)
+    y, dy, dx = np.empty_like(x), np.ones_like(x), np.empty_like(x)
+    out = (dx, np.empty_like(c)) if cross else dx
+    for _ in range(2):
+        m.forward(x, c, kpm, out=y)
+        m.backward(dy, out=out)
+    tracemalloc.start()
+    for _ in range(3):
+        m.forward(x, c, kpm, out=y)
+        got = m.backward(dy, out=out)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 * 1024, peak
+    assert (got[0] if cross else got) is dx
+    m.forward(x, c, kpm, grad=False)
+    stacks = [s.stack for b in m._bufs._items.values() for s in b.stacks.values()]
+    assert len(stacks) == 2 and all(isinstance(s, BlockStack) for s in stacks)
+    assert stacks[0].ctx_rows == (4 * c.shape[1] if cross else 0)
+
+
+def test_cross_blocks_of_one_stack_share_their_context(rng):
+    """dL/dcontext is one sum over the blocks: a stack refuses cross blocks over
+    different contexts, and a dctx of the wrong shape."""
+    from attnx.kernels._blocks import BlockActivations, BlockStack, StackScratch
+    from attnx.layers import _block_operands
+    m, x, c, _ = _setup(rng, 2, np.float32, cross=True)
+    m.forward(x, c)
+    b = next(iter(m._bufs._items.values()))
+    acts = [BlockActivations(b.hs[i], b.hs[i + 1], b.zt[i], None, None, None, None, b.hid[i],
+                             b.s[i], b.sg[i], None, None) for i in range(2)]
+    weights = [_block_operands.weights(m.params, m.grads, f"layers.{i}.", False)
+               for i in range(2)]
+    scratch = StackScratch(None, b.dcur, None, None, b.dzt, b.dhid, None)
+    other = b.ctx.copy()
+    atts = [_block_operands.attention(m.attn[i], 2, 5, 7, True, 1, None, b.hs[i], ctx)[0]
+            for i, ctx in enumerate((b.ctx, other))]
+    with pytest.raises(ValueError, match="block 1's context must be the other cross"):
+        BlockStack(atts, weights, acts, scratch, False, False, True, 1, 1)
+    with pytest.raises(ValueError, match=r"dctx must have shape \(14, 8\)"):
+        m._last.stack.backward(dy=b.hs[0], dctx=np.zeros((10, 8), np.float32))

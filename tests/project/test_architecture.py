@@ -282,36 +282,139 @@ MAX_KERNEL_ARGS = 12
 BLAS_SHAPED = {("_blas.pyx", "gemm"), ("_ops.pyx", "pgemm"), ("_seq.pyx", "gemm"),
                ("_testing.pyx", "gemm_into")}
 def _count_args(text):
-    """Arguments of a parameter list: its top-level commas (floating[:, ::1] x is one)."""
-    n, depth, cur = 0, 0, ""
-    for ch in text + ",":
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            n += bool(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return n
+    """Arguments a caller passes in a parameter list: its top-level commas
+    (floating[:, ::1] x is one), a method's self aside."""
+    return sum(p.split("=")[0].split()[-1:] != ["self"] for p in _split_args(text))
 
 
 def test_arguments_are_counted_at_the_top_level():
     assert _count_args("floating[:, ::1] x, const double[:, :, ::1] y, int n") == 3
     assert _count_args("") == 0 and _count_args("a, b,") == 2
+    assert _count_args("self, int n=max(1, 2), tuple t=(1, 2)") == 2
+
+
+def _entries_of(text):
+    """(kind, name, parameter list, body) of every function a .pyx source defines
+    (kind: def, cpdef or cdef; a cdef class's __init__ is a def); the body is the
+    indented block under the signature."""
+    import re
+    head = re.compile(r"^([ \t]*)(cpdef|cdef|def)[ \t]+(?:[\w\[\], *]+[ \t]+)?(\w+)[ \t]*\(",
+                      re.M)
+    for m in head.finditer(text):
+        i, depth = m.end(), 1
+        while depth and i < len(text):   # the matching parenthesis (defaults may hold some)
+            depth += (text[i] == "(") - (text[i] == ")")
+            i += 1
+        params = text[m.end():i - 1]
+        body, indent = [], len(m.group(1).expandtabs())
+        for line in text[i:].splitlines()[1:]:
+            if line.strip() and len(line) - len(line.lstrip()) <= indent:
+                break
+            body.append(line)
+        yield m.group(2), m.group(3), params, "\n".join(body)
 
 
 def _kernel_entries():
-    import re
-    sig = re.compile(r"^\s*(?:cp?def|def)\s+(?:[\w\[\], *]+\s+)?(\w+)\s*\(([^)]*)\)", re.M)
     for path in sorted(SRC.rglob("*.pyx")):
-        for m in sig.finditer(path.read_text()):
-            yield (path.name, m.group(1)), _count_args(m.group(2))
+        for _, name, params, _ in _entries_of(path.read_text()):
+            yield (path.name, name), _count_args(params)
 
 
 def test_kernel_entries_take_few_arguments():
-    entries = dict(_kernel_entries())
-    assert ("_mlp.pyx", "mlp_forward") in entries and len(entries) > 50   # the parser works
-    wide = {k: n for k, n in entries.items() if n > MAX_KERNEL_ARGS and k not in BLAS_SHAPED}
+    """Every function of the .pyx sources, cdef ones too (each class's __init__ apart)."""
+    entries = list(_kernel_entries())
+    assert (("_mlp.pyx", "mlp_forward"), 5) in entries and len(entries) > 50   # it parses
+    wide = [(k, n) for k, n in entries if n > MAX_KERNEL_ARGS and k not in BLAS_SHAPED]
     assert not wide, f"kernel entries over {MAX_KERNEL_ARGS} arguments: {wide}"
+
+
+MAPPING_TYPES = {"dict", "Mapping", "MutableMapping"}
+
+
+def _mapping_args(params, body):
+    """The parameters that are mappings: typed dict / Mapping, **kwargs, or read by a
+    string key in the body (an untyped dict: x["name"], x.get("name"), x.items())."""
+    import re
+    out = []
+    for p in _split_args(params):
+        p = p.split("=")[0].strip()
+        words = re.findall(r"[\w.]+", p)
+        if not words or words[-1] == "self":
+            continue
+        name = words[-1]
+        if p.startswith("**") or MAPPING_TYPES & {w.split(".")[-1] for w in words[:-1]}:
+            out.append(name)
+        elif re.search(rf"\b{name}\s*\[\s*[rbfu]?['\"]|\b{name}\.(get|items|keys|values)\(",
+                       body):
+            out.append(name)
+    return out
+
+
+def _split_args(text):
+    parts, depth, cur = [], 0, ""
+    for ch in text + ",":
+        depth += (ch in "([") - (ch in ")]")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in parts if p.strip()]
+
+
+def _entry_problems(text):
+    """What the kernel-argument rule refuses in a .pyx source: a Python-visible entry
+    (def, cpdef, a cdef class's __init__) over MAX_KERNEL_ARGS arguments or taking a
+    mapping."""
+    out = []
+    for kind, name, params, body in _entries_of(text):
+        if kind == "cdef":
+            continue
+        if _count_args(params) > MAX_KERNEL_ARGS:
+            out.append(f"{name}: {_count_args(params)} arguments")
+        out += [f"{name}: {a} is a mapping" for a in _mapping_args(params, body)]
+    return out
+
+
+def test_python_visible_kernel_entries_take_typed_arguments():
+    """No dict or string-keyed argument reaches a kernel: every def / cpdef entry and
+    cdef class constructor of attnx/kernels takes explicit arguments, at most
+    MAX_KERNEL_ARGS of them (BLAS-shaped entries aside)."""
+    bad = []
+    for path in sorted(SRC.rglob("*.pyx")):
+        bad += [f"{path.name} {p}" for p in _entry_problems(path.read_text())
+                if (path.name, p.split(":")[0]) not in BLAS_SHAPED]
+    assert not bad, bad
+
+
+def test_the_kernel_argument_rule_catches_a_bad_entry():
+    bad = """
+cdef class Stack:
+    def __init__(self, list layers, dict shared, bint pre):
+        self.n = len(layers)
+
+    def forward(self, ends, int n=max(1, 2)):
+        x = ends["x"]
+
+def wide(a, b, c, d, e, f, g, h, i, j, k, l, m):
+    pass
+
+def twelve(self, a, b, c, d, e, f, g, h, i, j, k, l):
+    pass
+
+cpdef int sized(str what, **sizes):
+    return 0
+
+cdef int inner(dict lay, a, b, c, d, e, f, g, h, i, j, k, l) except -1:
+    return 0
+
+def fine(const floating[:, ::1] x, AttnShape shape, Py_ssize_t n, tuple pair, state):
+    y = pair[0]
+    return getattr(state, "capsule", None)
+"""
+    assert sorted(_entry_problems(bad)) == sorted(
+        ["__init__: shared is a mapping", "forward: ends is a mapping",
+         "wide: 13 arguments", "sized: sizes is a mapping"])
 
 
 # ---- no compatibility code for unreleased formats; tests/ stays the tests' own -----------
