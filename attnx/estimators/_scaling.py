@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from ..runtime._typing import FloatArray
     from ._hyper import Config
     from ._networks import Model
-    from ._plan import FitPlan
 
     F64Array = NDArray[np.float64]
 
@@ -39,6 +38,20 @@ class SequenceEstimator(Protocol):
     head_bias_: FloatArray
 
     def _scales_targets(self) -> bool: ...
+
+class FitPlan(Protocol):
+    """What the standardisation reads of a fit plan (attnx.estimators._plan.FitPlan,
+    which imports this module)."""
+
+    @property
+    def head(self) -> bool: ...
+    @property
+    def instance_norm(self) -> str | None: ...
+    @property
+    def stem(self) -> Any: ...
+    @property
+    def ppv(self) -> Any: ...
+
 
 #: the fitted attributes of the standardisation
 ATTRIBUTES = ("input_mean_", "input_scale_", "target_mean_", "target_scale_",
