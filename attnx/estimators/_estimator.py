@@ -274,7 +274,7 @@ class SequenceEstimator(Inference, EstimatorParams):
         X_unlabelled: with pretrain="masked", more series without labels (in X's
         layout and channels) that the pre-training reads besides X.
         """
-        if self.tokenizer == "select":
+        if self.tokenizer == "select":   # before comm is wrapped: a ValueError of its own
             _select_tokens.check(self, comm)
         dist = distributed.wrap(comm)
         selection = None
@@ -282,7 +282,7 @@ class SequenceEstimator(Inference, EstimatorParams):
             cfg = self._config()
             warm = cfg.warm_start and "model_" in self.__dict__
             if cfg.tokenizer == "select":   # candidate plans on held-out series
-                selection = _select_tokens.selection(self, X, y, sample_weight, warm)
+                selection = _select_tokens.selection(self, cfg, X, y, sample_weight, warm)
                 cfg.tokenizer = selection[0]
             planned = self._planned(X, y, sample_weight, cfg, dist, warm, X_unlabelled)
         self._train_planned(planned, cfg, dist, warm, X_unlabelled)
@@ -309,7 +309,7 @@ class SequenceEstimator(Inference, EstimatorParams):
         plan = plan.with_epochs(epochs)
         pretrained = None
         if warm:
-            split_seed = dist.same(_training.seeds(self.random_state))[2]
+            split_seed = dist.same(_training.seeds(cfg.random_state))[2]
             self._set_optimizer_hyper(cfg)
             self.plan_ = plan
             _scaling.unfold(self)
@@ -429,7 +429,7 @@ class SequenceEstimator(Inference, EstimatorParams):
             delattr(self, name)
         self.__dict__.update(keep)
         # with comm every rank starts from rank 0's seeds (random_state=None differs)
-        seeds: tuple[int, int, int] = dist.same(_training.seeds(self.random_state))
+        seeds: tuple[int, int, int] = dist.same(_training.seeds(cfg.random_state))
         init_seed, shuffle_seed, split_seed = seeds
         self.model_ = _plan.network(plan, self._bare_class,
                                     type(self).__name__).build(plan.network, init_seed)

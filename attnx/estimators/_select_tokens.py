@@ -27,6 +27,7 @@ from . import _training
 from .. import distributed
 
 if TYPE_CHECKING:
+    from ._hyper import Config
     from ._plan import FitPlan
 
 #: a classifier (attnx.estimators._estimator.SequenceEstimator; not imported: no cycle)
@@ -50,13 +51,13 @@ def check(est: SequenceEstimator, comm: Any) -> None:
                          "tokenizer on one process and pass it")
 
 
-def selection(est: SequenceEstimator, X: Any, y: Any, sample_weight: Any,
+def selection(est: SequenceEstimator, cfg: Config, X: Any, y: Any, sample_weight: Any,
               warm: bool) -> tuple[str, dict[str, float]]:
     """(the tokenizer a fit with tokenizer="select" trains with, the candidates'
     held-out accuracies): chosen here, or for a warm start the fitted choice."""
     if warm:
         return est.selected_tokenizer_, dict(est.tokenizer_scores_)
-    return choose(est, X, y, sample_weight)
+    return choose(est, cfg, X, y, sample_weight)
 
 
 def split(y: Any, seed: int) -> tuple[Any, Any] | None:
@@ -79,12 +80,12 @@ def split(y: Any, seed: int) -> tuple[Any, Any] | None:
     return np.flatnonzero(~out), np.flatnonzero(out)
 
 
-def choose(est: SequenceEstimator, X: Any, y: Any,
+def choose(est: SequenceEstimator, cfg: Config, X: Any, y: Any,
            sample_weight: Any) -> tuple[str, dict[str, float]]:
     """(the chosen tokenizer, held-out accuracy of each candidate trained): each
     candidate's plan is made and trained by a fresh estimator of est's class and
-    hyper-parameters (est itself is not touched)."""
-    parts = split(y, _training.seeds(est.random_state)[2])
+    hyper-parameters (est itself is not touched); cfg: est's validated settings."""
+    parts = split(y, _training.seeds(cfg.random_state)[2])
     if parts is None:
         return "auto", {}
     tr, te = parts
