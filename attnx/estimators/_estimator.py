@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
 
     from ._hyper import Constraint, HyperParameters, Norm, Pooling, Positional
-    from ._networks import BareClass, Model
+    from ._networks import Model
     from ._pretrain import Pretrained
     from ..runtime._typing import AnyArray, FloatArray, IntArray, RandomStateLike
 
