@@ -1,5 +1,5 @@
 """Random time shifts of the training batches: tokenizer="auto"'s short univariate path of
-the classifiers (attnx.estimators._auto_choices).
+the classifiers (attnx.estimators._plan).
 
 With the short stem (attnx.layers._stem.short, series under 64 steps) every training
 batch, as it is loaded, has each of its series moved in time by s steps, s drawn
@@ -86,5 +86,5 @@ class Shifts:
 
 
 def hook(shift: int | None) -> Shifts | None:
-    """The Trainer's augment for a fitted estimator's augment_shift_ (None: none)."""
+    """The Trainer's augment for a fit plan's augment_shift (None: none)."""
     return None if not shift else Shifts(int(shift))

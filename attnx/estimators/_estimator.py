@@ -1,26 +1,31 @@
 """The estimators' shared base: fit, partial_fit's training, inference and
 persistence. The regressors and classifiers (attnx.estimators) fill in their
 targets, losses and predictions through the hooks marked below; hyper-parameters
-are declared in attnx.estimators._hyper, the loop is attnx.estimators._training.Trainer, the networks
-are attnx.estimators._networks."""
+are declared in attnx.estimators._hyper, the fit's data-dependent choices are its
+plan (attnx.estimators._plan.FitPlan, the fitted attribute plan_), the loop is
+attnx.estimators._training.Trainer, the networks are attnx.estimators._networks.
+
+A fit reads the data (_read), makes its plan (_planned: a new one, tokenizer="select"'s
+choice among candidate plans, or the fitted one for a warm start) and trains the network
+the plan describes (_train_planned). Nothing but the hyper-parameters and the fitted
+attributes ending in "_" is left on the estimator."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from . import _sequences as seqs
-from . import _augment, _model_file, _pretrain, _resample, _scaling, _select_tokens
+from . import _augment, _model_file, _plan, _pretrain, _scaling, _select_tokens
 from . import _state, _training
 from ..layers import _stem, schedules
 from .. import distributed
-from ._ppv_tokens import POSITION_SCALE, RAGGED_TOKENS, PPVTokens, ragged as _ragged
 from ._base import EstimatorParams, sklearn_class
-from ._auto_choices import AutoChoices
 from ._inference import Inference
 from ._hyper import ESTIMATOR_NAMES, Config, option, parameters_of, validate
 from ._networks import Network, SequenceNetwork, network_of
+from ._plan import FitPlan, Inputs
 from ..runtime._progress import phase_name
 from . import _snapshots
 from ._batches import Batch
@@ -30,7 +35,7 @@ from ..layers.optim import AdamW
 
 if TYPE_CHECKING:
     import os
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Union
 
     from numpy.typing import ArrayLike, DTypeLike, NDArray
@@ -38,17 +43,24 @@ if TYPE_CHECKING:
 
     from ._hyper import Constraint
     from ._networks import BareClass, Model
+    from ._pretrain import Pretrained
     from ..runtime._typing import AnyArray, FloatArray, IntArray, RandomStateLike
 
     F64Array = NDArray[np.float64]
     #: (data, per_position, k) of the targets
     Prepared = tuple[seqs.Data, bool, Union[int, None]]
 
-# scratch space, rebuilt on demand and never pickled or saved
-_SCRATCH = ("_batches", "_snapshot", "_dist")  # _dist: the comm of the running fit
+
+class Planned(NamedTuple):
+    """A fit about to train: its plan, the training data as the plan's tokens, and
+    whether it pre-trains (pretrain="masked" on a new fit)."""
+
+    plan: FitPlan
+    data: seqs.Data
+    pretrain: bool
 
 
-class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
+class SequenceEstimator(Inference, EstimatorParams):
     """fit, partial_fit's training (each kind has its own partial_fit signature),
     inference and save, shared by the four estimators.
 
@@ -79,11 +91,12 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     random_state: RandomStateLike
     options: Mapping[str, Any] | None
 
-    # fitted attributes
+    # fitted attributes (n_features_in_, patch_len_, resample_length_ and
+    # augment_shift_ read plan_: attnx.estimators._inference)
+    plan_: FitPlan
     model_: Model
     optimizer_: AdamW
     shuffle_rng_: np.random.Generator
-    n_features_in_: int
     n_outputs_: int
     n_iter_: int
     loss_curve_: list[float]
@@ -91,8 +104,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     validation_loss_curve_: list[float]
     best_validation_loss_: float
     lr_curve_: list[float]
-    patch_len_: int
-    resample_length_: int   # ragged univariate series resampled to it (_resample)
+    pretrain_loss_curve_: list[float]
+    epoch_selection_: dict[str, Any]
     selected_tokenizer_: str   # tokenizer="select" (_select_tokens)
     tokenizer_scores_: dict[str, float]
     # standardize=True (attnx.estimators._scaling): per channel / output, and the standardised biases
@@ -102,14 +115,6 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
     target_scale_: F64Array
     embed_bias_: FloatArray
     head_bias_: FloatArray
-    _folded: bool   # the standardisation is folded into the weights
-    # private state: the kind of targets at fit ({"per_position": bool, "k": int |
-    # None}), the network's architecture (its file spec), the running fit's comm
-    _target: dict[str, Any]
-    _spec: dict[str, Any]
-    _ppv: dict[str, Any]   # the PPV tokens' state (attnx.estimators._ppv_tokens), when fitted with them
-    _dist: distributed.Local
-    _snapshot: Snapshot
 
     # ---- hooks -----------------------------------------------------------
     @staticmethod
@@ -120,8 +125,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     def _config(self) -> Config:
         """Validated copies of the hyper-parameters; the attributes stay as given."""
-        return _select_tokens.configured(self, validate(self.get_params(),
-                                                        self._parameter_constraints))
+        return validate(self.get_params(), self._parameter_constraints)
 
     def _choose_bare(self, cfg: Config, x: FloatArray, y: Any, ragged: bool) -> bool:
         """Whether a new fit trains the bare X -> Y network."""
@@ -129,7 +133,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     def _targets(self, net: Network, x: FloatArray, lengths: IntArray | None, ragged: bool,
                  y: Any, w: F64Array | None, dtype: DTypeLike, fitted: bool, classes: Any,
-                 partial: bool) -> Prepared:
+                 partial: bool, comm: distributed.Local) -> Prepared:
         """(Data, per_position, k): y as training targets for the network `net`."""
         raise NotImplementedError
 
@@ -146,17 +150,18 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         Batch of padded length t."""
         raise NotImplementedError
 
-    # ---- data ------------------------------------------------------------
-    def _network(self) -> Network:
-        """The fitted network's kind (see attnx.estimators._networks)."""
-        return network_of(self._spec, self._bare_class, type(self).__name__)
+    def _scales_targets(self) -> bool:
+        """Hook: whether standardize=True also standardises y (the regressors)."""
+        return False
 
-    def _prepare(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
-                 cfg: Config, fitted: bool, classes: Any = None, partial: bool = False
-                 ) -> tuple[Prepared, Network]:
-        """Data for training, and the network it is for."""
+    # ---- data and plan ---------------------------------------------------
+    def _read(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None, cfg: Config,
+              dist: distributed.Local, fitted: bool, classes: Any = None,
+              partial: bool = False) -> Inputs:
+        """X, y and sample_weight checked and read as training data for the network of
+        the fitted plan (fitted) or of a new fit."""
         dtype = self.model_.dtype if fitted else cfg.dtype
-        nf = self.n_features_in_ if fitted else None
+        nf = self.plan_.channels if fitted else None
         x, lengths, ragged, nan = seqs.sequences("X", X, dtype, nf, layout=cfg.layout,
                                                  missing=cfg.missing)
         w = seqs.sample_weights(sample_weight, x.shape[0])
@@ -166,64 +171,48 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             net = network_of({}, self._bare_class, type(self).__name__)
         else:
             net = SequenceNetwork()
-        prepared = self._targets(net, x, lengths, ragged, y, w, dtype, fitted, classes, partial)
-        data, per_position, k = prepared
+        data, per_position, k = self._targets(net, x, lengths, ragged, y, w, dtype, fitted,
+                                              classes, partial, dist)
         if cfg.missing == "mask" and per_position:
             raise ValueError("missing='mask' needs targets per sequence (y (n_samples,) or "
                              "(n_samples, n_outputs)): a masked step has no input to predict "
                              "its own target from, got targets per position")
         data.missing = nan
-        length = (self.__dict__.get("resample_length_") if fitted
-                  else self._auto_resample(cfg, data, per_position, net))
-        if length is not None:   # ragged univariate series at one length (_resample)
-            data.x, data.lengths = _resample.to_length(data.x, data.lengths, length), None
-            if not fitted:
-                self._resample_now = length
-        if fitted:   # the instance norm the model was built with
-            cfg.instance_norm = self._spec.get("instance_norm")
-        elif cfg.instance_norm == "auto":
-            cfg.instance_norm = self._auto_instance_norm(cfg, data, per_position, net)
-        if fitted:   # the stem the model was built with ("auto" was resolved then)
-            cfg.stem = getattr(self.model_, "stem", None)
-        elif cfg.stem == "auto":
-            cfg.stem = self._auto_stem(data, per_position, net)
+        return Inputs(data, net, per_position, k)
+
+    def _new_plan(self, cfg: Config, inputs: Inputs, dist: distributed.Local
+                  ) -> tuple[FitPlan, seqs.Data]:
+        """(the plan of a new fit on inputs, the training data as its tokens)."""
+        return _plan.make(cfg, inputs, self._n_outputs(inputs.k), dist,
+                          ppv_auto=self._ppv_auto, revin_auto=self._scales_targets())
+
+    def _fitted_tokens(self, inputs: Inputs) -> seqs.Data:
+        """The training data as the fitted plan's tokens (warm start, partial_fit)."""
+        plan, d = self.plan_, inputs.data
+        if d.missing is not None and plan.head:
+            _stem.check_missing(plan.stem, seqs.key_mask(d.lengths, d.missing, slice(None),
+                                                         d.x.shape[1]))
+        x, lengths, missing = plan.tokens(d.x, d.lengths, d.missing)
+        return seqs.Data(x, lengths, d.y, d.w, d.per_position, missing)
+
+    def _planned(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
+                 cfg: Config, dist: distributed.Local, warm: bool,
+                 X_unlabelled: ArrayLike | None) -> Planned:
+        """The data, plan and settings' checks of a fit (a new plan, or the fitted one
+        for a warm start); ValueError before anything is trained."""
+        inputs = self._read(X, y, sample_weight, cfg, dist, fitted=warm)
+        if warm:
+            plan, data = self.plan_, self._fitted_tokens(inputs)
         else:
-            cfg.stem = self._auto_tokens_stem(cfg, data, per_position, net)
-        use_ppv = not fitted and self._use_ppv(cfg, data, per_position, net)
-        own = use_ppv and _ragged(data, self._comm())   # PPV windows follow each length
-        if fitted:
-            p = int(self.__dict__.get("patch_len_", 1))
-        else:
-            p = self._choose_patch(cfg, data, per_position, net, use_ppv, own)
-        if nan is not None and net.head:
-            stem = _stem.check_stem(self._spec.get("stem")) if fitted else cfg.stem
-            _stem.check_missing(stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
-        if fitted:
-            tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
-        elif use_ppv:
-            tokens = PPVTokens.fit(data, p, 0, self._comm(), own=own,
-                                   tokens=RAGGED_TOKENS if cfg.patch_len is None else None)
-        else:
-            tokens = None
-        if tokens is not None:
-            px, plen, pmiss = tokens.transform(data.x, data.lengths, data.missing)
-            prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position, pmiss),
-                        per_position, k)
-        elif p > 1:
-            px, plen = seqs.patch(data.x, data.lengths, p, data.missing,
-                                  self._fill_rule() if fitted else "last")
-            prepared = (seqs.Data(px, plen, data.y, data.w, data.per_position,
-                                  seqs.patch_missing(data.missing, data.lengths, p)),
-                        per_position, k)
-        self._patch_now = p
-        self._ppv_now = tokens
-        self._channels_now = int(data.x.shape[2])
-        return prepared, net
+            plan, data = self._new_plan(cfg, inputs, dist)
+        _check_comm_options(dist, cfg)
+        pretrain = _pretrain.check(cfg, plan, dist.distributed, X_unlabelled, warm)
+        return Planned(plan, data, pretrain)
 
     def _check_target(self, per_position: bool, k: int | None) -> None:
-        tgt = self._target
-        if per_position != tgt["per_position"]:
-            what = "per position" if tgt["per_position"] else "per sequence"
+        plan = self.plan_
+        if per_position != plan.per_position:
+            what = "per position" if plan.per_position else "per sequence"
             raise ValueError(f"y must hold targets {what}, as at fit")
         if (k or 1) != self.n_outputs_:
             raise ValueError(f"y must have {self.n_outputs_} output(s) as at fit, got {k or 1} "
@@ -256,85 +245,102 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         X_unlabelled: with pretrain="masked", more series without labels (in X's
         layout and channels) that the pre-training reads besides X.
         """
-        if self.tokenizer == "select" and "_select_now" not in self.__dict__:
-            _select_tokens.fit(self, X, y, sample_weight, comm, X_unlabelled)
-            return self
-        dist = self._dist = distributed.wrap(comm)
+        if self.tokenizer == "select":   # before comm is wrapped: a ValueError of its own
+            _select_tokens.check(self, comm)
+        dist = distributed.wrap(comm)
+        selection = None
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
             warm = cfg.warm_start and "model_" in self.__dict__
-            prepared, net = self._prepare(X, y, sample_weight, cfg, fitted=warm)
-            _check_comm_options(dist, cfg)
-            _pretrain.check(self, cfg, net.head, dist.distributed, X_unlabelled, warm)
-        if warm:
-            _scaling.unfold(self)
-        data = _scaling.standardized(self, prepared[0], cfg, net, dist, refit=not warm)
-        prepared = (data,) + prepared[1:]
-        padded = _training.setup(dist, data)  # the hyper-parameters: in together()
-        n = dist.n
-        if math.ceil(cfg.validation_fraction * n) >= n:
-            raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
-                             f"training sample out of {n}")
-        if warm:
-            split_seed = dist.same(_training.seeds(self.random_state))[2]
-            self._set_optimizer_hyper(cfg)
-        else:
-            split_seed = self._initialize(prepared, net, cfg)
-            _pretrain.start(self, data, X_unlabelled, cfg, split_seed)   # pretrain="masked"
-        train, val = _training.split(data, cfg.validation_fraction, split_seed, dist)
-        # the training part's global count and lengths (one more setup collective
-        # only when a validation part was held out)
-        train = padded if val is None else _training.setup(dist, train)
-        if val is not None and not hasattr(self, "validation_loss_curve_"):
-            self.validation_loss_curve_ = []
-            self.best_validation_loss_ = math.inf
-        try:
-            epochs = cfg.epochs if cfg.epochs is not None else \
-                _training.auto_epochs(dist.n, cfg.batch_size)   # the training part's count
-            if self._selects_epochs(cfg, warm, train, val):
-                chosen = self._select_epochs(prepared, net, cfg, split_seed, epochs)
-                if chosen is None:   # Ctrl-C in the held-out run: its network is kept
-                    return self
-                epochs, train = chosen, _training.setup(dist, data)   # every sample again
-            self._train(train, val, cfg, epochs, fit=True)
-        finally:
-            self.__dict__.pop("_pretrained", None)
-            _scaling.fold(self)
+            if cfg.tokenizer == "select":   # candidate plans on held-out series
+                selection = _select_tokens.selection(self, cfg, X, y, sample_weight, warm)
+                cfg.tokenizer = selection[0]
+            planned = self._planned(X, y, sample_weight, cfg, dist, warm, X_unlabelled)
+        self._train_planned(planned, cfg, dist, warm, X_unlabelled)
+        if selection is not None:
+            self.selected_tokenizer_, self.tokenizer_scores_ = selection[0], dict(selection[1])
         return self
 
+    def _train_planned(self, planned: Planned, cfg: Config, dist: distributed.Local,
+                       warm: bool, X_unlabelled: ArrayLike | None) -> None:
+        """Train the network of the plan (new, or the fitted one for a warm start) on
+        the plan's tokens: standardise, initialise (and pre-train), choose the epochs,
+        train."""
+        plan = planned.plan
+        data = _scaling.standardized(self, planned.data, cfg, plan, dist, refit=not warm)
+        padded = _training.setup(dist, data)  # the hyper-parameters: in together()
+        n = dist.n
+        n_val = math.ceil(cfg.validation_fraction * n)
+        if n_val >= n:
+            raise ValueError(f"validation_fraction={cfg.validation_fraction} leaves no "
+                             f"training sample out of {n}")
+        # the training part's count (_training.split holds out n_val samples)
+        epochs = cfg.epochs if cfg.epochs is not None else \
+            _training.auto_epochs(n - n_val, cfg.batch_size)
+        plan = plan.with_epochs(epochs)
+        pretrained = None
+        if warm:
+            split_seed = dist.same(_training.seeds(cfg.random_state))[2]
+            self._set_optimizer_hyper(cfg)
+            self.plan_ = plan
+            _scaling.unfold(self)
+        else:
+            split_seed = self._initialize(plan, cfg, dist)
+        try:
+            if planned.pretrain:   # pretrain="masked"
+                pretrained = _pretrain.start(self, plan, data, X_unlabelled, cfg, split_seed)
+            train, val = _training.split(data, cfg.validation_fraction, split_seed, dist)
+            # the training part's global count and lengths (one more setup collective
+            # only when a validation part was held out)
+            train = padded if val is None else _training.setup(dist, train)
+            if val is not None and not hasattr(self, "validation_loss_curve_"):
+                self.validation_loss_curve_ = []
+                self.best_validation_loss_ = math.inf
+            if self._selects_epochs(cfg, warm, train, val, dist):
+                chosen = self._select_epochs(plan, data, cfg, dist, split_seed, pretrained)
+                if chosen is None:   # Ctrl-C in the held-out run: its network is kept
+                    return
+                plan, train = self.plan_, _training.setup(dist, data)   # every sample again
+            self._train(train, val, cfg, dist, int(plan.epochs or 0), fit=True)
+        finally:
+            _scaling.fold(self)
+
     def _selects_epochs(self, cfg: Config, warm: bool, data: seqs.Data,
-                        val: seqs.Data | None) -> bool:
+                        val: seqs.Data | None, dist: distributed.Local) -> bool:
         """Whether this fit chooses its epochs on held-out samples (_select_epochs):
         a regressor with epochs=None, no validation or early stopping asked for, no
         warm start, targets per sequence and SELECT_MIN_SAMPLES samples or more."""
         return (self._epoch_selection and cfg.epochs is None and val is None
                 and not warm and not cfg.early_stopping and not data.per_position
-                and self._comm().n >= _snapshots.SELECT_MIN_SAMPLES)
+                and dist.n >= _snapshots.SELECT_MIN_SAMPLES)
 
-    def _select_epochs(self, prepared: Prepared, net: Network, cfg: Config,
-                       split_seed: int, budget: int) -> int | None:
+    def _select_epochs(self, plan: FitPlan, data: seqs.Data, cfg: Config,
+                       dist: distributed.Local, split_seed: int,
+                       pretrained: Pretrained | None) -> int | None:
         """epochs=None for a regressor: a held-out run chooses how long the fit trains.
 
         SELECT_FRACTION of the samples is held out and the freshly initialised network
-        trains on the rest (the recipe of a `budget`-epoch fit), scored on them after
-        every epoch. When its held-out loss falls to (1 - SELECT_R2) of the loss of
-        predicting the training targets' mean (it explains half of the held-out
-        variance: a strong signal) the run stops and the fit trains the whole budget;
-        otherwise the run stops SELECT_PATIENCE epochs after its best held-out epoch
-        and the fit trains that many epochs (at least SELECT_MIN_EPOCHS): on a weak
-        signal a network trained longer learns the noise of a small training set.
-        Then the network is initialised again (the same weights as without the run)
-        and the fit trains on every sample. Records epoch_selection_. Returns the
-        epochs, or None after Ctrl-C in the held-out run (its network is kept)."""
-        dist = self._comm()
-        train, val = _training.split(prepared[0], _snapshots.SELECT_FRACTION, split_seed, dist)
+        trains on the rest (the recipe of a fit of plan.epochs epochs, the budget),
+        scored on them after every epoch. When its held-out loss falls to (1 -
+        SELECT_R2) of the loss of predicting the training targets' mean (it explains
+        half of the held-out variance: a strong signal) the run stops and the fit
+        trains the whole budget; otherwise the run stops SELECT_PATIENCE epochs after
+        its best held-out epoch and the fit trains that many epochs (at least
+        SELECT_MIN_EPOCHS): on a weak signal a network trained longer learns the noise
+        of a small training set. Then the network is initialised again (the same
+        weights as without the run, the pre-trained encoder again) with the chosen
+        epochs in its plan, and the fit trains on every sample. Records
+        epoch_selection_. Returns the epochs, or None after Ctrl-C in the held-out run
+        (its network is kept)."""
+        budget = int(plan.epochs or 0)
+        train, val = _training.split(data, _snapshots.SELECT_FRACTION, split_seed, dist)
         assert val is not None
         train = _training.setup(dist, train)
         reference = _snapshots.mean_baseline_loss(train, val, dist, cfg.loss, cfg.quantiles)
         probe = _snapshots.EpochProbe(cfg.tol, reference, self.model_, self.optimizer_)
         self.validation_loss_curve_, self.best_validation_loss_ = [], math.inf
-        self._trainer(cfg, budget, True).run(self, train, val, budget, self._snapshot_for(),
-                                             probe)
+        self._trainer(cfg, dist, budget, True).run(
+            self, train, val, budget, self._snapshot(), probe)
         epochs = min(budget if probe.strong else max(probe.best_epoch,
                                                      _snapshots.SELECT_MIN_EPOCHS), budget)
         selection = {"epochs": int(epochs), "budget": int(budget),
@@ -344,124 +350,100 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
         if not (probe.strong or probe.stall >= probe.patience or probe.epoch >= budget):
             self.epoch_selection_ = selection   # interrupted (Trainer.run warned)
             return None
-        # _initialize consumes the fit's patch length, channels and tokens: again
-        again: dict[str, Any] = {"_patch_now": self.patch_len_,
-                                 "_channels_now": self.n_features_in_}
-        if self.__dict__.get("_ppv") is not None:
-            again["_ppv_now"] = PPVTokens.from_spec(self._ppv)
-        self.__dict__.update(again)
-        self._initialize(prepared, net, cfg)
+        self._initialize(plan.with_epochs(epochs), cfg, dist, pretrained)
         self.epoch_selection_ = selection
         return int(epochs)
 
     def _partial_fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None,
                      classes: Any, comm: Any = None) -> Self:
-        dist = self._dist = distributed.wrap(comm)
+        dist = distributed.wrap(comm)
         with dist.together(self.get_params()):  # an error on one rank: on every rank
             cfg = self._config()
+            if cfg.tokenizer == "select":   # partial_fit makes no choice (_select_tokens)
+                cfg.tokenizer = "auto"
             fitted = "model_" in self.__dict__
-            prepared, net = self._prepare(X, y, sample_weight, cfg, fitted, classes,
-                                          partial=True)
+            inputs = self._read(X, y, sample_weight, cfg, dist, fitted, classes, partial=True)
+            if fitted:
+                plan, tokens = self.plan_, self._fitted_tokens(inputs)
+            else:
+                plan, tokens = self._new_plan(cfg, inputs, dist)
             _check_comm_options(dist, cfg)
-        if fitted:
-            _scaling.unfold(self)
-        std = _scaling.standardized(self, prepared[0], cfg, net, dist,
-                                 refit="input_mean_" not in self.__dict__)
+        std = _scaling.standardized(self, tokens, cfg, plan, dist,
+                                    refit="input_mean_" not in self.__dict__)
         # once: the loop uses its global count and lengths
         data = _training.setup(dist, std)
         if fitted:
             self._set_optimizer_hyper(cfg)
+            _scaling.unfold(self)
         else:
-            self._initialize((data,) + prepared[1:], net, cfg)
+            self._initialize(plan, cfg, dist)
         try:
-            self._train(data, None, cfg, 1, fit=False)
+            self._train(data, None, cfg, dist, 1, fit=False)
         finally:
             _scaling.fold(self)
         return self
-
-    def _scales_targets(self) -> bool:
-        """Hook: whether standardize=True also standardises y (the regressors)."""
-        return False
 
     def _set_optimizer_hyper(self, cfg: Config) -> None:
         opt = self.optimizer_
         opt.lr, opt.betas, opt.eps, opt.weight_decay = cfg.lr, cfg.betas, cfg.eps, \
             cfg.weight_decay
 
-    def _initialize(self, prepared: Prepared, net: Network, cfg: Config) -> int:
-        """Drop every fitted attribute, build model_, optimizer_ and shuffle_rng_.
-        Returns the seed for the validation split."""
-        data, per_position, k = prepared
+    def _initialize(self, plan: FitPlan, cfg: Config, dist: distributed.Local,
+                    pretrained: Pretrained | None = None) -> int:
+        """Drop every fitted attribute, build the plan's network (model_), optimizer_
+        and shuffle_rng_, keep the plan (plan_); with `pretrained` the pre-trained
+        encoder goes into the new network. Returns the seed for the validation split."""
         keep: dict[str, Any] = {k: self.__dict__[k]
-                                for k in ("classes_", "_dist") + _scaling.ATTRIBUTES
+                                for k in ("classes_",) + _scaling.ATTRIBUTES
                                 if k in self.__dict__}
         for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
             delattr(self, name)
-        for name in _SCRATCH + ("_target", "_spec", "_folded", "_ppv"):
-            self.__dict__.pop(name, None)
         self.__dict__.update(keep)
         # with comm every rank starts from rank 0's seeds (random_state=None differs)
-        seeds: tuple[int, int, int] = self._comm().same(_training.seeds(self.random_state))
+        seeds: tuple[int, int, int] = dist.same(_training.seeds(cfg.random_state))
         init_seed, shuffle_seed, split_seed = seeds
-        n_out = self._n_outputs(k)
-        patch = int(self.__dict__.get("_patch_now", 1))
-        ppv = self.__dict__.get("_ppv_now") is not None   # PPV tokens: POSITION_SCALE
-        self.model_, self._spec = net.build(data, cfg, n_out, not per_position, init_seed,
-                                            self._comm(), patch, POSITION_SCALE if ppv else 1.0)
-        self._target = {"per_position": bool(per_position), "k": k}
-        if net.head:
-            self._note_outputs(n_out)
+        self.model_ = _plan.network(plan, self._bare_class,
+                                    type(self).__name__).build(plan.network, init_seed)
+        self.plan_ = plan
+        if plan.head:
+            self._note_outputs(self._n_outputs(plan.k))
         self.optimizer_ = AdamW(self.model_.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                 weight_decay=cfg.weight_decay, decay=cfg.decay)
         self.shuffle_rng_ = np.random.default_rng(shuffle_seed)
-        self.patch_len_ = int(self.__dict__.pop("_patch_now", 1))
-        self._patch_fill = "last"
-        tokens = self.__dict__.pop("_ppv_now", None)
-        if self.__dict__.get("_resample_now") is not None:
-            self.resample_length_ = int(self.__dict__.pop("_resample_now"))
-        if cfg.augment_shift:   # tokenizer="auto"'s short path (_augment)
-            self.augment_shift_ = int(cfg.augment_shift)
-        self.n_features_in_ = int(self.__dict__.pop("_channels_now", data.x.shape[2]))
-        if tokens is not None:
-            self._ppv = tokens.to_spec()
         self.n_iter_ = 0
         self.loss_curve_ = []
-        self.lr_curve_: list[float] = []
+        self.lr_curve_ = []
         self.best_loss_ = math.inf
-        self._folded = False
-        _pretrain.load(self)   # a re-initialised network of a pre-trained fit
+        if pretrained is not None:   # a re-initialised network of a pre-trained fit
+            self.pretrain_loss_curve_ = _pretrain.load(self.model_, pretrained)
         return split_seed
 
-    def _batch(self, data: seqs.Data, bs: int, t: int) -> Batch:
-        """The reusable Batch for this data layout and padded length t."""
-        target_tail, tdtype, out_tail, w_ndim = self._batch_layout(data, t)
-        dtype = self.model_.dtype
-        masked = data.lengths is not None or data.missing is not None
-        cache: dict[tuple[Any, ...], Batch] = self.__dict__.setdefault("_batches", {})
-        key = (bs, t, data.x.shape[2], target_tail, np.dtype(tdtype), out_tail, dtype,
-               masked, w_ndim)
-        batch = cache.get(key)
-        if batch is None:
-            if len(cache) > 8:
-                cache.clear()
-            batch = cache[key] = Batch(bs, t, data.x.shape[2], target_tail, tdtype, out_tail,
-                                       dtype, masked, w_ndim)
+    def _batches(self) -> Callable[[seqs.Data, int, int], Batch]:
+        """The Trainer's batch_for: the reusable Batch of a data layout and padded
+        length t (kept beside the network: attnx.estimators._training.scratch)."""
+        dtype, buffers = self.model_.dtype, _training.scratch(self.model_)
+
+        def batch(data: seqs.Data, bs: int, t: int) -> Batch:
+            target_tail, tdtype, out_tail, w_ndim = self._batch_layout(data, t)
+            masked = data.lengths is not None or data.missing is not None
+            key = (bs, t, data.x.shape[2], target_tail, np.dtype(tdtype), out_tail, dtype,
+                   masked, w_ndim)
+            return buffers.batch(key, lambda: Batch(bs, t, data.x.shape[2], target_tail,
+                                                    tdtype, out_tail, dtype, masked, w_ndim))
         return batch
 
-    def _snapshot_for(self) -> Snapshot:
-        model, opt = self.model_, self.optimizer_
-        snap = self.__dict__.get("_snapshot")
-        if snap is None or not snap.fits(model, opt):
-            snap = self._snapshot = Snapshot(model, opt)
-        return snap
+    def _snapshot(self) -> Snapshot:
+        """The rollback snapshot of the network and optimizer (kept beside the network)."""
+        return _training.scratch(self.model_).snapshot(self.model_, self.optimizer_)
 
-    def _trainer(self, cfg: Config, epochs: int, fit: bool) -> Trainer:
+    def _trainer(self, cfg: Config, dist: distributed.Local, epochs: int, fit: bool
+                 ) -> Trainer:
         """The Trainer of this estimator's network, optimizer and loss, with the
-        learning-rate schedule of this fit (over its epochs; partial_fit: constant) and
-        gradient clipping."""
+        learning-rate schedule of this fit (over its epochs; partial_fit: constant),
+        gradient clipping and the plan's time shifts."""
         schedule = None
         if fit:
-            per_epoch = self._comm().steps_per_epoch(cfg.batch_size)
+            per_epoch = dist.steps_per_epoch(cfg.batch_size)
             factor = schedules.estimator_schedule(cfg.lr_schedule, epochs * per_epoch,
                                                   cfg.warmup)
             if factor is not None:
@@ -479,10 +461,9 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             def clip(flat: FloatArray) -> None:
                 schedules.clip_flat(flat, mx, scratch)
         return Trainer(self.model_, self.optimizer_, self.shuffle_rng_, self._loss_fn(cfg),
-                       self._batch, self._comm(), batch_size=cfg.batch_size,
+                       self._batches(), dist, batch_size=cfg.batch_size,
                        shuffle=cfg.shuffle, verbose=cfg.verbose, lr_schedule=schedule,
-                       grad_transform=clip, augment=_augment.hook(self.__dict__.get(
-                           "augment_shift_")),   # the fitted time shifts, or None
+                       grad_transform=clip, augment=_augment.hook(self.plan_.augment_shift),
                        # the progress bar's name: a forecaster names its phases
                        phase=phase_name("fit" if fit else "partial_fit"))
 
@@ -501,8 +482,8 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             out["val_loss"] = list(self.validation_loss_curve_)
         return out
 
-    def _train(self, data: seqs.Data, val: seqs.Data | None, cfg: Config, epochs: int,
-               fit: bool) -> None:
+    def _train(self, data: seqs.Data, val: seqs.Data | None, cfg: Config,
+               dist: distributed.Local, epochs: int, fit: bool) -> None:
         """Run `epochs` epochs over Data set up by _training.setup."""
         stopper = None
         # n_iter_no_change=None: no plateau stop; early stopping waits 10 epochs
@@ -511,13 +492,9 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
             patience = _training.DEFAULT_PATIENCE if patience is None else patience
             stopper = EarlyStopping(cfg.tol, patience, self.model_, self.optimizer_,
                                     keep_best=cfg.early_stopping and val is not None)
-        self._trainer(cfg, epochs, fit).run(self, data, val, epochs, self._snapshot_for(),
-                                            stopper, plateau=fit and not cfg.early_stopping,
-                                            tol=cfg.tol, n_iter_no_change=patience or 0)
-
-    def _comm(self) -> distributed.Local:
-        """The running fit's distributed hooks (identities without comm)."""
-        return self.__dict__.get("_dist") or distributed.Local()
+        self._trainer(cfg, dist, epochs, fit).run(
+            self, data, val, epochs, self._snapshot(), stopper,
+            plateau=fit and not cfg.early_stopping, tol=cfg.tol, n_iter_no_change=patience or 0)
 
     # ---- persistence ---------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -528,7 +505,7 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
 
     def _model_spec(self) -> dict[str, Any]:
         """The fitted model's architecture as JSON-able values (for save and pickle)."""
-        return dict(self._spec)
+        return dict(self.plan_.network)
 
     def _restore_model(self, spec: Mapping[str, Any], params: AnyArray,
                        opt_hyper: Mapping[str, Any], opt_state: Any) -> None:
@@ -544,10 +521,17 @@ class SequenceEstimator(AutoChoices, Inference, EstimatorParams):
                     eps=opt_hyper["eps"], weight_decay=opt_hyper["weight_decay"],
                     decay=option(self, "decay"))
         opt.load_state_dict(opt_state)
-        self.model_, self.optimizer_, self._spec = model, opt, spec
+        self.model_, self.optimizer_ = model, opt
 
-    # the state besides hyper-parameters and public fitted attributes (attnx.estimators._state)
-    _state_attributes = ("_target", "_ppv", "_patch_fill")
+    def _restored_attributes(self, attributes: dict[str, Any], spec: Mapping[str, Any]
+                             ) -> dict[str, Any]:
+        """The fitted attributes of a stored state (attnx.estimators._state), checked
+        against the stored model's spec."""
+        plan = attributes.get("plan_")
+        if not isinstance(plan, FitPlan) or dict(plan.network) != dict(spec):
+            raise ValueError("the stored state has no fit plan that describes the stored "
+                             "model")
+        return attributes
 
     def __getstate__(self) -> dict[str, Any]:
         # the same state as a model file (attnx.estimators._state): hyper-parameters, weights,
@@ -565,4 +549,3 @@ def _check_comm_options(dist: distributed.Local, cfg: Config) -> None:
         raise ValueError(f"dropout={cfg.dropout} cannot be combined with comm and "
                          f"distributed='exact': the ranks cannot draw the masks of a single "
                          f"process; use dropout=0 or distributed='balanced'")
-

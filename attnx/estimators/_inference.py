@@ -3,7 +3,7 @@ chunks of bounded memory, attention weights, and what an exporter needs (ExportS
 A mixin of attnx.estimators._estimator.SequenceEstimator."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 
@@ -11,14 +11,15 @@ from . import _sequences as seqs
 from ..layers import _stem
 from ..runtime._threads import hold
 from ._base import sklearn_class
-from ._ppv_tokens import PPVTokens
-from . import _resample
+from ._networks import network_of
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
     from ..runtime._typing import BoolArray, FloatArray, IntArray
-    from ._networks import Model, Network
+    from ._networks import BareClass, Model, Network
+    from ._plan import FitPlan
+    from ._ppv_tokens import PPVTokens
 
 # predict and attention_weights run this many rows (samples x positions) per
 # forward: bounded memory for any n, and no relation to the training batch_size
@@ -30,8 +31,9 @@ class ExportSpec(NamedTuple):
     how its raw output becomes predict's output ("y": as it is; "squeeze": drop the
     single output column; "probabilities": softmax over the classes) and the class
     labels (classifiers; None otherwise), the patch length and the `missing` rule
-    ("mask": the graph masks the time steps that hold NaN), and how a partial last
-    patch is filled (attnx.estimators._sequences.patch)."""
+    ("mask": the graph masks the time steps that hold NaN), how a partial last
+    patch is filled (attnx.estimators._sequences.patch), and the PPV transform that
+    makes the tokens (None: patches)."""
 
     model: Any
     output: str
@@ -39,6 +41,7 @@ class ExportSpec(NamedTuple):
     patch_len: int = 1
     missing: str = "error"
     patch_fill: str = "last"
+    tokens: PPVTokens | None = None
 
 
 class Inference:
@@ -47,12 +50,42 @@ class Inference:
 
     # set by fit (attnx.estimators._estimator.SequenceEstimator)
     model_: Model
-    n_features_in_: int
-    _target: dict[str, Any]
-    _spec: dict[str, Any]
+    plan_: FitPlan
+    #: the bare X -> Y network of the original regressors
+    _bare_class: ClassVar[BareClass | None] = None
 
-    if TYPE_CHECKING:
-        def _network(self) -> Network: ...
+    # ---- the plan's fitted attributes -----------------------------------------------
+    @property
+    def n_features_in_(self) -> int:
+        """The features (channels) of X at fit."""
+        return self.plan_.channels
+
+    @property
+    def patch_len_(self) -> int:
+        """The time steps of a token (with PPV tokens: of a token's window)."""
+        return self.plan_.patch_len
+
+    @property
+    def resample_length_(self) -> int:
+        """The length every series is resampled to (fitted on ragged univariate series
+        by a classifier; attnx.estimators._resample); no such attribute otherwise."""
+        length = self.plan_.resample_length
+        if length is None:
+            raise AttributeError("resample_length_: this model resamples no series")
+        return length
+
+    @property
+    def augment_shift_(self) -> int:
+        """The training batches' largest time shift (tokenizer="auto"'s short path,
+        attnx.estimators._augment); no such attribute without shifts."""
+        shift = self.plan_.augment_shift
+        if shift is None:
+            raise AttributeError("augment_shift_: this model was trained without time shifts")
+        return shift
+
+    def _network(self) -> Network:
+        """The fitted network's kind (see attnx.estimators._networks)."""
+        return network_of(self.plan_.network, self._bare_class, type(self).__name__)
 
     def _fitted_model(self) -> Model:
         if "model_" not in self.__dict__:
@@ -73,35 +106,28 @@ class Inference:
         """X validated for the fitted model as at fit and cut into its patches: (x,
         lengths or None, the tokens' missing mask or None)."""
         model = self._fitted_model()
-        x, lengths, _, nan = seqs.sequences("X", X, model.dtype, self.n_features_in_,
+        plan = self.plan_
+        x, lengths, _, nan = seqs.sequences("X", X, model.dtype, plan.channels,
                                             allow_empty=allow_empty, layout=self._layout(),
                                             missing=self._missing())
         self._check_missing(nan)
         if nan is not None:
-            _stem.check_missing(_stem.check_stem(self._spec.get("stem")),
-                                seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
-        length = self.__dict__.get("resample_length_")
+            _stem.check_missing(plan.stem, seqs.key_mask(lengths, nan, slice(None), x.shape[1]))
+        length = plan.resample_length
         if length is not None and nan is not None:
             raise ValueError("X holds NaN steps, but this model resamples each series to "
                              f"{length} steps (fitted on ragged series without missing "
                              "steps): give series without NaN")
-        if length is not None:   # fitted on ragged series resampled to one length
-            x, lengths = _resample.to_length(x, lengths, int(length)), None
-        tokens = PPVTokens.from_spec(self.__dict__.get("_ppv"))
-        if tokens is not None:
-            return tokens.transform(x, lengths, nan)
-        p = int(self.__dict__.get("patch_len_", 1))
-        x, plen = seqs.patch(x, lengths, p, nan, self._fill_rule())
-        return x, plen, seqs.patch_missing(nan, lengths, p)
+        return plan.tokens(x, lengths, nan)
 
     def _fill_rule(self) -> str:
         """How the fitted model's partial last patches are filled: "last" since that
-        rule, "zero" for a model fitted (and saved or pickled) before it."""
-        return str(self.__dict__.get("_patch_fill", "zero"))
+        rule, "zero" for a model fitted (and saved) before it."""
+        return self.plan_.patch_fill
 
     def _check_missing(self, nan: BoolArray | None) -> None:
         """ValueError when X has missing steps (nan) that the fitted model cannot mask."""
-        if nan is not None and self._target["per_position"]:
+        if nan is not None and self.plan_.per_position:
             raise ValueError("X holds NaN steps, which missing='mask' masks for a model with "
                              "one output per sequence only; this one was fitted with "
                              "targets per position")
@@ -126,7 +152,7 @@ class Inference:
             t_floor = _stem.min_length(stem)
             if nan is not None and x.shape[1] > t0:   # the added steps are padding
                 nan = np.pad(nan, ((0, 0), (0, x.shape[1] - t0)))
-        self._network().check_length(self._spec, x.shape[1])
+        self._network().check_length(self.plan_.network, x.shape[1])
         n, t = x.shape[:2]
         shape = model.output_shape(n, t)
         per_position = len(shape) == 3
@@ -207,6 +233,7 @@ class Inference:
         """The fitted network and how predict turns its output into predictions (see
         ExportSpec); what attnx.io.onnx.export reads from an estimator."""
         model = self._fitted_model()
-        return ExportSpec(model, "squeeze" if self._target["k"] is None else "y",
-                          patch_len=int(self.__dict__.get("patch_len_", 1)),
-                          missing=self._missing(), patch_fill=self._fill_rule())
+        plan = self.plan_
+        return ExportSpec(model, "squeeze" if plan.k is None else "y",
+                          patch_len=plan.patch_len, missing=self._missing(),
+                          patch_fill=plan.patch_fill, tokens=plan.ppv)

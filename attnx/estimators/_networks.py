@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     Model = Union[MultiHeadAttention, Transformer, SequenceModel]
     BareClass = Union[type[MultiHeadAttention], type[Transformer]]
+    from ..layers._stem import Stem
     F64Array = NDArray[np.float64]
 
 
@@ -43,12 +44,16 @@ class Network:
     #: whether the network ends in an output head of its own width (n_outputs_)
     head = True
 
-    def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local, patch: int = 1, position_scale: float = 1.0
-              ) -> tuple[Model, dict[str, Any]]:
-        """(model, spec): a new network for this data (patches of `patch` steps) and
-        these settings, and its architecture as the model file records it;
-        position_scale multiplies a sequence model's sinusoidal positions."""
+    def spec(self, cfg: Config, data: seqs.Data, n_out: int, pooled: bool, dist: Local, *,
+             stem: Stem | None = None, instance_norm: str | None = None, patch: int = 1,
+             position_scale: float = 1.0) -> dict[str, Any]:
+        """The architecture of a new network for the tokens `data` (patches of `patch`
+        steps) and these settings, as the model file records it (the fit plan's
+        network); position_scale multiplies a sequence model's sinusoidal positions."""
+        raise NotImplementedError
+
+    def build(self, spec: Mapping[str, Any], seed: int) -> Model:
+        """A new network of that architecture, its weights drawn from seed."""
         raise NotImplementedError
 
     def restore(self, spec: Mapping[str, Any], params: AnyArray) -> Model:
@@ -84,9 +89,9 @@ def _check_size(params: AnyArray, expected: int) -> None:
 class SequenceNetwork(Network):
     """attnx.SequenceModel; its spec is {"kind": "sequence", constructor arguments}."""
 
-    def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local, patch: int = 1, position_scale: float = 1.0
-              ) -> tuple[Model, dict[str, Any]]:
+    def spec(self, cfg: Config, data: seqs.Data, n_out: int, pooled: bool, dist: Local, *,
+             stem: Stem | None = None, instance_norm: str | None = None, patch: int = 1,
+             position_scale: float = 1.0) -> dict[str, Any]:
         f = data.x.shape[2]
         d = f if cfg.d_model is None else cfg.d_model
         if d % cfg.n_heads:
@@ -96,18 +101,21 @@ class SequenceNetwork(Network):
         positional = "rope" if cfg.rope else cfg.positional
         max_len = cfg.max_len
         if positional == "learned" and max_len is None:   # the longest sequence's tokens
-            max_len = _stem.lengths(cfg.stem, int(dist.allmax(data.x.shape[1])))[-1]
+            max_len = _stem.lengths(stem, int(dist.allmax(data.x.shape[1])))[-1]
         spec = dict(kind="sequence", n_features=f, d_model=d, n_heads=cfg.n_heads,
                     n_layers=cfg.n_layers, n_outputs=n_out, d_hidden=cfg.d_hidden,
                     pooling=cfg.pooling if pooled else None, positional=positional,
                     norm=cfg.norm, causal=cfg.causal, bias=cfg.bias, dropout=cfg.dropout,
-                    max_len=max_len, stem=cfg.stem, dtype=cfg.dtype.name)
-        if cfg.instance_norm is not None:   # a patch's steps are the series' steps
-            spec.update(instance_norm=cfg.instance_norm, instance_affine=cfg.instance_affine,
+                    max_len=max_len, stem=stem, dtype=cfg.dtype.name)
+        if instance_norm is not None:   # a patch's steps are the series' steps
+            spec.update(instance_norm=instance_norm, instance_affine=cfg.instance_affine,
                         instance_steps=patch)
         if positional == "sinusoidal" and position_scale != 1.0:   # written when not 1
             spec.update(position_scale=float(position_scale))
-        return self._build(spec, seed), spec
+        return spec
+
+    def build(self, spec: Mapping[str, Any], seed: int) -> Model:
+        return self._build(spec, seed)
 
     @staticmethod
     def _build(spec: Mapping[str, Any], seed: int) -> SequenceModel:
@@ -155,22 +163,27 @@ class BareNetwork(Network):
                 and cfg.instance_norm in (None, "auto")
                 and (issubclass(self.cls, Transformer) or cfg.d_hidden is None))
 
-    def build(self, data: seqs.Data, cfg: Config, n_out: int, pooled: bool, seed: int,
-              dist: Local, patch: int = 1, position_scale: float = 1.0
-              ) -> tuple[Model, dict[str, Any]]:
-        kw: dict[str, Any] = dict(n_heads=cfg.n_heads, causal=cfg.causal, bias=cfg.bias,
-                                  rope=cfg.rope, dtype=cfg.dtype)
-        if issubclass(self.cls, Transformer):
-            kw.update(n_layers=cfg.n_layers, d_hidden=cfg.d_hidden)
+    def spec(self, cfg: Config, data: seqs.Data, n_out: int, pooled: bool, dist: Local, *,
+             stem: Stem | None = None, instance_norm: str | None = None, patch: int = 1,
+             position_scale: float = 1.0) -> dict[str, Any]:
+        """The layer's get_config() of X's width and the settings."""
+        spec: dict[str, Any] = dict(d_model=int(data.x.shape[2]), n_heads=cfg.n_heads,
+                                    causal=cfg.causal, bias=cfg.bias, rope=cfg.rope,
+                                    dtype=cfg.dtype.name, attention="auto")
+        if issubclass(self.cls, Transformer):   # Transformer's default width: 4 d_model
+            spec.update(n_layers=cfg.n_layers, d_hidden=(4 * spec["d_model"] if cfg.d_hidden
+                                                         is None else cfg.d_hidden))
+        return spec
+
+    def build(self, spec: Mapping[str, Any], seed: int) -> Model:
+        kw = dict(spec)
+        kw["dtype"] = check_dtype(kw["dtype"])
         # dL/dX is never needed here
-        model = self.cls(data.x.shape[2], **kw, random_state=seed, input_grad=False)
-        return model, model.get_config()
+        return self.cls(**kw, random_state=seed, input_grad=False)
 
     def restore(self, spec: Mapping[str, Any], params: AnyArray) -> Model:
         _check_size(params, self.cls.config_n_params(spec))
-        spec = {k: v for k, v in spec.items() if k != "kind"}
-        spec["dtype"] = check_dtype(spec["dtype"])
-        return self.cls(**spec, random_state=0, input_grad=False)
+        return self.build({k: v for k, v in spec.items() if k != "kind"}, 0)
 
     def regression_data(self, x: FloatArray, lengths: IntArray | None, ragged: bool, y: Any,
                         w: F64Array | None, dtype: DTypeLike

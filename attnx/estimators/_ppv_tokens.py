@@ -114,6 +114,18 @@ class PPVTokens:
             raise ValueError("the PPV tokens' state does not fit together (mean, scale, "
                              "dilations, bias, window, reference_length, tokens)")
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PPVTokens) and self.to_spec() == other.to_spec()
+
+    __hash__ = None  # type: ignore[assignment]   # mutable arrays: not a dict key
+
+    def __repr__(self) -> str:
+        own = ("" if self.reference_length is None else
+               f", reference_length={self.reference_length}, tokens={self.tokens}")
+        return (f"PPVTokens(channels={self.n_channels}, dilations={self.dilations.tolist()}, "
+                f"quantiles={self.bias.shape[3]}, window={self._window}{own}, "
+                f"n_features={self.n_features})")
+
     @property
     def own_length(self) -> bool:
         """Whether the dilations (and with tokens the windows) follow each series' length."""

@@ -36,7 +36,7 @@ backward are SequenceModel's own.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from ._hyper import Config
+    from ._plan import FitPlan
     from ..runtime._typing import BoolArray, FloatArray, IntArray
     from ..layers.sequence import SequenceModel
 
@@ -163,40 +164,39 @@ def auto_epochs(n: int, batch_size: int) -> int:
 
 
 # ---- the data -------------------------------------------------------------------------
-def check(est: Any, cfg: Config, net_head: bool, comm: bool, unlabelled: Any,
-          warm: bool) -> None:
-    """ValueError for settings pre-training cannot serve and for a bad X_unlabelled,
-    before anything is fitted; a warm start (which goes on from the fitted weights)
-    pre-trains nothing (cfg.pretrain is set to None)."""
-    est.__dict__.pop("_pretrained", None)
+def check(cfg: Config, plan: FitPlan, comm: bool, unlabelled: Any, warm: bool) -> bool:
+    """Whether this fit pre-trains (pretrain="masked" on a new fit; a warm start goes
+    on from the fitted weights and pre-trains nothing); ValueError for settings
+    pre-training cannot serve (the plan's stem and instance normalisation) and for a
+    bad X_unlabelled, before anything is fitted."""
     if warm:
         if unlabelled is not None:
             raise ValueError("X_unlabelled is read by the pre-training of a new fit; "
                              "warm_start=True goes on from the fitted weights")
-        cfg.pretrain = None
-        return
+        return False
     if cfg.pretrain is None:
         if unlabelled is not None:
             raise ValueError("X_unlabelled is read by the pre-training only: set "
                              "pretrain='masked' to use it, got pretrain=None")
-        return
-    if not net_head:
+        return False
+    if not plan.head:
         raise ValueError("pretrain='masked' needs a SequenceModel (d_model set, or targets "
                          "other than y of X's shape): the bare X -> Y model has no encoder "
                          "to pre-train")
     if comm:
         raise ValueError("pretrain='masked' cannot be combined with comm (a data-parallel "
                          "fit): pre-train in one process")
-    if cfg.stem is not None:
+    if plan.stem is not None:
         raise ValueError(f"pretrain='masked' cannot be combined with a stem (its tokens "
-                         f"are not the masked steps), got stem={cfg.stem!r}")
-    if cfg.instance_norm is not None:
+                         f"are not the masked steps), got stem={plan.stem!r}")
+    if plan.instance_norm is not None:
         raise ValueError(f"pretrain='masked' needs instance_norm=None (each series would "
                          f"be normalised by its masked values), got "
-                         f"instance_norm={cfg.instance_norm!r}")
+                         f"instance_norm={plan.instance_norm!r}")
     if unlabelled is not None:   # X's checks (the tokens are made after the fit starts)
-        seqs.sequences("X_unlabelled", unlabelled, cfg.dtype, est._channels_now,
+        seqs.sequences("X_unlabelled", unlabelled, cfg.dtype, plan.channels,
                        layout=cfg.layout, missing=cfg.missing)
+    return True
 
 
 def _standardized(est: Any, x: FloatArray, lengths: IntArray | None,
@@ -237,17 +237,24 @@ def series(est: Any, data: seqs.Data, unlabelled: Any
 
 
 # ---- the loop -------------------------------------------------------------------------
-def run(est: Any, data: seqs.Data, unlabelled: Any, cfg: Config, seed: int
-        ) -> dict[str, FloatArray]:
-    """Pre-train the estimator's freshly initialised model_ on masked-value
-    reconstruction and copy the encoder's weights into it. Records
-    pretrain_loss_curve_ (the mean masked MSE of every epoch); returns the encoder's
-    weights (name -> copy), which a re-initialised model_ loads again (load)."""
+class Pretrained(NamedTuple):
+    """What a pre-training leaves for the fit: the encoder's weights (name -> copy),
+    which a re-initialised network loads again (load), and the loss curve."""
+
+    weights: dict[str, NDArray[Any]]
+    loss_curve: list[float]
+
+
+def run(est: Any, plan: FitPlan, data: seqs.Data, unlabelled: Any, cfg: Config, seed: int
+        ) -> Pretrained:
+    """Pre-train the estimator's freshly initialised model_ (the network of `plan`) on
+    masked-value reconstruction and copy the encoder's weights into it; returns them
+    and the mean masked MSE of every epoch."""
     model: SequenceModel = est.model_
     x, lengths, missing = series(est, data, unlabelled)
     n, t, f = x.shape
     rng = np.random.default_rng(np.random.SeedSequence([seed, 40]))
-    pre = reconstruction_model(est._spec, int(rng.integers(2**63 - 1)))
+    pre = reconstruction_model(dict(plan.network), int(rng.integers(2**63 - 1)))
     copy_encoder(model, pre)
     opt = AdamW(pre.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                 weight_decay=cfg.weight_decay, decay=cfg.decay)
@@ -256,8 +263,8 @@ def run(est: Any, data: seqs.Data, unlabelled: Any, cfg: Config, seed: int
     per_epoch = -(-n // bs)
     factor = schedules.estimator_schedule(cfg.lr_schedule, epochs * per_epoch, cfg.warmup)
     scratch = np.empty(pre.grads.flat.shape, np.float64)
-    p = int(est.__dict__.get("patch_len_", 1))
-    ppv = est.__dict__.get("_ppv") is not None
+    p = plan.patch_len
+    ppv = plan.ppv is not None
     curve: list[float] = []
     xb = np.zeros((bs, t, f), x.dtype)
     with hold():
@@ -296,24 +303,23 @@ def run(est: Any, data: seqs.Data, unlabelled: Any, cfg: Config, seed: int
                 total += loss * m
             curve.append(total / n)
     copy_encoder(pre, model)
-    est.pretrain_loss_curve_ = curve
-    return {name: np.array(w) for name, w in model.params.items() if name not in _TASK_WEIGHTS}
+    weights = {name: np.array(w) for name, w in model.params.items()
+               if name not in _TASK_WEIGHTS}
+    return Pretrained(weights, curve)
 
 
-def start(est: Any, data: seqs.Data, unlabelled: Any, cfg: Config, seed: int) -> None:
-    """With pretrain="masked": run() on the new fit's model_, its encoder weights and
-    loss curve kept (est._pretrained, until the fit ends) for load()."""
-    if cfg.pretrain is not None:
-        weights = run(est, data, unlabelled, cfg, seed)
-        est._pretrained = (weights, list(est.pretrain_loss_curve_))
+def start(est: Any, plan: FitPlan, data: seqs.Data, unlabelled: Any, cfg: Config,
+          seed: int) -> Pretrained:
+    """run() on the new fit's model_, recording pretrain_loss_curve_; the result goes
+    to load() when the fit initialises its network again (epoch selection)."""
+    done = run(est, plan, data, unlabelled, cfg, seed)
+    est.pretrain_loss_curve_ = list(done.loss_curve)
+    return done
 
 
-def load(est: Any) -> None:
-    """Put the pre-trained encoder weights (and pretrain_loss_curve_) of the running
-    fit into model_ after model_ was initialised again (_select_epochs)."""
-    kept: tuple[dict[str, NDArray[Any]], list[float]] | None = est.__dict__.get("_pretrained")
-    if kept is not None:
-        for name, w in kept[0].items():
-            est.model_.params[name][...] = w
-        est.pretrain_loss_curve_ = list(kept[1])
-
+def load(model: Any, pretrained: Pretrained) -> list[float]:
+    """Put the pre-trained encoder weights into a re-initialised model; returns the
+    pre-training's loss curve (a copy)."""
+    for name, w in pretrained.weights.items():
+        model.params[name][...] = w
+    return list(pretrained.loss_curve)

@@ -3,12 +3,12 @@
 A classifier's univariate training series of different lengths are each resampled, by
 linear interpolation over their own valid steps, to the longest training length
 T_ref; the fit then treats them as equal-length series of T_ref steps (the short stem
-under 64 steps, PPV tokens from 64: attnx.estimators._auto_choices). The fitted length
-is the attribute resample_length_ and every series given to predict is resampled to it
-alike. A pattern that spans a fixed share of its series then has one scale in every
-series, which fixed kernels and windows need: on synthetic ragged sets whose events
-scale with the series' length (cylinder-bell-funnel, two patterns; 15-40 and 15-150
-steps), this did better than own-length windows and dilations.
+under 64 steps, PPV tokens from 64: attnx.estimators._plan). The fitted length is the
+plan's (plan_.resample_length, also resample_length_) and every series given to
+predict is resampled to it alike. A pattern that spans a fixed share of its series then
+has one scale in every series, which fixed kernels and windows need: on synthetic ragged
+sets whose events scale with the series' length (cylinder-bell-funnel, two patterns;
+15-40 and 15-150 steps), this did better than own-length windows and dilations.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .. import distributed
     from ..runtime._typing import FloatArray
     from ._hyper import Config
-    from ._networks import Model, Network
+    from ._networks import Model
 
     F64Array = NDArray[np.float64]
 
@@ -36,16 +36,29 @@ class SequenceEstimator(Protocol):
     target_scale_: F64Array
     embed_bias_: FloatArray
     head_bias_: FloatArray
-    _folded: bool
 
     def _scales_targets(self) -> bool: ...
+
+class FitPlan(Protocol):
+    """What the standardisation reads of a fit plan (attnx.estimators._plan.FitPlan,
+    which imports this module)."""
+
+    @property
+    def head(self) -> bool: ...
+    @property
+    def instance_norm(self) -> str | None: ...
+    @property
+    def stem(self) -> Any: ...
+    @property
+    def ppv(self) -> Any: ...
+
 
 #: the fitted attributes of the standardisation
 ATTRIBUTES = ("input_mean_", "input_scale_", "target_mean_", "target_scale_",
               "embed_bias_", "head_bias_")
 
 
-def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Network,
+def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, plan: FitPlan,
                  dist: distributed.Local, refit: bool) -> seqs.Data:
     """Data with each input channel standardised (a copy; the caller's X is never
     changed). The mean and scale come from this data's valid positions (neither
@@ -53,8 +66,8 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
     that learned them. The bare X -> Y network keeps X's units (no embedding to fold
     the scaling into). With a convolutional stem the input is scaled but not centred
     (mean 0): its zero padding must read zero in the user's units too, so that
-    folding stays exact."""
-    if not (cfg.standardize and net.head):
+    folding stays exact. data: the plan's tokens."""
+    if not (cfg.standardize and plan.head):
         for k in ATTRIBUTES:
             est.__dict__.pop(k, None)
         return data
@@ -62,7 +75,7 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
     # the positions that hold data: not padding, not missing (missing="mask"); a
     # patch with some missing steps holds data (those steps read 0, as fill steps do)
     masked = seqs.key_mask(data.lengths, data.missing, slice(None), x.shape[1])
-    if refit and cfg.instance_norm is not None:
+    if refit and plan.instance_norm is not None:
         # instance normalisation standardises each series itself: X stays as it is
         # (identity, which folds exactly)
         est.input_mean_ = np.zeros(x.shape[2])
@@ -73,9 +86,9 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
         s1 = dist.allsum(xv.sum(axis=0))
         mean = s1 / max(count, 1.0)
         s2 = dist.allsum(((xv - mean) ** 2).sum(axis=0))
-        est.input_mean_ = mean if cfg.stem is None else np.zeros_like(mean)
+        est.input_mean_ = mean if plan.stem is None else np.zeros_like(mean)
         scale = np.sqrt(s2 / max(count, 1.0))
-        if est.__dict__.get("_ppv_now") is not None:   # PPV tokens: TOKEN_SCALE x std
+        if plan.ppv is not None:   # PPV tokens: TOKEN_SCALE x std
             scale = scale * TOKEN_SCALE
         est.input_scale_ = power_of_two(scale)
     xs = ((x - est.input_mean_) / est.input_scale_).astype(x.dtype)
@@ -84,7 +97,7 @@ def standardized(est: SequenceEstimator, data: seqs.Data, cfg: Config, net: Netw
     y = data.y
     # regression targets, per output column; not with instance_norm="revin", whose
     # de-normalisation gives outputs in the units of X's channels, series by series
-    scale_y = (cfg.instance_norm != "revin") if refit else "target_mean_" in est.__dict__
+    scale_y = (plan.instance_norm != "revin") if refit else "target_mean_" in est.__dict__
     if not scale_y:
         est.__dict__.pop("target_mean_", None)
         est.__dict__.pop("target_scale_", None)
@@ -113,8 +126,10 @@ def fold(est: SequenceEstimator) -> None:
     units: W' = W / scale (per input row), b' = b - (mean / scale) W; head
     W' = W * scale_y, b' = b * scale_y + mean_y. The scales are powers of two, so the
     weight matrices fold and unfold exactly; the standardised biases are kept
-    (embed_bias_, head_bias_) so that training resumes bit for bit."""
-    if "input_mean_" not in est.__dict__ or est.__dict__.get("_folded", True):
+    (embed_bias_, head_bias_) so that training resumes bit for bit. A fitted model is
+    folded: each training call unfolds it (a new network starts unfolded) and folds it
+    when it ends, however it ends."""
+    if "input_mean_" not in est.__dict__:
         return
     p = est.model_.params
     w, b, scale = _first_layer(est)
@@ -128,13 +143,12 @@ def fold(est: SequenceEstimator) -> None:
         hw *= est.target_scale_.astype(hw.dtype)
         hb[...] = (hb.astype(np.float64) * est.target_scale_
                    + est.target_mean_).astype(hb.dtype)
-    est._folded = True
 
 
 
 def unfold(est: SequenceEstimator) -> None:
     """The inverse of fold, before training goes on in standardised units."""
-    if "input_mean_" not in est.__dict__ or not est.__dict__.get("_folded", True):
+    if "input_mean_" not in est.__dict__:
         return
     p = est.model_.params
     w, b, scale = _first_layer(est)
@@ -143,7 +157,6 @@ def unfold(est: SequenceEstimator) -> None:
     if "target_mean_" in est.__dict__:
         p["head.W"][...] /= est.target_scale_.astype(p["head.W"].dtype)
         p["head.b"][...] = est.head_bias_
-    est._folded = False
 
 
 def _first_layer(est: SequenceEstimator) -> tuple[NDArray[np.floating], NDArray[np.floating],

@@ -2,18 +2,20 @@
 training series, then the fit on every series with them.
 
 The candidates are CANDIDATES in order: what tokenizer="auto" picks for the data, raw
-patches ("patch") and PPV tokens ("ppv"); one that would make the same tokens as
-"auto" (patches without a stem when "auto" chose them, PPV tokens with their default
-windows when "auto" chose those) is not fitted twice, and one the other settings refuse
-(a ValueError, e.g. PPV tokens with a stem) is left out. Each is fitted, with the
-estimator's other hyper-parameters, on the training series but a stratified HOLDOUT
-share of each class (at least one series of a class stays in training), and scored on
-the rest; the first best accuracy wins (ties: the earlier candidate, so "auto"). With
-fewer than MIN_SAMPLES series, or no class with two, there is nothing to hold out:
-"auto". The chosen value is the fitted attribute selected_tokenizer_ and the
-candidates' held-out accuracies tokenizer_scores_; a warm start keeps the choice.
-The candidate fits take about (number of candidates) x (1 - HOLDOUT) fits' time more.
-partial_fit makes no choice: "select" trains there as "auto" would.
+patches ("patch") and PPV tokens ("ppv"). Each candidate's fit plan
+(attnx.estimators._plan) is made, with the estimator's other hyper-parameters, on the
+training series but a stratified HOLDOUT share of each class (at least one series of a
+class stays in training); a plan that makes the same tokens as "auto"'s (patches
+without a stem when "auto" chose them, PPV tokens with their default windows when
+"auto" chose those) is not trained again, and one the other settings refuse (a
+ValueError, e.g. PPV tokens with a stem) is left out. Each remaining plan's network is
+trained on those series and scored on the rest; the first best accuracy wins (ties:
+the earlier candidate, so "auto"). With fewer than MIN_SAMPLES series, or no class with
+two, there is nothing to hold out: "auto". The chosen value is the fitted attribute
+selected_tokenizer_ and the candidates' held-out accuracies tokenizer_scores_; a warm
+start keeps the choice. The candidate fits take about (number of candidates) x (1 -
+HOLDOUT) fits' time more. partial_fit makes no choice: "select" trains there as "auto"
+would.
 """
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _training
+from .. import distributed
 
 if TYPE_CHECKING:
     from ._hyper import Config
+    from ._plan import FitPlan
 
 #: a classifier (attnx.estimators._estimator.SequenceEstimator; not imported: no cycle)
 SequenceEstimator = Any
@@ -37,37 +41,23 @@ HOLDOUT = 0.25
 MIN_SAMPLES = 20
 
 
-def fit(est: SequenceEstimator, X: Any, y: Any, sample_weight: Any, comm: Any,
-        X_unlabelled: Any) -> SequenceEstimator:
-    """est.fit(X, y, ...) with tokenizer="select": choose (unless a warm start keeps the
-    fitted choice), then fit with the chosen tokenizer."""
+def check(est: SequenceEstimator, comm: Any) -> None:
+    """ValueError where tokenizer="select" cannot apply: not a classifier, or with comm."""
     if not est._ppv_auto:
         raise ValueError(f"tokenizer='select' chooses a classifier's tokens by held-out "
                          f"accuracy; {type(est).__name__} takes 'auto', 'patch' or 'ppv'")
     if comm is not None:
         raise ValueError("tokenizer='select' does not run distributed (comm): choose the "
                          "tokenizer on one process and pass it")
-    warm = bool(est.warm_start) and "model_" in vars(est)
+
+
+def selection(est: SequenceEstimator, cfg: Config, X: Any, y: Any, sample_weight: Any,
+              warm: bool) -> tuple[str, dict[str, float]]:
+    """(the tokenizer a fit with tokenizer="select" trains with, the candidates'
+    held-out accuracies): chosen here, or for a warm start the fitted choice."""
     if warm:
-        chosen, scores = est.selected_tokenizer_, est.tokenizer_scores_
-    else:
-        chosen, scores = choose(est, X, y, sample_weight)
-    est._select_now = chosen
-    try:
-        est.fit(X, y, sample_weight, X_unlabelled=X_unlabelled)
-    finally:
-        est.__dict__.pop("_select_now", None)
-    est.selected_tokenizer_, est.tokenizer_scores_ = chosen, dict(scores)
-    return est
-
-
-def configured(est: SequenceEstimator, cfg: Config) -> Config:
-    """cfg with tokenizer="select" replaced by the choice of the fit under way (or of
-    the last fit; "auto" before any)."""
-    if cfg.tokenizer == "select":
-        cfg.tokenizer = est.__dict__.get("_select_now",
-                                         est.__dict__.get("selected_tokenizer_", "auto"))
-    return cfg
+        return est.selected_tokenizer_, dict(est.tokenizer_scores_)
+    return choose(est, cfg, X, y, sample_weight)
 
 
 def split(y: Any, seed: int) -> tuple[Any, Any] | None:
@@ -90,39 +80,38 @@ def split(y: Any, seed: int) -> tuple[Any, Any] | None:
     return np.flatnonzero(~out), np.flatnonzero(out)
 
 
-def choose(est: SequenceEstimator, X: Any, y: Any,
+def choose(est: SequenceEstimator, cfg: Config, X: Any, y: Any,
            sample_weight: Any) -> tuple[str, dict[str, float]]:
-    """(the chosen tokenizer, held-out accuracy of each candidate fitted)."""
-    parts = split(y, _training.seeds(est.random_state)[2])
+    """(the chosen tokenizer, held-out accuracy of each candidate trained): each
+    candidate's plan is made and trained by a fresh estimator of est's class and
+    hyper-parameters (est itself is not touched); cfg: est's validated settings."""
+    parts = split(y, _training.seeds(cfg.random_state)[2])
     if parts is None:
         return "auto", {}
     tr, te = parts
     params = est.get_params()
+    X_tr, y_tr = _take(X, tr), np.asarray(y)[tr]
+    w_tr = None if sample_weight is None else np.asarray(sample_weight)[tr]
     scores: dict[str, float] = {}
-    auto_tokens = None
+    auto_plan: FitPlan | None = None
     for cand in CANDIDATES:
         model = type(est)(**{**params, "tokenizer": cand, "warm_start": False})
+        dist = distributed.Local()
         try:
-            model.fit(_take(X, tr), np.asarray(y)[tr],
-                      None if sample_weight is None else np.asarray(sample_weight)[tr])
+            cfg = model._config()
+            planned = model._planned(X_tr, y_tr, w_tr, cfg, dist, False, None)
+            if auto_plan is not None and planned.plan.same_tokens(auto_plan):
+                continue   # the same tokens as "auto": the same fit
+            model._train_planned(planned, cfg, dist, False, None)
         except ValueError:
             if cand == "auto":
                 raise
             continue
-        tokens = _tokens(model)
         if cand == "auto":
-            auto_tokens = tokens
-        elif tokens == auto_tokens:
-            continue   # the same tokens as "auto": the same fit
+            auto_plan = planned.plan
         scores[cand] = float(model.score(_take(X, te), np.asarray(y)[te]))
     best = max(scores.values())
     return next(c for c in CANDIDATES if scores.get(c) == best), scores
-
-
-def _tokens(model: SequenceEstimator) -> tuple[Any, ...]:
-    """What makes a fitted model's tokens: PPV or not, its stem, its patch length."""
-    return ("_ppv" in vars(model), getattr(model.model_, "stem", None),
-            int(getattr(model, "patch_len_", 1)))
 
 
 def _take(X: Any, idx: Any) -> Any:

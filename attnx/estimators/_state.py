@@ -12,8 +12,9 @@ estimator class beyond what every attnx estimator offers:
   spec against the weights given (before allocating a model of that size);
 * fitted attributes (public names ending in ``_``) of plain types: numbers,
   strings, None, numpy Generators, lists of numbers, numeric or string arrays,
-  JSON-able dicts; plus the private attributes a class lists in
-  ``_state_attributes`` (state that is not a cache).
+  JSON-able dicts, the fit plan (attnx.estimators._plan.FitPlan, as its JSON-able
+  record); a class's ``_restored_attributes(attributes, model_spec)`` checks the
+  attributes of a stored state before they are set.
 
 Array names: the model's ``params`` names as they are (``Wq``, ``layers.0.W1``,
 ``embed.W``, ...), ``optimizer.exp_avg.<name>`` and ``optimizer.exp_avg_sq.<name>``
@@ -28,6 +29,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from ._plan import FitPlan
 
 __all__ = ["get_state", "set_state", "new_from_state", "StateError"]
 
@@ -61,7 +64,6 @@ def get_state(est: Any, *, portable: bool) -> tuple[Arrays, Config]:
     arrays: Arrays = {}
     names = [k for k in vars(est) if k.endswith("_") and not k.startswith("_")
              and not k.endswith("__")]
-    names += [k for k in getattr(est, "_state_attributes", ()) if k in vars(est)]
     attrs = {k: vars(est)[k] for k in names}
     if "model_" in attrs:
         config["fitted"] = True
@@ -100,6 +102,8 @@ def _moment_views(params: Any, bufs: list[np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _encode_attribute(k: str, v: Any, arrays: Arrays, portable: bool) -> Config:
+    if isinstance(v, FitPlan):
+        return {"kind": "plan", "value": _encode(v.to_spec(), f"fitted attribute {k}")}
     if isinstance(v, np.random.Generator):
         return {"kind": "generator", "state": _encode(v.bit_generator.state, k)}
     if isinstance(v, list) and all(isinstance(x, (int, float, np.integer, np.floating))
@@ -218,15 +222,23 @@ def set_state(est: Any, arrays: Arrays, config: Config) -> None:
     attributes = config.get("attributes", {})
     if not isinstance(attributes, dict):
         raise StateError("the fitted attributes are not a mapping")
-    private = set(getattr(est, "_state_attributes", ()))
+    decoded: dict[str, Any] = {}
     for k, spec in attributes.items():
         public = (isinstance(k, str) and k.endswith("_") and not k.startswith("_")
                   and k.isidentifier() and not k.endswith("__"))
-        if not (public or k in private) or k in ("model_", "optimizer_"):
+        if not public or k in ("model_", "optimizer_"):
             raise StateError(f"invalid fitted attribute name {k!r}")
-        setattr(est, k, _decode_attribute(k, spec, arrays, portable))
+        decoded[k] = _decode_attribute(k, spec, arrays, portable)
         if ATTR + k in arrays:
             used.add(ATTR + k)
+    complete = getattr(est, "_restored_attributes", None)
+    if config.get("fitted") and complete is not None:
+        try:
+            decoded = complete(decoded, _decode(config["model"]))
+        except ValueError as exc:
+            raise StateError(str(exc)) from None
+    for k, v in decoded.items():
+        setattr(est, k, v)
     extra = set(arrays) - used
     if extra:
         raise StateError(f"unexpected arrays {sorted(extra)[:5]}")
@@ -300,6 +312,11 @@ def _decode_attribute(k: str, spec: Any, arrays: Arrays, portable: bool) -> Any:
         return gen
     if kind == "value":
         return _decode(spec["value"])
+    if kind == "plan":
+        try:
+            return FitPlan.from_spec(_decode(spec["value"]))
+        except (ValueError, TypeError) as exc:
+            raise StateError(f"invalid fit plan {k}: {exc}") from None
     if kind == "object" and not portable:
         return spec["value"]
     if kind in ("list", "ndarray"):

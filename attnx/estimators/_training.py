@@ -9,6 +9,7 @@ import numbers
 import signal
 import threading
 import warnings
+import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Iterator, Literal, NoReturn, Protocol,
                     Union, cast)
 
@@ -362,6 +363,51 @@ def _convergence_warning() -> type[Warning]:
     from ._base import sklearn_class
 
     return cast("type[Warning]", sklearn_class("ConvergenceWarning"))
+
+
+# ---- buffers kept beside a network ---------------------------------------------------
+class Scratch:
+    """What a network's training calls reuse from one call to the next, so that a
+    partial_fit allocates no batch-sized array: the Batch of each layout (key: the
+    layout; at most MAX_BATCHES, then cleared) and the rollback snapshot. Kept beside
+    the network (scratch(model)), never on the estimator, never saved."""
+
+    MAX_BATCHES = 8
+
+    def __init__(self) -> None:
+        self.batches: dict[tuple[Any, ...], Batch] = {}
+        self._snapshot: Snapshot | None = None
+
+    def batch(self, key: tuple[Any, ...], make: Callable[[], Batch]) -> Batch:
+        found = self.batches.get(key)
+        if found is None:
+            if len(self.batches) > self.MAX_BATCHES:
+                self.batches.clear()
+            found = self.batches[key] = make()
+        return found
+
+    def snapshot(self, model: _Model, optimizer: AdamW) -> Snapshot:
+        """A Snapshot sized for this model and optimizer (reused while it fits)."""
+        snap = self._snapshot
+        if snap is None or not snap.fits(model, optimizer):
+            snap = self._snapshot = Snapshot(model, optimizer)
+        return snap
+
+
+#: each live network's Scratch; an entry goes with its network
+_SCRATCH: weakref.WeakKeyDictionary[Any, Scratch] = weakref.WeakKeyDictionary()
+
+
+def scratch(model: Any) -> Scratch:
+    """The Scratch of this network (a new one for a network that takes no weak
+    reference: then nothing is reused between calls)."""
+    try:
+        found = _SCRATCH.get(model)
+        if found is None:
+            found = _SCRATCH[model] = Scratch()
+        return found
+    except TypeError:
+        return Scratch()
 
 
 def split(data: Data, fraction: float, seed: int, dist: Local) -> tuple[Data, Data | None]:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
     from typing_extensions import Self
 
+    from .. import distributed
     from ._estimator import Prepared
     from ._hyper import Config, InstanceNorm, Norm, Pooling, Positional
     from ._networks import Network
@@ -75,14 +76,14 @@ class _Classifier(ClassifierParams, SequenceEstimator):
 
     def _targets(self, net: Network, x: FloatArray, lengths: IntArray | None, ragged: bool,
                  y: Any, w: F64Array | None, dtype: DTypeLike, fitted: bool, classes: Any,
-                 partial: bool) -> Prepared:
+                 partial: bool, comm: distributed.Local) -> Prepared:
         lab, per_position, valid, seen = _targets.labels(x, lengths, ragged, y)
         if fitted:
             if classes is not None and not np.array_equal(np.unique(classes), self.classes_):
                 raise ValueError(f"classes={list(classes)!r} differ from classes_ "
                                  f"{list(self.classes_)!r} of the first partial_fit")
-            if per_position != self._target["per_position"]:
-                what = "per position" if self._target["per_position"] else "per sequence"
+            if per_position != self.plan_.per_position:
+                what = "per position" if self.plan_.per_position else "per sequence"
                 raise ValueError(f"y must hold labels {what}, as at fit")
         elif partial:
             if classes is None:
@@ -90,8 +91,7 @@ class _Classifier(ClassifierParams, SequenceEstimator):
                                  "label that will ever be seen")
             self.classes_ = _targets.unique_labels("classes", np.asarray(classes))
         else:  # every rank's labels
-            self.classes_ = _targets.unique_labels("y", self._comm().union(seen))
-        comm = self._comm()
+            self.classes_ = _targets.unique_labels("y", comm.union(seen))
         data = _targets.label_data(
             x, lengths, lab, per_position, valid, self.classes_, w,
             lambda: _targets.class_weights(self.class_weight, self.classes_, seen,
@@ -109,14 +109,13 @@ class _Classifier(ClassifierParams, SequenceEstimator):
 
     def export_spec(self) -> ExportSpec:
         """The fitted network, "probabilities" and classes_ (see ExportSpec)."""
-        length = self.__dict__.get("resample_length_")
+        spec = super().export_spec()
+        length = self.plan_.resample_length
         if length is not None:
             raise NotImplementedError(
                 f"this classifier resamples each series to {length} steps "
                 f"before its network (fitted on ragged series): not exported")
-        return ExportSpec(self._fitted_model(), "probabilities", self.classes_,
-                          patch_len=int(self.__dict__.get("patch_len_", 1)),
-                          missing=self._missing(), patch_fill=self._fill_rule())
+        return spec._replace(output="probabilities", classes=self.classes_)
 
     def predict_log_proba(self, X: ArrayLike) -> FloatArray | list[FloatArray]:
         """Log-probabilities of the classes (columns in classes_ order): (n, C), or
@@ -152,8 +151,8 @@ class _Classifier(ClassifierParams, SequenceEstimator):
         n, t = x.shape[:2]
         w = seqs.sample_weights(sample_weight, n)
         lab, per_position = seqs.labels(y, x, lengths, ragged)
-        if per_position != self._target["per_position"]:
-            what = "per position" if self._target["per_position"] else "per sequence"
+        if per_position != self.plan_.per_position:
+            what = "per position" if self.plan_.per_position else "per sequence"
             raise ValueError(f"y must hold labels {what}, as at fit")
         pred = self.predict(X)
         if isinstance(pred, list):

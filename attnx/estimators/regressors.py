@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike, DTypeLike, NDArray
     from typing_extensions import Self
 
+    from .. import distributed
     from ._estimator import Prepared
     from ._hyper import Config, InstanceNorm, Norm, Pooling, Positional
     from ._networks import Network
@@ -86,7 +87,7 @@ class _Regressor(SequenceEstimator):
 
     def _targets(self, net: Network, x: FloatArray, lengths: IntArray | None, ragged: bool,
                  y: Any, w: F64Array | None, dtype: DTypeLike, fitted: bool, classes: Any,
-                 partial: bool) -> Prepared:
+                 partial: bool, comm: distributed.Local) -> Prepared:
         prepared = net.regression_data(x, lengths, ragged, y, w, dtype)
         if fitted and net.head:
             self._check_target(prepared[1], prepared[2])
@@ -126,7 +127,7 @@ class _Regressor(SequenceEstimator):
         sorted by length first); seq_len may differ from the training data's.
         """
         out, _ = self._forward_all(X)
-        if self._target["k"] is not None:  # the bare network's k is its width
+        if self.plan_.k is not None:  # the bare network's k is its width
             return out
         if isinstance(out, list):
             return [o[..., 0] for o in out]

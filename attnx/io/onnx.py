@@ -95,9 +95,7 @@ def export(obj: Any, path: str | os.PathLike[str], *, opset: int = DEFAULT_OPSET
         return proto
     if coverage is not None:
         raise ValueError("coverage applies to a forecaster's intervals only")
-    model, output, meta, patch_len, missing, fill = _unwrap(obj)
-    tokens = PPVTokens.from_spec(vars(obj).get("_ppv")) if not isinstance(
-        obj, (MultiHeadAttention, Transformer, SequenceModel)) else None
+    model, output, meta, patch_len, missing, fill, tokens = _unwrap(obj)
     g = _Graph(model.dtype, opset)
     width = tokens.n_channels if tokens is not None else _n_in(model) // patch_len
     x = g.input("x", ["batch", "seq_len", width])
@@ -434,19 +432,19 @@ def _ppv_tokens(g: _Graph, x: str, mask: str | None, tokens: PPVTokens
     return tok, mask
 
 
-def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str, str]:
-    """(model, output kind, metadata, patch length, missing rule, patch fill) for a model or a
-    fitted estimator (whose export_spec() says which network to export and how
-    predict reads its output)."""
+def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str, str, PPVTokens | None]:
+    """(model, output kind, metadata, patch length, missing rule, patch fill, PPV
+    transform or None) for a model or a fitted estimator (whose export_spec() says
+    which network to export and how predict reads its output)."""
     meta = {"attnx_version": __version__}
     if isinstance(obj, (MultiHeadAttention, Transformer, SequenceModel)):
         meta["attnx_model"] = type(obj).__name__
-        return obj, "y", meta, 1, "error", "last"
+        return obj, "y", meta, 1, "error", "last", None
     if not callable(getattr(obj, "export_spec", None)):
         raise TypeError(f"export needs a MultiHeadAttention, Transformer, SequenceModel or a "
                         f"fitted attnx estimator, got {type(obj).__name__}")
     spec = obj.export_spec()  # NotFittedError (a ValueError) before fit
-    if "_ppv" in vars(obj):
+    if spec.tokens is not None:
         meta["tokenizer"] = "ppv"
     meta["attnx_model"] = type(obj).__name__
     if spec.classes is not None:
@@ -455,7 +453,8 @@ def _unwrap(obj: Any) -> tuple[Any, str, dict[str, str], int, str, str]:
         meta["patch_len"] = str(spec.patch_len)
     if spec.missing == "mask":
         meta["missing"] = spec.missing
-    return spec.model, spec.output, meta, spec.patch_len, spec.missing, spec.patch_fill
+    return (spec.model, spec.output, meta, spec.patch_len, spec.missing, spec.patch_fill,
+            spec.tokens)
 
 
 def _output_shape(model: Any) -> list[Any]:

@@ -64,7 +64,7 @@ def auto(t_max: int, t_min: int) -> Stem:
 
 
 #: tokenizer="auto"'s stem for a classifier's short univariate series
-#: (attnx.estimators._auto_choices): a convolution of SHORT_KERNEL steps at stride 1
+#: (attnx.estimators._plan): a convolution of SHORT_KERNEL steps at stride 1
 SHORT_KERNEL = 3
 
 

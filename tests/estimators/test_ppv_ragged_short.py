@@ -190,8 +190,8 @@ def _shapes(n=40, seed=0, lo=20, hi=97):
 def test_estimator_fits_own_length_tokens_on_ragged_series_only(tmp_path):
     X, y = _shapes()
     est = TC(**SMALL, tokenizer="ppv").fit(X, y)
-    assert est._ppv["reference_length"] == max(len(x) for x in X)
-    assert est._ppv["tokens"] == P.RAGGED_TOKENS
+    assert est.plan_.ppv.to_spec()["reference_length"] == max(len(x) for x in X)
+    assert est.plan_.ppv.to_spec()["tokens"] == P.RAGGED_TOKENS
     assert est.patch_len_ == -(-max(len(x) for x in X) // P.RAGGED_TOKENS)
     p = est.predict_proba(X[:5])
     for i in range(5):   # each series' tokens are its own: alone as in a batch
@@ -201,15 +201,15 @@ def test_estimator_fits_own_length_tokens_on_ragged_series_only(tmp_path):
     # an explicit patch_len keeps its windows (even one longer than the shortest
     # series, which makes one token); the dilations still follow the lengths
     est = TC(**SMALL, tokenizer="ppv", patch_len=25).fit(X, y)
-    assert "tokens" not in est._ppv and est._ppv["window"] == 25
-    assert est._ppv["reference_length"] == max(len(x) for x in X)
+    assert "tokens" not in est.plan_.ppv.to_spec() and est.plan_.ppv.to_spec()["window"] == 25
+    assert est.plan_.ppv.to_spec()["reference_length"] == max(len(x) for x in X)
     assert min(len(x) for x in X) < 25
     with pytest.raises(ValueError, match="longer than the shortest"):
         TC(**SMALL, tokenizer="patch", patch_len=25).fit(X, y)
     # equal lengths: the fixed rule's state, as before
     dense = np.stack([x[:20] for x in X])
     est = TC(**SMALL, tokenizer="ppv").fit(dense, y)
-    assert "reference_length" not in est._ppv and est._ppv["window"] == 5
+    assert "reference_length" not in est.plan_.ppv.to_spec() and est.plan_.ppv.to_spec()["window"] == 5
 
 
 def test_onnx_export_refuses_own_length_tokens(tmp_path):
@@ -227,28 +227,28 @@ def test_auto_rule_on_ragged_and_short_series():
     # resampled to the longest, then the short stem (not PPV tokens)
     est = TC(**{**SMALL, "epochs": 1}).fit(X, y)
     lens = [len(x) for x in X]
-    assert est.resample_length_ == max(lens) and "_ppv" not in vars(est)
+    assert est.resample_length_ == max(lens) and est.plan_.ppv is None
     assert est.model_.stem == _stem.short(max(lens), max(lens))
     # with missing steps (no stem then): own-length PPV tokens
     Xm = [x.copy() for x in X]
     Xm[0][3] = np.nan
     est = TC(**{**SMALL, "epochs": 1}, missing="mask").fit(Xm, y)
-    assert est._ppv["reference_length"] == max(lens) and est.model_.stem is None
+    assert est.plan_.ppv.to_spec()["reference_length"] == max(lens) and est.model_.stem is None
     assert not hasattr(est, "resample_length_")
     # two channels, longest < 64: raw patches; the longest at 64 or more: PPV tokens
     X2 = [np.repeat(x, 2, axis=1) for x in X]
-    assert "_ppv" not in vars(TC(**{**SMALL, "epochs": 1}).fit(X2, y))
+    assert TC(**{**SMALL, "epochs": 1}).fit(X2, y).plan_.ppv is None
     X2[0] = np.zeros((P.AUTO_MIN_LENGTH, 2))
-    assert "_ppv" in vars(TC(**{**SMALL, "epochs": 1}).fit(X2, y))
+    assert TC(**{**SMALL, "epochs": 1}).fit(X2, y).plan_.ppv is not None
     # very short, one channel: the short stem too, its kernels within the shortest
     short = [x[:P.AUTO_MIN_RAGGED - 1 - i % 3] for i, x in enumerate(X)]
     est = TC(**{**SMALL, "epochs": 1}).fit(short, y)
-    assert "_ppv" not in vars(est) and est.model_.stem == ((3, 1), (2, 1))
+    assert est.plan_.ppv is None and est.model_.stem == ((3, 1), (2, 1))
     assert est.predict([x[:1] for x in short[:3]]).shape == (3,)   # one step each
     # equal lengths below AUTO_MIN_LENGTH, one channel: the short stem
     dense = np.stack([x[:20] for x in X])
     est = TC(**{**SMALL, "epochs": 1}).fit(dense, y)
-    assert "_ppv" not in vars(est) and est.model_.stem == ((3, 1), (4, 2))
+    assert est.plan_.ppv is None and est.model_.stem == ((3, 1), (4, 2))
     local = distributed.Local()
     data = seqs.Data(np.zeros((3, 40, 1)), np.array([40, 16, 20]), np.zeros(3), None, False)
     assert P.extent(data, local) == (16, 40) and P.auto_pick(data, local)

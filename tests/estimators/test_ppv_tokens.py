@@ -192,7 +192,7 @@ def _shifted_shape(n=60, t=96, seed=0):
 def test_standardize_scales_ppv_token_features_by_token_scale_times_std():
     X, y = _shifted_shape()
     est = TC(**SMALL).fit(X, y)
-    tokens = P.PPVTokens.from_spec(est._ppv).transform(X, None, None)[0]
+    tokens = est.plan_.ppv.transform(X, None, None)[0]
     flat = tokens.reshape(-1, tokens.shape[-1]).astype(np.float64)
     std = flat.std(axis=0)
     np.testing.assert_allclose(est.input_mean_, flat.mean(axis=0), rtol=1e-6, atol=1e-8)
@@ -209,25 +209,24 @@ def test_standardize_scales_ppv_token_features_by_token_scale_times_std():
 def test_auto_rule_picks_ppv_for_long_classification_series_only():
     X, y = _shifted_shape()
     est = TC(**SMALL).fit(X, y)
-    assert "_ppv" in vars(est) and est.n_features_in_ == 1
+    assert est.plan_.ppv is not None and est.n_features_in_ == 1
     assert est.patch_len_ == 24 == 96 / P.PPV_TOKENS   # 96 steps in 4 windows
-    assert est.model_.params["embed.W"].shape[0] == P.PPVTokens.from_spec(
-        est._ppv).n_features
+    assert est.model_.params["embed.W"].shape[0] == est.plan_.ppv.n_features
     # shorter than 64 steps, one channel: raw values through the short stem (16 tokens)
     short = TC(**SMALL).fit(X[:, :63], y)
-    assert "_ppv" not in vars(short) and short.patch_len_ == 1
+    assert short.plan_.ppv is None and short.patch_len_ == 1
     assert short.model_.stem == ((3, 1), (8, 4)) == _stem.short(63, 63)
     # raw patches when asked, or with two channels (at most 16 tokens)
     patched = TC(**SMALL, tokenizer="patch").fit(X[:, :63], y)
     assert patched.patch_len_ == 4 and patched.model_.stem is None
     two = TC(**SMALL).fit(np.repeat(X[:, :63], 2, axis=2), y)
-    assert "_ppv" not in vars(two) and two.patch_len_ == 4 and two.model_.stem is None
-    assert "_ppv" not in vars(TC(**SMALL, tokenizer="patch").fit(X, y))
-    assert "_ppv" not in vars(TC(**SMALL, instance_norm="input").fit(X, y))
-    assert "_ppv" not in vars(TR(**SMALL).fit(X, y.astype(float)))   # regressors: "patch"
-    assert "_ppv" in vars(TR(**SMALL, tokenizer="ppv").fit(X, y.astype(float)))
+    assert two.plan_.ppv is None and two.patch_len_ == 4 and two.model_.stem is None
+    assert TC(**SMALL, tokenizer="patch").fit(X, y).plan_.ppv is None
+    assert TC(**SMALL, instance_norm="input").fit(X, y).plan_.ppv is None
+    assert TR(**SMALL).fit(X, y.astype(float)).plan_.ppv is None   # regressors: "patch"
+    assert TR(**SMALL, tokenizer="ppv").fit(X, y.astype(float)).plan_.ppv is not None
     asked = TC(**SMALL, tokenizer="ppv").fit(X[:, :20], y)
-    assert "_ppv" in vars(asked) and asked.patch_len_ == 5   # 20 steps in 4 windows
+    assert asked.plan_.ppv is not None and asked.patch_len_ == 5   # 20 steps in 4 windows
     assert TC(**SMALL, tokenizer="ppv", patch_len=2).fit(X[:, :20], y).patch_len_ == 2
 
 
@@ -271,7 +270,7 @@ def test_save_load_pickle_clone(tmp_path):
     assert clone(est).get_params()["tokenizer"] == "auto"
     # training goes on with the same tokens
     back.partial_fit(X, y)
-    assert back._ppv == est._ppv
+    assert back.plan_.ppv == est.plan_.ppv
 
 
 def test_bad_input():

@@ -53,7 +53,7 @@ def test_classifier_resamples_ragged_univariate_series_to_the_longest():
     est = TC(**SMALL).fit(X, y)
     t_max = max(len(x) for x in X)
     assert est.resample_length_ == t_max
-    assert est.model_.stem == _stem.short(t_max, t_max) and "_ppv" not in vars(est)
+    assert est.model_.stem == _stem.short(t_max, t_max) and est.plan_.ppv is None
     # predict resamples every series alike: the same as the resampled dense array
     dense = np.concatenate([R.to_length(x[None], None, t_max) for x in X])
     np.testing.assert_array_equal(est.predict_proba(X), est.predict_proba(dense))
@@ -68,7 +68,7 @@ def test_long_ragged_series_are_resampled_then_take_ppv_tokens():
     X, y = _ragged(lo=30, hi=90)
     est = TC(**SMALL).fit(X, y)
     assert est.resample_length_ == max(len(x) for x in X) >= 64
-    assert "reference_length" not in est._ppv and est.model_.stem is None   # fixed PPV
+    assert "reference_length" not in est.plan_.ppv.to_spec() and est.model_.stem is None   # fixed PPV
 
 
 def test_no_resampling_where_the_rule_does_not_apply():

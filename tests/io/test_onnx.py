@@ -1,5 +1,6 @@
 """ONNX export: onnxruntime runs the exported graph and agrees with attnx's own forward
 and predict, across options and sequence lengths the export never saw."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -307,15 +308,15 @@ def test_patches_of_ragged_and_uneven_series_match_predict(tmp_path):
 
 
 def test_models_fitted_before_the_fill_rule_keep_zero_filled_patches(tmp_path):
-    """A fitted estimator without the fill rule recorded (a file or pickle from before
-    it) predicts, saves, loads and exports with the zero fill it was trained with."""
+    """A fitted estimator whose plan fills patches with zeros (a file from before the
+    fill rule) predicts, saves, loads and exports with the zero fill it was trained with."""
     rng = np.random.default_rng(9)
     X = [rng.standard_normal((t, 3)) for t in (7, 4, 9, 5, 8, 6)]
     y = np.array([0, 1, 0, 1, 1, 0])
     est = attnx.TransformerClassifier(2, n_layers=1, d_model=8, epochs=2, patch_len=3,
                                       random_state=0, dtype=np.float64).fit(X, y)
     new = est.predict_proba(X)
-    del est.__dict__["_patch_fill"]   # as a model fitted before the rule
+    est.plan_ = dataclasses.replace(est.plan_, patch_fill="zero")   # a model from before the rule
     old = est.predict_proba(X)
     assert rel_err(old, new) > 1e-6
     xp, mask = _right_padded(X)

@@ -133,8 +133,8 @@ def _two_patterns(n, t=96, seed=0):
 def test_ppv_token_fits_scale_their_positions(tmp_path):
     X, y = _two_patterns(24)
     est = TC(**SMALL).fit(X, y)   # 96 steps, one channel: PPV tokens
-    assert "_ppv" in vars(est) and P.POSITION_SCALE == 2.0
-    assert est.model_.position_scale == P.POSITION_SCALE == est._spec["position_scale"]
+    assert est.plan_.ppv is not None and P.POSITION_SCALE == 2.0
+    assert est.model_.position_scale == P.POSITION_SCALE == est.plan_.network["position_scale"]
     path = tmp_path / "m.safetensors"
     est.save(path)
     back = attnx.load(path)
@@ -148,4 +148,4 @@ def test_ppv_token_fits_scale_their_positions(tmp_path):
     # other tokens keep the plain table and write nothing new
     for other in (TC(**SMALL, tokenizer="patch").fit(X, y), TC(**SMALL).fit(X[:, :40], y),
                   TC(**SMALL, positional="rope", tokenizer="ppv").fit(X, y)):
-        assert other.model_.position_scale == 1.0 and "position_scale" not in other._spec
+        assert other.model_.position_scale == 1.0 and "position_scale" not in other.plan_.network

@@ -705,3 +705,104 @@ def test_every_test_file_a_page_or_comment_names_exists():
            for m in re.findall(r"tests/[\w/]+\.py", p.read_text(errors="replace"))
            if not (REPO / m).is_file()]
     assert len(texts) > 100 and not bad, bad
+
+
+# ---- an estimator holds its hyper-parameters and fitted attributes only ----------------
+def _is_private(name):
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_writes(tree, owners):
+    """(line, name) of every private attribute written on an estimator in a module's
+    tree: in the methods of the classes named in `owners` (on self) and in functions
+    taking `est` (on est): `self._x = ...` (plain, augmented, annotated),
+    setattr(self, "_x", ...), self.__dict__["_x"] = ..., and __dict__.setdefault("_x",
+    ...) or .update(_x=...)."""
+    out = []
+
+    def scan(fn, who):
+        def owner(e):
+            return isinstance(e, ast.Name) and e.id == who
+
+        def holds(e):   # self.__dict__ or vars(self)
+            return ((isinstance(e, ast.Attribute) and e.attr == "__dict__" and owner(e.value))
+                    or (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
+                        and e.func.id == "vars" and e.args and owner(e.args[0])))
+        for n in ast.walk(fn):
+            targets = (n.targets if isinstance(n, ast.Assign) else
+                       [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+            for t in targets:
+                for e in ast.walk(t):
+                    if isinstance(e, ast.Attribute) and owner(e.value) and _is_private(e.attr):
+                        out.append((e.lineno, e.attr))
+                    if (isinstance(e, ast.Subscript) and holds(e.value)
+                            and isinstance(e.slice, ast.Constant)
+                            and isinstance(e.slice.value, str) and _is_private(e.slice.value)):
+                        out.append((e.lineno, e.slice.value))
+            if not isinstance(n, ast.Call):
+                continue
+            f = n.func
+            if (isinstance(f, ast.Name) and f.id == "setattr" and len(n.args) > 1
+                    and owner(n.args[0]) and isinstance(n.args[1], ast.Constant)
+                    and _is_private(str(n.args[1].value))):
+                out.append((n.lineno, n.args[1].value))
+            if isinstance(f, ast.Attribute) and holds(f.value):
+                if (f.attr == "setdefault" and n.args and isinstance(n.args[0], ast.Constant)
+                        and _is_private(str(n.args[0].value))):
+                    out.append((n.lineno, n.args[0].value))
+                if f.attr == "update":
+                    out.extend((n.lineno, k.arg) for k in n.keywords
+                               if k.arg and _is_private(k.arg))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name in owners:
+            for fn in node.body:
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.args.args \
+                        and not fn.name.startswith("__init_subclass__"):
+                    scan(fn, fn.args.args[0].arg)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                a.arg == "est" for a in node.args.args + node.args.kwonlyargs):
+            scan(node, "est")
+    return sorted(set(out))
+
+
+def test_fit_sets_no_attribute_but_parameters_and_fitted_ones():
+    """An estimator's fit, partial_fit and predict set nothing on it but its
+    hyper-parameters and fitted attributes (public names ending in "_"): the fit's
+    choices are its plan (plan_), running state goes by argument, buffers live beside
+    the network. No private attribute is written on an estimator anywhere in
+    attnx.estimators (its own class's or a helper's taking `est`)."""
+    from attnx.estimators._estimator import SequenceEstimator
+
+    family = {c for c in SequenceEstimator.__mro__ if c.__module__.startswith("attnx.")}
+    todo = list(SequenceEstimator.__subclasses__())
+    while todo:
+        c = todo.pop()
+        family.add(c)
+        todo += c.__subclasses__()
+    owners = {c.__name__ for c in family}
+    assert {"SequenceEstimator", "Inference", "TransformerClassifier"} <= owners
+    bad = {}
+    for path in sorted((PKG / "estimators").glob("*.py")):
+        found = _private_writes(ast.parse(path.read_text()), owners)
+        if found:
+            bad[path.name] = found
+    assert not bad, bad
+
+
+def test_the_private_write_finder_finds_what_it_should():
+    src = ("class E:\n"
+           "    def fit(self, X):\n"
+           "        self._now = 1\n"
+           "        self.plan_ = 2\n"
+           "        setattr(self, '_later', 3)\n"
+           "        self.__dict__['_cache'] = {}\n"
+           "        self.__dict__.setdefault('_batches', {})\n"
+           "        vars(self).update(_x=1, ok_=2)\n"
+           "class Other:\n"
+           "    def __init__(self):\n"
+           "        self._fine = 1\n"
+           "def helper(est, data):\n"
+           "    est._scratch = data\n")
+    names = [n for _, n in _private_writes(ast.parse(src), {"E"})]
+    assert names == ["_now", "_later", "_cache", "_batches", "_x", "_scratch"]
