@@ -81,13 +81,23 @@ class EstimatorParams:
         return {name: getattr(self, name) for name in self._param_names()}
 
     def set_params(self: _Self, **params: Any) -> _Self:
-        """Set hyper-parameters by name; takes effect at the next fit. Returns self."""
+        """Set hyper-parameters by name; takes effect at the next fit. Returns self.
+        ``options__<key>=value`` sets one key of ``options`` (a new dict: the one given
+        before is never modified), so a search grid can name a single option."""
         valid = self._param_names()
+        merged: dict[str, Any] = {}
         for key, value in params.items():
+            if key.startswith("options__") and "options" in valid:
+                merged[key[len("options__"):]] = value
+                continue
             if key not in valid:
                 raise ValueError(f"invalid parameter {key!r} for {type(self).__name__}; "
-                                 f"valid parameters are {sorted(valid)}")
+                                 f"valid parameters are {sorted(valid)} (a key of options: "
+                                 f"options__<key>)")
             setattr(self, key, value)
+        if merged:
+            base = getattr(self, "options", None)
+            setattr(self, "options", {**(dict(base) if base else {}), **merged})
         return self
 
     def __repr__(self) -> str:

@@ -51,7 +51,7 @@ def test_grid_search_on_a_dask_cluster_equals_the_serial_search():
     X, Y = attnx.datasets.max_position_task(96, 5, 4, random_state=0)
     X, Y = X.astype(np.float64), Y.astype(np.float64)
     est = attnx.AttentionRegressor(epochs=4, batch_size=16, random_state=0, dtype=np.float64)
-    grid = {"lr": [0.003, 0.03], "n_heads": [1, 2], "causal": [False, True]}
+    grid = {"lr": [0.003, 0.03], "n_heads": [1, 2], "options__causal": [False, True]}
 
     with threadpool_limits(1):  # the workers' thread count: the same arithmetic here
         serial = sklearn_ms.GridSearchCV(est, grid, cv=3).fit(X, Y)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import attnx
+from attnx.estimators._hyper import option
 from attnx import distributed
 
 HERE = Path(__file__).resolve().parents[1]   # tests/, whose mpi/ holds the jobs' scripts
@@ -284,14 +285,14 @@ def test_cli_distributed_train_writes_the_single_process_model(mpiexec, tmp_path
     r2 = [re.search(r"R\^2 on the training data: (\S+)", s).group(1)
           for s in (r.stdout, one.stdout)]
     assert r2[0] == r2[1]
-    assert a.distributed == "exact"
+    assert option(a, "distributed") == "exact"
     # without --exact: balanced batches, another (reproducible) model
     bal = [o for o in opts if o != "--exact"]
     r = mpirun(mpiexec, 2, ["-m", "attnx", *bal, "-o", "bal.safetensors", "--distributed"],
                tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     c = attnx.load(tmp_path / "bal.safetensors")
-    assert c.distributed == "balanced" and c.n_iter_ == 3
+    assert option(c, "distributed") == "balanced" and c.n_iter_ == 3
     assert not np.array_equal(c.model_.params.flat, pb)
 
 
@@ -401,9 +402,10 @@ def test_balanced_plans_use_each_shard_row_once_in_equal_step_counts(ragged):
 
 def test_distributed_mode_is_checked():
     X = np.zeros((4, 3, 2))
-    with pytest.raises(ValueError, match="distributed must be 'balanced'.*or 'exact'.*got 'fast'"):
+    with pytest.raises(ValueError, match=r"options\['distributed'\] must be one of "
+                       r"\('balanced', 'exact'\).*got 'fast'"):
         attnx.AttentionRegressor(epochs=1, options={"distributed": "fast"}).fit(X, X)
-    assert attnx.TransformerRegressor().distributed == "balanced"
+    assert option(attnx.TransformerRegressor(), "distributed") == "balanced"
 
 
 def test_a_state_without_the_parameter_is_refused():
@@ -412,10 +414,10 @@ def test_a_state_without_the_parameter_is_refused():
     X, Y = attnx.datasets.max_position_task(8, 3, 2, random_state=0)
     est = attnx.AttentionRegressor(epochs=1, random_state=0).fit(X, Y)
     arrays, config = _state.get_state(est, portable=False)
-    assert _state.new_from_state(arrays, config, ESTIMATORS).distributed == "balanced"
-    del config["params"]["distributed"]  # no value is made up for a missing parameter
+    assert option(_state.new_from_state(arrays, config, ESTIMATORS), "distributed") == "balanced"
+    del config["params"]["options"]  # no value is made up for a missing parameter
     with pytest.raises(_state.StateError, match=r"stored parameters are not those of "
-                       r"AttentionRegressor: missing \['distributed'\], unknown \[\]"):
+                       r"AttentionRegressor: missing \['options'\], unknown \[\]"):
         _state.new_from_state(arrays, config, ESTIMATORS)
 
 

@@ -223,3 +223,26 @@ def test_the_sktime_adapter_takes_the_forecasters_parameters():
     own = {n: r.default for n, r in fp.PARAMETERS.items()
            if n not in ("horizon", "verbose", "dtype")}
     assert {n: d for n, d in adapter.items() if n != "past_covariates"} == own
+
+
+def test_set_params_sets_one_key_of_options_without_touching_the_users_dict():
+    given = {"causal": False, "tol": 0.5}
+    est = attnx.AttentionRegressor(options=given)
+    assert est.set_params(options__causal=True, lr=0.01) is est
+    assert est.options == {"causal": True, "tol": 0.5} and est.lr == 0.01
+    assert given == {"causal": False, "tol": 0.5}   # the caller's dict is left alone
+    assert attnx.AttentionRegressor().set_params(options__tol=0.2).options == {"tol": 0.2}
+    with pytest.raises(ValueError, match=r"options\['nonsense'\]"):
+        attnx.AttentionRegressor(epochs=1).set_params(options__nonsense=1).fit(
+            np.zeros((4, 3, 2)), np.zeros((4, 3, 2)))
+    with pytest.raises(ValueError, match="invalid parameter 'causal'.*options__<key>"):
+        attnx.AttentionRegressor().set_params(causal=True)
+
+
+def test_a_search_grid_can_name_a_single_option():
+    from sklearn.model_selection import GridSearchCV
+    X, Y = attnx.datasets.max_position_task(24, 4, 2, random_state=0)
+    search = GridSearchCV(attnx.AttentionRegressor(epochs=2, random_state=0),
+                          {"options__causal": [False, True]}, cv=2).fit(X, Y)
+    assert [p["options__causal"] for p in search.cv_results_["params"]] == [False, True]
+    assert search.best_estimator_.options["causal"] == search.best_params_["options__causal"]

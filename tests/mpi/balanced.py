@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fit_equal import COMM, P, RANK, Watching, digest, rel, shards  # noqa: E402
 
 import attnx  # noqa: E402
+from attnx.estimators._hyper import option  # noqa: E402
 import attnx.estimators._training as training  # noqa: E402
 
 #: the first value of every sequence loaded into a training batch, per epoch
@@ -95,7 +96,7 @@ def fit_shard(make, X, Y, method="fit", epochs_pf=1, **kw):
     for e, values in enumerate(seen):
         # only this rank's rows, each once per epoch (with validation: the same training
         # part of its shard every epoch)
-        ok = (sorted(values) == mine if not est.validation_fraction else
+        ok = (sorted(values) == mine if not option(est, "validation_fraction") else
               len(set(values)) == len(values) and set(values) <= set(mine)
               and sorted(values) == sorted(seen[0]))
         assert ok, f"rank {RANK} epoch {e}: rows used != its shard"
@@ -103,7 +104,7 @@ def fit_shard(make, X, Y, method="fit", epochs_pf=1, **kw):
     assert all(h == every[0] for h in every), "weights differ between ranks after some step"
     b = -(-min(est.batch_size, len(X)) // P)
     steps = max(-(-s // b) for s in sizes) * len(seen)
-    if not est.validation_fraction:
+    if not option(est, "validation_fraction"):
         assert len(dist.hashes) == steps, (len(dist.hashes), steps)
     curves = COMM.allgather((est.loss_curve_, getattr(est, "validation_loss_curve_", None),
                              est.n_iter_, est.optimizer_.t))

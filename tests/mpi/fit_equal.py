@@ -150,8 +150,8 @@ def main():
         2, epochs=8, batch_size=8, lr=0.01, random_state=1, dtype=np.float64, options={"validation_fraction": 0.2, "early_stopping": True, "n_iter_no_change": 2, "tol": 0.05, "distributed": "exact"}), 45)
     assert RANK != 0 or figures["attention_val_es"]["n_iter"] < 8  # early stopping acted
     _, figures["transformer_noshuffle"] = run(lambda: _transformer_0_2(
-        2, n_layers=2, d_hidden=8, epochs=3, batch_size=6, lr=0.01, shuffle=False,
-        random_state=2, dtype=np.float64), 38)
+        2, n_layers=2, d_hidden=8, epochs=3, batch_size=6, lr=0.01, random_state=2,
+        dtype=np.float64, options={"shuffle": False}), 38)
     _, figures["attention_partial_fit"] = run(lambda: attnx.AttentionRegressor(
         1, batch_size=5, lr=0.01, random_state=3, dtype=np.float64, options={"distributed": "exact"}), 29,
         method="partial_fit", epochs_pf=3)
