@@ -99,7 +99,7 @@ def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
     h = x
     for st in m.stages:
         if isinstance(st, InstanceNorm):
-            h, stats = _instance_norm(g, m, h, mask)
+            h, stats = _instance_norm(g, st, h, mask)
         elif isinstance(st, StemLayer):
             h, mask = _stem_layer(g, st.w, st.kernel, st.stride, h, mask)
         elif isinstance(st, Embedding):
@@ -134,19 +134,18 @@ def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
     inorm = m.stages.instance_norm
     if inorm is not None and inorm.revin:
         assert stats is not None
-        h = _denorm(g, m, h, *stats)
+        h = _denorm(g, inorm, h, *stats)
     if m.pooling is None and mask is not None:   # padded positions output zeros
         h = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]), g.scalar(0.0), h])
     return h
 
 
-def _instance_norm(g: _Graph, m: Any, x: str, mask: str | None
+def _instance_norm(g: _Graph, st: InstanceNorm, x: str, mask: str | None
                    ) -> tuple[str, tuple[str, str]]:
-    """x (B, T, F) read as the series (B, T * p, C) (p = instance_steps), each centred
+    """x (B, T, F) read as the series (B, T * p, C) (p = the stage's steps), each centred
     on its mean over the valid steps and divided by sqrt(variance + eps), then the
     affine map; padded steps 0. Returns (B, T, F) and the (mean, std) (B, 1, C)."""
-    p = m.instance_steps
-    c = m.n_features // p
+    p, c = st.steps, st.channels
     xs = g.op("Reshape", [x, g.const_i64([0, -1, c])])
     if mask is None:
         v = g.op("ConstantOfShape", [g.op("Shape", [xs], start=0, end=2)],
@@ -165,20 +164,20 @@ def _instance_norm(g: _Graph, m: Any, x: str, mask: str | None
     var = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [cen, cen]), one], keepdims=1), cnt])
     std = g.op("Sqrt", [g.op("Add", [var, g.scalar(_REVIN.eps)])])         # (B, 1, C)
     xn = g.op("Div", [cen, std])
-    if m.instance_affine:
-        xn = g.op("Mul", [g.op("Add", [g.op("Mul", [xn, g.const(m.params["revin.g"])]),
-                                       g.const(m.params["revin.b"])]), v])
+    if st.affine:
+        xn = g.op("Mul", [g.op("Add", [g.op("Mul", [xn, g.const(st.w["g"])]),
+                                       g.const(st.w["b"])]), v])
     return g.op("Reshape", [xn, g.op("Shape", [x])]), (mean, std)
 
 
-def _denorm(g: _Graph, m: Any, y: str, mean: str, std: str) -> str:
+def _denorm(g: _Graph, st: InstanceNorm, y: str, mean: str, std: str) -> str:
     """The outputs read as (B, -1, C) back in the series' units: y * std + mean,
-    after (y - beta) / (gamma + eps2) with the affine map."""
-    c = m.n_features // m.instance_steps
-    yc = g.op("Reshape", [y, g.const_i64([0, -1, c])])
-    if m.instance_affine:
-        gain = np.asarray(m.params["revin.g"], np.float64) + _REVIN.eps2
-        yc = g.op("Div", [g.op("Sub", [yc, g.const(m.params["revin.b"])]),
+    after (y - beta) / (gamma + eps2) with the affine map (RevIN's de-normalisation,
+    the instance norm stage's)."""
+    yc = g.op("Reshape", [y, g.const_i64([0, -1, st.channels])])
+    if st.affine:
+        gain = np.asarray(st.w["g"], np.float64) + _REVIN.eps2
+        yc = g.op("Div", [g.op("Sub", [yc, g.const(st.w["b"])]),
                           g.const(gain.astype(g.dtype))])
     out = g.op("Add", [g.op("Mul", [yc, std]), mean])
     return g.op("Reshape", [out, g.op("Shape", [y])])
@@ -186,9 +185,9 @@ def _denorm(g: _Graph, m: Any, y: str, mean: str, std: str) -> str:
 
 def _stem_layer(g: _Graph, w: Any, k: int, s: int, x: str, mask: str | None
                 ) -> tuple[str, str | None]:
-    """A stem layer (its weights w["W"], w["b"]) on x (B, T, C): padded steps zeroed, Conv (pads (k-1)//2 and
-    k-1-(k-1)//2, stride s, weight[o, c, l] = W[l*C + c, o]), bias, x * Sigmoid(x);
-    returns (B, N, d) and the tokens' padding mask: token n is padding when it lies
+    """A stem layer (its weights w["W"], w["b"]) on x (B, T, C): padded steps zeroed,
+    Conv (pads (k-1)//2 and k-1-(k-1)//2, stride s, weight[o, c, l] = W[l*C + c, o]),
+    bias, x * Sigmoid(x); returns (B, N, d) and the tokens' padding mask: token n is padding when it lies
     past ceil(t_b / s) (t_b one past the last valid step) or reads no valid step, as
     attnx.kernels._embed.Windows.mask."""
     wi = np.asarray(w["W"])

@@ -403,6 +403,14 @@ class SequenceModel(_AttentionStack):
             raise RuntimeError("no attention weights kept: call forward(x) with grad=True "
                                "first")
 
+    def token_padding(self) -> _U8Array | None:
+        """The key padding mask (B, tokens) the blocks read in the last training forward
+        (1 = padded; after the stem, with the class token's column first); None when it
+        had no key_padding_mask. RuntimeError before a training forward."""
+        self._check_weights_kept()
+        assert self._last is not None
+        return self._last.km
+
     def dropout_masks(self) -> dict[str, FloatArray]:
         """The residual-branch dropout multipliers of the last training forward:
         name -> (B, tokens, d_model) copies with values 0 or 1/(1-dropout); names
