@@ -39,7 +39,7 @@ from ..kernels import _model_pass as _mp
 from ..kernels._blocks import (AttentionOperands, BlockActivations, BlockWeights,
                                NormWeights)
 from ..kernels._embed import Windows, same_padding
-from ..runtime._params import FlatAllocator, ParamDict
+from ..runtime._params import ParamDict
 from ._block_operands import LN_EPS
 from ._sequence_buffers import BufferTable, Geometry, _Buffers, _buffers
 from ._positions import sinusoidal_table
@@ -633,13 +633,12 @@ class Stages:
         """The flat weights and gradients laid out from the stages' tables, each stage
         bound to its span and initialised (in DRAW_ORDER); returns `params`, `grads`
         and the generator after the draws."""
-        a = FlatAllocator()
-        for _, shape in self.param_layout():
-            a.reserve(math.prod(shape))
-        theta, grad = np.zeros(a.size, self.dtype), np.zeros(a.size, self.dtype)
+        size = sum(math.prod(shape) for _, shape in self.param_layout())
+        theta, grad = np.zeros(size, self.dtype), np.zeros(size, self.dtype)
         at = 0
         for st in self:
             at = st.bind(theta, grad, at)
+        assert at == size
         rng = np.random.default_rng(random_state)
         order = list(self)
         for kind in DRAW_ORDER:
