@@ -218,7 +218,7 @@ class Inference:
                 mask = seqs.key_mask(lengths, nan, slice(s, s + step), t)
                 seq.forward(x[s:s + step], key_padding_mask=mask, grad=True)
                 w = [np.array(a) for a in seq.attention_weights()]
-                km = seq._last.km   # the tokens' padding (stem, class token)
+                km = seq.token_padding()   # the tokens' padding (stem, class token)
                 mask = None if km is None else km.astype(bool)
                 if mask is not None:
                     for a in w:

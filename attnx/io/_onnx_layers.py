@@ -10,6 +10,8 @@ import numpy as np
 from ..layers._instance_norm import KERNEL as _REVIN
 from ._onnx_graph import _Graph, _interleave, _tensor_attr
 from ..layers.sequence import SequenceModel
+from ..layers.stages import (Block, ClassToken, Embedding, FinalNorm, Head, InstanceNorm,
+                             Pooling, Positions, StemLayer)
 from ..layers.transformer import Transformer
 
 
@@ -90,59 +92,60 @@ def _block(g: _Graph, params: Any, p: str, att: Any, h: str, mask: str | None,
 
 
 def _sequence(g: _Graph, m: Any, x: str, mask: str | None) -> str:
-    """A SequenceModel's graph, stage by stage from its description (m.plan,
-    attnx.layers._model_plan): the stages the compiled pass runs, in its order."""
-    w = m.params
+    """A SequenceModel's graph, stage by stage from its list of stages (m.stages,
+    attnx.layers.stages), walked by type: the stages the compiled pass runs, in its
+    order, then RevIN's de-normalisation."""
     stats = None
     h = x
-    for st in m.plan:
-        kind, p = st.kind, st.prefix
-        if kind == "instance_norm":
-            h, stats = _instance_norm(g, m, h, mask)
-        elif kind == "stem":
-            h, mask = _stem_layer(g, w, st.layer, st.kernel, st.stride, h, mask)
-        elif kind == "embed":
+    for st in m.stages:
+        if isinstance(st, InstanceNorm):
+            h, stats = _instance_norm(g, st, h, mask)
+        elif isinstance(st, StemLayer):
+            h, mask = _stem_layer(g, st.w, st.kernel, st.stride, h, mask)
+        elif isinstance(st, Embedding):
             x = h   # the embedding's input: the positions read its length
-            h = g.op("Add", [g.op("MatMul", [h, g.const(w[p + "W"])]), g.const(w[p + "b"])])
-        elif kind == "positions" and st.how == "sinusoidal":
+            h = g.op("Add", [g.op("MatMul", [h, g.const(st.w["W"])]), g.const(st.w["b"])])
+        elif isinstance(st, Positions) and st.how == "sinusoidal":
             table = g.sinusoidal(x, m.d_model)
-            if m.position_scale != 1.0:   # the table as the model scales it
-                table = g.op("Mul", [table, g.const(np.array(m.position_scale, m.dtype))])
+            if st.position_scale != 1.0:   # the table as the model scales it
+                table = g.op("Mul", [table, g.const(np.array(st.position_scale, m.dtype))])
             h = g.op("Add", [h, table])
-        elif kind == "positions":
+        elif isinstance(st, Positions):
             t = g.seq_len(x)
-            table = g.op("Slice", [g.const(w[p + "P"]), g.const_i64([0]), t, g.const_i64([0])])
+            table = g.op("Slice", [g.const(st.w["P"]), g.const_i64([0]), t, g.const_i64([0])])
             h = g.op("Add", [h, table])
-        elif kind == "cls":
-            h, mask = _class_token(g, w[p], h, mask)
-        elif kind == "block":
-            h = _block(g, w, p, m.attn[st.layer], h, mask, st.how == "pre")
-        elif kind == "final_norm":
-            h = g.layernorm(h, w[p + "g"], w[p + "b"])
-        elif kind == "pool" and st.how == "cls":
+        elif isinstance(st, ClassToken):
+            h, mask = _class_token(g, st.w["cls"], h, mask)
+        elif isinstance(st, Block):
+            h = _block(g, st.w, "", st.attn, h, mask, st.pre)
+        elif isinstance(st, FinalNorm):
+            h = g.layernorm(h, st.w["g"], st.w["b"])
+        elif isinstance(st, Pooling) and st.how == "cls":
             first = g.op("Gather", [h, g.const_i64([0])], axis=1)           # (B, 1, d)
             h = g.op("Squeeze", [first, g.const_i64([1])])
-        elif kind == "pool" and st.how == "max":
+        elif isinstance(st, Pooling) and st.how == "max":
             h = _max_pool(g, h, mask)
-        elif kind == "pool":
+        elif isinstance(st, Pooling):
             h = _pool(g, h, mask, st.how == "last")
-        elif kind == "head":
-            h = g.op("Add", [g.op("MatMul", [h, g.const(w[p + "W"])]), g.const(w[p + "b"])])
-        elif kind == "denorm":
-            assert stats is not None
-            h = _denorm(g, m, h, *stats)
+        elif isinstance(st, Head):
+            h = g.op("Add", [g.op("MatMul", [h, g.const(st.w["W"])]), g.const(st.w["b"])])
+        else:
+            raise TypeError(f"no ONNX export for the stage {st!r}")
+    inorm = m.stages.instance_norm
+    if inorm is not None and inorm.revin:
+        assert stats is not None
+        h = _denorm(g, inorm, h, *stats)
     if m.pooling is None and mask is not None:   # padded positions output zeros
         h = g.op("Where", [g.op("Unsqueeze", [mask, g.const_i64([2])]), g.scalar(0.0), h])
     return h
 
 
-def _instance_norm(g: _Graph, m: Any, x: str, mask: str | None
+def _instance_norm(g: _Graph, st: InstanceNorm, x: str, mask: str | None
                    ) -> tuple[str, tuple[str, str]]:
-    """x (B, T, F) read as the series (B, T * p, C) (p = instance_steps), each centred
+    """x (B, T, F) read as the series (B, T * p, C) (p = the stage's steps), each centred
     on its mean over the valid steps and divided by sqrt(variance + eps), then the
     affine map; padded steps 0. Returns (B, T, F) and the (mean, std) (B, 1, C)."""
-    p = m.instance_steps
-    c = m.n_features // p
+    p, c = st.steps, st.channels
     xs = g.op("Reshape", [x, g.const_i64([0, -1, c])])
     if mask is None:
         v = g.op("ConstantOfShape", [g.op("Shape", [xs], start=0, end=2)],
@@ -161,33 +164,33 @@ def _instance_norm(g: _Graph, m: Any, x: str, mask: str | None
     var = g.op("Div", [g.op("ReduceSum", [g.op("Mul", [cen, cen]), one], keepdims=1), cnt])
     std = g.op("Sqrt", [g.op("Add", [var, g.scalar(_REVIN.eps)])])         # (B, 1, C)
     xn = g.op("Div", [cen, std])
-    if m.instance_affine:
-        xn = g.op("Mul", [g.op("Add", [g.op("Mul", [xn, g.const(m.params["revin.g"])]),
-                                       g.const(m.params["revin.b"])]), v])
+    if st.affine:
+        xn = g.op("Mul", [g.op("Add", [g.op("Mul", [xn, g.const(st.w["g"])]),
+                                       g.const(st.w["b"])]), v])
     return g.op("Reshape", [xn, g.op("Shape", [x])]), (mean, std)
 
 
-def _denorm(g: _Graph, m: Any, y: str, mean: str, std: str) -> str:
+def _denorm(g: _Graph, st: InstanceNorm, y: str, mean: str, std: str) -> str:
     """The outputs read as (B, -1, C) back in the series' units: y * std + mean,
-    after (y - beta) / (gamma + eps2) with the affine map."""
-    c = m.n_features // m.instance_steps
-    yc = g.op("Reshape", [y, g.const_i64([0, -1, c])])
-    if m.instance_affine:
-        gain = np.asarray(m.params["revin.g"], np.float64) + _REVIN.eps2
-        yc = g.op("Div", [g.op("Sub", [yc, g.const(m.params["revin.b"])]),
+    after (y - beta) / (gamma + eps2) with the affine map (RevIN's de-normalisation,
+    the instance norm stage's)."""
+    yc = g.op("Reshape", [y, g.const_i64([0, -1, st.channels])])
+    if st.affine:
+        gain = np.asarray(st.w["g"], np.float64) + _REVIN.eps2
+        yc = g.op("Div", [g.op("Sub", [yc, g.const(st.w["b"])]),
                           g.const(gain.astype(g.dtype))])
     out = g.op("Add", [g.op("Mul", [yc, std]), mean])
     return g.op("Reshape", [out, g.op("Shape", [y])])
 
 
-def _stem_layer(g: _Graph, w: Any, i: int, k: int, s: int, x: str, mask: str | None
+def _stem_layer(g: _Graph, w: Any, k: int, s: int, x: str, mask: str | None
                 ) -> tuple[str, str | None]:
-    """Stem layer i on x (B, T, C): padded steps zeroed, Conv (pads (k-1)//2 and
-    k-1-(k-1)//2, stride s, weight[o, c, l] = W[l*C + c, o]), bias, x * Sigmoid(x);
-    returns (B, N, d) and the tokens' padding mask: token n is padding when it lies
+    """A stem layer (its weights w["W"], w["b"]) on x (B, T, C): padded steps zeroed,
+    Conv (pads (k-1)//2 and k-1-(k-1)//2, stride s, weight[o, c, l] = W[l*C + c, o]),
+    bias, x * Sigmoid(x); returns (B, N, d) and the tokens' padding mask: token n is padding when it lies
     past ceil(t_b / s) (t_b one past the last valid step) or reads no valid step, as
     attnx.kernels._embed.Windows.mask."""
-    wi = np.asarray(w[f"stem.{i}.W"])
+    wi = np.asarray(w["W"])
     d = wi.shape[1]
     c = wi.shape[0] // k
     left = (k - 1) // 2
@@ -198,11 +201,11 @@ def _stem_layer(g: _Graph, w: Any, i: int, k: int, s: int, x: str, mask: str | N
     if g.dtype == np.float32:
         kernel = g.const(wi.reshape(k, c, d).transpose(2, 1, 0))
         z = g.op("Conv", [g.op("Transpose", [x], perm=[0, 2, 1]), kernel,
-                          g.const(w[f"stem.{i}.b"])], **conv)                    # (B, d, N)
+                          g.const(w["b"])], **conv)                    # (B, d, N)
         z = g.op("Transpose", [z], perm=[0, 2, 1])
     else:   # onnxruntime has no float64 Conv: the same windows as strided slices
         z = g.op("Add", [g.op("MatMul", [_windows(g, x, k, s, left), g.const(wi)]),
-                         g.const(w[f"stem.{i}.b"])])
+                         g.const(w["b"])])
     z = g.op("Mul", [z, g.op("Sigmoid", [z])])                                  # (B, N, d)
     if mask is None:
         return z, None

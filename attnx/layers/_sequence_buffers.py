@@ -1,60 +1,87 @@
-"""SequenceModel's activations and backward scratch (one size table, allocated from
-it) and the state a training forward leaves for backward."""
+"""SequenceModel's buffer size table (each stage of attnx.layers.stages declares its
+entries), its activations and backward scratch allocated from it, and the state a
+training forward leaves for backward."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from . import _instance_norm, _stem
 from ..kernels import _seq
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from collections.abc import Mapping
-
     from ..runtime._typing import FloatArray
 
-    _Shapes = dict[str, list[tuple[int, ...]]]
-    _Index = dict[str, list[tuple[tuple[int, ...], type[np.generic]]]]
     _U8Array = npt.NDArray[np.uint8]
+
+_Shape = tuple[int, ...]
+_T = TypeVar("_T")
+
+
+class Geometry(NamedTuple):
+    """What a set of buffers is sized by: nb sequences of t steps, `lens` the steps of
+    each stem layer's input then the tokens, tt the tokens in the blocks (the class
+    token's row included), training (store) or inference, the threads, and whether
+    there are dropout masks."""
+
+    nb: int
+    t: int
+    lens: list[int]
+    tt: int
+    store: bool
+    threads: int
+    drop: bool
+
+    @property
+    def rows(self) -> int:
+        """The blocks' rows."""
+        return self.nb * self.tt
+
+
+_Table = dict[str, list[_Shape]]
+_Index = dict[str, list[tuple[_Shape, type[np.generic]]]]
+
+
+class BufferTable(NamedTuple):
+    """Buffers by name -> the shapes of their distinct arrays: the forward's, the
+    backward scratch, and (shape, dtype) of the integer ones. A name several stages
+    declare (one array per stem layer or block) lists theirs in stage order."""
+
+    forward: _Table
+    backward: _Table
+    ints: _Index
+
+    def elements(self, store: bool) -> int:
+        """Floats held by the buffers (with the backward scratch when store: a
+        training forward is followed by a backward); the integer buffers aside."""
+        tables = (self.forward, self.backward) if store else (self.forward,)
+        return sum(math.prod(sh) for tb in tables for shapes in tb.values() for sh in shapes)
+
+    @staticmethod
+    def merge(tables: list[BufferTable]) -> BufferTable:
+        out = BufferTable({}, {}, {})
+        for tab in tables:
+            _extend(out.forward, tab.forward)
+            _extend(out.backward, tab.backward)
+            _extend(out.ints, tab.ints)
+        return out
+
+
+def _extend(mine: dict[str, list[_T]], theirs: dict[str, list[_T]]) -> None:
+    for name, items in theirs.items():
+        mine.setdefault(name, []).extend(items)
+
+
+def _buffers(forward: _Table | None = None, backward: _Table | None = None,
+             ints: _Index | None = None) -> BufferTable:
+    return BufferTable(forward or {}, backward or {}, ints or {})
 
 
 # backward scratch held as one array per stem layer
 _PER_LAYER = ("dss", "dsu")
-
-
-class Sizes(NamedTuple):
-    """What a SequenceModel's buffers are sized by, read from its get_config()."""
-
-    n_features: int
-    d_model: int
-    d_hidden: int
-    n_layers: int
-    n_outputs: int
-    stem: tuple[tuple[int, int], ...] | None
-    pooling: str | None
-    norm: str | None
-    dropout: bool        # whether there are dropout masks
-    instance_norm: str | None
-    instance_affine: bool
-    instance_steps: int
-    dtype: np.dtype[Any]
-
-    @classmethod
-    def of(cls, config: Mapping[str, Any]) -> Sizes:
-        d = int(config["d_model"])
-        stem = config.get("stem")
-        return cls(int(config["n_features"]), d,
-                   4 * d if config["d_hidden"] is None else int(config["d_hidden"]),
-                   int(config["n_layers"]), int(config["n_outputs"]),
-                   None if stem is None else tuple((int(k), int(s)) for k, s in stem),
-                   config.get("pooling"), config.get("norm"),
-                   float(config.get("dropout", 0.0)) > 0,
-                   config.get("instance_norm"), bool(config.get("instance_affine", False)),
-                   int(config.get("instance_steps", 1)), np.dtype(config["dtype"]))
 
 
 class _Buffers:
@@ -63,141 +90,89 @@ class _Buffers:
     Buffers a configuration does not use are None (single arrays) or empty lists
     (per-layer lists)."""
 
-    # backward scratch, made by for_backward (dpooled without pooling and dbr
-    # without dropout stay None)
+    # backward scratch, made by for_backward (a name the stages do not declare stays
+    # None, or [] for the per-layer ones)
     dy: FloatArray
-    dpooled: FloatArray | None
     dhf: FloatArray
     da: FloatArray
     db: FloatArray
     dzt: FloatArray
     dhid: FloatArray
     part: FloatArray
-    dbr: FloatArray | None
-    demb: FloatArray | None
+    dpooled: FloatArray | None = None
+    dbr: FloatArray | None = None
+    demb: FloatArray | None = None
     dss: list[FloatArray]
-    idx: npt.NDArray[np.int64] | None
     dsu: list[FloatArray]
-    # instance normalisation (attnx.layers._instance_norm): None when unused
-    dxn: FloatArray | None
-    rdx: FloatArray | None
-    rdy: FloatArray | None
-    rdst: FloatArray | None
+    # forward buffers a configuration may lack (None then)
+    xn: FloatArray | None
+    rst: FloatArray | None
+    yn: FloatArray | None
+    emb: FloatArray | None
+    stf: FloatArray | None
+    branch: FloatArray | None
+    hf: FloatArray
+    pooled: FloatArray
+    cmask: _U8Array | None
+    rmask: _U8Array | None
+    idx: npt.NDArray[np.int64] | None
+    bits: npt.NDArray[np.uint32] | None
+    # instance normalisation (attnx.layers.stages.InstanceNorm): None when unused
+    dxn: FloatArray | None = None
+    rdx: FloatArray | None = None
+    rdy: FloatArray | None = None
+    rdst: FloatArray | None = None
 
-    @staticmethod
-    def shapes(config: Mapping[str, Any], nb: int, t: int, store: bool,
-               threads: int) -> tuple[_Shapes, _Shapes, _Index]:
-        """The one size table of the buffers: name -> the shapes of its distinct
-        arrays, for the forward, for the backward scratch, and (shape, dtype) of the
-        integer ones (key padding masks, max pooling's indices). __init__ and
-        for_backward allocate from it, elements() sums its floats. Without store
-        (inference) the per-layer activations are one array shared by every layer and
-        the block outputs two that alternate (a block never writes its own input).
-        The blocks run over tt tokens per sequence: the stem's output length n (t
-        without a stem), plus the class token with pooling="cls". config: the
-        model's get_config()."""
-        m = Sizes.of(config)
-        lens = _stem.lengths(m.stem, t)
-        n = lens[-1]
-        cls = m.pooling == "cls"
-        tt = n + cls
-        rows, d, dh, L = nb * tt, m.d_model, m.d_hidden, m.n_layers
-        nl = L if store else 1
-        pre, pooled, drop = m.norm == "pre", m.pooling is not None, m.dropout
-        stem_fwd, stem_bwd = _stem.buffer_shapes(m.stem, m.n_features, d, nb, lens, store)
-        inorm_fwd, inorm_bwd = _instance_norm.buffer_shapes(
-            m.instance_norm, m.instance_affine, m.instance_steps, m.n_features, m.n_outputs,
-            nb, t, nb if pooled else rows)
-        forward: _Shapes = {
-            "x": [(nb * t, m.n_features)], **inorm_fwd, **stem_fwd,
-            "emb": [(nb * n, d)] if cls else [],    # tokens before the class token
-            "hs": [(rows, d)] * (L + 1 if store else 2),   # block inputs; hs[L] the output
-            "zt": [(rows, d)] * nl,          # Z~ = attention branch + residual
-            "hid": [(rows, dh)] * nl,        # Z W1 + b1
-            "s": [(rows, dh)] * nl,          # silu
-            "sg": [(rows, dh)] * L if store else [],   # sigmoid, for backward
-            # pre-norm: LN outputs and their row statistics (mean, 1/std)
-            "u1": [(rows, d)] * nl if pre else [], "u2": [(rows, d)] * nl if pre else [],
-            "st1": [(2, rows)] * nl if pre else [], "st2": [(2, rows)] * nl if pre else [],
-            "hf": [(rows, d)] if pre else [],    # after the final norm (else hs[L])
-            "stf": [(2, rows)] if pre else [],
-            "pooled": [(nb, d)] if pooled else [],   # (else hf)
-            # dropout: a branch's output before it is masked, and the multipliers
-            "branch": [(rows, d)] if drop and store else [],
-            "m1": [(rows, d)] * L if drop and store else [],
-            "m2": [(rows, d)] * L if drop and store else []}
-        backward: _Shapes = {
-            "dy": [(nb if pooled else rows, m.n_outputs)],
-            "dpooled": [(nb, d)] if pooled else [],
-            "dhf": [(rows, d)], "da": [(rows, d)], "db": [(rows, d)], "dzt": [(rows, d)],
-            "dbr": [(rows, d)] if drop else [],
-            "dhid": [(rows, dh)],
-            "part": [(max(threads, 1), 2 * d)],   # per-thread LayerNorm gain sums
-            "demb": [(nb * n, d)] if cls else [], **stem_bwd, **inorm_bwd}
-        u8 = np.uint8
-        index: _Index = {
-            "mask": [((nb, t), u8)],                                  # the input's
-            "smask": [((nb, lens[i + 1]), u8) for i in range(len(lens) - 1)],   # stem's
-            "cmask": [((nb, tt), u8)] if cls else [],                 # with the token
-            # the input series' steps (instance normalisation over patches)
-            "rmask": [((nb, t * m.instance_steps), u8)]
-            if m.instance_norm is not None and m.instance_steps > 1 else [],
-            "idx": [((nb, d), np.int64)] if m.pooling == "max" else [],
-            # the dropout masks' random bits (one 32-bit draw per element)
-            "bits": [((2 * L * rows * d,), np.uint32)] if drop and store else []}
-        return forward, backward, index
-
-    @classmethod
-    def elements(cls, config: Mapping[str, Any], nb: int, t: int, store: bool,
-                 threads: int) -> int:
-        """Floats held by the buffers (with the backward scratch when store: a
-        training forward is followed by a backward); the integer buffers aside."""
-        forward, backward, _ = cls.shapes(config, nb, t, store, threads)
-        tables = (forward, backward) if store else (forward,)
-        return sum(math.prod(sh) for tab in tables for shapes in tab.values() for sh in shapes)
-
-    def __init__(self, config: Mapping[str, Any], nb: int, t: int, store: bool,
-                 threads: int) -> None:
-        m = Sizes.of(config)
-        forward, self._backward, index = self.shapes(config, nb, t, store, threads)
-        self.dtype = m.dtype
+    def __init__(self, tab: BufferTable, geo: Geometry, dtype: np.dtype[Any],
+                 n_layers: int) -> None:
+        """The buffers of the size table tab over geo for n_layers blocks. Without
+        geo.store (inference) the per-layer activations are one array shared by every
+        layer and the block outputs two that alternate."""
+        store = geo.store
+        self._backward = tab.backward
+        self.dtype = dtype
         # the floats held once a training forward's backward scratch exists (the
         # workspace cache weighs entries by it)
-        self.nbytes = self.elements(config, nb, t, store, threads) * m.dtype.itemsize
-        a = {name: [np.empty(sh, dtype=m.dtype) for sh in shapes]
-             for name, shapes in forward.items()}
-        L = m.n_layers
+        self.nbytes = tab.elements(store) * dtype.itemsize
+        a = {name: [np.empty(sh, dtype=dtype) for sh in shapes]
+             for name, shapes in tab.forward.items()}
+        ints: dict[str, list[npt.NDArray[Any]]] = {
+            name: [np.empty(sh, dtype=dt) for sh, dt in v] for name, v in tab.ints.items()}
+        L = n_layers
+
+        def every(name: str, of: dict[str, list[Any]] = a) -> list[Any]:
+            return of.get(name, [])
+
+        def one(name: str, of: dict[str, list[Any]] = a) -> Any:
+            got = of.get(name)
+            return got[0] if got else None
 
         def per_layer(name: str) -> list[FloatArray]:
             # training keeps every layer's activations for backward; inference
             # reuses one set for all layers
-            return a[name] if store else a[name] * L
+            return every(name) if store else every(name) * L
 
         self.x = a["x"][0]
-        self.xn, self.rst, self.yn = (a[k][0] if a.get(k) else None
-                                      for k in ("xn", "rst", "yn"))
-        self.su, self.sz, self.ss, self.ssg = a["su"], a["sz"], a["ss"], a["ssg"]
-        self.emb = a["emb"][0] if a["emb"] else None
+        self.xn, self.rst, self.yn = one("xn"), one("rst"), one("yn")
+        self.su, self.sz, self.ss, self.ssg = (every(k) for k in ("su", "sz", "ss", "ssg"))
+        self.emb = one("emb")
         self.hs = a["hs"] if store else [a["hs"][i % 2] for i in range(L + 1)]
         self.zt, self.hid, self.s = per_layer("zt"), per_layer("hid"), per_layer("s")
-        self.sg = a["sg"]
+        self.sg = every("sg")
         self.u1, self.u2 = per_layer("u1"), per_layer("u2")
         self.st1, self.st2 = per_layer("st1"), per_layer("st2")
-        self.hf = a["hf"][0] if a["hf"] else self.hs[L]
-        self.stf = a["stf"][0] if a["stf"] else None
-        self.pooled = a["pooled"][0] if a["pooled"] else self.hf
-        ints: dict[str, list[npt.NDArray[Any]]] = {
-            name: [np.empty(sh, dtype=dt) for sh, dt in v] for name, v in index.items()}
-        self.mask, self.smask = ints["mask"][0], ints["smask"]
-        self.cmask = ints["cmask"][0] if ints["cmask"] else None
-        self.rmask = ints["rmask"][0] if ints["rmask"] else None
-        self.idx = ints["idx"][0] if ints["idx"] else None
-        self.bits = ints["bits"][0] if ints["bits"] else None
-        self.branch = a["branch"][0] if a["branch"] else None
-        self.m1, self.m2 = a["m1"], a["m2"]
-        self.lens = _stem.lengths(m.stem, t)   # steps per stem layer, then tokens
-        self.n = self.lens[-1]                 # tokens from the stem (t without)
-        self.tt = self.n + (m.pooling == "cls")   # tokens in the blocks
+        self.hf = one("hf") if every("hf") else self.hs[L]
+        self.stf = one("stf")
+        self.pooled = one("pooled") if every("pooled") else self.hf
+        self.mask, self.smask = ints["mask"][0], every("smask", ints)
+        self.cmask, self.rmask = one("cmask", ints), one("rmask", ints)
+        self.idx, self.bits = one("idx", ints), one("bits", ints)
+        self.branch = one("branch")
+        self.m1, self.m2 = every("m1"), every("m2")
+        self.lens = geo.lens      # steps per stem layer, then tokens
+        self.n = geo.lens[-1]     # tokens from the stem (t without)
+        self.tt = geo.tt          # tokens in the blocks
+        self.dss, self.dsu = [], []
         self._has_backward = False
         # compiled block stacks over these buffers (attnx.layers._sequence_blocks)
         self.stacks: dict[tuple[Any, ...], Any] = {}

@@ -18,9 +18,9 @@ it lies past the ceil(t_b / stride) tokens of the sequence's valid length t_b, o
 every step it covers is padded (attnx.kernels._embed.Windows.mask). A right-padded sequence of
 length t_b thus gives the tokens it gives alone.
 
-The compiled whole pass (attnx.kernels._model_pass) runs the layers; this module holds
-their geometry, weights and masks (attnx.testing.reference_pass runs them one call at a
-time).
+The compiled whole pass (attnx.kernels._model_pass) runs the layers, each a stage
+(attnx.layers.stages.StemLayer: its weights, buffers and operands); this module holds
+their geometry and masks (attnx.testing.reference_pass runs them one call at a time).
 """
 from __future__ import annotations
 
@@ -143,24 +143,6 @@ def check_missing(stem: Stem | None, mask: BoolArray | None, name: str = "X") ->
                          f"shorter than its stride skips the steps between windows)")
 
 
-def param_layout(stem: Stem | None, n_features: int,
-                 d: int) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of the stem's weights: stem.{i}.W (kernel * C_i, d), stem.{i}.b (d,)."""
-    out: list[tuple[str, tuple[int, ...]]] = []
-    for i, (k, _) in enumerate(stem or ()):
-        c = n_features if i == 0 else d
-        out += [(f"stem.{i}.W", (k * c, d)), (f"stem.{i}.b", (d,))]
-    return out
-
-
-def init(stem: Stem | None, w: dict[str, FloatArray], rng: np.random.Generator) -> None:
-    """stem.{i}.W uniform in +-1/sqrt(kernel * C_i) (torch Conv1d's bound), biases 0."""
-    for i in range(len(stem or ())):
-        wi = w[f"stem.{i}.W"]
-        bound = 1 / np.sqrt(wi.shape[0])
-        wi[...] = rng.uniform(-bound, bound, size=wi.shape)
-
-
 def windows(stem: Stem | None) -> list[Windows]:
     """The layers' window geometry: N = ceil(T / stride) windows over T steps."""
     return [Windows(k, s, *same_padding(k)) for k, s in stem or ()]
@@ -202,19 +184,6 @@ def pad_short(stem: Stem | None, x: FloatArray, lengths: IntArray | None
     out = np.zeros((n, need) + x.shape[2:], dtype=x.dtype)
     out[:, :t] = x
     return out, (np.full(n, t, dtype=np.intp) if lengths is None else lengths)
-
-
-def buffer_shapes(stem: Stem | None, n_features: int, d: int, nb: int, lens: list[int],
-                  store: bool) -> tuple[dict[str, list[tuple[int, ...]]],
-                                        dict[str, list[tuple[int, ...]]]]:
-    """Forward and backward buffers of the stem, per layer i: su (windows), sz (before
-    SiLU), ss (after SiLU), ssg (sigmoid, training only); dss (dL/d ss, then dL/d sz in
-    place) and dsu (dL/d su). lens: the steps of each layer's input, then the tokens."""
-    su: list[tuple[int, ...]] = [(nb * lens[i + 1], k * (n_features if i == 0 else d))
-                                 for i, (k, _) in enumerate(stem or ())]
-    rows: list[tuple[int, ...]] = [(nb * lens[i + 1], d) for i in range(len(stem or ()))]
-    forward = {"su": su, "sz": rows, "ss": rows, "ssg": rows if store else []}
-    return forward, {"dss": rows, "dsu": su}
 
 
 def token_masks(windows: list[Windows], smask: list[_U8Array],

@@ -2,12 +2,14 @@
 
 X (B, T, n_features) -> Y (B, T, n_outputs) per position, or (B, n_outputs) pooled.
 
-One path each way: the compiled whole pass (attnx.kernels._model_pass.ModelPass, built
-by attnx.layers._sequence_blocks from the model description of attnx.layers._model_plan)
-runs stem, embedding, class token, blocks, final norm, pooling and head in one call; the
-instance norm / RevIN around it stays in Python (attnx.layers._instance_norm). The same
-stages one kernel call at a time, the reference the pass is tested against, live in
-attnx.testing.reference_pass.
+The model is a list of stages (attnx.layers.stages: instance norm, stem, embedding,
+positions, class token, blocks, final norm, pooling, head), each owning its parameters,
+buffers and kernel operands. One path each way: the compiled whole pass
+(attnx.kernels._model_pass.ModelPass, assembled from the stages' operands by
+attnx.layers._sequence_blocks) runs stem, embedding, class token, blocks, final norm,
+pooling and head in one call; the instance norm / RevIN around it runs in Python, in its
+stage. The same stages one kernel call at a time, the reference the pass is tested
+against, live in attnx.testing.reference_pass.
 """
 from __future__ import annotations
 
@@ -17,19 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _instance_norm, _sequence_blocks, _sequence_params, _stem
+from . import _instance_norm, _sequence_blocks, _stem
 from ..kernels import _seq
 from ..kernels._blas import check_blas_int
 from ..runtime._threads import blas_single, threads_for
-from ._sequence_blocks import LN_EPS as LN_EPS
+from ._block_operands import LN_EPS as LN_EPS
 from ._sequence_buffers import _Buffers, _Last
 from ..runtime._params import ParamDict, check_dtype, check_positive_int
 from ..runtime._validate import as_input, as_mask, cast_into, check_params, out_array
 from ..runtime._workspace import WorkspaceCache, check_size, nbytes_of
 from ._attention_stack import _AttentionStack
-from ._model_plan import Stage, model_plan
 from ._positions import sinusoidal_table as sinusoidal_table
 from .attention import MultiHeadAttention
+from .stages import Stages
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -163,12 +165,8 @@ class SequenceModel(_AttentionStack):
     attn: list[MultiHeadAttention]
     params: ParamDict
     grads: ParamDict
-    _w: dict[str, FloatArray]
-    _g: dict[str, FloatArray]
-    _tables: dict[int, FloatArray]
     _last: _Last | None
-    _inorm: _instance_norm.InstanceNorm | None
-    plan: tuple[Stage, ...]
+    stages: Stages
 
     def __init__(self, n_features: int, d_model: int, n_heads: int, n_layers: int,
                  n_outputs: int, *, d_hidden: int | None = None, pooling: str | None = None,
@@ -200,7 +198,6 @@ class SequenceModel(_AttentionStack):
         self.instance_norm, self.instance_affine, self.instance_steps = \
             _instance_norm.check(instance_norm, instance_affine, instance_steps,
                                  self.n_features, self.n_outputs)
-        self._windows = _stem.windows(self.stem)
         if (isinstance(dropout, bool) or not isinstance(dropout, numbers.Real)
                 or not 0.0 <= float(dropout) < 1.0):
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
@@ -214,16 +211,8 @@ class SequenceModel(_AttentionStack):
         self.dtype = check_dtype(dtype)
         self.input_grad = True
         self._build(random_state)
-        #: the instance normalisation around the compiled pass, on views of the weights
-        self._inorm = (None if self.instance_norm is None else _instance_norm.InstanceNorm(
-            self.instance_norm, self.instance_steps, self.n_features // self.instance_steps,
-            self.params, self.grads))
         self._bufs = WorkspaceCache()
-        self._tables = {}
         self._last = None
-        #: the model's stages in order (attnx.layers._model_plan): what the compiled
-        #: pass and the ONNX export are built from
-        self.plan = model_plan(self.get_config())
         self._freeze_dropout = False  # tests: keep the last masks (finite differences)
 
     # ---- storage -------------------------------------------------------
@@ -232,9 +221,9 @@ class SequenceModel(_AttentionStack):
         """(name, shape) of every weight of the model get_config() describes, in the
         order of the flat buffer; "layers.{i}.attn" is layer i's attention block,
         (n,) values laid out as MultiHeadAttention's own. The one table of parameter
-        sizes (attnx.layers._sequence_params): _build allocates from it, config_n_params
-        sums it."""
-        return _sequence_params.param_layout(config)
+        sizes, the stages' tables end to end (attnx.layers.stages): _build allocates
+        from it, config_n_params sums it."""
+        return Stages(config).param_layout()
 
     @classmethod
     def config_n_params(cls, config: Mapping[str, Any]) -> int:
@@ -242,8 +231,14 @@ class SequenceModel(_AttentionStack):
         return sum(int(np.prod(shape)) for _, shape in cls.param_layout(config))
 
     def _build(self, random_state: RandomStateLike) -> None:
-        (self.attn, self.dropout_rng, self._w, self._g, self.params,
-         self.grads) = _sequence_params.build(self.get_config(), random_state)
+        """The stages (`stages`, what the compiled pass and the ONNX export are built
+        from), the weights they lay out and initialise, and the attention layers."""
+        #: the model's stages in order (attnx.layers.stages)
+        self.stages = Stages(self.get_config())
+        self.params, self.grads, rng = self.stages.allocate(random_state)
+        self.attn = [blk.attn for blk in self.stages.blocks]
+        # dropout masks come from their own stream, seeded from the same random_state
+        self.dropout_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
 
     @property
     def n_params(self) -> int:
@@ -272,28 +267,13 @@ class SequenceModel(_AttentionStack):
             check_blas_int(f"a sequence model over batch={nb}, T={t}", ("batch*T", rows),
                            ("d_model", d), ("d_hidden", self.d_hidden),
                            ("n_features", self.n_features), ("n_outputs", self.n_outputs))
-            config = self.get_config()
-            check_size(nbytes_of(self.dtype, _Buffers.elements(config, nb, t, store, threads)),
+            drop = self.dropout > 0
+            check_size(nbytes_of(self.dtype, self.stages.buffer_elements(nb, t, store,
+                                                                         threads, drop)),
                        f"a {self.n_layers}-layer sequence model over batch={nb}, T={t}")
-            return _Buffers(config, nb, t, store, threads)
+            return self.stages.make_buffers(nb, t, store, threads, drop)
 
         return self._bufs.get(key, store, make), threads
-
-    def _table(self, t: int) -> FloatArray:
-        tab = self._tables.get(t)
-        if tab is None:   # one table per length (ragged batches revisit theirs), <= 64
-            tables = self._tables if len(self._tables) < 64 else {}
-            tab = sinusoidal_table(t, self.d_model, np.float64)
-            tab = tables[t] = np.ascontiguousarray(tab * self.position_scale, self.dtype)
-            self._tables = tables
-        return tab
-
-    def _positions(self, n: int) -> FloatArray | None:
-        """The table the embedding adds for n tokens: sinusoidal, learned (pos.P, read
-        up to n rows), or None (no positions, or rotary ones in the attention)."""
-        if self.positional == "sinusoidal":
-            return self._table(n)
-        return self._w["pos.P"] if self.positional == "learned" else None
 
     def _out(self, name: str, out: object, shape: tuple[int, ...]) -> FloatArray:
         return out_array(name, out, shape, self.dtype)
@@ -341,7 +321,7 @@ class SequenceModel(_AttentionStack):
         drop = grad and self.dropout > 0
         if drop and not self._freeze_dropout:
             b.draw_masks(self.dropout_rng, self.dropout)
-        kms = _stem.token_masks(self._windows, b.smask, km)
+        kms = _stem.token_masks([st.windows for st in self.stages.stem], b.smask, km)
         kt = kms[-1]   # the tokens' key padding mask, with the class token's column
         if kt is not None and b.cmask is not None:
             b.cmask[:, 0] = 0
@@ -363,15 +343,16 @@ class SequenceModel(_AttentionStack):
         pooling and head in one compiled call on the buffers b, then RevIN's
         de-normalisation; kms the stem layers' masks (attnx.layers._stem), km the blocks'."""
         nth = row_threads(nb * b.tt, self.d_model, threads)
-        if self._inorm is not None:
-            self._inorm.forward(b, kms[0], nb, nth)
-        comp = _sequence_blocks.stack_for(self, b, km, nb, grad, drop, threads, nth)
+        inorm = self.stages.instance_norm
+        if inorm is not None:
+            inorm.forward(b, kms[0], nb, nth)
+        comp = _sequence_blocks.stack_for(self.stages, b, km, nb, grad, drop, threads, nth)
         comp.whole.forward(y2 if b.yn is None else b.yn)
         if grad:
             for att, last in zip(self.attn, comp.lasts):
                 att._last = last
-        if self._inorm is not None and b.yn is not None:   # revin: the pass leaves
-            self._inorm.denorm(b, nb, y2, nth)             # padded rows to the caller
+        if inorm is not None and b.yn is not None:   # revin: the pass leaves
+            inorm.denorm(b, nb, y2, nth)             # padded rows to the caller
             if self.pooling is None and km is not None:
                 _seq.zero_masked_rows(y2, km)
 
@@ -404,7 +385,7 @@ class SequenceModel(_AttentionStack):
         """RevIN's de-normalisation backward, the compiled pass's backward, then the
         instance norm's; dx2 receives dL/dX (skipped when None)."""
         nth = row_threads(nb * b.tt, self.d_model, threads)
-        inorm = self._inorm
+        inorm = self.stages.instance_norm
         if inorm is not None and b.yn is not None:   # revin: dL/d(the head's output) first
             if self.pooling is None and km is not None:
                 _seq.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
@@ -412,7 +393,7 @@ class SequenceModel(_AttentionStack):
         # with instance norm: dL/d(normalised X) first, then through the normalisation
         dxi = dx2 if inorm is None else b.dxn if inorm.needs_dxn(self.input_grad) else None
         # without revin the pass zeroes the padded rows of dY itself
-        comp = _sequence_blocks.stack_for(self, b, km, nb, True, drop, threads, nth)
+        comp = _sequence_blocks.stack_for(self.stages, b, km, nb, True, drop, threads, nth)
         comp.whole.backward(dxi)
         if inorm is not None and dxi is not None:
             inorm.backward(b, b.mask if km is not None else None, nb, nth, dx2)
@@ -421,6 +402,14 @@ class SequenceModel(_AttentionStack):
         if self._last is None:
             raise RuntimeError("no attention weights kept: call forward(x) with grad=True "
                                "first")
+
+    def token_padding(self) -> _U8Array | None:
+        """The key padding mask (B, tokens) the blocks read in the last training forward
+        (1 = padded; after the stem, with the class token's column first); None when it
+        had no key_padding_mask. RuntimeError before a training forward."""
+        self._check_weights_kept()
+        assert self._last is not None
+        return self._last.km
 
     def dropout_masks(self) -> dict[str, FloatArray]:
         """The residual-branch dropout multipliers of the last training forward:
@@ -432,9 +421,10 @@ class SequenceModel(_AttentionStack):
             return {}
         nb, b = last.nb, last.bufs
         out = {}
-        for i in range(self.n_layers):
-            out[f"layers.{i}.res1"] = b.m1[i].reshape(nb, b.tt, -1).copy()
-            out[f"layers.{i}.res2"] = b.m2[i].reshape(nb, b.tt, -1).copy()
+        for blk in self.stages.blocks:
+            i = blk.layer
+            out[blk.prefix + "res1"] = b.m1[i].reshape(nb, b.tt, -1).copy()
+            out[blk.prefix + "res2"] = b.m2[i].reshape(nb, b.tt, -1).copy()
         return out
 
     # ---- PyTorch weight exchange (attnx.layers._torch_layout) -----------------
@@ -472,7 +462,7 @@ class SequenceModel(_AttentionStack):
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not \
                 0 <= layer < n:
             raise ValueError(f"layer must be an int in [0, {n}), got {layer!r}")
-        return f"layers.{int(layer)}."
+        return self.stages.blocks[int(layer)].prefix
 
     def get_config(self) -> dict[str, Any]:
         """The constructor arguments (without random_state) that rebuild this model."""

@@ -28,9 +28,8 @@ from ..kernels import _mlp, _seq
 from ..kernels._embed import (cls_backward, cls_forward, cls_pool_backward, cls_pool_forward,
                               max_pool_backward, max_pool_forward)
 from ..kernels._seq import random_bits
-from ..layers import _instance_norm, _stem
-from ..layers._sequence_blocks import LN_EPS
-from ..layers._sequence_buffers import _Buffers
+from ..layers import _stem
+from ..layers._block_operands import LN_EPS
 from ..layers.sequence import row_threads, sinusoidal_table
 from ..runtime._threads import blas_single, threads_for
 from ..runtime._validate import as_input, as_mask, cast_into
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from ..kernels._embed import Windows
+    from ..layers._sequence_buffers import _Buffers
     from ..layers.sequence import SequenceModel
     from ..runtime._typing import FloatArray
 
@@ -112,7 +112,7 @@ def forward(model: SequenceModel, x: npt.ArrayLike,
     nb, t = x.shape[:2]
     macs = m.forward_macs(nb, t)
     threads = threads_for(macs)
-    b = _Buffers(m.get_config(), nb, t, grad, threads)
+    b = m.stages.make_buffers(nb, t, grad, threads, m.dropout > 0)
     cast_into("x", b.x, x.reshape(nb * t, m.n_features))
     km = None
     if key_padding_mask is not None:
@@ -121,7 +121,7 @@ def forward(model: SequenceModel, x: npt.ArrayLike,
     drop = grad and m.dropout > 0
     if drop:
         _draw_masks(m, b, kernels)
-    kms = _stem.token_masks(_stem.windows(m.stem), b.smask, km)
+    kms = _stem.token_masks(_windows(m), b.smask, km)
     kt = kms[-1]   # the tokens' key padding mask, with the class token's column
     if kt is not None and b.cmask is not None:
         b.cmask[:, 0] = 0
@@ -161,14 +161,6 @@ def _draw_masks(m: SequenceModel, b: _Buffers, k: RowKernels) -> None:
         at += buf.size
 
 
-def _instance_norm_of(m: SequenceModel) -> _instance_norm.InstanceNorm | None:
-    """The model's instance normalisation, on views of its params and grads."""
-    if m.instance_norm is None:
-        return None
-    return _instance_norm.InstanceNorm(m.instance_norm, m.instance_steps,
-                                       m.n_features // m.instance_steps, m.params, m.grads)
-
-
 def _positions(m: SequenceModel, n: int) -> FloatArray | None:
     """The table the embedding adds for n tokens, as the model builds it."""
     if m.positional == "sinusoidal":
@@ -185,7 +177,7 @@ def _forward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], km: _U8A
     de-normalisation on the buffers b; kms the stem layers' masks, km the blocks'."""
     n, t, w = b.n, b.tt, m.params
     nth = row_threads(nb * t, m.d_model, threads)
-    inorm = _instance_norm_of(m)
+    inorm = m.stages.instance_norm
     x = b.x if inorm is None else inorm.forward(b, kms[0], nb, nth)
     a = _stem_forward(m, b, x, kms, nb, grad, nth, k) if m.stem else x
     h0 = b.hs[0] if b.emb is None else b.emb
@@ -215,7 +207,7 @@ def _backward(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, drop:
     if m.pooling is None and km is not None:
         k.zero_masked_rows(b.dy, km)   # padded positions' dY is ignored
     # revin: dL/d(the head's output) through the de-normalisation
-    inorm = _instance_norm_of(m)
+    inorm = m.stages.instance_norm
     dy = b.dy if inorm is None or b.yn is None else inorm.denorm_backward(b, nb, nth)
     kin = b.mask if km is not None else None   # the input's padding mask
     # with instance norm: dL/d(normalised X) first, then through the normalisation
@@ -361,7 +353,7 @@ def _stem_backward(m: SequenceModel, b: _Buffers, kms: list[_U8Array | None], nb
 
 
 def _windows(m: SequenceModel) -> list[Windows]:
-    return _stem.windows(m.stem)
+    return [st.windows for st in m.stages.stem]
 
 
 def _pool_forward(m: SequenceModel, b: _Buffers, km: _U8Array | None, nb: int, t: int,

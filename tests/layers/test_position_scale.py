@@ -74,7 +74,7 @@ def test_scale_one_is_the_plain_table_and_the_scale_acts(rng):
     four = SequenceModel(3, 8, 2, 1, 2, pooling="mean", positional="sinusoidal",
                          random_state=0, position_scale=4)
     np.testing.assert_array_equal(one.forward(x), plain.forward(x))
-    np.testing.assert_array_equal(four._positions(5),
+    np.testing.assert_array_equal(four.stages.positions.table(5),
                                   (4 * sinusoidal_table(5, 8, np.float64)).astype(np.float32))
     assert not np.allclose(four.forward(x), plain.forward(x))
     # 1 is not written: the configurations of earlier models are unchanged

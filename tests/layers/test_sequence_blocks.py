@@ -292,11 +292,12 @@ def test_block_stack_checks_its_buffers(rng):
     m = SequenceModel(3, 8, 2, 1, 4, pooling="mean", norm="pre", random_state=0)
     m.forward(rng.normal(size=(2, 5, 3)).astype(np.float32))
     b = next(iter(m._bufs._items.values()))
+    blk = m.stages.blocks[0]
     built = next(iter(b.stacks.values())).stack
     assert not built.f64
     att, _ = _block_operands.attention(m.attn[0], 2, 5, 5, True, 1, None, b.u1[0], None)
     assert isinstance(att, AttentionOperands)
-    w = _block_operands.weights(m._w, m._g, "layers.0.", True)
+    w = _block_operands.weights(blk.w, blk.g, "", True)
     assert isinstance(w, BlockWeights)
     names = ("h", "h_out", "zt", "u1", "u2", "st1", "st2", "hid", "s", "sg", "m1", "m2")
     kept = dict(zip(names, (b.hs[0], b.hs[1], b.zt[0], b.u1[0], b.u2[0], b.st1[0], b.st2[0],
@@ -324,7 +325,7 @@ def test_block_stack_checks_its_buffers(rng):
     bad("m1 is required", acts=dict(m1=None), drop=True, scratch=StackScratch(
         b.dzt, b.da, b.db, b.db, b.dzt, b.dhid, b.part))
     bad("ln1 is required with pre-norm",
-        weights=[_block_operands.weights(m._w, m._g, "layers.0.", False)])
+        weights=[_block_operands.weights(blk.w, blk.g, "", False)])
     bad("W1 must be float32", weights=[BlockWeights(w.ln1, w.ln2, w.W1.astype(np.float64),
                                                     w.b1, w.W2, w.b2, w.dW1, w.db1, w.dW2,
                                                     w.db2)])

@@ -295,3 +295,20 @@ def test_silu_kernels_match_numpy(dtype, nthreads, rng):
         _mlp.silu_forward(h, s, sg[:-1], nthreads)
     with pytest.raises(ValueError, match="dh must be"):
         _mlp.silu_backward(ds, h, sg, dh[:-1], nthreads)
+
+
+def test_token_padding_is_the_blocks_mask_of_the_last_training_forward(rng):
+    m = SequenceModel(3, 8, 2, 1, 2, pooling="cls", stem=((3, 2),), random_state=0)
+    with pytest.raises(RuntimeError, match="grad=True"):
+        m.token_padding()
+    x = rng.normal(size=(2, 8, 3)).astype(np.float32)
+    mask = np.zeros((2, 8), bool)
+    mask[1, 4:] = True
+    m.forward(x, mask)
+    km = m.token_padding()
+    # 4 tokens after the stride-2 layer, the class token's column first (never padded)
+    np.testing.assert_array_equal(km, [[0, 0, 0, 0, 0], [0, 0, 0, 1, 1]])
+    m.forward(x, mask, grad=False)   # inference leaves the training forward's state
+    assert m.token_padding() is km
+    m.forward(x)
+    assert m.token_padding() is None

@@ -524,9 +524,8 @@ def test_the_tests_folder_finder_finds_what_it_should(tmp_path):
 # ---- one production path per model ---------------------------------------------------
 #: the modules SequenceModel runs on (its stages' helpers); the attention layer's own
 #: modules and Transformer's are not among them
-SEQUENCE_MODULES = ("sequence.py", "_sequence_blocks.py", "_sequence_buffers.py",
-                    "_sequence_params.py", "_stem.py", "_instance_norm.py", "_model_plan.py",
-                    "_positions.py")
+SEQUENCE_MODULES = ("sequence.py", "stages.py", "_sequence_blocks.py", "_sequence_buffers.py",
+                    "_stem.py", "_instance_norm.py", "_positions.py")
 #: the calls of a layer-by-layer pass: the row, MLP, embedding and pooling kernels one
 #: stage at a time, and the attention layer's buffer-level entries
 #: (attnx.testing.reference_pass makes them; the compiled pass makes them in C)
@@ -595,6 +594,96 @@ def test_sequence_model_has_one_path():
     calls = [n for n in ast.walk(ast.parse((layers / "sequence.py").read_text()))
              if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "stack_for"]
     assert len(calls) == 2, "forward and backward each build the compiled pass"
+
+
+# ---- the sequence model is a list of stage classes --------------------------------------
+#: words a description of the stages by a kind string would compare against
+STAGE_WORDS = {"instance_norm", "stem", "embed", "embedding", "positions", "cls", "block",
+               "final_norm", "pool", "pooling", "head", "denorm"}
+#: the prefixes of SequenceModel's parameter names (the stages' `prefix`)
+PARAM_PREFIX = re.compile(r"^(embed|head|norm|pos|revin|stem|layers)\.")
+
+
+def _kind_dispatch(tree):
+    """(line, text) of each comparison of a `.kind` attribute with a stage word (or a
+    tuple of them): a stage told apart by a kind string instead of its class."""
+    out = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Compare):
+            continue
+        sides = [n.left, *n.comparators]
+        words = {e.value for side in sides
+                 for e in (side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set))
+                           else [side])
+                 if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if words & STAGE_WORDS and any(isinstance(e, ast.Attribute) and e.attr == "kind"
+                                       for e in sides):
+            out.append((n.lineno, ast.unparse(n)))
+    return out
+
+
+def _param_names_written(tree):
+    """(line, text) of each string (or f-string head) in code, docstrings aside, that
+    spells a SequenceModel parameter name ("embed.W", f"stem.{i}.W", ...)."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                              ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+    docs |= {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.JoinedStr):
+            head = n.values[0] if n.values else None
+            text = head.value if isinstance(head, ast.Constant) else ""
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+            text = n.value
+        else:
+            continue
+        if PARAM_PREFIX.match(text):
+            out.append((n.lineno, text))
+    return out
+
+
+def test_the_stage_rule_finders_find_what_they_should():
+    planted = ('"""embed.W in a docstring is fine."""\n'
+               'if st.kind == "block":\n    pass\n'
+               'ok = [s for s in plan if s.kind in ("pool", "head")]\n'
+               'fine = x.dtype.kind in "fiu"\n'
+               'w = params["embed.W"]\n'
+               'v = params[f"stem.{i}.W"]\n'
+               'u = params[prefix + "W"]\n')
+    tree = ast.parse(planted)
+    assert [line for line, _ in _kind_dispatch(tree)] == [2, 4]
+    assert sorted(_param_names_written(tree)) == [(6, "embed.W"), (7, "stem.")]
+
+
+def test_stages_are_told_apart_by_class_and_name_their_parameters_once():
+    """The sequence model is a list of stage classes (attnx.layers.stages): no module of
+    attnx dispatches on a stage's kind string, the stage classes have no `kind`, and
+    SequenceModel's other modules spell none of its parameter names: each stage
+    declares its own, once (its `params`, named by its prefix)."""
+    from attnx.layers import stages
+
+    kinds = {str(p.relative_to(PKG)): h for p in _modules()
+             if (h := _kind_dispatch(ast.parse(p.read_text())))}
+    assert not kinds, kinds
+    classes = [c for c in vars(stages).values()
+               if isinstance(c, type) and issubclass(c, stages.Stage)]
+    assert len(classes) >= 10 and not [c for c in classes if hasattr(c, "kind")]
+    layers = PKG / "layers"
+    spelled = {n: h for n in SEQUENCE_MODULES if n != "stages.py"
+               if (h := _param_names_written(ast.parse((layers / n).read_text())))}
+    assert not spelled, spelled
+    for n in ("_model_plan.py", "_sequence_params.py"):   # the old tables are gone
+        assert not (layers / n).exists(), n
+    # within a stage class, each literal parameter name is declared by one Param
+    tree = ast.parse((layers / "stages.py").read_text())
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        names = [c.args[0].value for c in ast.walk(cls)
+                 if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "Param"
+                 and c.args and isinstance(c.args[0], ast.Constant)]
+        assert len(names) == len(set(names)), (cls.name, names)
 
 
 # ---- tests/ mirrors the package --------------------------------------------------------
