@@ -281,6 +281,8 @@ MAX_KERNEL_ARGS = 12
 #: BLAS-shaped entries keep BLAS's own argument list
 BLAS_SHAPED = {("_blas.pyx", "gemm"), ("_ops.pyx", "pgemm"), ("_seq.pyx", "gemm"),
                ("_testing.pyx", "gemm_into")}
+
+
 def _count_args(text):
     """Arguments a caller passes in a parameter list: its top-level commas
     (floating[:, ::1] x is one), a method's self aside."""
