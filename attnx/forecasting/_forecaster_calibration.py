@@ -1,6 +1,7 @@
 """The forecaster's conformal intervals: the calibration fit on held-out windows (the
 last origins of each series), the conformity scores it keeps, and the interval ends
-and half-widths made from them. A mixin of TransformerForecaster."""
+and half-widths made from them, on the network path's inputs (NetworkInputs). A mixin
+of TransformerForecaster."""
 from __future__ import annotations
 
 import math
@@ -9,15 +10,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _windows as win
+from ..estimators.regressors import TransformerRegressor
 from ..runtime._progress import progress_phase
 from ._forecaster_auto import TooFewWindows
+from ._forecaster_inputs import NetworkInputs
+from ._training_budget import default_epochs
 from ._forecaster_stats import l1_weight as _l1_weight
 from ._forecaster_stats import level_weights as _level_weights
 
 if TYPE_CHECKING:
     import numpy.typing as npt
-
-    from ..estimators.regressors import TransformerRegressor
 
     F64 = npt.NDArray[np.float64]
 
@@ -25,22 +27,52 @@ if TYPE_CHECKING:
 _CHECKS = 10
 
 
-class ConformalIntervals:
+class ConformalIntervals(NetworkInputs):
     """Calibration and intervals of the network path (see the module)."""
 
     calibration: int | None
     intervals: str | None
+    # the network's parameters, as the forecaster stores them (its constructor)
+    n_heads: int
+    n_layers: int
+    d_hidden: int | None
+    d_model: int
+    dropout: float
+    steps: int
+    epochs: int | None
+    batch_size: int
+    lr: float
+    weight_decay: float
+    verbose: int
+    dtype: Any
     levels_: tuple[float, ...]
     calibration_scores_: F64 | None
     horizon_: int
     k_: int
     k_out_: int
 
-    if TYPE_CHECKING:
-        def _targets(self, series: list[Any]) -> list[Any]: ...
-
-        def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
-                       ) -> TransformerRegressor: ...
+    def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
+                   ) -> TransformerRegressor:
+        """The network: n_targets = horizon * k_out values per window, each learned
+        as len(levels_) quantiles with intervals="quantile" (the pinball loss; the
+        columns run value-major, levels fastest), else with the squared error."""
+        bs = win.check_int("batch_size", self.batch_size, 1)
+        pinball = len(self.levels_) > 1
+        if self.epochs is None:
+            epochs = default_epochs(self.steps, math.ceil(n_windows / bs))
+        else:
+            epochs = int(self.epochs)
+        return TransformerRegressor(
+            n_heads=self.n_heads, n_layers=self.n_layers, d_hidden=self.d_hidden,
+            d_model=self.d_model, positional="sinusoidal", norm="pre", pooling="mean",
+            dropout=self.dropout, epochs=epochs, batch_size=bs, lr=self.lr,
+            weight_decay=self.weight_decay, random_state=seed, verbose=self.verbose,
+            dtype=self.dtype, patch_len=1, instance_norm=None,
+            loss="pinball" if pinball else "squared_error",
+            # the windows are scaled and patched here; a constant rate, as the
+            # calibration fit is resumed in chunks to check its held-out error
+            options={"max_len": n_tokens, "standardize": False, "lr_schedule": "constant",
+                     "quantiles": self.levels_ * n_targets if pinball else None})
 
     def _held_out(self, w: win.Windows) -> npt.NDArray[np.bool_]:
         """Which training windows the calibration fit holds out: the last origins of

@@ -14,7 +14,6 @@ _forecaster_calibration (calibration and intervals), _forecaster_stats.
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
@@ -27,13 +26,10 @@ from ..estimators._base import EstimatorParams
 from . import _forecaster_params as _params
 from ._forecaster_auto import ClassicalPath, TooFewWindows
 from ._forecaster_calibration import ConformalIntervals
-from ._forecaster_inputs import NetworkInputs
 from ._forecaster_stats import MIN_EVIDENCE
 from ._forecaster_stats import col_stats as _col_stats
 from ._forecaster_stats import evidence as _evidence
-from ._training_budget import default_epochs
 from ..runtime._progress import progress_phase
-from ..estimators.regressors import TransformerRegressor
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -83,7 +79,7 @@ class ForecastSpec(NamedTuple):
     interval: Callable[[float], tuple[Any, Any, Any]] | None
 
 
-class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, EstimatorParams):
+class TransformerForecaster(ConformalIntervals, ClassicalPath, EstimatorParams):
     __doc__ = _params.docs_of("""
     Multi-horizon forecaster over one series or many (one global model).""", [
         ("window", """context length; None chooses it from the data (``min(max(3*horizon, 4*season,
@@ -215,29 +211,6 @@ class TransformerForecaster(NetworkInputs, ConformalIntervals, ClassicalPath, Es
             self.levels_ = tuple(sorted(set(levels) | {0.5}))
         else:
             self.levels_ = (0.5,)
-
-    def _regressor(self, n_windows: int, n_tokens: int, seed: int, n_targets: int
-                   ) -> TransformerRegressor:
-        """The network: n_targets = horizon * k_out values per window, each learned
-        as len(levels_) quantiles with intervals="quantile" (the pinball loss; the
-        columns run value-major, levels fastest), else with the squared error."""
-        bs = win.check_int("batch_size", self.batch_size, 1)
-        pinball = len(self.levels_) > 1
-        if self.epochs is None:
-            epochs = default_epochs(self.steps, math.ceil(n_windows / bs))
-        else:
-            epochs = int(self.epochs)
-        return TransformerRegressor(
-            n_heads=self.n_heads, n_layers=self.n_layers, d_hidden=self.d_hidden,
-            d_model=self.d_model, positional="sinusoidal", norm="pre", pooling="mean",
-            dropout=self.dropout, epochs=epochs, batch_size=bs, lr=self.lr,
-            weight_decay=self.weight_decay, random_state=seed, verbose=self.verbose,
-            dtype=self.dtype, patch_len=1, instance_norm=None,
-            loss="pinball" if pinball else "squared_error",
-            # the windows are scaled and patched here; a constant rate, as the
-            # calibration fit is resumed in chunks to check its held-out error
-            options={"max_len": n_tokens, "standardize": False, "lr_schedule": "constant",
-                     "quantiles": self.levels_ * n_targets if pinball else None})
 
     # ---- fit / predict ---------------------------------------------------
     def fit(self, y: Any, X: Any = None, *, X_future: Any = None, static: Any = None,

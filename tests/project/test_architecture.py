@@ -897,3 +897,19 @@ def test_the_private_write_finder_finds_what_it_should():
            "    est._scratch = data\n")
     names = [n for _, n in _private_writes(ast.parse(src), {"E"})]
     assert names == ["_now", "_later", "_cache", "_batches", "_x", "_scratch"]
+
+
+def test_no_mixin_declares_stubs_of_another_classes_methods():
+    """A mixin that needs another part's methods declares them as stubs under
+    TYPE_CHECKING; the parts are composed by inheritance or arguments instead."""
+    import ast
+    bad = []
+    for path in sorted((SRC).rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for node in cls.body:
+                if (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                        and any(isinstance(n, ast.FunctionDef) for n in node.body)):
+                    bad.append(f"{path.relative_to(SRC)}:{cls.name}")
+    assert not bad, bad
