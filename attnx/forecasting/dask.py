@@ -42,8 +42,9 @@ thread each (``LocalCluster(threads_per_worker=1)``). Needs the ``dask`` extra:
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["forecast", "PARTS_PER_THREAD"]
+__all__ = ["forecast", "connect", "forecast_series", "PARTS_PER_THREAD"]
 
 #: in-memory input is cut into this many parts per worker thread (smaller parts even
 #: out series of unequal cost and give the progress bar its steps)
@@ -349,3 +350,53 @@ def _select(client: Any, fits: list[Any], targets: list[tuple[int | None, int]]
                 out[t] = _panel_parts.unordered(int(got[t[1] - below[t] - 1]))
         open_ = [t for t in open_ if t not in out]
     return out
+
+
+@contextlib.contextmanager
+def connect(address: str) -> Iterator[Any]:
+    """A distributed.Client of the scheduler at `address`, or, for "local", of a
+    LocalCluster started here: one worker process per usable CPU, one thread each
+    (BLAS and OpenMP at one thread too)."""
+    _, _, distributed = _modules()
+    if not isinstance(address, str) or not address:
+        raise ValueError(f"the Dask address must be a scheduler address such as "
+                         f"tcp://host:8786, or local, got {address!r}")
+    if address != "local":
+        with distributed.Client(address) as client:
+            yield client
+        return
+    import logging
+
+    from ..runtime import _cpus
+    one = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with distributed.LocalCluster(n_workers=_cpus.usable(), threads_per_worker=1,
+                                  processes=True, env=one, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as cluster, \
+            distributed.Client(cluster) as client:
+        yield client
+
+
+def forecast_series(address: str, series: list[Any], forecaster: Any, coverage: float
+                    ) -> tuple[list[Any], list[Any]]:
+    """`attnx forecast --dask ADDRESS`: the pandas series forecast on the cluster with
+    the (unfitted) forecaster's parameters, as its predict() and
+    predict_interval(coverage=...) would give them after fit(series): a Series of
+    point forecasts and a DataFrame of "lower" and "upper" per series."""
+    import pandas as pd
+
+    params = dict(forecaster.get_params())
+    horizon = params.pop("horizon")
+    if params.pop("n_jobs") is not None:
+        raise ValueError("--n-jobs does not apply with --dask (the cluster's workers choose "
+                         "the series)")
+    verbose = params.pop("verbose")
+    with connect(address) as client:
+        out = forecast(series, horizon, client=client, coverage=coverage, verbose=verbose,
+                       **params)
+    points, bounds = [], []
+    for (_, part), s in zip(out.groupby("unique_id", sort=True), series):
+        index = pd.Index(part["ds"])
+        points.append(pd.Series(part["forecast"].to_numpy(), index=index, name=s.name))
+        bounds.append(pd.DataFrame({"lower": part["lower"].to_numpy(),
+                                    "upper": part["upper"].to_numpy()}, index=index))
+    return points, bounds
