@@ -95,10 +95,20 @@ def _read(part: Any, job: Job) -> Read:
     return Read(ids, metas if metas else None, series, ends)
 
 
-def stats(part: Any, job: Job) -> PanelStats:
-    """Step 1: the PanelStats of the part's series (filled as the fit fills them)."""
+def stats(part: Any, job: Job) -> tuple[PanelStats, int, _season.AcfSums | None]:
+    """Step 1: the PanelStats of the part's series (filled as the fit fills them), and,
+    when the season is known in advance or likely (the parameter season, else the one
+    its dates' frequency implies), that season and the AcfSums of step 2 at it (saving
+    a pass over the panel when it is the panel's season; 1 and None otherwise)."""
     r = _read(part, job)
-    return PanelStats.of([_gaps.fill_2d(s, 1) for s in r.series], r.metas)
+    filled = [_gaps.fill_2d(s, 1) for s in r.series]
+    out = PanelStats.of(filled, r.metas)
+    guess = job.season
+    if guess is None and out.freq_seasons is not None and len(out.freq_seasons) == 1:
+        guess = next(iter(out.freq_seasons))
+    if guess is None or guess < 2:
+        return out, 1, None
+    return out, int(guess), _season.differenced(filled, int(guess))
 
 
 def diffs(part: Any, job: Job, season_: int) -> _season.AcfSums:

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from . import _long_format, _pandas, _panel_parts
+from . import _long_format, _pandas, _panel_parts, _season
 from . import _selection as sel
 from . import _windows as win
 from ._forecaster_auto import METHODS
@@ -237,20 +237,26 @@ def forecast(data: Any, horizon: int, *, client: Any = None, coverage: Any = 0.9
     parts, kind, job = _parts(data, client, job, dd, partitions)
     h = job.horizon
     # 1. the panel's season and periods: map-reduce passes over the partitions
-    stats_all = client.gather(_each(client, dask, _panel_parts.stats, parts, job=job))
-    sizes = [s.n_series for s in stats_all]
-    stats = stats_all[0]
-    for s in stats_all[1:]:
+    first = client.gather(_each(client, dask, _panel_parts.stats, parts, job=job))
+    sizes = [s.n_series for s, _, _ in first]
+    stats = first[0][0]
+    for s, _, _ in first[1:]:
         stats.merge(s)
     if stats.n_series == 0:
         raise ValueError("the panel holds no series")
     season_ = season_of(stats, job.season)
     diffs = None
     if season_ > 1:
-        found = client.gather(_each(client, dask, _panel_parts.diffs, parts, job=job,
-                                    season_=season_))
-        diffs = found[0]
-        for d in found[1:]:
+        # the differenced series' sums: from the first pass when it guessed this season
+        # in every part holding series, else a second pass
+        guessed = [d for (s, m, d) in first if s.n_series and m == season_]
+        if len(guessed) == sum(1 for s, _, _ in first if s.n_series):
+            found = guessed
+        else:
+            found = client.gather(_each(client, dask, _panel_parts.diffs, parts, job=job,
+                                        season_=season_))
+        diffs = _season.AcfSums()
+        for d in found:
             diffs.merge(d)
     periods = classical_periods(stats, diffs, season_, job.season)
     # 2. every series chosen on the workers, where the results stay
