@@ -492,3 +492,21 @@ def test_sequence_model_has_one_path():
     calls = [n for n in ast.walk(ast.parse((layers / "sequence.py").read_text()))
              if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "stack_for"]
     assert len(calls) == 2, "forward and backward each build the compiled pass"
+
+
+def test_the_panel_season_is_chosen_in_one_place():
+    """TransformerForecaster and attnx.forecasting.dask choose a panel's season and
+    periods through attnx.forecasting._panel_season (statistics that merge exactly),
+    never by calling the season detection on the series themselves: one process and a
+    cluster then cannot drift apart."""
+    direct = {"detect", "longer_periods", "_mean_acf", "season_from", "longer_from"}
+    bad = []
+    for path in sorted((PKG / "forecasting").glob("*.py")):
+        if not (path.name in ("forecaster.py", "dask.py", "_panel_parts.py")
+                or path.name.startswith("_forecaster_")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in direct
+                    and isinstance(node.value, ast.Name) and node.value.id == "_season"):
+                bad.append(f"{path.name}:{node.lineno} _season.{node.attr}")
+    assert not bad, bad
