@@ -60,8 +60,15 @@ def one_process(frame, h, params):
 
     series = [pd.Series(g["y"].to_numpy(), index=pd.DatetimeIndex(g["ds"], freq="MS"))
               for _, g in frame.groupby("unique_id", sort=True)]
+    from threadpoolctl import threadpool_limits
+
+    from attnx.runtime._threads import fixed_threads
+
     t0 = time.perf_counter()
-    f = attnx.TransformerForecaster(h, **params).fit(series)
+    # one thread, as the workers choose: the pretrained candidate's threaded kernels
+    # and BLAS may round otherwise on long inputs
+    with fixed_threads(1), threadpool_limits(limits=1):
+        f = attnx.TransformerForecaster(h, **params).fit(series)
     point = np.concatenate([p.to_numpy() for p in f.predict()])
     bounds = f.predict_interval(coverage=0.9)
     lower = np.concatenate([b["lower"].to_numpy() for b in bounds])
