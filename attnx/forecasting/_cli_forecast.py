@@ -80,6 +80,11 @@ def add_parser(sub: Any, fmt: type[argparse.HelpFormatter]) -> None:
     f.add_argument("--n-jobs", type=int, default=None,
                    help="worker processes for auto's candidates over many series (-1: one "
                         "per CPU; default: this process)")
+    f.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="choose the series on a Dask cluster (auto only; needs "
+                        "attnx[dask]): its scheduler's address, e.g. tcp://host:8786, or "
+                        "local to start one worker process per CPU here; the same "
+                        "forecasts as without it")
     f.add_argument("--season", type=int, default=None,
                    help="seasonal period (12 for monthly data with a yearly cycle; "
                         "default: from the time column's frequency, else from the data)")
@@ -624,10 +629,15 @@ def run(args: argparse.Namespace) -> int:
         span = f"{min(lengths)}" + (f"-{max(lengths)}" if max(lengths) != min(lengths) else "")
         _say(f"training one forecaster on {len(series)} series of {span} steps, horizon "
              f"{args.horizon}" + ("" if args.verbose else " (--verbose shows its progress)"))
-        f.fit(series)
-        _say(f"forecasting with {f.method_}")
-        points = f.predict()
-        bounds = f.predict_interval(coverage=args.coverage)
+        if args.dask is not None:   # the same forecasts, the series spread over a cluster
+            from .dask import forecast_series
+            _say(f"on the Dask cluster {args.dask}")
+            points, bounds = forecast_series(args.dask, series, f, args.coverage)
+        else:
+            f.fit(series)
+            _say(f"forecasting with {f.method_}")
+            points = f.predict()
+            bounds = f.predict_interval(coverage=args.coverage)
     except (ValueError, TypeError) as exc:
         raise type(exc)(_translate(_one_line(exc), table)) from None
     parts = []

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _gaps, _pandas, _season, _series_pool
+from ._panel_season import PanelStats, classical_periods
 from . import _selection as sel
 from . import _windows as win
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["ClassicalPath", "METHODS", "TooFewWindows"]
+__all__ = ["ClassicalPath", "METHODS", "TooFewWindows", "fit_series"]
 
 #: method="auto" chooses among the classical candidates; "network" trains the
 #: transformer (falling back to "auto" when the series are too short for it); any
@@ -55,6 +56,34 @@ def _observed_part(y: F64) -> tuple[F64, int]:
         return y, 0
     first, last = _gaps.tail(y)
     return y[first:last + 1], y.shape[0] - 1 - last
+
+
+def fit_series(series: list[F64], k: int, h: int, periods: list[int],
+               names: list[str] | None, n_jobs: int | None
+               ) -> tuple[list[dict[str, Any]], list[F64], list[F64], list[F64]]:
+    """Choose every channel of every (T_i, k) series on its own (attnx.forecasting._selection.choose,
+    in `n_jobs` worker processes): per channel, series-major, the choice (Choice.to_dict)
+    and its conformal scores (origins, h); per series, the forecast and its error scale
+    (h, k). Trailing NaNs: the last h steps of a forecast from the last observed value."""
+    tasks, lags = [], []
+    for s in series:
+        for j in range(k):
+            y, lag = _observed_part(s[:, j])
+            tasks.append((y, h + lag, tuple(periods), names))
+            lags.append(lag)
+    chosen = iter(_series_pool.choose_all(tasks, n_jobs))
+    at = iter(lags)
+    choices, points, scales, scores = [], [], [], []
+    for s in series:
+        pt, sc = np.empty((h, k)), np.empty((h, k))
+        for j in range(k):
+            c, lag = next(chosen), next(at)
+            choices.append(c.to_dict())
+            pt[:, j], sc[:, j] = c.forecast.mean[lag:], c.forecast.sigma[lag:]
+            scores.append(np.asarray(c.scores, dtype=np.float64)[..., lag:])
+        points.append(pt)
+        scales.append(sc)
+    return choices, points, scales, scores
 
 
 class TooFewWindows(ValueError):
@@ -84,37 +113,14 @@ class ClassicalPath:
         if covariates:
             warnings.warn("TransformerForecaster: the classical methods ignore X, X_future "
                           "and static", UserWarning, stacklevel=3)
-        periods = [self.season_] if self.season_ > 1 else []
         found = [_gaps.fill_2d(s, 1) for s in series]   # the seasons of gappy series: filled
-        if getattr(self, "season", None) is None and not self.time_index_ and not periods:
-            # no season found from the data: a weaker peak that leaves three cycles
-            # in the median series (candidates test it per series)
-            weak = _season.detect(found, relaxed=True)
-            med = float(np.median([s.shape[0] for s in series]))
-            periods += [weak] if 1 < weak and 3 * weak <= med else []
-        periods = sorted(periods)
-        periods += _season.longer_periods(found, self.season_)
-        self.periods_ = [int(p) for p in periods]
+        stats = PanelStats.of(found, self.time_index_)
+        diffs = _season.differenced(found, self.season_) if self.season_ > 1 else None
+        self.periods_ = classical_periods(stats, diffs, self.season_,
+                                          getattr(self, "season", None))
         names = None if self.method is None or self.method in METHODS else [str(self.method)]
-        choices, points, scales, scores = [], [], [], []
-        tasks, lags = [], []
-        for s in series:
-            for j in range(self.k_):
-                y, lag = _observed_part(s[:, j])
-                tasks.append((y, h + lag, tuple(self.periods_), names))
-                lags.append(lag)
-        chosen = iter(_series_pool.choose_all(tasks, self.n_jobs))
-        at = iter(lags)
-        for s in series:
-            pt, sc = np.empty((h, self.k_)), np.empty((h, self.k_))
-            for j in range(self.k_):
-                c, lag = next(chosen), next(at)
-                choices.append(c.to_dict())
-                # trailing NaNs: the last h steps of a forecast from the last observed value
-                pt[:, j], sc[:, j] = c.forecast.mean[lag:], c.forecast.sigma[lag:]
-                scores.append(np.asarray(c.scores, dtype=np.float64)[..., lag:])
-            points.append(pt)
-            scales.append(sc)
+        choices, points, scales, scores = fit_series(series, self.k_, h, self.periods_, names,
+                                                     self.n_jobs)
         self.choices_ = choices
         self.methods_ = [c["name"] for c in choices]
         if names is not None and any(m != names[0] for m in self.methods_):

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _pandas, _season
+from . import _panel_season, _season
 from . import _windows as win
 from ._forecaster_stats import MIN_EVIDENCE
+from ._panel_season import PanelStats
 from ._forecaster_stats import significantly_positive as _significantly_positive
 
 if TYPE_CHECKING:
@@ -100,17 +101,11 @@ class NetworkInputs:
         return np.concatenate(parts, axis=1) if parts else None
 
     def _season(self, series: list[F64]) -> int:
-        """The season: as given, else the index frequency's, else the data's."""
+        """The season: as given, else the index frequency's, else the data's
+        (attnx.forecasting._panel_season.season_of)."""
         if self.season is not None:
             return int(self.season)
-        med = int(np.median([s.shape[0] for s in series]))
-        metas = self.time_index_ or []
-        found = {_pandas.season(m) for m in metas}
-        if len(found) == 1:
-            m = found.pop()
-            if m is not None and med >= 2 * m:
-                return m
-        return _season.detect(series)
+        return _panel_season.season_of(PanelStats.of(series, self.time_index_), None)
 
     def _auto_baseline(self, scaled: F64, x: F64, mask: npt.NDArray[np.bool_]) -> str:
         """baseline="auto"'s choice from the held-out windows' scaled targets and

@@ -71,12 +71,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._exact_sum import ExactSums
+
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     F64 = npt.NDArray[np.float64]
 
-__all__ = ["detect", "longer_periods", "acf", "profile", "PEAK_LEVEL", "PEAK_RISE", "HARMONIC"]
+__all__ = ["detect", "season_from", "longer_periods", "longer_from", "differenced", "AcfSums", "acf", "profile", "PEAK_LEVEL", "PEAK_RISE", "HARMONIC"]
 
 #: a seasonal peak of the autocorrelation function must exceed this level ...
 PEAK_LEVEL = 0.3
@@ -115,34 +117,77 @@ def acf(x: F64, max_lag: int) -> F64:
     return out
 
 
+class AcfSums:
+    """The statistics _mean_acf combines, summed over series (module points 2-4):
+    per lag, the sum of length x r(k) over the channels reaching it (exactly:
+    attnx.forecasting._exact_sum) and of their lengths, and how many channels have each
+    length. Sums of two sets of series merge into those of their union exactly, in
+    any order, so a panel split over several processes gives the same season."""
+
+    def __init__(self) -> None:
+        self.num = ExactSums()
+        self.den: dict[int, int] = {}        # lag -> total length of the channels reaching it
+        self.lengths: dict[int, int] = {}    # channel length -> how many channels
+
+    @classmethod
+    def of(cls, series: list[F64]) -> AcfSums:
+        """The sums of every channel of 2-D (T_i, k) series."""
+        out = cls()
+        lags, vals = [], []
+        for s in series:
+            for j in range(s.shape[1]):
+                c = s[:, j]
+                n = c.shape[0]
+                out.lengths[n] = out.lengths.get(n, 0) + 1
+                k = n // 3 + 1   # r(K + 1) tells whether K peaks
+                if k < 4:
+                    continue
+                lags.append(np.arange(k + 1))
+                vals.append(n * acf(c, k))
+                for lag in range(k + 1):
+                    out.den[lag] = out.den.get(lag, 0) + n
+        if vals:
+            out.num.add(np.concatenate(lags), np.concatenate(vals))
+        return out
+
+    def merge(self, other: AcfSums) -> AcfSums:
+        """These sums plus other's (in place; returns self)."""
+        self.num.merge(other.num)
+        for table, more in ((self.den, other.den), (self.lengths, other.lengths)):
+            for key, v in more.items():
+                table[key] = table.get(key, 0) + v
+        return self
+
+    def mean(self) -> tuple[F64, F64, F64] | None:
+        """The length-weighted mean autocorrelation r(0..reach), the peak level at each
+        lag and the total length N reaching each lag; None when too short."""
+        if not self.lengths or max(self.lengths) // 3 + 1 < 4:
+            return None
+        reach = max(self.den) if self.den else 0
+        if reach < 3:
+            return None
+        den = np.array([float(self.den.get(lag, 0)) for lag in range(reach + 1)])
+        r = self.num.values(reach + 1) / den
+        level = np.maximum(PEAK_LEVEL, 3.0 / np.sqrt(np.maximum(den, 1.0)))
+        return r, level, den
+
+
 def _mean_acf(series: list[F64]) -> tuple[F64, F64, F64] | None:
     """The length-weighted mean autocorrelation r(0..reach) of every channel of the
     series, the peak level at each lag and the total length N reaching each lag
     (module points 2-4); None when too short."""
-    cols = [s[:, j] for s in series for j in range(s.shape[1])]
-    top = max(c.shape[0] for c in cols) // 3 + 1   # r(K + 1) tells whether K peaks
-    if top < 4:
-        return None
-    num, den = np.zeros(top + 1), np.zeros(top + 1)
-    for c in cols:
-        k = c.shape[0] // 3 + 1
-        if k < 4:
-            continue
-        num[:k + 1] += c.shape[0] * acf(c, k)
-        den[:k + 1] += c.shape[0]
-    reach = int(np.flatnonzero(den > 0)[-1]) if den.any() else 0
-    if reach < 3:
-        return None
-    r = num[:reach + 1] / den[:reach + 1]
-    level = np.maximum(PEAK_LEVEL, 3.0 / np.sqrt(np.maximum(den[:reach + 1], 1.0)))
-    return r, level, den[:reach + 1]
+    return AcfSums.of(series).mean()
 
 
 def detect(series: list[F64], *, relaxed: bool = False) -> int:
     """The seasonal period of 2-D (T_i, k) series by the module's rule (1: none);
     relaxed: a peak need not reach PEAK_LEVEL, only 3 / sqrt(N_m) (a season that a
     panel of mixed series dilutes: the classical candidates' extra period)."""
-    found = _mean_acf(series)
+    return season_from(_mean_acf(series), relaxed=relaxed)
+
+
+def season_from(found: tuple[F64, F64, F64] | None, *, relaxed: bool = False) -> int:
+    """detect() on the mean autocorrelation (AcfSums.mean) of the series."""
     if found is None:
         return 1
     r, level = found[0], found[1]
@@ -220,9 +265,22 @@ def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
     tests' first when it divides the other's, else the differenced test's."""
     if season < 2:
         return []
-    found = _mean_acf(series)
+    return longer_from(_mean_acf(series), differenced(series, season), season, most)
+
+
+def differenced(series: list[F64], season: int) -> AcfSums:
+    """The AcfSums of the series differenced at the season (those longer than it)."""
+    return AcfSums.of([s[season:] - s[:-season] for s in series if s.shape[0] > season])
+
+
+def longer_from(found: tuple[F64, F64, F64] | None, diffs: AcfSums, season: int,
+                most: int = 1) -> list[int]:
+    """longer_periods from the mean autocorrelation of the series (AcfSums.mean) and
+    the AcfSums of the series differenced at the season (`differenced`)."""
+    if season < 2:
+        return []
     raw = [] if found is None else _longer(found[0], found[1], season, most)
-    diff = _longer_differenced(series, season, most)
+    diff = _longer_differenced(diffs, season, most)
     if not (raw and diff):
         return raw or diff
     short, long_ = min(raw[0], diff[0]), max(raw[0], diff[0])
@@ -231,20 +289,19 @@ def longer_periods(series: list[F64], season: int, most: int = 1) -> list[int]:
     return [first, *rest][:most]
 
 
-def _longer_differenced(series: list[F64], season: int, most: int) -> list[int]:
+def _longer_differenced(diffs: AcfSums, season: int, most: int) -> list[int]:
     """The longer periods of the series differenced at the season (module point 7)."""
-    diffs = [s[season:] - s[:-season] for s in series if s.shape[0] > season]
-    found = _mean_acf(diffs) if diffs else None
+    found = diffs.mean()
     if found is None:
         return []
     r = found[0]
     reach = r.shape[0] - 1
-    lens = np.array([d.shape[0] for d in diffs for _ in range(d.shape[1])], dtype=np.float64)
     near = 1.0 + 2.0 * float(np.sum(r[1:season + 1] ** 2))
     cand = {}
     for k in range(3, reach // season):
         m = k * season
-        pairs = float(np.sum(lens[lens // 3 + 1 >= m] - m))
+        # the lag-m pairs of the channels reaching m (an integer: exact in any order)
+        pairs = float(sum(c * (n - m) for n, c in diffs.lengths.items() if n // 3 + 1 >= m))
         if (pairs > 0 and r[m] > max(r[m - season], r[m + season])
                 and r[m] > DIFF_Z * np.sqrt(near / pairs)):
             cand[m] = float(r[m])

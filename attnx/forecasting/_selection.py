@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     F64 = npt.NDArray[np.float64]
 
 __all__ = ["origins", "evaluate", "pick", "choose", "Choice", "half_width", "step_quantiles",
-           "borrow", "pool", "N_ORIGINS", "TOP", "RATIO"]
+           "borrow", "pool", "quantile_from", "step_quantiles_from", "N_ORIGINS", "TOP", "RATIO"]
 
 #: how many rolling origins score the candidates (at most)
 N_ORIGINS = 5
@@ -253,29 +253,53 @@ def choose(y: F64, h: int, periods: tuple[int, ...], names: list[str] | None = N
 def quantile(scores: F64, coverage: float) -> float:
     """The conformal quantile of normalised scores for `coverage` (module point 5;
     the caller adds the margin; NaN scores are left out)."""
-    z = NormalDist().inv_cdf(0.5 + coverage / 2.0)
     scores = scores[~np.isnan(scores)]
-    n = scores.shape[0]
+    return quantile_from(scores.shape[0], coverage,
+                         lambda rank: float(np.partition(scores, rank - 1)[rank - 1]))
+
+
+def quantile_from(n: int, coverage: float, kth: Callable[[int], float]) -> float:
+    """quantile() of n scores, given kth(rank): their rank-th smallest (1-based). Which
+    ranks it asks for depends on n and coverage only (a panel on several processes
+    selects them there: attnx.forecasting.dask)."""
+    z = NormalDist().inv_cdf(0.5 + coverage / 2.0)
     if n == 0:
         return z
     rank = math.ceil((n + 1) * coverage)   # the rank-th smallest score
     if rank > n:
-        return max(float(scores.max()), z)
-    return float(np.partition(scores, rank - 1)[rank - 1])
+        return max(kth(n), z)
+    return kth(rank)
 
 
 def step_quantiles(scores: F64, h: int, coverage: float) -> F64:
     """The conformal quantile at each of the h steps (module point 5): that of the
     step's own scores shrunk toward that of all steps by STEP_SHRINK pseudo-scores.
     1-D scores (no steps known) give the quantile of all at every step."""
-    q_all = quantile(scores.ravel(), coverage)
+    flat = scores.ravel()
+    flat = flat[~np.isnan(flat)]
+    per_step = scores.ndim == 2 and scores.shape[1] == h
+    cols = [scores[:, j][~np.isnan(scores[:, j])] for j in range(h)] if per_step else []
+
+    def count(col: int | None) -> int:
+        return flat.shape[0] if col is None else cols[col].shape[0] if per_step else 0
+
+    def kth(col: int | None, rank: int) -> float:
+        a = flat if col is None else cols[col]
+        return float(np.partition(a, rank - 1)[rank - 1])
+    return step_quantiles_from(h, coverage, count, kth)
+
+
+def step_quantiles_from(h: int, coverage: float, count: Callable[[int | None], int],
+                        kth: Callable[[int | None, int], float]) -> F64:
+    """step_quantiles() from count(col): how many scores step col has (None: all the
+    steps'; 0 for every step of 1-D scores), and kth(col, rank): their rank-th
+    smallest."""
+    q_all = quantile_from(count(None), coverage, lambda r: kth(None, r))
     out: F64 = np.full(h, q_all)
-    if scores.ndim != 2 or scores.shape[1] != h:
-        return out
     for j in range(h):
-        n_j = int(np.sum(~np.isnan(scores[:, j])))
+        n_j = count(j)
         if n_j:
-            q_j = quantile(scores[:, j], coverage)
+            q_j = quantile_from(n_j, coverage, lambda r: kth(j, r))
             out[j] = (n_j * q_j + STEP_SHRINK * q_all) / (n_j + STEP_SHRINK)
     return out
 

@@ -912,4 +912,21 @@ def test_no_mixin_declares_stubs_of_another_classes_methods():
                 if (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
                         and any(isinstance(n, ast.FunctionDef) for n in node.body)):
                     bad.append(f"{path.relative_to(SRC)}:{cls.name}")
+
+
+def test_the_panel_season_is_chosen_in_one_place():
+    """TransformerForecaster and attnx.forecasting.dask choose a panel's season and
+    periods through attnx.forecasting._panel_season (statistics that merge exactly),
+    never by calling the season detection on the series themselves: one process and a
+    cluster then cannot drift apart."""
+    direct = {"detect", "longer_periods", "_mean_acf", "season_from", "longer_from"}
+    bad = []
+    for path in sorted((PKG / "forecasting").glob("*.py")):
+        if not (path.name in ("forecaster.py", "dask.py", "_panel_parts.py")
+                or path.name.startswith("_forecaster_")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr in direct
+                    and isinstance(node.value, ast.Name) and node.value.id == "_season"):
+                bad.append(f"{path.name}:{node.lineno} _season.{node.attr}")
     assert not bad, bad
