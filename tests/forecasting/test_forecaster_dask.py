@@ -16,17 +16,8 @@ import attnx
 from attnx.forecasting import _selection as sel
 
 ROOT = Path(attnx.__file__).resolve().parent.parent
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def _require(name):
-    try:
-        return pytest.importorskip(name)
-    except pytest.skip.Exception:
-        if os.environ.get("ATTNX_REQUIRE_DASK") == "1":
-            pytest.fail(f"ATTNX_REQUIRE_DASK=1 but {name} does not import "
-                        f"(pip install 'attnx[dask]')")
-        raise
+from dask_checks import ONE_THREAD
+from dask_checks import require_dask as _require
 
 
 pd = pytest.importorskip("pandas")
