@@ -8,6 +8,7 @@ the test skips, unless ATTNX_REQUIRE_DASK=1 (CI), where that is a failure.
 """
 import logging
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,13 @@ def test_grid_search_on_a_dask_cluster_equals_the_serial_search():
     with dist.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, env=env,
                            dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
             dist.Client(cluster) as client:
-        info = client.run(_threads_in_worker)
+        # by value: the workers import attnx, not this test module (tests.distributed.*)
+        cloudpickle = pytest.importorskip("cloudpickle")
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        try:
+            info = client.run(_threads_in_worker)
+        finally:
+            cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
         assert len(info) == 2
         for worker, rep in info.items():
             assert rep["env"] == ONE_THREAD, (worker, rep)
