@@ -53,8 +53,8 @@ def _make(name, dtype, mode):
                 patch_len=1, instance_norm=None)
     options = dict(n_iter_no_change=10, lr_schedule="constant", max_grad_norm=None,
                    decay="all", standardize=False, distributed=mode)
-    return attnx.TransformerRegressor(h, layers, hidden, **{**bare, **common},
-                                      options=options)
+    common["options"] = options
+    return attnx.TransformerRegressor(h, layers, hidden, **bare, **common)
 
 
 def worker(args):
@@ -76,6 +76,14 @@ def worker(args):
         del X, Y
         est = _make(name, dtype, args.mode)
         dist = Communicator(comm)
+        seen = [0]      # the largest batch buffer of any epoch, in rows (recorded, not changed)
+        plain_rows = dist.rows
+
+        def rows(parts, bs, plain_rows=plain_rows, seen=seen):
+            r = plain_rows(parts, bs)
+            seen[0] = max(seen[0], r)
+            return r
+        dist.rows = rows
         est.partial_fit(Xs, Ys, comm=dist)  # warm-up: workspaces, first touch of the pages
         dist.steps, dist.allreduce_seconds, dist.allreduce_bytes = 0, 0.0, 0
         times = []
@@ -94,7 +102,7 @@ def worker(args):
                     steps=dist.steps / args.epochs,
                     bytes_per_step=dist.allreduce_bytes / max(dist.steps, 1), alone=alone,
                     loss=est.loss_curve_[-1],
-                    rows=max(b.shape[0] for b in est.__dict__["_batches"].values()))
+                    rows=seen[0])
         every = comm.gather(mine, root=0)
         if rank == 0 and args.params_out:
             np.save(f"{args.params_out}-{name}-{args.mode}-P{size}.npy", est.model_.params.flat)
