@@ -535,7 +535,7 @@ ATTNX_AVX512 static void attnx_silu_bwd_row_f64_avx512(const double *h, const do
 }
 #undef ATTNX_KEEP
 
-/* ---- input checks and the MSE loss (memory-bound passes: AVX2 at levels 1 and 2) */
+/* ---- input checks and the MSE loss (AVX2 at level 1, AVX-512 at level 2) */
 
 /* any element whose exponent bits are all ones (inf or NaN), 32 bytes at a time;
  * the last partial vector goes to the portable loop */
@@ -580,25 +580,48 @@ ATTNX_AVX2 static inline void attnx_mse_group_f32(const float *y, const float *t
     _mm256_storeu_ps(dy, _mm256_mul_ps(_mm256_sub_ps(yv, tv), _mm256_set1_ps(g)));
 }
 
+/* An empty asm that takes x in a vector register and may change it, so the multiply
+ * that made x and the add that takes it stay two roundings: GCC fused them into one
+ * FMA under an FMA target (-ffp-contract=fast), which the portable code never does. */
+#define ATTNX_NO_CONTRACT(x) __asm__("" : "+v"(x))
+
+/* The scalar tail of the vector MSE loops, compiled for the baseline ISA and never
+ * inlined into them: under a target with FMA, GCC contracted its multiply and add
+ * (part[0] += diff * diff) into one FMA, and levels 1 and 2 lost the portable code's
+ * last bit on every loss whose length is not a multiple of 8. */
+#define ATTNX_MSE_TAIL(T, SUF)                                                        \
+__attribute__((noinline)) static void attnx_mse_tail_##SUF(const T *y, const T *t, T *dy,  \
+                                                          ptrdiff_t n, T g, double *part0) \
+{                                                                                     \
+    double diff;                                                                      \
+    for (ptrdiff_t i = 0; i < n; i++) {                                               \
+        diff = (double) y[i] - (double) t[i];                                         \
+        *part0 += diff * diff;                                                        \
+        dy[i] = (T) ((y[i] - t[i]) * g);                                              \
+    }                                                                                 \
+}
+ATTNX_MSE_TAIL(float, f32)
+ATTNX_MSE_TAIL(double, f64)
+#undef ATTNX_MSE_TAIL
+
 #define ATTNX_MSE_AVX2(T, SUF)                                                        \
 ATTNX_AVX2 static double attnx_mse_##SUF##_avx2(const T *y, const T *t, T *dy,          \
                                                 ptrdiff_t n, T g)                     \
 {                                                                                     \
     __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), d0, d1;               \
-    double acc[8], total = 0.0, diff;                                                 \
+    double acc[8], total = 0.0;                                                       \
     ptrdiff_t i;                                                                      \
     for (i = 0; i + 8 <= n; i += 8) {                                                 \
         attnx_mse_group_##SUF(y + i, t + i, dy + i, g, &d0, &d1);                      \
-        a0 = _mm256_add_pd(a0, _mm256_mul_pd(d0, d0));                                \
-        a1 = _mm256_add_pd(a1, _mm256_mul_pd(d1, d1));                                \
+        __m256d q0 = _mm256_mul_pd(d0, d0), q1 = _mm256_mul_pd(d1, d1);              \
+        ATTNX_NO_CONTRACT(q0);                                                        \
+        ATTNX_NO_CONTRACT(q1);                                                        \
+        a0 = _mm256_add_pd(a0, q0);                                                   \
+        a1 = _mm256_add_pd(a1, q1);                                                   \
     }                                                                                 \
     _mm256_storeu_pd(acc, a0);                                                        \
     _mm256_storeu_pd(acc + 4, a1);                                                    \
-    for (; i < n; i++) {                                                              \
-        diff = (double) y[i] - (double) t[i];                                         \
-        acc[0] += diff * diff;                                                        \
-        dy[i] = (T) ((y[i] - t[i]) * g);                                              \
-    }                                                                                 \
+    attnx_mse_tail_##SUF(y + i, t + i, dy + i, n - i, g, acc);                       \
     for (int u = 0; u < 8; u++)                                                       \
         total += acc[u];                                                              \
     return total / (double) n;                                                        \
@@ -606,6 +629,69 @@ ATTNX_AVX2 static double attnx_mse_##SUF##_avx2(const T *y, const T *t, T *dy,  
 ATTNX_MSE_AVX2(float, f32)
 ATTNX_MSE_AVX2(double, f64)
 #undef ATTNX_MSE_AVX2
+
+/* The same passes at level 2, 64 bytes a step. The sums keep attnx_mse_*_scalar's
+ * eight partial sums (element i in sum i mod 8) in one float64 register, element
+ * groups of 8 added in order, multiply and add apart: the bits of levels 0 and 1. */
+ATTNX_AVX512 static int attnx_any_nonfinite_f32_avx512(const float *x, ptrdiff_t n)
+{
+    const __m512i m = _mm512_set1_epi32(0x7f800000);
+    __mmask16 bad = 0;
+    ptrdiff_t i;
+    for (i = 0; i + 16 <= n; i += 16)
+        bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(x + i), m), m);
+    return bad != 0 || attnx_any_nonfinite_f32_scalar(x + i, n - i);
+}
+
+ATTNX_AVX512 static int attnx_any_nonfinite_f64_avx512(const double *x, ptrdiff_t n)
+{
+    const __m512i m = _mm512_set1_epi64(0x7ff0000000000000ll);
+    __mmask8 bad = 0;
+    ptrdiff_t i;
+    for (i = 0; i + 8 <= n; i += 8)
+        bad |= _mm512_cmpeq_epi64_mask(_mm512_and_si512(_mm512_loadu_si512(x + i), m), m);
+    return bad != 0 || attnx_any_nonfinite_f64_scalar(x + i, n - i);
+}
+
+/* one group of 8: its differences in float64 (returned) and dy */
+ATTNX_AVX512 static inline __m512d attnx_mse_group8_f32(const float *y, const float *t,
+                                                        float *dy, float g)
+{
+    const __m256 yv = _mm256_loadu_ps(y), tv = _mm256_loadu_ps(t);
+    _mm256_storeu_ps(dy, _mm256_mul_ps(_mm256_sub_ps(yv, tv), _mm256_set1_ps(g)));
+    return _mm512_sub_pd(_mm512_cvtps_pd(yv), _mm512_cvtps_pd(tv));
+}
+
+ATTNX_AVX512 static inline __m512d attnx_mse_group8_f64(const double *y, const double *t,
+                                                        double *dy, double g)
+{
+    const __m512d d = _mm512_sub_pd(_mm512_loadu_pd(y), _mm512_loadu_pd(t));
+    _mm512_storeu_pd(dy, _mm512_mul_pd(d, _mm512_set1_pd(g)));
+    return d;
+}
+
+#define ATTNX_MSE_AVX512(T, SUF)                                                      \
+ATTNX_AVX512 static double attnx_mse_##SUF##_avx512(const T *y, const T *t, T *dy,      \
+                                                  ptrdiff_t n, T g)                   \
+{                                                                                     \
+    __m512d acc = _mm512_setzero_pd(), d;                                             \
+    double part[8], total = 0.0;                                                      \
+    ptrdiff_t i;                                                                      \
+    for (i = 0; i + 8 <= n; i += 8) {                                                 \
+        d = attnx_mse_group8_##SUF(y + i, t + i, dy + i, g);                          \
+        __m512d q = _mm512_mul_pd(d, d);                                              \
+        ATTNX_NO_CONTRACT(q);                                                         \
+        acc = _mm512_add_pd(acc, q);                                                  \
+    }                                                                                 \
+    _mm512_storeu_pd(part, acc);                                                      \
+    attnx_mse_tail_##SUF(y + i, t + i, dy + i, n - i, g, part);                      \
+    for (int u = 0; u < 8; u++)                                                       \
+        total += part[u];                                                             \
+    return total / (double) n;                                                        \
+}
+ATTNX_MSE_AVX512(float, f32)
+ATTNX_MSE_AVX512(double, f64)
+#undef ATTNX_MSE_AVX512
 
 #endif
 
@@ -806,12 +892,13 @@ ATTNX_UNUSED static void attnx_silu_bwd_row_f64(const double *h, const double *s
     attnx_silu_bwd_row_f64_scalar(h, sg, dh, n);
 }
 
-#define ATTNX_DISPATCH_AVX2(RET, NAME, PARAMS, ARGS)                                  \
+#define ATTNX_DISPATCH_LEVELS(RET, NAME, PARAMS, ARGS)                                  \
 ATTNX_UNUSED static RET NAME PARAMS                                                   \
 {                                                                                     \
     int level = attnx_level();                                                        \
     (void)level;                                                                      \
-    ATTNX_IF_AVX2(if (level >= 1) return NAME##_avx2 ARGS;)                            \
+    ATTNX_IF_AVX2(if (level == 2) return NAME##_avx512 ARGS;)                          \
+    ATTNX_IF_AVX2(if (level == 1) return NAME##_avx2 ARGS;)                            \
     return NAME##_scalar ARGS;                                                        \
 }
 #ifdef ATTNX_HAVE_AVX2_PATH
@@ -819,15 +906,15 @@ ATTNX_UNUSED static RET NAME PARAMS                                             
 #else
 #define ATTNX_IF_AVX2(x)
 #endif
-ATTNX_DISPATCH_AVX2(int, attnx_any_nonfinite_f32, (const float *x, ptrdiff_t n), (x, n))
-ATTNX_DISPATCH_AVX2(int, attnx_any_nonfinite_f64, (const double *x, ptrdiff_t n), (x, n))
-ATTNX_DISPATCH_AVX2(double, attnx_mse_f32,
+ATTNX_DISPATCH_LEVELS(int, attnx_any_nonfinite_f32, (const float *x, ptrdiff_t n), (x, n))
+ATTNX_DISPATCH_LEVELS(int, attnx_any_nonfinite_f64, (const double *x, ptrdiff_t n), (x, n))
+ATTNX_DISPATCH_LEVELS(double, attnx_mse_f32,
                     (const float *y, const float *t, float *dy, ptrdiff_t n, float g),
                     (y, t, dy, n, g))
-ATTNX_DISPATCH_AVX2(double, attnx_mse_f64,
+ATTNX_DISPATCH_LEVELS(double, attnx_mse_f64,
                     (const double *y, const double *t, double *dy, ptrdiff_t n, double g),
                     (y, t, dy, n, g))
-#undef ATTNX_DISPATCH_AVX2
+#undef ATTNX_DISPATCH_LEVELS
 #undef ATTNX_IF_AVX2
 
 ATTNX_UNUSED static void attnx_exp_array_f32(const float *x, float *y, ptrdiff_t n)

@@ -41,7 +41,8 @@ def cpu_max_level():
 
 # ---------------------------------------------------------------- one level per process
 # small products of the child: (ta, tb, m, n, k), chunk and row-tile edges of the tiles
-GEMM_SHAPES = ((0, 0, 29, 33, 5), (1, 0, 7, 24, 40), (0, 1, 13, 17, 9), (1, 1, 6, 8, 300))
+GEMM_SHAPES = ((0, 0, 29, 33, 5), (1, 0, 7, 24, 40), (0, 1, 13, 17, 9), (1, 1, 6, 8, 300),
+               (1, 0, 64, 64, 300), (0, 0, 40, 48, 64))
 
 CHILD = f"GEMM_SHAPES = {GEMM_SHAPES!r}\n" + r"""
 import json, sys
@@ -127,7 +128,7 @@ for n in (1, 2, 17, 1001):
     _seq.random_bits(np.random.PCG64(11), bits)
     out[f"splitmix_{n}"] = bits
 
-# small float32 products (csrc/attnx_gemm_small.h's tiles at level 1, BLAS elsewhere)
+# small float32 products (csrc/attnx_gemm_small.h's tiles at levels 1 and 2, BLAS elsewhere)
 from attnx.kernels._testing import gemm_into
 for i, (ta, tb, m, n, k) in enumerate(GEMM_SHAPES):
     a = rng.normal(size=(k, m) if ta else (m, k)).astype(np.float32)
@@ -136,6 +137,25 @@ for i, (ta, tb, m, n, k) in enumerate(GEMM_SHAPES):
     out[f"gemm_{i}_a"], out[f"gemm_{i}_b"], out[f"gemm_{i}_c0"] = a, b, c.copy()
     gemm_into(bool(ta), bool(tb), a, b, c, m, n, k, alpha=0.5, beta=1.0)
     out[f"gemm_{i}_c"] = c
+
+# the MSE loss and the non-finite check (the input and loss passes), lengths around the
+# 8- and 16-element steps; one inf or NaN at every position of a short array
+for dt in (np.float32, np.float64):
+    name = np.dtype(dt).name
+    for n in (1, 7, 8, 15, 16, 17, 1001):
+        y, t = rng.normal(size=(2, n)).astype(dt)
+        dy = np.empty_like(y)
+        loss, _ = attnx.mse_loss(y, t, out=dy)
+        out[f"mse_{name}_{n}"] = np.concatenate([[loss], dy.astype(np.float64)])
+    flags = []
+    for n in (5, 16, 33):
+        for i in range(n):
+            for bad in (np.inf, -np.inf, np.nan):
+                a = np.ones(n, dt)
+                a[i] = bad
+                flags.append(_ops.all_finite(a))
+        flags.append(_ops.all_finite(np.ones(n, dt)))
+    out[f"finite_{name}"] = np.array(flags)
 
 # special values at every lane position and in the ragged tails
 special = np.array([np.nan, np.inf, -np.inf, 100.0, 88.7, 88.8, -87.5, -1e30, 0.0, 1.0],
@@ -230,7 +250,8 @@ def test_levels_agree_with_portable(level, levels):
     assert set(ref) == set(got)
     checked = 0
     for key, r in ref.items():
-        if key.startswith(("exp_", "overflow_", "ppv_", "silubwd_", "splitmix_", "gemm_")):
+        if key.startswith(("exp_", "overflow_", "ppv_", "silubwd_", "splitmix_", "gemm_", "mse_",
+                           "finite_")):
             continue
         g = got[key]
         assert np.isfinite(r).all() and np.isfinite(g).all(), key
@@ -241,10 +262,27 @@ def test_levels_agree_with_portable(level, levels):
     assert checked == 2 * (3 * (3 + 4 + 3) + 1)
 
 
+@pytest.mark.parametrize("level", [1, 2])
+def test_loss_and_input_checks_identical_across_levels(level, levels):
+    """The MSE loss and dL/dY, and the non-finite check of every input, bit for bit the
+    portable code's at every level (the loss keeps the portable code's eight partial
+    sums; an inf or NaN is found at every lane position and in the tails)."""
+    _, ref = levels(0)
+    _, got = levels(level)
+    keys = [k for k in ref if k.startswith(("mse_", "finite_"))]
+    assert len(keys) == 2 * (7 + 1)
+    for key in keys:
+        np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
+    for name in ("float32", "float64"):
+        flags = ref[f"finite_{name}"]
+        assert flags.sum() == 3   # only the three all-ones arrays are finite
+
+
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_small_products_at_every_level(level, levels):
-    """C = 0.5 op(A) op(B) + C at every level (the small-GEMM tiles at level 1, BLAS at
-    the others) against float64 matmul: edge columns, edge rows, both transposes."""
+    """C = 0.5 op(A) op(B) + C at every level (the small-GEMM tiles at level 1, and at
+    level 2 on Intel CPUs; BLAS elsewhere) against float64 matmul: edge columns, edge
+    rows, both transposes."""
     state, got = levels(level)
     for i, (ta, tb, m, n, k) in enumerate(GEMM_SHAPES):
         a, b = got[f"gemm_{i}_a"].astype(np.float64), got[f"gemm_{i}_b"].astype(np.float64)
