@@ -21,6 +21,7 @@
 #define ATTNX_GEMM_SMALL_H
 #include <stddef.h>
 #include <string.h>
+#include <stdlib.h>
 
 #include "attnx_math.h"   /* attnx_level(): the dispatch state of the including module */
 
@@ -41,6 +42,43 @@ static inline int attnx_gs_wanted(int ta, ptrdiff_t m, ptrdiff_t n, ptrdiff_t k)
      * C is small (measured on Zen 3: 64 x 192 x 512 1.19x, 64 x 64 x 832 1.29x;
      * 64 x 128 x 928 0.81x, left to BLAS) */
     return ta && work <= 1.6e7 && (k <= 512 || (k <= 1024 && m * n <= 4096));
+}
+
+/* Whether the AVX-512 tiles run on this CPU: Intel's only, where the rule below was
+ * measured. On AMD's Zen 4 a 512-bit FMA issues once a cycle, not twice, and no AMD
+ * core was at hand to measure the tiles against OpenBLAS there: it keeps BLAS, as
+ * before (1 yes, 0 no; computed once, the same value in every thread). */
+static int attnx_gs512_vendor = -1;
+static inline int attnx_gs512_cpu(void)
+{
+    if (attnx_gs512_vendor < 0) {
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+        __builtin_cpu_init();
+        attnx_gs512_vendor = __builtin_cpu_is("intel") ? 1 : 0;
+#else
+        attnx_gs512_vendor = 0;
+#endif
+    }
+    return attnx_gs512_vendor;
+}
+
+/* The AVX-512 rule, measured with benchmarks/small_gemm.py --level 2 on an Intel Xeon
+ * (Sapphire Rapids class, two 512-bit FMA units), one thread, against OpenBLAS 0.3.30's
+ * SkylakeX sgemm (benchmarks/results/small_gemm_avx512_2026-12-02.md). The tiles win
+ * where op(B) is narrow and short: X W and dY W^T while a k x n panel of B is at most
+ * 12288 floats (48 KB: 1.05-1.8x at d_model 32-64, 256-16384 rows; from 16384 floats
+ * or n = 256 BLAS wins, to 0.65x at d_model 256), X W_2 (n <= 64, k <= 256: 1.02-1.1x),
+ * and X^T dY of at most 16384 outputs in blocks of 256 rows (1.1-2.3x; a product of
+ * fewer than 4096 outputs over 256 rows ties). */
+static inline int attnx_gs512_wanted(int ta, int tb, ptrdiff_t m, ptrdiff_t n, ptrdiff_t k)
+{
+    if (n < 16 || !attnx_gs512_cpu())
+        return 0;
+    if (ta)
+        return !tb && m * n <= 16384 && (k >= 1024 || m * n >= 4096);
+    if (n * k <= 12288)
+        return m <= 8192 || n * k <= 4096;
+    return !tb && n <= 64 && k <= 256;
 }
 
 #ifdef ATTNX_HAVE_AVX2_PATH
@@ -197,6 +235,140 @@ ATTNX_GS_ATTR static int attnx_sgemm_small_avx2(int ta, int tb, ptrdiff_t m, ptr
     }
     return 1;
 }
+
+/* ---- AVX-512 (level 2): the same loops on 16-float vectors.
+ * On a core with two 512-bit FMA units (Intel Xeon, Sapphire Rapids class) OpenBLAS's
+ * SkylakeX sgemm packs op(A) for every call: at the attention projections of
+ * d_model 64 (4096 x 192 x 64) it ran at 100 GF/s of the core's 170, the copies a
+ * fifth of its time. 8 x 2 vectors keep 16 FMA chains in flight (two ports at 4
+ * cycles need 8); 8 x 1 takes a last chunk of at most 16 columns. The partial last
+ * vector is a masked load and store, so no element past the operands is touched. */
+#define ATTNX_GS512_ATTR __attribute__((target("avx512f,avx2,fma")))
+#define ATTNX_GS512_PACK 16384
+#define ATTNX_GS512_KB 256      /* rows of A and B per block of X^T dY */
+
+#define ATTNX_GS512_TILE(NAME, MR, NV, PART)                                            \
+ATTNX_GS512_ATTR static inline void NAME(ptrdiff_t kd, const float *restrict a,         \
+        ptrdiff_t ar, ptrdiff_t ak, int mr, const float *restrict b, ptrdiff_t ldb,     \
+        float *restrict c, ptrdiff_t ldc, float alpha, float beta, __mmask16 msk)       \
+{                                                                                       \
+    __m512 acc[MR][NV];                                                                 \
+    const float *ap[MR];                                                                \
+    int r, u;                                                                           \
+    ptrdiff_t k;                                                                        \
+    (void) msk;                                                                         \
+    ATTNX_GS_UNROLL                                                                     \
+    for (r = 0; r < MR; r++) {                                                          \
+        ap[r] = a + (r < mr ? r : 0) * ar;                                              \
+        ATTNX_GS_UNROLL                                                                 \
+        for (u = 0; u < NV; u++)                                                        \
+            acc[r][u] = _mm512_setzero_ps();                                            \
+    }                                                                                   \
+    for (k = 0; k < kd; k++) {                                                          \
+        __m512 bv[NV];                                                                  \
+        ATTNX_GS_UNROLL                                                                 \
+        for (u = 0; u < NV; u++)                                                        \
+            bv[u] = (PART && u == NV - 1) ? _mm512_maskz_loadu_ps(msk, b + k * ldb + 16 * u) \
+                                          : _mm512_loadu_ps(b + k * ldb + 16 * u);      \
+        ATTNX_GS_UNROLL                                                                 \
+        for (r = 0; r < MR; r++) {                                                      \
+            const __m512 av = _mm512_set1_ps(ap[r][k * ak]);                            \
+            ATTNX_GS_UNROLL                                                             \
+            for (u = 0; u < NV; u++)                                                    \
+                acc[r][u] = _mm512_fmadd_ps(av, bv[u], acc[r][u]);                      \
+            if (NV > 1)                                                                 \
+                ATTNX_GS_KEEP(av);                                                      \
+        }                                                                               \
+        ATTNX_GS_UNROLL                                                                 \
+        for (u = 0; u < NV; u++)                                                        \
+            ATTNX_GS_KEEP(bv[u]);                                                       \
+    }                                                                                   \
+    const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);                 \
+    ATTNX_GS_UNROLL                                                                     \
+    for (r = 0; r < MR; r++) {                                                          \
+        if (r >= mr)                                                                    \
+            break;                                                                      \
+        ATTNX_GS_UNROLL                                                                 \
+        for (u = 0; u < NV; u++) {                                                      \
+            float *cr = c + r * ldc + 16 * u;                                           \
+            __m512 v = alpha == 1.0f ? acc[r][u] : _mm512_mul_ps(al, acc[r][u]);        \
+            if (PART && u == NV - 1) {                                                  \
+                if (beta != 0.0f)                                                       \
+                    v = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(msk, cr), v);         \
+                _mm512_mask_storeu_ps(cr, msk, v);                                      \
+            } else {                                                                    \
+                if (beta != 0.0f)                                                       \
+                    v = _mm512_fmadd_ps(be, _mm512_loadu_ps(cr), v);                    \
+                _mm512_storeu_ps(cr, v);                                                \
+            }                                                                           \
+        }                                                                               \
+    }                                                                                   \
+}
+
+ATTNX_GS512_TILE(attnx_gs512_tile8x2_full, 8, 2, 0)
+ATTNX_GS512_TILE(attnx_gs512_tile8x2_part, 8, 2, 1)
+ATTNX_GS512_TILE(attnx_gs512_tile8x1_full, 8, 1, 0)
+ATTNX_GS512_TILE(attnx_gs512_tile8x1_part, 8, 1, 1)
+
+/* C (m, n) = alpha op(A) op(B) + beta C on the AVX-512 tiles (as attnx_sgemm_small_avx2) */
+ATTNX_GS512_ATTR static int attnx_sgemm_small_avx512(int ta, int tb, ptrdiff_t m, ptrdiff_t n,
+        ptrdiff_t k, float alpha, const float *a, ptrdiff_t lda, const float *b,
+        ptrdiff_t ldb, float beta, float *c, ptrdiff_t ldc)
+{
+    float bt[ATTNX_GS512_PACK];
+    const ptrdiff_t ar = ta ? 1 : lda, ak = ta ? lda : 1;
+    const float *bp = b;
+    ptrdiff_t ldp = ldb, i, j, kk;
+    if (tb) {                       /* B^T (k, n) from B (n, k): rows of B in columns */
+        if (k * n > ATTNX_GS512_PACK)
+            return 0;
+        for (j = 0; j < n; j++) {
+            const float *bj = b + j * ldb;
+            for (kk = 0; kk < k; kk++)
+                bt[kk * n + j] = bj[kk];
+        }
+        bp = bt;
+        ldp = n;
+    }
+    if (ta && k > ATTNX_GS512_KB) {
+        /* X^T dY over many rows: k in blocks, each added onto C, so that a block of
+         * the rows of A and B stays in L2 for every row tile (one pass over all k
+         * per tile ran at a third of the FMA rate, from L3) */
+        ptrdiff_t k0;
+        for (k0 = 0; k0 < k; k0 += ATTNX_GS512_KB)
+            attnx_sgemm_small_avx512(ta, 0, m, n, k - k0 < ATTNX_GS512_KB ? k - k0
+                                     : ATTNX_GS512_KB, alpha, a + k0 * lda, lda,
+                                     bp + k0 * ldp, ldp, k0 ? 1.0f : beta, c, ldc);
+        return 1;
+    }
+    for (j = 0; n - j > 16; j += 32) {
+        const int nlast = n - j >= 32 ? 16 : (int) (n - j - 16);
+        const __mmask16 msk = (__mmask16) ((1u << nlast) - 1u);
+        for (i = 0; i < m; i += 8) {
+            const int mr = m - i < 8 ? (int) (m - i) : 8;
+            if (nlast == 16)
+                attnx_gs512_tile8x2_full(k, a + i * ar, ar, ak, mr, bp + j, ldp,
+                                         c + i * ldc + j, ldc, alpha, beta, msk);
+            else
+                attnx_gs512_tile8x2_part(k, a + i * ar, ar, ak, mr, bp + j, ldp,
+                                         c + i * ldc + j, ldc, alpha, beta, msk);
+        }
+    }
+    if (j < n) {                    /* a last chunk of 1..16 columns */
+        const int nlast = (int) (n - j);
+        const __mmask16 msk = (__mmask16) ((1u << nlast) - 1u);
+        for (i = 0; i < m; i += 8) {
+            const int mr = m - i < 8 ? (int) (m - i) : 8;
+            if (nlast == 16)
+                attnx_gs512_tile8x1_full(k, a + i * ar, ar, ak, mr, bp + j, ldp,
+                                         c + i * ldc + j, ldc, alpha, beta, msk);
+            else
+                attnx_gs512_tile8x1_part(k, a + i * ar, ar, ak, mr, bp + j, ldp,
+                                         c + i * ldc + j, ldc, alpha, beta, msk);
+        }
+    }
+    return 1;
+}
 #endif  /* ATTNX_HAVE_AVX2_PATH */
 
 /* The small-GEMM path when this module's level is AVX2 and the shape is one it wins
@@ -207,8 +379,11 @@ static inline int attnx_sgemm_small(int ta, int tb, ptrdiff_t m, ptrdiff_t n, pt
                                     ptrdiff_t ldc)
 {
 #ifdef ATTNX_HAVE_AVX2_PATH
-    if (attnx_gs_wanted(ta, m, n, k) && attnx_level() == 1)
+    const int level = attnx_level();
+    if (level == 1 && attnx_gs_wanted(ta, m, n, k))
         return attnx_sgemm_small_avx2(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (level == 2 && attnx_gs512_wanted(ta, tb, m, n, k))
+        return attnx_sgemm_small_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #else
     (void) ta; (void) tb; (void) m; (void) n; (void) k; (void) alpha; (void) a;
     (void) lda; (void) b; (void) ldb; (void) beta; (void) c; (void) ldc;

@@ -36,12 +36,14 @@ def test_gemm_rejects_small_buffers():
 
 
 # Shapes on both sides of the small-GEMM tiles' edges (csrc/attnx_gemm_small.h):
-# columns around the 8- and 16-wide chunks (masked last vector), rows around the
-# 6- and 4-row tiles, k = 0 (C = beta C) and k odd; n < 8 and large products go to
-# BLAS. At SIMD level 1 the float32 ones run on the tiles, elsewhere on BLAS: the
-# same test holds for both.
+# columns around the 8- and 16-wide chunks of level 1 and the 16- and 32-wide ones of
+# level 2 (masked last vector), rows around the 6-, 4- and 8-row tiles, k = 0 (C = beta
+# C) and k odd; level 2's X^T dY in blocks of 256 rows (k 300, 1100); n < 8 and large
+# products go to BLAS. At SIMD levels 1 and 2 the float32 ones run on the tiles where
+# the rules send them, elsewhere on BLAS: the same test holds for all.
 SMALL_SHAPES = [(1, 8, 1), (5, 9, 3), (6, 15, 7), (7, 16, 0), (8, 17, 33), (13, 24, 2),
-                (10, 31, 16), (29, 33, 5), (64, 40, 128), (3, 96, 256), (256, 32, 32)]
+                (10, 31, 16), (29, 33, 5), (64, 40, 128), (3, 96, 256), (256, 32, 32),
+                (9, 200, 60), (64, 64, 300), (17, 33, 1100), (40, 48, 513)]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
