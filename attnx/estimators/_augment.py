@@ -79,7 +79,9 @@ class Shifts:
     def apply(self, batch: Batch, m: int, shifts: IntArray) -> None:
         if not m:
             return
-        if batch.mask is not None:
+        # a list of series of one length has a mask with nothing masked: shifting is
+        # the same there as for an array
+        if batch.mask is not None and batch.mask[:m].any():
             raise ValueError("time shifts need equal-length batches without missing "
                              "steps (the short path resamples ragged series first)")
         batch.x[:m] = shift_rows(batch.x[:m], shifts)

@@ -86,8 +86,14 @@ def test_the_batch_hook_draws_one_shift_per_sample_and_shifts_the_first_m_rows()
     np.testing.assert_array_equal(b.x[:4], _reference(x0[:4], s[:4]))
     aug.apply(b, 0, s[:0])   # an empty step: nothing
     np.testing.assert_array_equal(b.x[4:], x0[4:])
+    padded = _batch(masked=True)
+    padded.mask[1, 7] = True   # a padded or missing step: no shifting
     with pytest.raises(ValueError, match="equal-length batches"):
-        G.Shifts(1).apply(_batch(masked=True), 3, np.zeros(3, int))
+        G.Shifts(1).apply(padded, 3, np.zeros(3, int))
+    full = _batch(masked=True)   # a mask with nothing masked (a list of one length)
+    x1 = full.x.copy()
+    G.Shifts(2).apply(full, 4, s[:4])
+    np.testing.assert_array_equal(full.x[:4], _reference(x1[:4], s[:4]))
     assert G.hook(None) is None and G.hook(0) is None and G.hook(3).k == 3
 
 
@@ -108,6 +114,18 @@ def test_a_short_univariate_classifier_shifts_its_training_batches():
     est_r = TC(**SMALL).fit(Xr, yr)
     assert est_r.resample_length_ == max(len(x) for x in Xr)
     assert est_r.augment_shift_ == G.max_shift(est_r.model_.stem)
+
+
+def test_a_list_of_series_of_one_length_fits_on_the_short_path():
+    """A list of short univariate series all of one length (ragged input that is not
+    ragged) fits with its shifts, as the array does; it raised ValueError ("time
+    shifts need equal-length batches") because its batches carry a padding mask."""
+    X, y = _series()
+    est = TC(**SMALL).fit(list(X), y)
+    assert est.augment_shift_ == 2 and est.model_.stem == _stem.short(24, 24)
+    proba = est.predict_proba(list(X))
+    assert proba.shape == (len(X), 3) and np.isfinite(proba).all()
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-5)
 
 
 def test_no_shifts_where_the_short_path_does_not_apply():
