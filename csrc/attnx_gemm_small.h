@@ -77,7 +77,7 @@ static inline int attnx_gs512_wanted(int ta, int tb, ptrdiff_t m, ptrdiff_t n, p
     if (ta)
         return !tb && m * n <= 16384 && (k >= 1024 || m * n >= 4096);
     if (n * k <= 12288)
-        return m <= 8192 || n * k <= 4096;
+        return m <= 2048 || n * k <= 4096;
     return !tb && n <= 64 && k <= 256;
 }
 
