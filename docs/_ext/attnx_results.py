@@ -27,7 +27,7 @@ page cannot disagree with the file it cites. The directives:
 ``results-run FILE.json``
     What a run.py file says about its run: commit, date, CPU, libraries, BLAS, limits.
 ``results-ceiling``
-    benchmarks/ceiling.py's bound per race (ceiling.json), ``:threads:``.
+    benchmarks/ceiling.py's bound per race (ceiling.json, or ``:file:``), ``:threads:``.
 ``results-long-seq``, ``results-mpi``
     long_seq.json and mpi_epoch.json as tables.
 ``results-files``
@@ -488,10 +488,11 @@ class ResultsCeiling(_ResultsDirective):
     default_file = "ceiling.json"
     required_arguments = 0
     optional_arguments = 0
-    option_spec = {"threads": directives.positive_int}
+    option_spec = {"threads": directives.positive_int, "file": directives.unchanged}
 
     def build(self):
-        data = _json("ceiling.json")
+        name = self.options.get("file", "ceiling.json")
+        data = _json(name)
         threads = self.options.get("threads", 1)
         rows = []
         for r in data["rows"]:
@@ -506,10 +507,10 @@ class ResultsCeiling(_ResultsDirective):
                          f"{r['sdpa_s'] / r['attnx_s']:.2f}x", target,
                          f"{100 * r['need']:.0f}%", f"{100 * r['attnx_efficiency']:.0f}%"])
         if not rows:
-            raise ValueError(f"ceiling.json: no row at {threads} thread(s)")
+            raise ValueError(f"{name}: no row at {threads} thread(s)")
         header = ["config", "mode", "dense share", "bound ms", "peak ms", "attnx ms",
                   "SDPA ms", "SDPA / attnx", "target", "need", "attnx at"]
-        return _table(header, rows, "benchmarks/results/ceiling.json")
+        return _table(header, rows, f"benchmarks/results/{name}")
 
 
 class ResultsLongSeq(_JsonTable):
