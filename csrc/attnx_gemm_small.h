@@ -21,7 +21,6 @@
 #define ATTNX_GEMM_SMALL_H
 #include <stddef.h>
 #include <string.h>
-#include <stdlib.h>
 
 #include "attnx_math.h"   /* attnx_level(): the dispatch state of the including module */
 
